@@ -1,0 +1,78 @@
+//! Per-second charges: running seconds × price per hour / 3600, in micro-units.
+
+use gpurent_types::Money;
+
+const SECONDS_PER_HOUR: i128 = 3600;
+
+/// The charge for `seconds` of running at `price_per_hour`, rounded down to the micro-unit
+/// (a tenant is never charged for a fraction of a micro-unit they did not use).
+pub fn charge_for_seconds(price_per_hour: Money, seconds: u64) -> Money {
+    let micros = i128::from(price_per_hour.micros()) * i128::from(seconds) / SECONDS_PER_HOUR;
+    Money::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
+}
+
+/// The hourly price of `share_mb` of a GPU's `gpu_mb` of memory, proportional to the whole GPU's
+/// price and rounded up to the micro-unit so that shares never undercut the whole GPU.
+pub fn share_price_per_hour(whole_gpu_price: Money, share_mb: u64, gpu_mb: u64) -> Money {
+    if gpu_mb == 0 || share_mb >= gpu_mb {
+        return whole_gpu_price;
+    }
+    let num = i128::from(whole_gpu_price.micros()) * i128::from(share_mb);
+    let den = i128::from(gpu_mb);
+    let micros = (num + den - 1) / den;
+    Money::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn seeds_4090_example() {
+        let price = Money::from_micros(2_500_000);
+        assert_eq!(charge_for_seconds(price, 3600), price);
+        assert_eq!(charge_for_seconds(price, 10).micros(), 6_944);
+        assert_eq!(charge_for_seconds(price, 0), Money::ZERO);
+        // 72 h of four GPUs at 2.50 each.
+        assert_eq!(
+            charge_for_seconds(price.checked_mul(4).unwrap_or_default(), 72 * 3600),
+            Money::units(720)
+        );
+    }
+
+    #[test]
+    fn shares_are_proportional() {
+        let whole = Money::from_micros(2_500_000);
+        assert_eq!(
+            share_price_per_hour(whole, 12 * 1024, 24 * 1024).micros(),
+            1_250_000
+        );
+        assert_eq!(share_price_per_hour(whole, 24 * 1024, 24 * 1024), whole);
+        assert_eq!(share_price_per_hour(whole, 1, 3).micros(), 833_334);
+    }
+
+    proptest! {
+        /// Charging in pieces never charges more than charging at once, and loses less than
+        /// one micro-unit per piece.
+        #[test]
+        fn split_charges_stay_within_a_micro_per_piece(
+            price in 0i64..1_000_000_000,
+            pieces in proptest::collection::vec(0u64..100_000, 1..20),
+        ) {
+            let price = Money::from_micros(price);
+            let total: u64 = pieces.iter().sum();
+            let whole = charge_for_seconds(price, total).micros();
+            let split: i64 = pieces.iter().map(|s| charge_for_seconds(price, *s).micros()).sum();
+            prop_assert!(split <= whole);
+            prop_assert!(whole - split < i64::try_from(pieces.len()).unwrap_or(i64::MAX));
+        }
+
+        #[test]
+        fn charge_is_monotonic(price in 0i64..1_000_000_000, a in 0u64..10_000_000, b in 0u64..10_000_000) {
+            let price = Money::from_micros(price);
+            let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+            prop_assert!(charge_for_seconds(price, lo) <= charge_for_seconds(price, hi));
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The on-demand price of one whole GPU per hour, by model, with defaults from the seeds.
+
+use std::collections::BTreeMap;
+
+use gpurent_types::{GpuType, Money};
+
+/// Price per whole GPU-hour by GPU type key. Unlisted models are priced by memory size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriceList {
+    per_gpu_hour: BTreeMap<String, Money>,
+    per_gb_hour_fallback: Money,
+}
+
+/// Defaults in the platform currency. The RTX 4090 price is the seeds' (2.50 per hour).
+const DEFAULTS: [(&str, i64); 12] = [
+    ("RTX 3090", 1_200_000),
+    ("RTX 4090", 2_500_000),
+    ("RTX 5090", 3_500_000),
+    ("L4", 1_000_000),
+    ("L40S", 3_000_000),
+    ("A10", 1_100_000),
+    ("A100-40GB", 3_000_000),
+    ("A100-80GB", 4_000_000),
+    ("H100-80GB", 7_000_000),
+    ("H100", 7_000_000),
+    ("H200", 9_000_000),
+    ("B200", 12_000_000),
+];
+
+impl PriceList {
+    pub fn defaults() -> Self {
+        let per_gpu_hour = DEFAULTS
+            .iter()
+            .filter_map(|(name, micros)| {
+                GpuType::parse(name)
+                    .ok()
+                    .map(|t| (t.key().to_owned(), Money::from_micros(*micros)))
+            })
+            .collect();
+        PriceList {
+            per_gpu_hour,
+            per_gb_hour_fallback: Money::from_micros(100_000),
+        }
+    }
+
+    pub fn with_price(mut self, gpu_type: &GpuType, per_hour: Money) -> Self {
+        self.per_gpu_hour
+            .insert(gpu_type.key().to_owned(), per_hour);
+        self
+    }
+
+    /// On-demand price of one whole GPU of this type for one hour.
+    pub fn price_per_gpu_hour(&self, gpu_type: &GpuType, vram_mb: u64) -> Money {
+        if let Some(p) = self.per_gpu_hour.get(gpu_type.key()) {
+            return *p;
+        }
+        let gb = i64::try_from(vram_mb.div_ceil(1024)).unwrap_or(i64::MAX);
+        self.per_gb_hour_fallback
+            .checked_mul(gb)
+            .unwrap_or(Money::from_micros(i64::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(name: &str) -> GpuType {
+        GpuType::parse(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn known_models_use_the_list_and_others_their_memory() {
+        let list = PriceList::defaults();
+        assert_eq!(
+            list.price_per_gpu_hour(&t("rtx-4090"), 24_564).to_string(),
+            "2.50"
+        );
+        assert_eq!(
+            list.price_per_gpu_hour(&t("NVIDIA H200"), 143_771)
+                .to_string(),
+            "9.00"
+        );
+        assert_eq!(
+            list.price_per_gpu_hour(&t("T4"), 15_360).to_string(),
+            "1.50"
+        );
+        let custom = list.with_price(&t("T4"), Money::units(1));
+        assert_eq!(custom.price_per_gpu_hour(&t("t4"), 15_360), Money::units(1));
+    }
+}

@@ -1,0 +1,48 @@
+//! Pure GPU placement: given the free capacity of the candidate GPUs and a request, which GPUs
+//! (or which share of one) it gets. No I/O: the store reads candidates and commits the choice
+//! with a compare-and-set, so a placement computed from a stale view can never double-book.
+
+mod best_fit;
+
+pub use best_fit::place;
+
+/// One candidate GPU as the placer sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuSlot {
+    /// Which node the GPU is in; GPUs of one node share this number.
+    pub node: u32,
+    pub vram_mb: u64,
+    pub free_mb: u64,
+}
+
+impl GpuSlot {
+    pub fn is_whole_free(&self) -> bool {
+        self.free_mb == self.vram_mb
+    }
+}
+
+/// What a reservation asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// `count` whole GPUs on one node.
+    Whole { count: u32 },
+    /// A share of one GPU with this much memory.
+    Share { vram_mb: u64 },
+}
+
+/// Indices into the candidate slice, with the memory taken from each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub gpus: Vec<(usize, u64)>,
+}
+
+/// Why a request could not be placed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoFit {
+    #[error("asked for {wanted} whole GPUs on one node; the most free on any node is {most_on_one_node}")]
+    NotEnoughOnOneNode { wanted: u32, most_on_one_node: u32 },
+    #[error("no GPU has {wanted_mb} MiB of memory free")]
+    NoShare { wanted_mb: u64 },
+    #[error("a request for zero GPUs or zero memory cannot be placed")]
+    Empty,
+}

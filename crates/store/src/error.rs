@@ -1,0 +1,47 @@
+//! What can go wrong in the store, with the context a caller needs to answer the user.
+
+use gpurent_types::Money;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{what} {id:?} not found")]
+    NotFound { what: &'static str, id: String },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("no capacity: {0}")]
+    NoCapacity(String),
+    #[error("no GPU of type {wanted:?} in this cluster; known types: {known}")]
+    UnknownGpuType { wanted: String, known: String },
+    #[error("not enough credit: this needs {needed} and the balance is {balance}")]
+    InsufficientCredit { needed: Money, balance: Money },
+    #[error("this Idempotency-Key was already used with a different request")]
+    IdempotencyMismatch,
+    #[error("the join token is unknown or expired")]
+    InvalidJoinToken,
+    #[error("database URL {0:?} is not supported: use sqlite://PATH or postgres://...")]
+    UnsupportedUrl(String),
+    #[error("migration {version} ({name}) failed")]
+    Migration {
+        version: i64,
+        name: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("stored data is inconsistent: {0}")]
+    Corrupt(String),
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+}
+
+impl StoreError {
+    pub(crate) fn is_unique_violation(&self) -> bool {
+        matches!(self, StoreError::Database(sqlx::Error::Database(e)) if e.is_unique_violation())
+    }
+
+    pub(crate) fn not_found(what: &'static str, id: &str) -> Self {
+        StoreError::NotFound {
+            what,
+            id: id.to_owned(),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Persistence for the control plane. The server speaks to a [`Store`] in intents
+//! (`reserve`, `request_stop`, `sync_node`); each method runs its own transaction.
+//!
+//! One SQL implementation, [`SqlStore`], serves SQLite (embedded default) and PostgreSQL
+//! (production) with the same statements and migrations; see `docs/ARCHITECTURE.md` for why.
+
+mod error;
+mod model;
+mod sql;
+pub mod testing;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use gpurent_billing::PriceList;
+use gpurent_types::agent::{Assignment, GpuInfo, InstanceReport};
+use gpurent_types::api::{Node, Offer, Reservation, User};
+use gpurent_types::Money;
+
+pub use error::StoreError;
+pub use model::{AuthUser, Backend, LedgerCheck, NewNode, NewReservation, NewUser, Scope, Want};
+pub use sql::SqlStore;
+
+/// The store's traits, for `use gpurent_store::prelude::*`.
+pub mod prelude {
+    pub use crate::{NodeStore, ReservationStore, Store, UserStore};
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Everything the control plane keeps. Supertraits group it by subject.
+pub trait Store: UserStore + NodeStore + ReservationStore + std::fmt::Debug {}
+
+impl<T: UserStore + NodeStore + ReservationStore + std::fmt::Debug> Store for T {}
+
+/// Users, API tokens and the ledger of prepaid credit.
+#[async_trait]
+pub trait UserStore: Send + Sync {
+    fn backend(&self) -> Backend;
+
+    /// A trivial query, for readiness.
+    async fn ping(&self) -> Result<()>;
+
+    /// Creates the `admin` user with this token hash unless an admin exists. True if created.
+    async fn ensure_admin(&self, token_hash: &str, now: DateTime<Utc>) -> Result<bool>;
+
+    async fn authenticate(&self, token_hash: &str) -> Result<Option<AuthUser>>;
+
+    /// Creates a user, its token and its balance account, and grants its initial credit.
+    async fn create_user(&self, new: NewUser, now: DateTime<Utc>) -> Result<User>;
+
+    async fn get_user(&self, id: &str) -> Result<User>;
+
+    async fn list_users(&self) -> Result<Vec<User>>;
+
+    /// Moves `amount` of platform credit to the user. A repeated `transfer_id` is a no-op.
+    async fn grant_credit(
+        &self,
+        user_id: &str,
+        amount: Money,
+        transfer_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Money>;
+
+    async fn balance(&self, user_id: &str) -> Result<Money>;
+
+    /// Recomputes every balance from the transfers and checks that they sum to zero.
+    async fn ledger_check(&self) -> Result<LedgerCheck>;
+}
+
+/// Nodes, their GPUs and the agent protocol's desired and actual state.
+#[async_trait]
+pub trait NodeStore: Send + Sync {
+    async fn create_join_token(
+        &self,
+        token_hash: &str,
+        created_by: &str,
+        expires_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
+
+    /// Trades a valid join token for a node identity; returns the node id.
+    async fn register_node(&self, node: NewNode, now: DateTime<Utc>) -> Result<String>;
+
+    async fn authenticate_node(&self, token_hash: &str) -> Result<Option<String>>;
+
+    /// Records a heartbeat: new GPUs, and the state of each instance the agent reports.
+    async fn sync_node(
+        &self,
+        node_id: &str,
+        gpus: &[GpuInfo],
+        reports: &[InstanceReport],
+        now: DateTime<Utc>,
+    ) -> Result<()>;
+
+    async fn desired_version(&self, node_id: &str) -> Result<i64>;
+
+    /// What the node should run now, with the version it has.
+    async fn desired_state(&self, node_id: &str) -> Result<(i64, Vec<Assignment>)>;
+
+    /// Nodes seen at or after `live_since` are `ready`, others `unreachable`.
+    async fn list_nodes(&self, live_since: DateTime<Utc>) -> Result<Vec<Node>>;
+}
+
+/// Offers and reservations.
+#[async_trait]
+pub trait ReservationStore: Send + Sync {
+    /// Free whole GPUs per type on nodes seen at or after `live_since`.
+    async fn offers(&self, prices: &PriceList, live_since: DateTime<Utc>) -> Result<Vec<Offer>>;
+
+    /// Places and records a reservation in one transaction: GPU memory is taken by
+    /// compare-and-set, so no GPU share is ever given twice. Returns the reservation and the
+    /// node whose desired state changed.
+    async fn reserve(
+        &self,
+        new: NewReservation,
+        prices: &PriceList,
+        live_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<(Reservation, Option<String>)>;
+
+    async fn get_reservation(&self, id: &str, scope: &Scope) -> Result<Reservation>;
+
+    async fn list_reservations(&self, scope: &Scope) -> Result<Vec<Reservation>>;
+
+    /// Asks for a reservation to stop; billing ends now. Stopping a stopped one is a no-op.
+    async fn request_stop(
+        &self,
+        id: &str,
+        scope: &Scope,
+        now: DateTime<Utc>,
+    ) -> Result<(Reservation, Option<String>)>;
+
+    /// Marks running reservations whose time is up as stopping (billing ends at their end
+    /// time, not when noticed). Returns the nodes whose desired state changed.
+    async fn expire_due(&self, now: DateTime<Utc>) -> Result<Vec<String>>;
+
+    /// Consistency of GPU allocations: every allocated byte owned by a live reservation and
+    /// every live placed reservation holding its GPUs. Empty when consistent.
+    async fn allocation_problems(&self) -> Result<Vec<String>>;
+}

@@ -1,0 +1,61 @@
+//! Schema migrations: ordered SQL files compiled into the binary, each applied once in its own
+//! transaction; on PostgreSQL an advisory lock keeps concurrent replicas from racing.
+
+use sqlx::AnyPool;
+
+use crate::{Backend, Result, StoreError};
+
+const MIGRATIONS: &[(i64, &str, &str)] = &[(
+    1,
+    "initial",
+    include_str!("../../migrations/0001_initial.sql"),
+)];
+
+/// An arbitrary constant naming gpurent's migration lock.
+const PG_MIGRATION_LOCK: i64 = 0x6770_7572_656e_74;
+
+pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<()> {
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS gpurent_migrations (
+            version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .execute(pool)
+    .await?;
+    for &(version, name, sql) in MIGRATIONS {
+        let fail = |source| StoreError::Migration {
+            version,
+            name,
+            source,
+        };
+        let mut tx = pool.begin().await?;
+        if backend == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(PG_MIGRATION_LOCK)
+                .execute(&mut *tx)
+                .await
+                .map_err(fail)?;
+        }
+        let applied: Option<i64> =
+            sqlx::query_scalar("SELECT version FROM gpurent_migrations WHERE version = $1")
+                .bind(version)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(fail)?;
+        if applied.is_some() {
+            continue;
+        }
+        sqlx::raw_sql(sql).execute(&mut *tx).await.map_err(fail)?;
+        sqlx::query(
+            "INSERT INTO gpurent_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+        )
+        .bind(version)
+        .bind(name)
+        .bind(chrono::Utc::now().timestamp_micros())
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+        tx.commit().await.map_err(fail)?;
+        tracing::info!(version, name, "applied migration");
+    }
+    Ok(())
+}

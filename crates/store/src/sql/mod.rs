@@ -1,0 +1,97 @@
+//! The SQL implementation of the store, over sqlx's `Any` driver: the same statements run on
+//! SQLite and PostgreSQL (`$1` placeholders, BIGINT everywhere, `ON CONFLICT`).
+
+mod ledger;
+mod migrate;
+mod nodes;
+mod reservations;
+mod rows;
+mod users;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, ConnectOptions, Executor};
+
+use crate::{Backend, Result, StoreError};
+
+/// A store on SQLite or PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct SqlStore {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl SqlStore {
+    /// Connects to `sqlite://PATH` (created when missing) or `postgres://...` and applies the
+    /// migrations.
+    pub async fn connect(url: &str) -> Result<Self> {
+        sqlx::any::install_default_drivers();
+        let (backend, url) = if let Some(path) = url.strip_prefix("sqlite://") {
+            let sep = if path.contains('?') { '&' } else { '?' };
+            (Backend::Sqlite, format!("sqlite://{path}{sep}mode=rwc"))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (Backend::Postgres, url.to_owned())
+        } else {
+            return Err(StoreError::UnsupportedUrl(url.to_owned()));
+        };
+        let options = AnyConnectOptions::from_str(&url)?.disable_statement_logging();
+        let pool = match backend {
+            // One connection serialises writers, which SQLite does anyway; it avoids
+            // SQLITE_BUSY between pooled connections and keeps transactions short.
+            Backend::Sqlite => {
+                AnyPoolOptions::new()
+                    .max_connections(1)
+                    .min_connections(1)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            for pragma in [
+                                "PRAGMA journal_mode = WAL",
+                                "PRAGMA synchronous = NORMAL",
+                                "PRAGMA foreign_keys = ON",
+                                "PRAGMA busy_timeout = 10000",
+                            ] {
+                                conn.execute(pragma).await?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .connect_with(options)
+                    .await?
+            }
+            Backend::Postgres => {
+                AnyPoolOptions::new()
+                    .max_connections(16)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .connect_with(options)
+                    .await?
+            }
+        };
+        let store = SqlStore { pool, backend };
+        migrate::run(&store.pool, backend).await?;
+        Ok(store)
+    }
+
+    /// Closes the pool, waiting for connections in use.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Times are stored as unix microseconds, UTC.
+pub(crate) fn ts(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+pub(crate) fn from_ts(micros: i64) -> Result<DateTime<Utc>> {
+    Utc.timestamp_micros(micros)
+        .single()
+        .ok_or_else(|| StoreError::Corrupt(format!("timestamp {micros} out of range")))
+}
+
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

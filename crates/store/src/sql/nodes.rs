@@ -1,0 +1,446 @@
+//! Nodes: registration with a join token, heartbeats with instance reports, desired state.
+
+use std::collections::{BTreeMap, HashSet};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use gpurent_billing::charge_for_seconds;
+use gpurent_types::agent::{Assignment, GpuInfo, InstanceReport, InstanceState};
+use gpurent_types::api::{Gpu, Node};
+use gpurent_types::{GpuType, Money, ReservationStatus};
+use sqlx::{AnyConnection, Row};
+
+use super::ledger::{self, Transfer, PLATFORM_REVENUE};
+use super::{from_ts, new_id, ts, SqlStore};
+use crate::{NewNode, NodeStore, Result, StoreError};
+
+async fn insert_gpus(conn: &mut AnyConnection, node_id: &str, gpus: &[GpuInfo]) -> Result<()> {
+    for g in gpus {
+        let vram = i64::try_from(g.vram_mb).unwrap_or(i64::MAX);
+        let gpu_type = GpuType::from_driver_name(&g.model);
+        sqlx::query(
+            "INSERT INTO gpus (uuid, node_id, idx, model, type_name, type_key, vram_mb, free_mb)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT (uuid) DO NOTHING",
+        )
+        .bind(&g.uuid)
+        .bind(node_id)
+        .bind(i64::from(g.index))
+        .bind(&g.model)
+        .bind(gpu_type.display())
+        .bind(gpu_type.key())
+        .bind(vram)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn bump_version(conn: &mut AnyConnection, node_id: &str) -> Result<()> {
+    sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
+        .bind(node_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Applies one instance report. Reports of another node or an older epoch are ignored, and a
+/// report that would not change anything is a no-op, so duplicates are harmless.
+async fn apply_report(
+    conn: &mut AnyConnection,
+    node_id: &str,
+    report: &InstanceReport,
+    now: i64,
+) -> Result<bool> {
+    let row = sqlx::query("SELECT status, node_id, epoch FROM reservations WHERE id = $1")
+        .bind(&report.reservation_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(row) = row else { return Ok(false) };
+    let owner: Option<String> = row.try_get("node_id")?;
+    let epoch: i64 = row.try_get("epoch")?;
+    if owner.as_deref() != Some(node_id) || epoch != report.epoch {
+        tracing::debug!(reservation_id = %report.reservation_id, "ignoring report of a stale epoch");
+        return Ok(false);
+    }
+    let status: String = row.try_get("status")?;
+    let status: ReservationStatus = status
+        .parse()
+        .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
+    use InstanceState as S;
+    use ReservationStatus as R;
+    match (status, report.state) {
+        (R::Pending, S::Starting) => {
+            set_status(conn, &report.reservation_id, status, R::Starting).await
+        }
+        (R::Pending | R::Starting, S::Running) => {
+            let n = sqlx::query(
+                "UPDATE reservations SET status = 'running', started_at = $1
+                 WHERE id = $2 AND status = $3",
+            )
+            .bind(now)
+            .bind(&report.reservation_id)
+            .bind(status.as_str())
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            Ok(n == 1)
+        }
+        (s, S::Stopped | S::Exited | S::Failed) if !s.is_terminal() => {
+            finish(conn, &report.reservation_id, status, report, now).await
+        }
+        _ => Ok(false),
+    }
+}
+
+async fn set_status(
+    conn: &mut AnyConnection,
+    id: &str,
+    from: ReservationStatus,
+    to: ReservationStatus,
+) -> Result<bool> {
+    let n = sqlx::query("UPDATE reservations SET status = $1 WHERE id = $2 AND status = $3")
+        .bind(to.as_str())
+        .bind(id)
+        .bind(from.as_str())
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    Ok(n == 1)
+}
+
+/// Ends a reservation whose instance is gone: its final status, the exact charge for the
+/// seconds it ran (transfer id `charge:<id>`, so at most once), and its GPUs freed.
+async fn finish(
+    conn: &mut AnyConnection,
+    id: &str,
+    from: ReservationStatus,
+    report: &InstanceReport,
+    now: i64,
+) -> Result<bool> {
+    let row = sqlx::query(
+        "SELECT tenant_id, price_per_hour, started_at, stop_requested_at, end_reason
+         FROM reservations WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let tenant_id: String = row.try_get("tenant_id")?;
+    let price = Money::from_micros(row.try_get("price_per_hour")?);
+    let started_at: Option<i64> = row.try_get("started_at")?;
+    let stop_requested_at: Option<i64> = row.try_get("stop_requested_at")?;
+    let end_reason: Option<String> = row.try_get("end_reason")?;
+
+    let (status, reason) = match (&end_reason, report.state) {
+        (Some(r), _) if r == "expired" => (ReservationStatus::Expired, r.clone()),
+        (Some(r), _) => (ReservationStatus::Stopped, r.clone()),
+        (None, InstanceState::Exited) if report.exit_code == Some(0) => {
+            (ReservationStatus::Stopped, "exited".to_owned())
+        }
+        (None, InstanceState::Exited) => {
+            (ReservationStatus::Failed, "exited_with_error".to_owned())
+        }
+        (None, InstanceState::Failed) => (ReservationStatus::Failed, "failed_to_start".to_owned()),
+        (None, _) => (ReservationStatus::Stopped, "stopped_by_agent".to_owned()),
+    };
+    // Billing ends when the stop was asked for (or the time was up), not when the agent got to it.
+    let ended_at = stop_requested_at.map_or(now, |t| t.min(now));
+    let seconds = started_at.map_or(0, |s| (ended_at - s).max(0) / 1_000_000);
+    let charge = charge_for_seconds(price, u64::try_from(seconds).unwrap_or(0));
+
+    let n = sqlx::query(
+        "UPDATE reservations SET status = $1, ended_at = $2, end_reason = $3, charged = $4
+         WHERE id = $5 AND status = $6",
+    )
+    .bind(status.as_str())
+    .bind(ended_at)
+    .bind(&reason)
+    .bind(charge.micros())
+    .bind(id)
+    .bind(from.as_str())
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if n == 0 {
+        return Ok(false);
+    }
+    let account = ledger::user_account(&tenant_id);
+    let transfer_id = format!("charge:{id}");
+    ledger::transfer(
+        conn,
+        Transfer {
+            id: &transfer_id,
+            debit: &account,
+            credit: PLATFORM_REVENUE,
+            amount: charge.micros(),
+            reservation_id: Some(id),
+            at: now,
+        },
+    )
+    .await?;
+    release_gpus(conn, id).await?;
+    tracing::info!(reservation_id = id, status = %status, seconds, charged = %charge, "reservation ended");
+    Ok(true)
+}
+
+/// Gives a reservation's GPU memory back.
+pub(crate) async fn release_gpus(conn: &mut AnyConnection, reservation_id: &str) -> Result<()> {
+    let allocations =
+        sqlx::query("SELECT gpu_uuid, vram_mb FROM allocations WHERE reservation_id = $1")
+            .bind(reservation_id)
+            .fetch_all(&mut *conn)
+            .await?;
+    for a in allocations {
+        let uuid: String = a.try_get("gpu_uuid")?;
+        let mb: i64 = a.try_get("vram_mb")?;
+        sqlx::query("UPDATE gpus SET free_mb = free_mb + $1 WHERE uuid = $2")
+            .bind(mb)
+            .bind(&uuid)
+            .execute(&mut *conn)
+            .await?;
+    }
+    sqlx::query("DELETE FROM allocations WHERE reservation_id = $1")
+        .bind(reservation_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl NodeStore for SqlStore {
+    async fn create_join_token(
+        &self,
+        token_hash: &str,
+        created_by: &str,
+        expires_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO join_tokens (token_hash, created_by, expires_at, created_at)
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(token_hash)
+        .bind(created_by)
+        .bind(ts(expires_at))
+        .bind(ts(now))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn register_node(&self, node: NewNode, now: DateTime<Utc>) -> Result<String> {
+        let at = ts(now);
+        let mut tx = self.pool.begin().await?;
+        let valid: Option<i64> = sqlx::query_scalar(
+            "SELECT expires_at FROM join_tokens WHERE token_hash = $1 AND expires_at > $2",
+        )
+        .bind(&node.join_token_hash)
+        .bind(at)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if valid.is_none() {
+            return Err(StoreError::InvalidJoinToken);
+        }
+        let id = new_id();
+        let inserted = sqlx::query(
+            "INSERT INTO nodes (id, name, token_hash, executor, gpu_backend, desired_version,
+                                last_seen_at, created_at)
+             VALUES ($1, $2, $3, $4, $5, 1, $6, $6) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(&id)
+        .bind(&node.name)
+        .bind(&node.node_token_hash)
+        .bind(&node.executor)
+        .bind(&node.gpu_backend)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if inserted == 0 {
+            return Err(StoreError::Conflict(format!(
+                "a node named {:?} is already registered; restart its agent with its data dir to resume it",
+                node.name
+            )));
+        }
+        let uuids: HashSet<&str> = node.gpus.iter().map(|g| g.uuid.as_str()).collect();
+        if uuids.len() != node.gpus.len() {
+            return Err(StoreError::Conflict(
+                "the node reported one GPU UUID twice".to_owned(),
+            ));
+        }
+        let taken: Option<String> = {
+            let mut found = None;
+            for g in &node.gpus {
+                let owner: Option<String> =
+                    sqlx::query_scalar("SELECT node_id FROM gpus WHERE uuid = $1")
+                        .bind(&g.uuid)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                if owner.is_some() {
+                    found = Some(g.uuid.clone());
+                    break;
+                }
+            }
+            found
+        };
+        if let Some(uuid) = taken {
+            return Err(StoreError::Conflict(format!(
+                "GPU {uuid} already belongs to another node"
+            )));
+        }
+        insert_gpus(&mut tx, &id, &node.gpus).await?;
+        tx.commit().await?;
+        tracing::info!(node_id = %id, name = %node.name, gpus = node.gpus.len(), "node registered");
+        Ok(id)
+    }
+
+    async fn authenticate_node(&self, token_hash: &str) -> Result<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM nodes WHERE token_hash = $1")
+                .bind(token_hash)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn sync_node(
+        &self,
+        node_id: &str,
+        gpus: &[GpuInfo],
+        reports: &[InstanceReport],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let at = ts(now);
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("UPDATE nodes SET last_seen_at = $1 WHERE id = $2")
+            .bind(at)
+            .bind(node_id)
+            .execute(&mut *tx)
+            .await?;
+        let known: HashSet<String> =
+            sqlx::query_scalar::<_, String>("SELECT uuid FROM gpus WHERE node_id = $1")
+                .bind(node_id)
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+        let new: Vec<GpuInfo> = gpus
+            .iter()
+            .filter(|g| !known.contains(&g.uuid))
+            .cloned()
+            .collect();
+        if !new.is_empty() {
+            insert_gpus(&mut tx, node_id, &new).await?;
+        }
+        let mut changed = false;
+        for report in reports {
+            changed |= apply_report(&mut tx, node_id, report, at).await?;
+        }
+        if changed {
+            bump_version(&mut tx, node_id).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn desired_version(&self, node_id: &str) -> Result<i64> {
+        sqlx::query_scalar("SELECT desired_version FROM nodes WHERE id = $1")
+            .bind(node_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::not_found("node", node_id))
+    }
+
+    async fn desired_state(&self, node_id: &str) -> Result<(i64, Vec<Assignment>)> {
+        let mut tx = self.pool.begin().await?;
+        let version: i64 = sqlx::query_scalar("SELECT desired_version FROM nodes WHERE id = $1")
+            .bind(node_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::not_found("node", node_id))?;
+        let rows = sqlx::query(
+            "SELECT id, status, epoch, gpus, vram_mb, image, command, env FROM reservations
+             WHERE node_id = $1 AND status IN ('pending', 'starting', 'running', 'stopping')
+             ORDER BY created_at, id",
+        )
+        .bind(node_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
+        let assignments = rows
+            .iter()
+            .map(|r| {
+                let status: String = r.try_get("status")?;
+                let gpus: String = r.try_get("gpus")?;
+                let command: String = r.try_get("command")?;
+                let env: String = r.try_get("env")?;
+                Ok(Assignment {
+                    reservation_id: r.try_get("id")?,
+                    epoch: r.try_get("epoch")?,
+                    gpus: serde_json::from_str(&gpus).map_err(corrupt)?,
+                    vram_mb: r
+                        .try_get::<Option<i64>, _>("vram_mb")?
+                        .map(|v| u64::try_from(v).unwrap_or(0)),
+                    image: r.try_get("image")?,
+                    command: serde_json::from_str(&command).map_err(corrupt)?,
+                    env: serde_json::from_str::<BTreeMap<String, String>>(&env).map_err(corrupt)?,
+                    run: status != "stopping",
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((version, assignments))
+    }
+
+    async fn list_nodes(&self, live_since: DateTime<Utc>) -> Result<Vec<Node>> {
+        let nodes = sqlx::query(
+            "SELECT id, name, executor, gpu_backend, last_seen_at FROM nodes ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let gpus = sqlx::query(
+            "SELECT node_id, uuid, type_name, vram_mb, free_mb FROM gpus ORDER BY node_id, idx",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut by_node: BTreeMap<String, Vec<Gpu>> = BTreeMap::new();
+        for g in gpus {
+            let vram: i64 = g.try_get("vram_mb")?;
+            let free: i64 = g.try_get("free_mb")?;
+            let status = if free == vram {
+                "free"
+            } else if free == 0 {
+                "allocated"
+            } else {
+                "shared"
+            };
+            by_node.entry(g.try_get("node_id")?).or_default().push(Gpu {
+                uuid: g.try_get("uuid")?,
+                model: g.try_get("type_name")?,
+                vram_gb: u32::try_from(vram / 1024).unwrap_or(u32::MAX),
+                status: status.to_owned(),
+            });
+        }
+        let live = ts(live_since);
+        nodes
+            .iter()
+            .map(|n| {
+                let id: String = n.try_get("id")?;
+                let last_seen: i64 = n.try_get("last_seen_at")?;
+                Ok(Node {
+                    gpus: by_node.remove(&id).unwrap_or_default(),
+                    id,
+                    name: n.try_get("name")?,
+                    status: if last_seen >= live {
+                        "ready"
+                    } else {
+                        "unreachable"
+                    }
+                    .to_owned(),
+                    executor: n.try_get("executor")?,
+                    gpu_backend: n.try_get("gpu_backend")?,
+                    last_seen_at: from_ts(last_seen)?,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,460 @@
+//! Offers and the reservation lifecycle: placement by compare-and-set, stop, expiry.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use gpurent_billing::{charge_for_seconds, share_price_per_hour, PriceList};
+use gpurent_sched::{GpuSlot, NoFit, Request};
+use gpurent_types::api::{Offer, Reservation};
+use gpurent_types::{GpuType, Money, ReservationStatus};
+use sqlx::{AnyConnection, Row};
+
+use super::ledger;
+use super::nodes::bump_version;
+use super::rows::{reservation_from_row, RESERVATION_COLUMNS};
+use super::{new_id, ts, SqlStore};
+use crate::{NewReservation, ReservationStore, Result, Scope, StoreError, Want};
+
+/// Placement retries after losing a compare-and-set race to another transaction.
+const PLACEMENT_ATTEMPTS: usize = 8;
+/// The most candidate GPUs read for one placement.
+const CANDIDATE_LIMIT: i64 = 4096;
+
+fn scope_param(scope: &Scope) -> &str {
+    match scope {
+        Scope::Tenant(id) => id,
+        Scope::All => "",
+    }
+}
+
+async fn fetch_reservation(
+    conn: &mut AnyConnection,
+    id: &str,
+    scope: &Scope,
+) -> Result<Reservation> {
+    // Another tenant's reservation is reported as not found, not forbidden.
+    let row = sqlx::query(&format!(
+        "SELECT {RESERVATION_COLUMNS} WHERE r.id = $1 AND ($2 = '' OR r.tenant_id = $2)"
+    ))
+    .bind(id)
+    .bind(scope_param(scope))
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or_else(|| StoreError::not_found("reservation", id))?;
+    reservation_from_row(&row)
+}
+
+struct Candidate {
+    uuid: String,
+    node_id: String,
+    type_name: String,
+    vram_mb: i64,
+}
+
+enum Attempt {
+    Done(Reservation, Option<String>),
+    LostRace,
+}
+
+impl SqlStore {
+    async fn try_reserve(
+        &self,
+        new: &NewReservation,
+        prices: &PriceList,
+        live_since: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Attempt> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(key) = &new.idempotency_key {
+            let earlier = sqlx::query(
+                "SELECT id, request_hash FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2",
+            )
+            .bind(&new.tenant_id)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(row) = earlier {
+                let hash: Option<String> = row.try_get("request_hash")?;
+                if hash.as_deref() != Some(new.request_hash.as_str()) {
+                    return Err(StoreError::IdempotencyMismatch);
+                }
+                let id: String = row.try_get("id")?;
+                let r = fetch_reservation(&mut tx, &id, &Scope::All).await?;
+                return Ok(Attempt::Done(r, None));
+            }
+        }
+
+        let (whole_only, min_free) = match new.want {
+            Want::Whole { .. } => (1i64, 1i64),
+            Want::Share { vram_mb } => (0, i64::try_from(vram_mb).unwrap_or(i64::MAX)),
+        };
+        let rows = sqlx::query(
+            "SELECT g.uuid, g.node_id, g.type_name, g.vram_mb, g.free_mb FROM gpus g
+             JOIN nodes n ON n.id = g.node_id
+             WHERE g.type_key = $1 AND n.last_seen_at >= $2 AND g.free_mb >= $3
+               AND ($4 = 0 OR g.free_mb = g.vram_mb)
+             ORDER BY g.node_id, g.idx LIMIT $5",
+        )
+        .bind(new.gpu_type.key())
+        .bind(live_since)
+        .bind(min_free)
+        .bind(whole_only)
+        .bind(CANDIDATE_LIMIT)
+        .fetch_all(&mut *tx)
+        .await?;
+        if rows.is_empty() {
+            return Err(self.no_capacity_reason(&mut tx, &new.gpu_type).await?);
+        }
+        let mut node_numbers: BTreeMap<String, u32> = BTreeMap::new();
+        let mut candidates = Vec::with_capacity(rows.len());
+        let mut slots = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let c = Candidate {
+                uuid: row.try_get("uuid")?,
+                node_id: row.try_get("node_id")?,
+                type_name: row.try_get("type_name")?,
+                vram_mb: row.try_get("vram_mb")?,
+            };
+            let next = u32::try_from(node_numbers.len()).unwrap_or(u32::MAX);
+            let node = *node_numbers.entry(c.node_id.clone()).or_insert(next);
+            let free_mb: i64 = row.try_get("free_mb")?;
+            slots.push(GpuSlot {
+                node,
+                vram_mb: u64::try_from(c.vram_mb).unwrap_or(0),
+                free_mb: u64::try_from(free_mb).unwrap_or(0),
+            });
+            candidates.push(c);
+        }
+        let request = match new.want {
+            Want::Whole { count } => Request::Whole { count },
+            Want::Share { vram_mb } => Request::Share { vram_mb },
+        };
+        let placement = gpurent_sched::place(&slots, &request).map_err(|e| match e {
+            NoFit::NotEnoughOnOneNode { .. } | NoFit::NoShare { .. } | NoFit::Empty => {
+                StoreError::NoCapacity(format!("{e} for type {}", new.gpu_type))
+            }
+        })?;
+        let Some(&(first, _)) = placement.gpus.first() else {
+            return Err(StoreError::NoCapacity("empty placement".to_owned()));
+        };
+        let first = &candidates[first];
+        let node_id = first.node_id.clone();
+        let gpu_vram = u64::try_from(first.vram_mb).unwrap_or(0);
+        let unit = prices.price_per_gpu_hour(&new.gpu_type, gpu_vram);
+        let (price, gpu_count, vram_mb) = match new.want {
+            Want::Whole { count } => (
+                unit.checked_mul(i64::from(count))
+                    .unwrap_or(Money::from_micros(i64::MAX)),
+                count,
+                None,
+            ),
+            Want::Share { vram_mb } => (
+                share_price_per_hour(unit, vram_mb, gpu_vram),
+                1,
+                Some(vram_mb),
+            ),
+        };
+
+        // Prepaid: the balance must cover the first hour (or all of a shorter reservation).
+        let account = ledger::user_account(&new.tenant_id);
+        let balance = Money::from_micros(
+            ledger::balance_of(&mut tx, &account)
+                .await?
+                .ok_or_else(|| StoreError::not_found("user", &new.tenant_id))?,
+        );
+        let needed = charge_for_seconds(price, new.duration_s.min(3600));
+        if balance < needed || balance <= Money::ZERO {
+            return Err(StoreError::InsufficientCredit { needed, balance });
+        }
+
+        // The compare-and-set: memory only moves if it is still free. Losing means another
+        // transaction took it since we read; start over from a fresh read.
+        for &(i, mb) in &placement.gpus {
+            let mb = i64::try_from(mb).unwrap_or(i64::MAX);
+            let taken = sqlx::query(
+                "UPDATE gpus SET free_mb = free_mb - $1
+                 WHERE uuid = $2 AND free_mb >= $1 AND ($3 = 0 OR free_mb = vram_mb)",
+            )
+            .bind(mb)
+            .bind(&candidates[i].uuid)
+            .bind(whole_only)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if taken != 1 {
+                return Ok(Attempt::LostRace);
+            }
+        }
+
+        let id = new_id();
+        let gpu_uuids: Vec<&str> = placement
+            .gpus
+            .iter()
+            .map(|&(i, _)| candidates[i].uuid.as_str())
+            .collect();
+        let inserted = sqlx::query(
+            "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
+                bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
+                created_at, charged, idempotency_key, request_hash)
+             VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13, $14,
+                $15, 0, $16, $17)",
+        )
+        .bind(&id)
+        .bind(&new.tenant_id)
+        .bind(&first.type_name)
+        .bind(i64::from(gpu_count))
+        .bind(vram_mb.map(|v| i64::try_from(v).unwrap_or(i64::MAX)))
+        .bind(new.tier.as_str())
+        .bind(new.bid.map(Money::micros))
+        .bind(price.micros())
+        .bind(i64::try_from(new.duration_s).unwrap_or(i64::MAX))
+        .bind(&node_id)
+        .bind(to_json(&gpu_uuids))
+        .bind(&new.image)
+        .bind(to_json(&new.command))
+        .bind(to_json(&new.env))
+        .bind(ts(now))
+        .bind(&new.idempotency_key)
+        .bind(&new.request_hash)
+        .execute(&mut *tx)
+        .await;
+        if let Err(e) = inserted {
+            let e = StoreError::from(e);
+            // The same Idempotency-Key committed concurrently: the next attempt returns it.
+            return if e.is_unique_violation() {
+                Ok(Attempt::LostRace)
+            } else {
+                Err(e)
+            };
+        }
+        for &(i, mb) in &placement.gpus {
+            sqlx::query(
+                "INSERT INTO allocations (reservation_id, gpu_uuid, vram_mb) VALUES ($1, $2, $3)",
+            )
+            .bind(&id)
+            .bind(&candidates[i].uuid)
+            .bind(i64::try_from(mb).unwrap_or(i64::MAX))
+            .execute(&mut *tx)
+            .await?;
+        }
+        bump_version(&mut tx, &node_id).await?;
+        let reservation = fetch_reservation(&mut tx, &id, &Scope::All).await?;
+        tx.commit().await?;
+        tracing::info!(reservation_id = %id, node_id = %node_id, tenant_id = %new.tenant_id, "reserved");
+        Ok(Attempt::Done(reservation, Some(node_id)))
+    }
+
+    async fn no_capacity_reason(
+        &self,
+        conn: &mut AnyConnection,
+        wanted: &GpuType,
+    ) -> Result<StoreError> {
+        let known: Vec<String> =
+            sqlx::query_scalar("SELECT DISTINCT type_name FROM gpus ORDER BY type_name")
+                .fetch_all(&mut *conn)
+                .await?;
+        let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM gpus WHERE type_key = $1")
+            .bind(wanted.key())
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok(if exists == 0 {
+            StoreError::UnknownGpuType {
+                wanted: wanted.display().to_owned(),
+                known: if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                },
+            }
+        } else {
+            StoreError::NoCapacity(format!(
+                "every {wanted} GPU is taken or its node is unreachable"
+            ))
+        })
+    }
+}
+
+/// Serialises the small JSON columns (GPU list, command, env); these types cannot fail to.
+fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
+}
+
+#[async_trait]
+impl ReservationStore for SqlStore {
+    async fn offers(&self, prices: &PriceList, live_since: DateTime<Utc>) -> Result<Vec<Offer>> {
+        let rows = sqlx::query(
+            "SELECT g.type_name, g.type_key, MAX(g.vram_mb) AS vram_mb,
+                    CAST(SUM(CASE WHEN g.free_mb = g.vram_mb AND n.last_seen_at >= $1
+                             THEN 1 ELSE 0 END) AS BIGINT) AS available
+             FROM gpus g JOIN nodes n ON n.id = g.node_id
+             GROUP BY g.type_name, g.type_key ORDER BY g.type_name",
+        )
+        .bind(ts(live_since))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let name: String = r.try_get("type_name")?;
+                let vram_mb: i64 = r.try_get("vram_mb")?;
+                let vram_mb = u64::try_from(vram_mb).unwrap_or(0);
+                let gpu_type = GpuType::from_driver_name(&name);
+                Ok(Offer {
+                    vram_gb: u32::try_from(vram_mb / 1024).unwrap_or(u32::MAX),
+                    available: u32::try_from(r.try_get::<i64, _>("available")?).unwrap_or(0),
+                    price_per_hour: prices.price_per_gpu_hour(&gpu_type, vram_mb),
+                    gpu_type: name,
+                })
+            })
+            .collect()
+    }
+
+    async fn reserve(
+        &self,
+        new: NewReservation,
+        prices: &PriceList,
+        live_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<(Reservation, Option<String>)> {
+        for _ in 0..PLACEMENT_ATTEMPTS {
+            match self.try_reserve(&new, prices, ts(live_since), now).await? {
+                Attempt::Done(r, node) => return Ok((r, node)),
+                Attempt::LostRace => continue,
+            }
+        }
+        Err(StoreError::Conflict(
+            "too many concurrent reservations for the same GPUs; retry".to_owned(),
+        ))
+    }
+
+    async fn get_reservation(&self, id: &str, scope: &Scope) -> Result<Reservation> {
+        let mut conn = self.pool.acquire().await?;
+        fetch_reservation(&mut conn, id, scope).await
+    }
+
+    async fn list_reservations(&self, scope: &Scope) -> Result<Vec<Reservation>> {
+        sqlx::query(&format!(
+            "SELECT {RESERVATION_COLUMNS} WHERE ($1 = '' OR r.tenant_id = $1)
+             ORDER BY r.created_at DESC, r.id LIMIT 1000"
+        ))
+        .bind(scope_param(scope))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(reservation_from_row)
+        .collect()
+    }
+
+    async fn request_stop(
+        &self,
+        id: &str,
+        scope: &Scope,
+        now: DateTime<Utc>,
+    ) -> Result<(Reservation, Option<String>)> {
+        let mut tx = self.pool.begin().await?;
+        let current = fetch_reservation(&mut tx, id, scope).await?;
+        let stoppable = matches!(
+            current.status,
+            ReservationStatus::Pending | ReservationStatus::Starting | ReservationStatus::Running
+        );
+        if !stoppable {
+            return Ok((current, None));
+        }
+        let node_id: Option<String> = sqlx::query_scalar::<_, Option<String>>(
+            "UPDATE reservations SET status = 'stopping', stop_requested_at = $1,
+                end_reason = 'stopped_by_user'
+             WHERE id = $2 AND status = $3 RETURNING node_id",
+        )
+        .bind(ts(now))
+        .bind(id)
+        .bind(current.status.as_str())
+        .fetch_optional(&mut *tx)
+        .await?
+        .flatten();
+        if let Some(node) = &node_id {
+            bump_version(&mut tx, node).await?;
+        }
+        let updated = fetch_reservation(&mut tx, id, scope).await?;
+        tx.commit().await?;
+        Ok((updated, node_id))
+    }
+
+    async fn expire_due(&self, now: DateTime<Utc>) -> Result<Vec<String>> {
+        let mut tx = self.pool.begin().await?;
+        let due = sqlx::query(
+            "SELECT id, node_id FROM reservations
+             WHERE status = 'running' AND started_at + duration_s * 1000000 <= $1",
+        )
+        .bind(ts(now))
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut nodes = Vec::new();
+        for row in due {
+            let id: String = row.try_get("id")?;
+            let node: Option<String> = row.try_get("node_id")?;
+            sqlx::query(
+                "UPDATE reservations SET status = 'stopping', end_reason = 'expired',
+                    stop_requested_at = started_at + duration_s * 1000000
+                 WHERE id = $1 AND status = 'running'",
+            )
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+            tracing::info!(reservation_id = %id, "reservation expired");
+            if let Some(node) = node {
+                if !nodes.contains(&node) {
+                    bump_version(&mut tx, &node).await?;
+                    nodes.push(node);
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(nodes)
+    }
+
+    async fn allocation_problems(&self) -> Result<Vec<String>> {
+        let mut problems = Vec::new();
+        let gpus = sqlx::query(
+            "SELECT g.uuid, g.vram_mb - g.free_mb AS used,
+                    CAST(COALESCE((SELECT SUM(a.vram_mb) FROM allocations a WHERE a.gpu_uuid = g.uuid), 0)
+                         AS BIGINT) AS allocated
+             FROM gpus g",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for g in gpus {
+            let used: i64 = g.try_get("used")?;
+            let allocated: i64 = g.try_get("allocated")?;
+            if used != allocated {
+                let uuid: String = g.try_get("uuid")?;
+                problems.push(format!(
+                    "GPU {uuid}: {used} MiB taken but {allocated} MiB allocated"
+                ));
+            }
+        }
+        let orphans: Vec<String> = sqlx::query_scalar(
+            "SELECT a.reservation_id FROM allocations a JOIN reservations r ON r.id = a.reservation_id
+             WHERE r.status IN ('stopped', 'failed', 'preempted', 'lost', 'expired')",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        problems.extend(
+            orphans
+                .into_iter()
+                .map(|id| format!("ended reservation {id} still holds GPUs")),
+        );
+        let unplaced: Vec<String> = sqlx::query_scalar(
+            "SELECT r.id FROM reservations r
+             WHERE r.status IN ('pending', 'starting', 'running', 'stopping')
+               AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.reservation_id = r.id)",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        problems.extend(
+            unplaced
+                .into_iter()
+                .map(|id| format!("live reservation {id} holds no GPU")),
+        );
+        Ok(problems)
+    }
+}

@@ -1,0 +1,51 @@
+//! Turning reservation rows into API reservations.
+
+use gpurent_types::api::Reservation;
+use gpurent_types::{Money, ReservationStatus, Tier};
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::from_ts;
+use crate::{Result, StoreError};
+
+pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
+    r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
+    r.created_at, r.started_at, r.ended_at, r.end_reason, r.charged, n.name AS node_name
+    FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id";
+
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
+    let status: String = row.try_get("status")?;
+    let tier: String = row.try_get("tier")?;
+    let gpus: String = row.try_get("gpus")?;
+    let command: String = row.try_get("command")?;
+    let vram_mb: Option<i64> = row.try_get("vram_mb")?;
+    let duration_s: i64 = row.try_get("duration_s")?;
+    let opt_ts =
+        |col: &str| -> Result<_> { row.try_get::<Option<i64>, _>(col)?.map(from_ts).transpose() };
+    #[allow(clippy::cast_precision_loss)] // durations are far below 2^52 seconds
+    let hours = duration_s as f64 / 3600.0;
+    Ok(Reservation {
+        id: row.try_get("id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        status: status.parse::<ReservationStatus>().map_err(corrupt)?,
+        gpu_type: row.try_get("gpu_type")?,
+        gpu_count: u32::try_from(row.try_get::<i64, _>("gpu_count")?).map_err(corrupt)?,
+        vram_gb: vram_mb.map(|mb| u32::try_from(mb / 1024).unwrap_or(u32::MAX)),
+        tier: tier.parse::<Tier>().map_err(corrupt)?,
+        price_per_hour: Money::from_micros(row.try_get("price_per_hour")?),
+        hours,
+        node: row.try_get("node_name")?,
+        gpus: serde_json::from_str(&gpus).map_err(corrupt)?,
+        image: row.try_get("image")?,
+        command: serde_json::from_str(&command).map_err(corrupt)?,
+        created_at: from_ts(row.try_get("created_at")?)?,
+        started_at: opt_ts("started_at")?,
+        ended_at: opt_ts("ended_at")?,
+        end_reason: row.try_get("end_reason")?,
+        charged: Money::from_micros(row.try_get("charged")?),
+    })
+}

@@ -1,0 +1,226 @@
+//! Users, API tokens, credit grants and the ledger check.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use gpurent_types::api::User;
+use gpurent_types::{Money, Role};
+use sqlx::Row;
+
+use super::ledger::{self, Transfer, PLATFORM_CREDIT};
+use super::{from_ts, new_id, ts, SqlStore};
+use crate::{AuthUser, Backend, LedgerCheck, NewUser, Result, StoreError, UserStore};
+
+const USER_COLUMNS: &str = "u.id, u.name, u.role, u.created_at, a.balance
+    FROM users u JOIN accounts a ON a.id = 'user:' || u.id";
+
+fn user_from_row(row: &sqlx::any::AnyRow) -> Result<User> {
+    let role: String = row.try_get("role")?;
+    Ok(User {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        role: role
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+        balance: Money::from_micros(row.try_get("balance")?),
+        created_at: from_ts(row.try_get("created_at")?)?,
+    })
+}
+
+#[async_trait]
+impl UserStore for SqlStore {
+    fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn ensure_admin(&self, token_hash: &str, now: DateTime<Utc>) -> Result<bool> {
+        let exists: Option<String> =
+            sqlx::query_scalar("SELECT id FROM users WHERE role = 'admin' LIMIT 1")
+                .fetch_optional(&self.pool)
+                .await?;
+        if exists.is_some() {
+            return Ok(false);
+        }
+        let new = NewUser {
+            name: "admin".to_owned(),
+            role: Role::Admin,
+            token_hash: token_hash.to_owned(),
+            credit: Money::ZERO,
+        };
+        match self.create_user(new, now).await {
+            Ok(_) => Ok(true),
+            // Another replica bootstrapped it first.
+            Err(StoreError::Conflict(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn authenticate(&self, token_hash: &str) -> Result<Option<AuthUser>> {
+        let row = sqlx::query(
+            "SELECT u.id, u.name, u.role FROM api_tokens t JOIN users u ON u.id = t.user_id
+             WHERE t.token_hash = $1",
+        )
+        .bind(token_hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            let role: String = row.try_get("role")?;
+            Ok(AuthUser {
+                id: row.try_get("id")?,
+                name: row.try_get("name")?,
+                role: role
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn create_user(&self, new: NewUser, now: DateTime<Utc>) -> Result<User> {
+        let id = new_id();
+        let at = ts(now);
+        let mut tx = self.pool.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO users (id, name, role, created_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(&id)
+        .bind(&new.name)
+        .bind(new.role.as_str())
+        .bind(at)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if inserted == 0 {
+            return Err(StoreError::Conflict(format!(
+                "a user named {:?} already exists",
+                new.name
+            )));
+        }
+        sqlx::query("INSERT INTO api_tokens (token_hash, user_id, created_at) VALUES ($1, $2, $3)")
+            .bind(&new.token_hash)
+            .bind(&id)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        let account = ledger::user_account(&id);
+        sqlx::query("INSERT INTO accounts (id, balance) VALUES ($1, 0)")
+            .bind(&account)
+            .execute(&mut *tx)
+            .await?;
+        let transfer_id = format!("grant:{id}:initial");
+        ledger::transfer(
+            &mut tx,
+            Transfer {
+                id: &transfer_id,
+                debit: PLATFORM_CREDIT,
+                credit: &account,
+                amount: new.credit.micros(),
+                reservation_id: None,
+                at,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(User {
+            id,
+            name: new.name,
+            role: new.role,
+            balance: new.credit,
+            created_at: now,
+        })
+    }
+
+    async fn get_user(&self, id: &str) -> Result<User> {
+        let row = sqlx::query(&format!("SELECT {USER_COLUMNS} WHERE u.id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::not_found("user", id))?;
+        user_from_row(&row)
+    }
+
+    async fn list_users(&self) -> Result<Vec<User>> {
+        sqlx::query(&format!(
+            "SELECT {USER_COLUMNS} ORDER BY u.created_at, u.name"
+        ))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(user_from_row)
+        .collect()
+    }
+
+    async fn grant_credit(
+        &self,
+        user_id: &str,
+        amount: Money,
+        transfer_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Money> {
+        let account = ledger::user_account(user_id);
+        let mut tx = self.pool.begin().await?;
+        if ledger::balance_of(&mut tx, &account).await?.is_none() {
+            return Err(StoreError::not_found("user", user_id));
+        }
+        ledger::transfer(
+            &mut tx,
+            Transfer {
+                id: transfer_id,
+                debit: PLATFORM_CREDIT,
+                credit: &account,
+                amount: amount.micros(),
+                reservation_id: None,
+                at: ts(now),
+            },
+        )
+        .await?;
+        let balance = ledger::balance_of(&mut tx, &account)
+            .await?
+            .unwrap_or_default();
+        tx.commit().await?;
+        Ok(Money::from_micros(balance))
+    }
+
+    async fn balance(&self, user_id: &str) -> Result<Money> {
+        let mut conn = self.pool.acquire().await?;
+        ledger::balance_of(&mut conn, &ledger::user_account(user_id))
+            .await?
+            .map(Money::from_micros)
+            .ok_or_else(|| StoreError::not_found("user", user_id))
+    }
+
+    async fn ledger_check(&self) -> Result<LedgerCheck> {
+        let rows = sqlx::query(
+            "SELECT a.id, a.balance,
+                CAST(COALESCE((SELECT SUM(amount) FROM transfers WHERE credit_account = a.id), 0)
+                   - COALESCE((SELECT SUM(amount) FROM transfers WHERE debit_account = a.id), 0)
+                   AS BIGINT) AS derived
+             FROM accounts a ORDER BY a.id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let transfers: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM transfers")
+            .fetch_one(&self.pool)
+            .await?;
+        let mut check = LedgerCheck {
+            transfers,
+            sum: 0,
+            mismatched: Vec::new(),
+        };
+        for row in rows {
+            let id: String = row.try_get("id")?;
+            let cached: i64 = row.try_get("balance")?;
+            let derived: i64 = row.try_get("derived")?;
+            check.sum += derived;
+            if cached != derived {
+                check.mismatched.push((id, cached, derived));
+            }
+        }
+        Ok(check)
+    }
+}

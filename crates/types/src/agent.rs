@@ -1,0 +1,95 @@
+//! The agent protocol: agents pull desired state and push actual state (`/api/v1/agent/*`).
+//!
+//! One round trip, `POST /api/v1/agent/sync`, carries the agent's report and answers with its
+//! desired state; the server may hold the answer until the desired state changes (long poll).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A GPU as the agent found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub uuid: String,
+    /// Model as the driver names it, e.g. `NVIDIA H200`.
+    pub model: String,
+    pub vram_mb: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterNode {
+    pub join_token: String,
+    pub name: String,
+    pub executor: String,
+    pub gpu_backend: String,
+    pub gpus: Vec<GpuInfo>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct NodeRegistered {
+    pub node_id: String,
+    /// The node's credential for every later call. Shown once; only its hash is stored.
+    pub node_token: String,
+}
+
+/// What the control plane wants a node to run. The epoch fences it: the agent acts only on the
+/// highest epoch it has seen for a reservation, and the server ignores reports of older epochs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Assignment {
+    pub reservation_id: String,
+    pub epoch: i64,
+    pub gpus: Vec<String>,
+    /// Set for a share of a GPU: the memory the instance may use.
+    pub vram_mb: Option<u64>,
+    pub image: Option<String>,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub run: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceState {
+    Starting,
+    Running,
+    /// The workload ended by itself with this exit code.
+    Exited,
+    /// Stopped because the control plane asked.
+    Stopped,
+    /// Could not be started.
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct InstanceReport {
+    pub reservation_id: String,
+    pub epoch: i64,
+    pub state: InstanceState,
+    pub exit_code: Option<i32>,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SyncRequest {
+    pub gpus: Vec<GpuInfo>,
+    pub instances: Vec<InstanceReport>,
+    /// The desired-state version the agent already has; the server waits for a newer one.
+    #[serde(default)]
+    pub known_version: Option<i64>,
+    /// How long the server may hold the answer, in milliseconds (at most 30 000).
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SyncResponse {
+    pub node_id: String,
+    pub version: i64,
+    pub server_time: DateTime<Utc>,
+    pub assignments: Vec<Assignment>,
+}

@@ -1,0 +1,168 @@
+//! Request and response bodies of the public HTTP API (`/api/v1`), named as the CLI names them.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::{Money, ReservationStatus, Role, Tier};
+
+/// The body of every error response.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable snake_case word: `no_capacity`, `insufficient_credit`, `not_found`, ...
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateUser {
+    pub name: String,
+    #[serde(default)]
+    pub role: Option<Role>,
+    /// Prepaid credit granted on creation.
+    #[serde(default)]
+    pub credit: Option<Money>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct UserCreated {
+    pub id: String,
+    pub name: String,
+    pub role: Role,
+    /// The user's API token. Shown once; only its hash is stored.
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct User {
+    pub id: String,
+    pub name: String,
+    pub role: Role,
+    pub balance: Money,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrantCredit {
+    pub amount: Money,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CreditGranted {
+    pub user_id: String,
+    pub balance: Money,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Balance {
+    pub balance: Money,
+    pub currency: String,
+}
+
+/// What can be rented now, per GPU type.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct Offer {
+    pub gpu_type: String,
+    pub vram_gb: u32,
+    /// Whole GPUs free now.
+    pub available: u32,
+    /// Price of one whole GPU for one hour (on-demand).
+    pub price_per_hour: Money,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateReservation {
+    pub gpu_type: String,
+    /// Whole GPUs on one node. Default 1 unless `vram_gb` asks for a share.
+    #[serde(default)]
+    pub gpu_count: Option<u32>,
+    /// A share of one GPU: this many GB of its memory.
+    #[serde(default)]
+    pub vram_gb: Option<u32>,
+    /// How long the reservation runs before it expires, counted from when it starts running.
+    pub hours: f64,
+    #[serde(default)]
+    pub tier: Option<Tier>,
+    /// Highest price per hour a spot reservation pays.
+    #[serde(default)]
+    pub bid: Option<Money>,
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Reservation {
+    pub id: String,
+    pub status: ReservationStatus,
+    pub gpu_type: String,
+    pub gpu_count: u32,
+    /// Set when the reservation is a share of one GPU.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub vram_gb: Option<u32>,
+    pub tier: Tier,
+    /// What the whole reservation costs per hour of running.
+    pub price_per_hour: Money,
+    pub hours: f64,
+    /// Name of the node it was placed on.
+    pub node: Option<String>,
+    /// UUIDs of its GPUs.
+    pub gpus: Vec<String>,
+    pub image: Option<String>,
+    pub command: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub ended_at: Option<DateTime<Utc>>,
+    /// Why it ended: `stopped_by_user`, `expired`, `exited`, ...
+    pub end_reason: Option<String>,
+    /// What it has been charged so far.
+    pub charged: Money,
+    /// The tenant who owns it.
+    pub tenant_id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReservationStopped {
+    pub id: String,
+    pub status: ReservationStatus,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct JoinToken {
+    pub token: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Node {
+    pub id: String,
+    pub name: String,
+    /// `ready` while heartbeats arrive, `unreachable` when they stopped.
+    pub status: String,
+    pub executor: String,
+    pub gpu_backend: String,
+    pub last_seen_at: DateTime<Utc>,
+    pub gpus: Vec<Gpu>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Gpu {
+    pub uuid: String,
+    pub model: String,
+    pub vram_gb: u32,
+    /// `free`, `allocated` (wholly) or `shared` (partly allocated).
+    pub status: String,
+}

@@ -1,0 +1,14 @@
+//! Types shared by every gpurent crate: money, GPU type names, statuses, and the
+//! request and response bodies of the HTTP API and of the agent protocol.
+
+pub mod agent;
+pub mod api;
+mod clock;
+mod gpu_type;
+mod money;
+mod status;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use gpu_type::{GpuType, GpuTypeError};
+pub use money::{Money, MoneyError};
+pub use status::{ReservationStatus, Role, Tier, UnknownValue};

@@ -1,0 +1,112 @@
+//! The small closed vocabularies of the API: roles, tiers and reservation statuses.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {value:?}; expected one of: {}", .expected.join(", "))]
+pub struct UnknownValue {
+    pub what: &'static str,
+    pub value: String,
+    pub expected: &'static [&'static str],
+}
+
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident, $what:literal { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+        pub enum $name {
+            $(#[serde(rename = $text)] $variant),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownValue;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(UnknownValue {
+                        what: $what,
+                        value: s.to_owned(),
+                        expected: &[$($text),+],
+                    }),
+                }
+            }
+        }
+    };
+}
+
+string_enum!(
+    /// What a user may do: tenants rent, hosts own nodes, admins run the platform.
+    Role, "role" { Tenant => "tenant", Host => "host", Admin => "admin" }
+);
+
+string_enum!(
+    /// How a reservation is priced and whether it may be preempted.
+    Tier, "tier" { OnDemand => "on-demand", Spot => "spot", Reserved => "reserved" }
+);
+
+string_enum!(
+    /// The lifecycle of a reservation (see the CLI contract).
+    ReservationStatus, "status" {
+        Pending => "pending",
+        Starting => "starting",
+        Running => "running",
+        Stopping => "stopping",
+        Stopped => "stopped",
+        Failed => "failed",
+        Preempted => "preempted",
+        Lost => "lost",
+        Expired => "expired",
+    }
+);
+
+impl ReservationStatus {
+    /// A terminal reservation holds no GPU and never changes again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Stopped | Self::Failed | Self::Preempted | Self::Lost | Self::Expired
+        )
+    }
+}
+
+impl Default for Tier {
+    fn default() -> Self {
+        Tier::OnDemand
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_text() {
+        for s in ReservationStatus::ALL {
+            assert_eq!(s.as_str().parse::<ReservationStatus>(), Ok(*s));
+        }
+        assert_eq!("on-demand".parse::<Tier>(), Ok(Tier::OnDemand));
+        let err = "boss".parse::<Role>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown role \"boss\"; expected one of: tenant, host, admin"
+        );
+    }
+}

@@ -1,0 +1,365 @@
+#!/usr/bin/env bash
+# The project's single test command.
+#
+#   scripts/test.sh [ARGS...]
+#
+# Starts a throwaway PostgreSQL cluster (installing PostgreSQL with apt if it
+# is missing), exports GPURENT_TEST_DATABASE_URL, runs the workspace tests
+# (`cargo nextest run` when available, else `cargo test`) and then the
+# doctests, and stops the cluster again on exit, whatever happens.
+# ARGS are passed to the main test runner, e.g. `scripts/test.sh -E 'test(foo)'`
+# with nextest or `scripts/test.sh foo` with cargo test. When ARGS are given
+# the doctest pass is skipped (a targeted run).
+#
+# Environment:
+#   GPURENT_TEST_DATABASE_URL  use this database; no local cluster is started.
+#   GPURENT_TEST_PG_PORT       first port to try (default 55432); the next few
+#                              are tried if it is taken.
+#   GPURENT_TEST_PG_TIMEOUT    seconds to wait for the server (default 60).
+#   GPURENT_TEST_ONLY_DB=1     debugging aid: start the cluster, run a smoke
+#                              query (select version(), create/drop a
+#                              database) with psql and exit without running
+#                              cargo.
+#   GPURENT_TEST_DOCKER=1      make sure a Docker daemon is running first
+#                              (see ensure_docker).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+say() { printf 'test.sh: %s\n' "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+# Run a command as root (directly, or via sudo when we are not root).
+as_root() {
+  if is_root; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    die "need root to run: $*"
+  fi
+}
+
+apt_install() {
+  command -v apt-get >/dev/null 2>&1 || die "apt-get not found; install $* by hand"
+  say "installing $* with apt-get"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >&2
+}
+
+# ---------------------------------------------------------------------------
+# PostgreSQL
+# ---------------------------------------------------------------------------
+
+PG_BIN=""        # directory holding initdb, pg_ctl, pg_isready (and usually psql)
+PG_USER=""       # OS user the server runs as ("" = the current user)
+PG_BASE=""       # target/test-pg (or a temp dir, see start_postgres)
+PG_BASE_TMP=""   # set when PG_BASE is a temp dir to delete on exit
+PG_SOCK_TMP=""   # set when the socket dir is a temp dir to delete on exit
+PGDATA_DIR=""
+PG_STARTED=0
+
+find_pg_bin() {
+  local dir
+  # Debian/Ubuntu layout; highest major version first.
+  while IFS= read -r dir; do
+    if [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ]; then
+      PG_BIN="$dir"
+      return 0
+    fi
+  done < <(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V -r)
+  # Anything else on PATH (resolve symlinks so psql/pg_isready sit beside it).
+  if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+    PG_BIN="$(dirname "$(readlink -f "$(command -v pg_ctl)")")"
+    return 0
+  fi
+  return 1
+}
+
+ensure_postgres() {
+  if find_pg_bin; then
+    return 0
+  fi
+  say "PostgreSQL server binaries not found"
+  apt_install postgresql
+  find_pg_bin || die "PostgreSQL is installed but initdb/pg_ctl are still not found"
+}
+
+# The PostgreSQL tool NAME: from PG_BIN if there, else from PATH.
+pg_tool() {
+  if [ -n "$PG_BIN" ] && [ -x "$PG_BIN/$1" ]; then
+    echo "$PG_BIN/$1"
+  elif command -v "$1" >/dev/null 2>&1; then
+    command -v "$1"
+  else
+    die "$1 not found"
+  fi
+}
+
+# Run a command as the server's OS user, from / (its cwd may be unreadable).
+as_pg() {
+  if [ -n "$PG_USER" ]; then
+    (cd / && runuser -u "$PG_USER" -- "$@")
+  else
+    "$@"
+  fi
+}
+
+# postgres refuses to run as root: pick (or create) an unprivileged user.
+choose_pg_user() {
+  is_root || return 0
+  if getent passwd postgres >/dev/null 2>&1; then
+    PG_USER=postgres
+  else
+    PG_USER=gpurent-pg
+    if ! getent passwd "$PG_USER" >/dev/null 2>&1; then
+      say "creating system user $PG_USER to run PostgreSQL"
+      useradd --system --user-group --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin "$PG_USER"
+    fi
+  fi
+  command -v runuser >/dev/null 2>&1 || die "runuser not found (util-linux)"
+}
+
+port_in_use() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+print_server_log() {
+  if [ -n "$PG_BASE" ] && [ -f "$PG_BASE/server.log" ]; then
+    say "---- PostgreSQL server log ($PG_BASE/server.log) ----"
+    cat "$PG_BASE/server.log" >&2 || true
+    say "---- end of server log ----"
+  fi
+}
+
+# shellcheck disable=SC2317  # called from the EXIT trap
+stop_postgres() {
+  [ "$PG_STARTED" = 1 ] || return 0
+  PG_STARTED=0
+  say "stopping PostgreSQL"
+  if ! as_pg "$(pg_tool pg_ctl)" stop -D "$PGDATA_DIR" -m fast -w -t 30 >/dev/null 2>&1; then
+    say "fast shutdown failed; trying immediate shutdown"
+    as_pg "$(pg_tool pg_ctl)" stop -D "$PGDATA_DIR" -m immediate -w -t 30 >/dev/null 2>&1 || true
+  fi
+}
+
+start_postgres() {
+  ensure_postgres
+  choose_pg_user
+  local pg_ctl initdb pg_isready
+  pg_ctl="$(pg_tool pg_ctl)"
+  initdb="$(pg_tool initdb)"
+  pg_isready="$(pg_tool pg_isready)"
+  say "using PostgreSQL from $PG_BIN ($("$pg_ctl" --version))${PG_USER:+, running as user $PG_USER}"
+
+  PG_BASE="$ROOT/target/test-pg"
+  # A previous run killed hard may have left its server running: stop it
+  # before wiping its data dir.
+  local old
+  old="$(readlink -f "$PG_BASE" 2>/dev/null || true)"
+  if [ -n "$old" ] && [ -f "$old/data/postmaster.pid" ]; then
+    say "stopping a leftover server in $PG_BASE"
+    as_pg "$pg_ctl" stop -D "$old/data" -m immediate -w -t 30 >/dev/null 2>&1 || true
+  fi
+  case "$old" in /tmp/gpurent-test-pg.*) rm -rf "$old" ;; esac
+  rm -rf "$PG_BASE"
+  mkdir -p "$PG_BASE"
+  if [ -n "$PG_USER" ]; then
+    chown "$PG_USER:" "$PG_BASE"
+    if ! as_pg test -w "$PG_BASE"; then
+      # e.g. the checkout lives under /root: the server user cannot reach it.
+      rmdir "$PG_BASE"
+      PG_BASE="$(mktemp -d /tmp/gpurent-test-pg.XXXXXX)"
+      PG_BASE_TMP="$PG_BASE"
+      chown "$PG_USER:" "$PG_BASE"
+      ln -s "$PG_BASE" "$ROOT/target/test-pg"
+      say "$ROOT/target is not reachable by $PG_USER; using $PG_BASE instead"
+    fi
+  fi
+  PGDATA_DIR="$PG_BASE/data"
+
+  say "initdb in $PGDATA_DIR"
+  if ! as_pg "$initdb" -D "$PGDATA_DIR" -U gpurent --auth=trust \
+    --encoding=UTF8 --locale=C --no-sync >"$PG_BASE/initdb.log" 2>&1; then
+    cat "$PG_BASE/initdb.log" >&2 || true
+    die "initdb failed"
+  fi
+
+  local port="${GPURENT_TEST_PG_PORT:-55432}" last sock timeout
+  last=$((port + 9))
+  timeout="${GPURENT_TEST_PG_TIMEOUT:-60}"
+  # Unix socket paths are limited to ~107 bytes.
+  sock="$PGDATA_DIR"
+  if [ $((${#sock} + 20)) -gt 100 ]; then
+    PG_SOCK_TMP="$(mktemp -d /tmp/gpurent-pg-sock.XXXXXX)"
+    [ -z "$PG_USER" ] || chown "$PG_USER:" "$PG_SOCK_TMP"
+    sock="$PG_SOCK_TMP"
+  fi
+  cat >>"$PGDATA_DIR/postgresql.conf" <<EOF
+
+# --- added by scripts/test.sh (throwaway test cluster) ---
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$sock'
+max_connections = 300
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+EOF
+
+  while :; do
+    if [ "$port" -gt "$last" ]; then
+      die "no free port in ${GPURENT_TEST_PG_PORT:-55432}..$last"
+    fi
+    if port_in_use "$port"; then
+      say "port $port is taken, trying $((port + 1))"
+      port=$((port + 1))
+      continue
+    fi
+    say "starting PostgreSQL on 127.0.0.1:$port"
+    : >"$PG_BASE/server.log"
+    [ -z "$PG_USER" ] || chown "$PG_USER:" "$PG_BASE/server.log"
+    PG_STARTED=1 # from here on the EXIT trap stops the server
+    if as_pg "$pg_ctl" start -D "$PGDATA_DIR" -l "$PG_BASE/server.log" \
+      -o "-p $port" -w -t "$timeout" >/dev/null 2>&1; then
+      break
+    fi
+    if grep -qiE 'could not (bind|create listen)|address already in use' "$PG_BASE/server.log"; then
+      as_pg "$pg_ctl" stop -D "$PGDATA_DIR" -m immediate >/dev/null 2>&1 || true
+      PG_STARTED=0
+      say "port $port is taken, trying $((port + 1))"
+      port=$((port + 1))
+      continue
+    fi
+    print_server_log
+    die "PostgreSQL did not start within ${timeout}s"
+  done
+
+  local waited=0
+  until "$pg_isready" -q -h 127.0.0.1 -p "$port" -U gpurent -d postgres; do
+    if [ "$waited" -ge "$timeout" ]; then
+      print_server_log
+      die "PostgreSQL on 127.0.0.1:$port did not answer pg_isready within ${timeout}s"
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+
+  export GPURENT_TEST_DATABASE_URL="postgres://gpurent@127.0.0.1:$port/postgres"
+  say "PostgreSQL is ready: GPURENT_TEST_DATABASE_URL=$GPURENT_TEST_DATABASE_URL"
+}
+
+# ---------------------------------------------------------------------------
+# Docker (not used by default; needed by a later issue). Enable with
+# GPURENT_TEST_DOCKER=1.
+# ---------------------------------------------------------------------------
+
+DOCKERD_PID=""
+
+ensure_docker() {
+  if ! command -v dockerd >/dev/null 2>&1; then
+    apt_install docker.io
+  fi
+  if docker info >/dev/null 2>&1; then
+    say "docker daemon is running"
+    return 0
+  fi
+  mkdir -p "$ROOT/target"
+  say "starting dockerd (log: target/dockerd.log)"
+  local -a dockerd=(dockerd)
+  is_root || dockerd=(sudo dockerd)
+  "${dockerd[@]}" >"$ROOT/target/dockerd.log" 2>&1 &
+  DOCKERD_PID=$!
+  local waited=0 timeout="${GPURENT_TEST_DOCKER_TIMEOUT:-60}"
+  until docker info >/dev/null 2>&1; do
+    if ! kill -0 "$DOCKERD_PID" 2>/dev/null || [ "$waited" -ge "$timeout" ]; then
+      tail -n 50 "$ROOT/target/dockerd.log" >&2 || true
+      die "dockerd did not come up within ${timeout}s"
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  say "docker daemon is ready"
+}
+
+# shellcheck disable=SC2317  # called from the EXIT trap
+stop_docker() {
+  [ -n "$DOCKERD_PID" ] || return 0
+  say "stopping dockerd"
+  kill "$DOCKERD_PID" 2>/dev/null || true
+  local _
+  for _ in $(seq 1 30); do
+    kill -0 "$DOCKERD_PID" 2>/dev/null || break
+    sleep 1
+  done
+  DOCKERD_PID=""
+}
+
+# ---------------------------------------------------------------------------
+
+# shellcheck disable=SC2317  # the EXIT trap
+cleanup() {
+  local rc=$?
+  set +e
+  stop_postgres
+  [ -z "$PG_SOCK_TMP" ] || rm -rf "$PG_SOCK_TMP"
+  if [ -n "$PG_BASE_TMP" ]; then
+    rm -rf "$PG_BASE_TMP"
+    rm -f "$ROOT/target/test-pg"
+  fi
+  stop_docker
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [ "${GPURENT_TEST_DOCKER:-0}" = 1 ]; then
+  ensure_docker
+fi
+
+if [ -n "${GPURENT_TEST_DATABASE_URL:-}" ]; then
+  say "using GPURENT_TEST_DATABASE_URL from the environment; not starting PostgreSQL"
+  export GPURENT_TEST_DATABASE_URL
+else
+  start_postgres
+fi
+
+if [ "${GPURENT_TEST_ONLY_DB:-0}" = 1 ]; then
+  psql="$(pg_tool psql)"
+  db="gpurent_smoke_$$"
+  say "GPURENT_TEST_ONLY_DB=1: smoke test with psql, not running cargo"
+  "$psql" "$GPURENT_TEST_DATABASE_URL" -X -v ON_ERROR_STOP=1 \
+    -c 'select version()' -c "CREATE DATABASE $db" -c "DROP DATABASE $db" ||
+    die "database smoke test failed"
+  say "database smoke test passed"
+  exit 0
+fi
+
+status=0
+if cargo nextest --version >/dev/null 2>&1; then
+  # A workspace without tests yet should not fail the run.
+  [ "$#" -gt 0 ] || export NEXTEST_NO_TESTS="${NEXTEST_NO_TESTS:-warn}"
+  say "running: cargo nextest run --workspace --no-fail-fast $*"
+  cargo nextest run --workspace --no-fail-fast "$@" || status=$?
+else
+  say "cargo-nextest not found; running: cargo test --workspace $*"
+  cargo test --workspace "$@" || status=$?
+fi
+
+if [ "$#" -gt 0 ]; then
+  say "extra arguments given: skipping doctests"
+else
+  say "running: cargo test --workspace --doc"
+  cargo test --workspace --doc || status=$?
+fi
+
+if [ "$status" -ne 0 ]; then
+  say "FAILED (exit $status)"
+else
+  say "all tests passed"
+fi
+exit "$status"
