@@ -1,1 +1,18 @@
-//! placeholder
+//! The node agent: finds the node's GPUs, registers with the control plane, and reconciles
+//! what runs on the node with the desired state it pulls. Hardware sits behind two small
+//! traits, [`GpuBackend`] and [`Executor`], chosen at start-up.
+
+mod client;
+mod error;
+pub mod executor;
+pub mod gpu;
+mod identity;
+pub mod reconcile;
+mod run;
+
+pub use client::{ControlPlane, RetryPolicy};
+pub use error::AgentError;
+pub use executor::Executor;
+pub use gpu::GpuBackend;
+pub use identity::NodeIdentity;
+pub use run::{Agent, AgentConfig};

@@ -1,1 +1,82 @@
-fn main() {}
+//! `gpurent`: one binary for the control plane (`up`, `server`), the node agent (`agent`) and
+//! the CLI that tenants and admins use.
+
+mod api_client;
+mod cli;
+mod cmd;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::api_client::CliError;
+use crate::cli::{Cli, Command};
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GPURENT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_http=warn"));
+    // Logs go to stderr: stdout is for results (`--json` prints exactly one document there).
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let json = cli.json;
+    match cli.command {
+        Command::Up(args) => {
+            init_logging();
+            report_daemon(runtime.block_on(cmd::up::run(args)))
+        }
+        Command::Server(args) => {
+            init_logging();
+            report_daemon(runtime.block_on(cmd::server::run(args)))
+        }
+        Command::Agent(args) => {
+            init_logging();
+            report_daemon(runtime.block_on(cmd::agent::run(args, &cli.server)))
+        }
+        command => {
+            let result = runtime.block_on(cmd::client::run(command, &cli.server, cli.token, json));
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    report_cli_error(&e, json);
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn report_daemon(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn report_cli_error(e: &CliError, json: bool) {
+    if json {
+        let body = serde_json::json!({"error": {"code": e.code, "message": e.message}});
+        output::print_line(&body.to_string());
+    } else {
+        eprintln!("error: {} ({})", e.message, e.code);
+    }
+}

@@ -1,1 +1,145 @@
-//! placeholder
+//! The gpurent control plane: the HTTP API under `/api/v1`, the agent protocol, and the
+//! maintenance loop that expires reservations. Handlers are thin: they parse, authorize,
+//! call one store intent and map the result.
+
+mod auth;
+mod bootstrap;
+mod error;
+mod extract;
+mod maintenance;
+mod openapi;
+mod routes;
+mod state;
+mod validate;
+mod wake;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpurent_billing::PriceList;
+use gpurent_store::Store;
+use gpurent_types::Clock;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use auth::{hash_token, new_token};
+pub use bootstrap::{bootstrap_admin, BootstrapError};
+pub use error::ApiError;
+pub use openapi::openapi_document;
+pub use state::AppState;
+
+/// How the control plane behaves; the defaults suit production.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub prices: PriceList,
+    /// A node not heard from for this long is `unreachable` and gets no new reservations.
+    pub node_ttl: Duration,
+    /// How often reservations are checked for expiry.
+    pub maintenance_interval: Duration,
+    /// The longest an agent's sync may be held waiting for new desired state.
+    pub max_sync_wait: Duration,
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            prices: PriceList::defaults(),
+            node_ttl: Duration::from_secs(15),
+            maintenance_interval: Duration::from_secs(1),
+            max_sync_wait: Duration::from_secs(10),
+            max_body_bytes: 64 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the HTTP server failed")]
+    Serve(#[source] std::io::Error),
+}
+
+/// A control plane serving on a bound socket until [`RunningServer::shutdown`].
+#[derive(Debug)]
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    stop: watch::Sender<bool>,
+    http: JoinHandle<Result<(), ServeError>>,
+    maintenance: JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// Starts serving on `listen` (port 0 picks a free one) and the maintenance loop.
+    pub async fn start(
+        listen: SocketAddr,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: ServerConfig,
+    ) -> Result<RunningServer, ServeError> {
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+            addr: listen,
+            source,
+        })?;
+        let state = AppState::new(store, clock, config);
+        let router = routes::router(state.clone());
+        let (stop, stopped) = watch::channel(false);
+        let mut http_stopped = stopped.clone();
+        let http = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = http_stopped.wait_for(|s| *s).await;
+                })
+                .await
+                .map_err(ServeError::Serve)
+        });
+        let maintenance = tokio::spawn(maintenance::run(state.clone(), stopped));
+        tracing::info!(%addr, backend = ?state.store.backend(), "control plane listening");
+        Ok(RunningServer {
+            addr,
+            state,
+            stop,
+            http,
+            maintenance,
+        })
+    }
+
+    /// Runs one maintenance pass now (tests call this after moving the clock).
+    pub async fn maintenance_tick(&self) -> Result<(), ApiError> {
+        maintenance::tick(&self.state).await
+    }
+
+    /// Stops accepting requests, lets running ones finish, and stops the maintenance loop.
+    pub async fn shutdown(self) -> Result<(), ServeError> {
+        let _ = self.stop.send(true);
+        self.state.wake.wake_all();
+        let _ = self.maintenance.await;
+        match self.http.await {
+            Ok(result) => result,
+            Err(e) => Err(ServeError::Serve(std::io::Error::other(e))),
+        }
+    }
+
+    /// Resolves when the HTTP server stops by itself (it should not).
+    pub async fn wait(&mut self) -> Result<(), ServeError> {
+        match (&mut self.http).await {
+            Ok(result) => result,
+            Err(e) => Err(ServeError::Serve(std::io::Error::other(e))),
+        }
+    }
+}

@@ -52,7 +52,8 @@ pub trait UserStore: Send + Sync {
 
     async fn list_users(&self) -> Result<Vec<User>>;
 
-    /// Moves `amount` of platform credit to the user. A repeated `transfer_id` is a no-op.
+    /// Moves `amount` of platform credit to the user. A repeated `transfer_id` is a no-op;
+    /// the same id with another amount is refused.
     async fn grant_credit(
         &self,
         user_id: &str,

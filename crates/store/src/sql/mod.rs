@@ -95,3 +95,8 @@ pub(crate) fn from_ts(micros: i64) -> Result<DateTime<Utc>> {
 pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
+
+/// MiB to the nearest GiB, as GPU memory is advertised (24564 MiB is a 24 GB card).
+pub(crate) fn gib(mb: i64) -> u32 {
+    u32::try_from((mb + 512) / 1024).unwrap_or(u32::MAX)
+}

@@ -11,7 +11,7 @@ use gpurent_types::{GpuType, Money, ReservationStatus};
 use sqlx::{AnyConnection, Row};
 
 use super::ledger::{self, Transfer, PLATFORM_REVENUE};
-use super::{from_ts, new_id, ts, SqlStore};
+use super::{from_ts, gib, new_id, ts, SqlStore};
 use crate::{NewNode, NodeStore, Result, StoreError};
 
 async fn insert_gpus(conn: &mut AnyConnection, node_id: &str, gpus: &[GpuInfo]) -> Result<()> {
@@ -416,7 +416,7 @@ impl NodeStore for SqlStore {
             by_node.entry(g.try_get("node_id")?).or_default().push(Gpu {
                 uuid: g.try_get("uuid")?,
                 model: g.try_get("type_name")?,
-                vram_gb: u32::try_from(vram / 1024).unwrap_or(u32::MAX),
+                vram_gb: gib(vram),
                 status: status.to_owned(),
             });
         }

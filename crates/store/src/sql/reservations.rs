@@ -13,7 +13,7 @@ use sqlx::{AnyConnection, Row};
 use super::ledger;
 use super::nodes::bump_version;
 use super::rows::{reservation_from_row, RESERVATION_COLUMNS};
-use super::{new_id, ts, SqlStore};
+use super::{gib, new_id, ts, SqlStore};
 use crate::{NewReservation, ReservationStore, Result, Scope, StoreError, Want};
 
 /// Placement retries after losing a compare-and-set race to another transaction.
@@ -300,7 +300,7 @@ impl ReservationStore for SqlStore {
                 let vram_mb = u64::try_from(vram_mb).unwrap_or(0);
                 let gpu_type = GpuType::from_driver_name(&name);
                 Ok(Offer {
-                    vram_gb: u32::try_from(vram_mb / 1024).unwrap_or(u32::MAX),
+                    vram_gb: gib(i64::try_from(vram_mb).unwrap_or(i64::MAX)),
                     available: u32::try_from(r.try_get::<i64, _>("available")?).unwrap_or(0),
                     price_per_hour: prices.price_per_gpu_hour(&gpu_type, vram_mb),
                     gpu_type: name,

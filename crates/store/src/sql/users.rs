@@ -167,6 +167,13 @@ impl UserStore for SqlStore {
         if ledger::balance_of(&mut tx, &account).await?.is_none() {
             return Err(StoreError::not_found("user", user_id));
         }
+        let earlier: Option<i64> = sqlx::query_scalar("SELECT amount FROM transfers WHERE id = $1")
+            .bind(transfer_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if earlier.is_some_and(|a| a != amount.micros()) {
+            return Err(StoreError::IdempotencyMismatch);
+        }
         ledger::transfer(
             &mut tx,
             Transfer {

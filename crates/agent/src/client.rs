@@ -1,0 +1,136 @@
+//! The agent's HTTP client for the control plane: keep-alive connections, and retries with a
+//! fixed delay on network errors and 5xx (the seeds: 3 tries, 5 s apart).
+
+use std::time::Duration;
+
+use gpurent_types::agent::{NodeRegistered, RegisterNode, SyncRequest, SyncResponse};
+use gpurent_types::api::ErrorBody;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::AgentError;
+
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub tries: u32,
+    pub delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            tries: 3,
+            delay: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ControlPlane {
+    http: reqwest::Client,
+    base: String,
+    retry: RetryPolicy,
+}
+
+impl ControlPlane {
+    pub fn new(base: &str, retry: RetryPolicy) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .unwrap_or_default();
+        ControlPlane {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            retry,
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub async fn register(&self, body: &RegisterNode) -> Result<NodeRegistered, AgentError> {
+        self.post(
+            "registration",
+            "/api/v1/agent/register",
+            None,
+            body,
+            Duration::from_secs(30),
+        )
+        .await
+    }
+
+    pub async fn sync(&self, token: &str, body: &SyncRequest) -> Result<SyncResponse, AgentError> {
+        let timeout = Duration::from_millis(body.wait_ms.unwrap_or(0)) + Duration::from_secs(30);
+        self.post("sync", "/api/v1/agent/sync", Some(token), body, timeout)
+            .await
+    }
+
+    async fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        what: &'static str,
+        path: &str,
+        token: Option<&str>,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<T, AgentError> {
+        let url = format!("{}{path}", self.base);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut request = self.http.post(&url).json(body).timeout(timeout);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            let retryable = match request.send().await {
+                Ok(response) if response.status().is_success() => {
+                    return response
+                        .json::<T>()
+                        .await
+                        .map_err(|source| AgentError::Unreachable {
+                            url: url.clone(),
+                            tries: attempt,
+                            source,
+                        });
+                }
+                Ok(response) if response.status().is_client_error() => {
+                    let status = response.status().as_u16();
+                    let message = response
+                        .json::<ErrorBody>()
+                        .await
+                        .map(|b| b.error.message)
+                        .unwrap_or_else(|_| "no error body".to_owned());
+                    return Err(AgentError::Refused {
+                        what,
+                        status,
+                        message,
+                    });
+                }
+                Ok(response) => {
+                    let status = response.status();
+                    match response.error_for_status() {
+                        Err(e) => e,
+                        Ok(_) => {
+                            return Err(AgentError::Refused {
+                                what,
+                                status: status.as_u16(),
+                                message: "unexpected status".to_owned(),
+                            })
+                        }
+                    }
+                }
+                Err(e) => e,
+            };
+            if attempt >= self.retry.tries {
+                return Err(AgentError::Unreachable {
+                    url,
+                    tries: attempt,
+                    source: retryable,
+                });
+            }
+            tracing::warn!(%url, attempt, error = %retryable, "control plane call failed; retrying");
+            tokio::time::sleep(self.retry.delay).await;
+        }
+    }
+}

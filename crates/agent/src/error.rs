@@ -1,0 +1,43 @@
+//! What can stop an agent, with the context to act on it.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("the control plane at {url} did not answer after {tries} tries")]
+    Unreachable {
+        url: String,
+        tries: u32,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("the control plane refused {what}: {status} {message}")]
+    Refused {
+        what: &'static str,
+        status: u16,
+        message: String,
+    },
+    #[error("this node has no identity in {dir} and no join token was given (--join-token)")]
+    NoJoinToken { dir: PathBuf },
+    #[error("cannot read or write the node identity at {path}")]
+    Identity {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the node identity at {path} is not valid JSON")]
+    IdentityFormat {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("invalid simulated GPU spec {spec:?}: {reason}")]
+    SimSpec { spec: String, reason: String },
+    #[error("executor {executor} failed to {action} reservation {reservation_id}: {message}")]
+    Executor {
+        executor: &'static str,
+        action: &'static str,
+        reservation_id: String,
+        message: String,
+    },
+}

@@ -1,0 +1,28 @@
+//! Executors run a reservation's workload on the node: `sim` here; `docker` and `process`
+//! come with the real agent.
+
+mod sim;
+
+use async_trait::async_trait;
+use gpurent_types::agent::Assignment;
+
+pub use sim::SimExecutor;
+
+use crate::reconcile::Observed;
+use crate::AgentError;
+
+#[async_trait]
+pub trait Executor: Send + Sync + std::fmt::Debug {
+    /// Reported to the control plane and shown in `gpurent nodes ls`.
+    fn name(&self) -> &'static str;
+
+    /// Starts the workload of an assignment.
+    async fn start(&self, assignment: &Assignment) -> Result<(), AgentError>;
+
+    /// Stops and removes a reservation's workload; stopping what is gone is not an error.
+    async fn stop(&self, reservation_id: &str) -> Result<(), AgentError>;
+
+    /// Every instance this executor runs for gpurent on this node, including ones started
+    /// before the agent restarted.
+    async fn list(&self) -> Result<Vec<Observed>, AgentError>;
+}

@@ -1,0 +1,131 @@
+//! Simulated GPUs from a spec such as `2xRTX4090,1xA100-80GB`, with stable UUIDs derived from
+//! the node name so that a restarted agent reports the same GPUs.
+
+use gpurent_types::agent::GpuInfo;
+use gpurent_types::GpuType;
+use sha2::{Digest, Sha256};
+
+use super::GpuBackend;
+use crate::AgentError;
+
+/// Memory of well-known models in MiB, as their drivers report it.
+const KNOWN_VRAM_MB: [(&str, u64); 10] = [
+    ("rtx3090", 24_576),
+    ("rtx4090", 24_564),
+    ("rtx5090", 32_607),
+    ("l40s", 46_068),
+    ("a10040gb", 40_960),
+    ("a10080gb", 81_920),
+    ("a100", 40_960),
+    ("h10080gb", 81_559),
+    ("h100", 81_559),
+    ("h200", 143_771),
+];
+const DEFAULT_VRAM_MB: u64 = 24_576;
+const MAX_SIM_GPUS: u32 = 100_000;
+
+#[derive(Debug, Clone)]
+pub struct SimGpus {
+    gpus: Vec<GpuInfo>,
+}
+
+impl SimGpus {
+    /// Parses `COUNTxMODEL[,COUNTxMODEL...]` (`x` or `*`); a bare model means one GPU.
+    pub fn parse(spec: &str, node_name: &str) -> Result<Self, AgentError> {
+        let fail = |reason: &str| AgentError::SimSpec {
+            spec: spec.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let mut gpus = Vec::new();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (count, model) = match part.split_once(['x', '*']) {
+                Some((n, model)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => (
+                    n.parse::<u32>().map_err(|_| fail("count too large"))?,
+                    model,
+                ),
+                _ => (1, part),
+            };
+            if count == 0 {
+                return Err(fail("a count must be at least 1"));
+            }
+            let gpu_type = GpuType::parse(model).map_err(|e| fail(&e.to_string()))?;
+            let vram_mb = KNOWN_VRAM_MB
+                .iter()
+                .find(|(k, _)| *k == gpu_type.key())
+                .map_or(DEFAULT_VRAM_MB, |(_, mb)| *mb);
+            for _ in 0..count {
+                let index = u32::try_from(gpus.len()).map_err(|_| fail("too many GPUs"))?;
+                if index >= MAX_SIM_GPUS {
+                    return Err(fail("too many GPUs"));
+                }
+                gpus.push(GpuInfo {
+                    index,
+                    uuid: sim_uuid(node_name, index),
+                    model: gpu_type.display().to_owned(),
+                    vram_mb,
+                });
+            }
+        }
+        if gpus.is_empty() {
+            return Err(fail("no GPUs in it"));
+        }
+        Ok(SimGpus { gpus })
+    }
+}
+
+/// `GPU-` and a UUID-shaped hash of node and index, like NVML's `GPU-cce5198b-...`.
+fn sim_uuid(node_name: &str, index: u32) -> String {
+    let h = hex::encode(Sha256::digest(format!("{node_name}/{index}").as_bytes()));
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+impl GpuBackend for SimGpus {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+
+    fn discover(&self) -> Result<Vec<GpuInfo>, AgentError> {
+        Ok(self.gpus.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_specs() {
+        let g = SimGpus::parse("2xRTX4090, 1xA100-80GB", "n1")
+            .map(|s| s.gpus)
+            .unwrap_or_default();
+        assert_eq!(g.len(), 3);
+        assert_eq!((g[0].model.as_str(), g[0].vram_mb), ("RTX4090", 24_564));
+        assert_eq!(
+            (g[2].model.as_str(), g[2].vram_mb, g[2].index),
+            ("A100-80GB", 81_920, 2)
+        );
+        assert_ne!(g[0].uuid, g[1].uuid);
+        let again = SimGpus::parse("2xRTX4090,1xA100-80GB", "n1")
+            .map(|s| s.gpus)
+            .unwrap_or_default();
+        assert_eq!(g, again, "UUIDs are stable across restarts");
+        assert_eq!(
+            SimGpus::parse("H200", "n").map(|s| s.gpus.len()).ok(),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn rejects_bad_specs() {
+        for bad in ["", "0xRTX4090", "2x", "99999999999xA100", "2x!!"] {
+            assert!(SimGpus::parse(bad, "n").is_err(), "{bad}");
+        }
+    }
+}

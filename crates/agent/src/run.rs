@@ -1,0 +1,217 @@
+//! The agent's loop: sync with the control plane (report actual state, receive desired state),
+//! plan, act; and fence itself when the control plane is out of reach for longer than the lease.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpurent_types::agent::{Assignment, RegisterNode, SyncRequest};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::client::{ControlPlane, RetryPolicy};
+use crate::reconcile::{self, Action, Observed, ObservedState};
+use crate::{AgentError, Executor, GpuBackend, NodeIdentity};
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub server: String,
+    pub join_token: Option<String>,
+    pub data_dir: PathBuf,
+    pub name: String,
+    /// The longest time between two syncs (the heartbeat).
+    pub heartbeat: Duration,
+    /// Out of touch with the control plane for longer than this, the agent stops its instances.
+    pub lease: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl AgentConfig {
+    pub fn new(server: &str, data_dir: PathBuf, name: &str) -> Self {
+        AgentConfig {
+            server: server.to_owned(),
+            join_token: None,
+            data_dir,
+            name: name.to_owned(),
+            heartbeat: Duration::from_secs(2),
+            lease: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Agent {
+    config: AgentConfig,
+    gpus: Arc<dyn GpuBackend>,
+    executor: Arc<dyn Executor>,
+    client: ControlPlane,
+}
+
+impl Agent {
+    pub fn new(
+        config: AgentConfig,
+        gpus: Arc<dyn GpuBackend>,
+        executor: Arc<dyn Executor>,
+    ) -> Self {
+        let client = ControlPlane::new(&config.server, config.retry);
+        Agent {
+            config,
+            gpus,
+            executor,
+            client,
+        }
+    }
+
+    /// Loads the node identity from the data dir, or registers with the join token.
+    pub async fn identity(&self) -> Result<NodeIdentity, AgentError> {
+        if let Some(identity) = NodeIdentity::load(&self.config.data_dir)? {
+            tracing::info!(node_id = %identity.node_id, name = %identity.name, "resuming node identity");
+            return Ok(identity);
+        }
+        let join_token = self
+            .config
+            .join_token
+            .clone()
+            .ok_or_else(|| AgentError::NoJoinToken {
+                dir: self.config.data_dir.clone(),
+            })?;
+        let registered = self
+            .client
+            .register(&RegisterNode {
+                join_token,
+                name: self.config.name.clone(),
+                executor: self.executor.name().to_owned(),
+                gpu_backend: self.gpus.name().to_owned(),
+                gpus: self.gpus.discover()?,
+            })
+            .await?;
+        let identity = NodeIdentity {
+            node_id: registered.node_id,
+            node_token: registered.node_token,
+            name: self.config.name.clone(),
+        };
+        identity.save(&self.config.data_dir)?;
+        tracing::info!(node_id = %identity.node_id, name = %identity.name, "registered as a new node");
+        Ok(identity)
+    }
+
+    /// Runs until `stop` turns true. Instances keep running when the agent stops, so a
+    /// restarted agent adopts them.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) -> Result<(), AgentError> {
+        let identity = self.identity().await?;
+        let inventory = self.gpus.discover()?;
+        tracing::info!(
+            node_id = %identity.node_id,
+            executor = self.executor.name(),
+            gpu_backend = self.gpus.name(),
+            gpus = inventory.len(),
+            "agent running"
+        );
+        let heartbeat_ms = u64::try_from(self.config.heartbeat.as_millis()).unwrap_or(u64::MAX);
+        let mut known_version = None;
+        let mut desired: Vec<Assignment> = Vec::new();
+        let mut failures: BTreeMap<String, Observed> = BTreeMap::new();
+        let mut last_contact = Instant::now();
+        let mut fenced = false;
+        while !*stop.borrow() {
+            let actual = self.observe(&failures).await?;
+            let request = SyncRequest {
+                gpus: inventory.clone(),
+                instances: reconcile::reports(&desired, &actual),
+                known_version,
+                wait_ms: Some(heartbeat_ms),
+            };
+            let response = tokio::select! {
+                r = self.client.sync(&identity.node_token, &request) => r,
+                _ = stop.changed() => break,
+            };
+            match response {
+                Ok(response) => {
+                    last_contact = Instant::now();
+                    fenced = false;
+                    known_version = Some(response.version);
+                    desired = response.assignments;
+                    failures.retain(|id, f| {
+                        desired
+                            .iter()
+                            .any(|a| &a.reservation_id == id && a.epoch == f.epoch)
+                    });
+                    let actual = self.observe(&failures).await?;
+                    let actions = reconcile::plan(&desired, &actual);
+                    if !actions.is_empty() {
+                        // Report the outcome at once rather than after the next long poll.
+                        known_version = None;
+                    }
+                    for action in actions {
+                        self.act(action, &mut failures).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot sync with the control plane");
+                    if !fenced && last_contact.elapsed() > self.config.lease {
+                        self.fence().await;
+                        fenced = true;
+                        desired.clear();
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.config.heartbeat) => {}
+                        _ = stop.changed() => break,
+                    }
+                }
+            }
+        }
+        tracing::info!("agent stopped");
+        Ok(())
+    }
+
+    async fn observe(
+        &self,
+        failures: &BTreeMap<String, Observed>,
+    ) -> Result<Vec<Observed>, AgentError> {
+        let mut actual = self.executor.list().await?;
+        actual.extend(failures.values().cloned());
+        Ok(actual)
+    }
+
+    async fn act(&self, action: Action, failures: &mut BTreeMap<String, Observed>) {
+        match action {
+            Action::Start(a) => {
+                failures.remove(&a.reservation_id);
+                if let Err(e) = self.executor.start(&a).await {
+                    tracing::warn!(reservation_id = %a.reservation_id, error = %e, "start failed");
+                    failures.insert(
+                        a.reservation_id.clone(),
+                        Observed {
+                            reservation_id: a.reservation_id.clone(),
+                            epoch: a.epoch,
+                            state: ObservedState::Failed(e.to_string()),
+                        },
+                    );
+                }
+            }
+            Action::Stop { reservation_id, .. } => {
+                if let Err(e) = self.executor.stop(&reservation_id).await {
+                    tracing::warn!(%reservation_id, error = %e, "stop failed; retrying next sync");
+                }
+            }
+        }
+    }
+
+    /// Self-fencing: without the control plane, this node's work may have been rescheduled
+    /// elsewhere, so it must not keep running here.
+    async fn fence(&self) {
+        tracing::error!(lease = ?self.config.lease, "lost the control plane for longer than the lease; stopping all instances");
+        match self.executor.list().await {
+            Ok(instances) => {
+                for o in instances {
+                    if let Err(e) = self.executor.stop(&o.reservation_id).await {
+                        tracing::error!(reservation_id = %o.reservation_id, error = %e, "could not stop while fencing");
+                    }
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "could not list instances while fencing"),
+        }
+    }
+}

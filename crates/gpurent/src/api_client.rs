@@ -1,0 +1,117 @@
+//! The CLI's client of the HTTP API: bearer token, JSON, and the API's error shape.
+
+use gpurent_types::api::ErrorBody;
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// A failed command: the API's error code and message (or a local one).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CliError {
+    pub code: String,
+    pub message: String,
+}
+
+impl CliError {
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        CliError {
+            code: code.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct ApiClient {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl ApiClient {
+    pub fn new(base: &str, token: Option<String>) -> Self {
+        ApiClient {
+            http: reqwest::Client::new(),
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+        }
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        idempotency_key: Option<&str>,
+    ) -> Result<reqwest::Response, CliError> {
+        let url = format!("{}{path}", self.base);
+        let mut request = self.http.request(method, &url);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        if let Some(key) = idempotency_key {
+            request = request.header("Idempotency-Key", key);
+        }
+        let response = request.send().await.map_err(|e| {
+            CliError::new(
+                "unreachable",
+                format!("cannot reach the control plane at {}: {e}", self.base),
+            )
+        })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status();
+        Err(match response.json::<ErrorBody>().await {
+            Ok(body) => CliError {
+                code: body.error.code,
+                message: body.error.message,
+            },
+            Err(_) if status == StatusCode::UNAUTHORIZED => CliError::new(
+                "unauthorized",
+                "no or bad token: pass --token or set GPURENT_TOKEN",
+            ),
+            Err(_) => CliError::new("http_error", format!("the control plane answered {status}")),
+        })
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
+        decode(self.send(Method::GET, path, None, None).await?).await
+    }
+
+    pub async fn get_text(&self, path: &str) -> Result<String, CliError> {
+        self.send(Method::GET, path, None, None)
+            .await?
+            .text()
+            .await
+            .map_err(|e| CliError::new("bad_response", e.to_string()))
+    }
+
+    pub async fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        idempotency_key: Option<&str>,
+    ) -> Result<T, CliError> {
+        let body =
+            serde_json::to_value(body).map_err(|e| CliError::new("bad_request", e.to_string()))?;
+        decode(
+            self.send(Method::POST, path, Some(&body), idempotency_key)
+                .await?,
+        )
+        .await
+    }
+}
+
+async fn decode<T: DeserializeOwned>(response: reqwest::Response) -> Result<T, CliError> {
+    response.json::<T>().await.map_err(|e| {
+        CliError::new(
+            "bad_response",
+            format!("unexpected answer from the control plane: {e}"),
+        )
+    })
+}

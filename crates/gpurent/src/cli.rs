@@ -1,0 +1,186 @@
+//! The command line, as `../shared/docs/cli-contract.md` fixes it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpurent",
+    version,
+    about = "Rent GPUs by the second: control plane, node agent and CLI"
+)]
+pub struct Cli {
+    /// The control plane's URL.
+    #[arg(
+        long,
+        global = true,
+        env = "GPURENT_SERVER",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub server: String,
+    /// API token (default: the admin token in ./gpurent-data/admin.token, if there is one).
+    #[arg(long, global = true, env = "GPURENT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print exactly one JSON document on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Everything on one machine: control plane on SQLite plus a local node agent.
+    Up(UpArgs),
+    /// The control plane only.
+    Server(ServerArgs),
+    /// A node agent on a GPU host.
+    Agent(AgentArgs),
+    /// Manage users (admin).
+    #[command(subcommand)]
+    Users(UsersCommand),
+    /// Prepaid credit (admin).
+    #[command(subcommand)]
+    Credit(CreditCommand),
+    /// Your balance.
+    Balance,
+    /// GPUs you can rent now, per type, with prices.
+    Offers,
+    /// Reserve GPUs.
+    Reserve(ReserveArgs),
+    /// Show one reservation.
+    Get { id: String },
+    /// List your reservations (admin: all).
+    Ls,
+    /// Stop a reservation; billing ends now.
+    Stop { id: String },
+    /// A reservation's log.
+    Logs {
+        id: String,
+        /// Keep printing until the reservation ends.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Nodes (admin).
+    #[command(subcommand)]
+    Nodes(NodesCommand),
+    /// Print the OpenAPI document of the HTTP API.
+    Openapi,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExecutorKind {
+    Auto,
+    Docker,
+    Process,
+    Sim,
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    #[arg(long, default_value = "./gpurent-data")]
+    pub data_dir: PathBuf,
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Simulated GPUs, e.g. "2xRTX4090,1xA100-80GB" (default 2xRTX4090 when no GPU is found).
+    #[arg(long)]
+    pub sim_gpus: Option<String>,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub executor: ExecutorKind,
+}
+
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// sqlite://PATH (default: DATA_DIR/gpurent.db) or postgres://...
+    #[arg(long, env = "GPURENT_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    #[arg(long, default_value = "./gpurent-data")]
+    pub data_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Join token from `gpurent nodes join-token`; not needed once the node is registered.
+    #[arg(long, env = "GPURENT_JOIN_TOKEN", hide_env_values = true)]
+    pub join_token: Option<String>,
+    #[arg(long, default_value = "./gpurent-agent")]
+    pub data_dir: PathBuf,
+    /// Node name (default: the host name).
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long)]
+    pub sim_gpus: Option<String>,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub executor: ExecutorKind,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    /// Create a user; prints its token once.
+    Create {
+        name: String,
+        #[arg(long, default_value = "tenant")]
+        role: String,
+        /// Initial prepaid credit, e.g. 100 or 12.50.
+        #[arg(long)]
+        credit: Option<String>,
+    },
+    /// List users.
+    Ls,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CreditCommand {
+    /// Grant prepaid credit to a user.
+    Grant {
+        user_id: String,
+        amount: String,
+        /// Makes a retried grant apply once.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodesCommand {
+    /// Make a token for `gpurent agent --join-token`.
+    JoinToken,
+    /// List nodes and their GPUs.
+    Ls,
+}
+
+#[derive(Debug, Args)]
+pub struct ReserveArgs {
+    /// GPU type, e.g. rtx4090 or "RTX 4090".
+    #[arg(long)]
+    pub gpu: String,
+    /// Whole GPUs on one node.
+    #[arg(long, conflicts_with = "vram_gb")]
+    pub count: Option<u32>,
+    /// A share of one GPU with this much memory.
+    #[arg(long)]
+    pub vram_gb: Option<u32>,
+    /// How long it may run, e.g. 1 or 0.5.
+    #[arg(long)]
+    pub hours: f64,
+    #[arg(long)]
+    pub tier: Option<String>,
+    /// Highest price per hour, for spot.
+    #[arg(long)]
+    pub bid: Option<String>,
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Environment variables, K=V.
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Makes a retried reservation happen once.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// The command to run, after `--`.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}

@@ -1,0 +1,298 @@
+//! The CLI's API commands: each sends one request and prints the answer.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use gpurent_types::api::{
+    Balance, CreateReservation, CreateUser, CreditGranted, GrantCredit, JoinToken, Node, Offer,
+    Reservation, ReservationStopped, User, UserCreated,
+};
+use gpurent_types::{Money, Role, Tier};
+
+use crate::api_client::{ApiClient, CliError};
+use crate::cli::{Command, CreditCommand, NodesCommand, ReserveArgs, UsersCommand};
+use crate::output::{print_json, print_line, print_table};
+
+/// Without --token, the admin token of a local `gpurent up` is used when there is one.
+fn default_token() -> Option<String> {
+    let dir = std::env::var("GPURENT_DATA_DIR").unwrap_or_else(|_| "./gpurent-data".to_owned());
+    std::fs::read_to_string(std::path::Path::new(&dir).join("admin.token"))
+        .ok()
+        .map(|t| t.trim().to_owned())
+}
+
+fn money(s: &str, what: &str) -> Result<Money, CliError> {
+    s.parse::<Money>()
+        .map_err(|e| CliError::new("invalid_value", format!("{what}: {e}")))
+}
+
+fn opt_time(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    t.map_or_else(
+        || "-".to_owned(),
+        |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    )
+}
+
+fn reservation_rows(rs: &[Reservation]) -> Vec<Vec<String>> {
+    rs.iter()
+        .map(|r| {
+            vec![
+                r.id.clone(),
+                r.status.to_string(),
+                match r.vram_gb {
+                    Some(gb) => format!("{} ({gb} GB)", r.gpu_type),
+                    None => format!("{}x {}", r.gpu_count, r.gpu_type),
+                },
+                r.node.clone().unwrap_or_else(|| "-".into()),
+                r.price_per_hour.to_string(),
+                r.charged.to_string(),
+                opt_time(r.started_at),
+                opt_time(r.ended_at),
+            ]
+        })
+        .collect()
+}
+
+const RESERVATION_HEADER: [&str; 8] = [
+    "ID", "STATUS", "GPUS", "NODE", "PRICE/H", "CHARGED", "STARTED", "ENDED",
+];
+
+pub async fn run(
+    command: Command,
+    server: &str,
+    token: Option<String>,
+    json: bool,
+) -> Result<(), CliError> {
+    let token = token
+        .filter(|t| !t.trim().is_empty())
+        .or_else(default_token);
+    let api = ApiClient::new(server, token);
+    match command {
+        Command::Users(UsersCommand::Create { name, role, credit }) => {
+            let role = role
+                .parse::<Role>()
+                .map_err(|e| CliError::new("invalid_value", e.to_string()))?;
+            let credit = credit.as_deref().map(|c| money(c, "credit")).transpose()?;
+            let body = CreateUser {
+                name,
+                role: Some(role),
+                credit,
+            };
+            let u: UserCreated = api.post("/api/v1/users", &body, None).await?;
+            if json {
+                return print_json(&u);
+            }
+            print_line(&format!("created {} {} ({})", u.role, u.name, u.id));
+            print_line(&format!("token (shown once): {}", u.token));
+        }
+        Command::Users(UsersCommand::Ls) => {
+            let users: Vec<User> = api.get("/api/v1/users").await?;
+            if json {
+                return print_json(&users);
+            }
+            let rows = users
+                .iter()
+                .map(|u| {
+                    vec![
+                        u.id.clone(),
+                        u.name.clone(),
+                        u.role.to_string(),
+                        u.balance.to_string(),
+                    ]
+                })
+                .collect::<Vec<_>>();
+            print_table(&["ID", "NAME", "ROLE", "BALANCE"], &rows);
+        }
+        Command::Credit(CreditCommand::Grant {
+            user_id,
+            amount,
+            idempotency_key,
+        }) => {
+            let body = GrantCredit {
+                amount: money(&amount, "amount")?,
+            };
+            let path = format!("/api/v1/users/{user_id}/credit");
+            let g: CreditGranted = api.post(&path, &body, idempotency_key.as_deref()).await?;
+            if json {
+                return print_json(&g);
+            }
+            print_line(&format!("balance of {}: {}", g.user_id, g.balance));
+        }
+        Command::Balance => {
+            let b: Balance = api.get("/api/v1/balance").await?;
+            if json {
+                return print_json(&b);
+            }
+            print_line(&format!("{} {}", b.balance, b.currency));
+        }
+        Command::Offers => {
+            let offers: Vec<Offer> = api.get("/api/v1/offers").await?;
+            if json {
+                return print_json(&offers);
+            }
+            let rows = offers
+                .iter()
+                .map(|o| {
+                    vec![
+                        o.gpu_type.clone(),
+                        o.vram_gb.to_string(),
+                        o.available.to_string(),
+                        o.price_per_hour.to_string(),
+                    ]
+                })
+                .collect::<Vec<_>>();
+            print_table(&["GPU", "VRAM GB", "AVAILABLE", "PRICE/H"], &rows);
+        }
+        Command::Reserve(args) => reserve(&api, args, json).await?,
+        Command::Get { id } => {
+            let r: Reservation = api.get(&format!("/api/v1/reservations/{id}")).await?;
+            if json {
+                return print_json(&r);
+            }
+            print_table(&RESERVATION_HEADER, &reservation_rows(&[r]));
+        }
+        Command::Ls => {
+            let rs: Vec<Reservation> = api.get("/api/v1/reservations").await?;
+            if json {
+                return print_json(&rs);
+            }
+            print_table(&RESERVATION_HEADER, &reservation_rows(&rs));
+        }
+        Command::Stop { id } => {
+            let path = format!("/api/v1/reservations/{id}/stop");
+            let s: ReservationStopped = api.post(&path, &serde_json::json!({}), None).await?;
+            if json {
+                return print_json(&s);
+            }
+            print_line(&format!("{} {}", s.id, s.status));
+        }
+        Command::Logs { id, follow } => logs(&api, &id, follow).await?,
+        Command::Nodes(NodesCommand::JoinToken) => {
+            let t: JoinToken = api
+                .post("/api/v1/nodes/join-token", &serde_json::json!({}), None)
+                .await?;
+            if json {
+                return print_json(&t);
+            }
+            print_line(&t.token);
+        }
+        Command::Nodes(NodesCommand::Ls) => {
+            let nodes: Vec<Node> = api.get("/api/v1/nodes").await?;
+            if json {
+                return print_json(&nodes);
+            }
+            let mut rows = Vec::new();
+            for n in &nodes {
+                for g in &n.gpus {
+                    rows.push(vec![
+                        n.name.clone(),
+                        n.status.clone(),
+                        format!("{}/{}", n.executor, n.gpu_backend),
+                        g.uuid.clone(),
+                        g.model.clone(),
+                        g.vram_gb.to_string(),
+                        g.status.clone(),
+                    ]);
+                }
+            }
+            print_table(
+                &[
+                    "NODE",
+                    "STATUS",
+                    "EXECUTOR/GPUS",
+                    "GPU",
+                    "MODEL",
+                    "VRAM GB",
+                    "GPU STATUS",
+                ],
+                &rows,
+            );
+        }
+        Command::Openapi => {
+            return print_json(&gpurent_server::openapi_document());
+        }
+        Command::Up(_) | Command::Server(_) | Command::Agent(_) => {
+            return Err(CliError::new(
+                "internal",
+                "daemon commands are not API commands",
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), CliError> {
+    let tier = args
+        .tier
+        .as_deref()
+        .map(|t| {
+            t.parse::<Tier>()
+                .map_err(|e| CliError::new("invalid_value", e.to_string()))
+        })
+        .transpose()?;
+    let mut env = BTreeMap::new();
+    for kv in &args.env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| CliError::new("invalid_value", format!("--env {kv:?} is not K=V")))?;
+        env.insert(k.to_owned(), v.to_owned());
+    }
+    let body = CreateReservation {
+        gpu_type: args.gpu,
+        gpu_count: args.count,
+        vram_gb: args.vram_gb,
+        hours: args.hours,
+        tier,
+        bid: args.bid.as_deref().map(|b| money(b, "bid")).transpose()?,
+        image: args.image,
+        command: args.command,
+        env,
+    };
+    let r: Reservation = api
+        .post(
+            "/api/v1/reservations",
+            &body,
+            args.idempotency_key.as_deref(),
+        )
+        .await?;
+    if json {
+        return print_json(&r);
+    }
+    print_line(&format!(
+        "reserved {}: {} on {} at {}/h ({})",
+        r.id,
+        match r.vram_gb {
+            Some(gb) => format!("{gb} GB of one {}", r.gpu_type),
+            None => format!("{}x {}", r.gpu_count, r.gpu_type),
+        },
+        r.node.as_deref().unwrap_or("-"),
+        r.price_per_hour,
+        r.status
+    ));
+    Ok(())
+}
+
+async fn logs(api: &ApiClient, id: &str, follow: bool) -> Result<(), CliError> {
+    let path = format!("/api/v1/reservations/{id}/logs");
+    let mut printed = 0;
+    loop {
+        let text = api.get_text(&path).await?;
+        let lines: Vec<&str> = text.lines().collect();
+        for line in lines.iter().skip(printed) {
+            print_line(line);
+        }
+        printed = printed.max(lines.len());
+        if !follow {
+            return Ok(());
+        }
+        let r: Reservation = api.get(&format!("/api/v1/reservations/{id}")).await?;
+        if r.status.is_terminal() && r.ended_at.is_some() && printed >= lines.len() {
+            let text = api.get_text(&path).await?;
+            for line in text.lines().skip(printed) {
+                print_line(line);
+            }
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -1,0 +1,43 @@
+//! One module per kind of command: daemons (`up`, `server`, `agent`) and API clients.
+
+pub mod agent;
+pub mod client;
+pub mod server;
+pub mod up;
+
+use std::path::Path;
+
+use anyhow::Context;
+
+/// Waits for SIGINT or SIGTERM.
+pub async fn shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("cannot listen for SIGINT")?,
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    Ok(())
+}
+
+/// Creates a data dir readable by its owner only: it holds tokens and the database.
+pub fn ensure_dir(dir: &Path) -> anyhow::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))
+}
+
+/// The URL of the API on an address we listen on (0.0.0.0 is reached through loopback).
+pub fn local_url(addr: std::net::SocketAddr) -> String {
+    let ip = if addr.ip().is_unspecified() {
+        "127.0.0.1".parse().unwrap_or(addr.ip())
+    } else {
+        addr.ip()
+    };
+    format!("http://{}", std::net::SocketAddr::new(ip, addr.port()))
+}

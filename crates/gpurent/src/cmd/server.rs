@@ -1,0 +1,54 @@
+//! `gpurent server`: the control plane alone, on SQLite or PostgreSQL.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use gpurent_server::{bootstrap_admin, RunningServer, ServerConfig};
+use gpurent_store::SqlStore;
+use gpurent_types::SystemClock;
+
+use crate::cli::ServerArgs;
+use crate::output::print_line;
+
+pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    super::ensure_dir(&args.data_dir)?;
+    let url = args
+        .database_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}", args.data_dir.join("gpurent.db").display()));
+    let server = start(&url, &args.data_dir, args.listen).await?;
+    print_line(&format!("gpurent ready: {}", super::local_url(server.addr)));
+    super::shutdown_signal().await?;
+    let store = server.state.store.clone();
+    server.shutdown().await.context("the HTTP server failed")?;
+    drop(store);
+    Ok(())
+}
+
+/// Opens the store, bootstraps the admin and starts serving.
+pub async fn start(
+    database_url: &str,
+    data_dir: &std::path::Path,
+    listen: std::net::SocketAddr,
+) -> anyhow::Result<RunningServer> {
+    let store = SqlStore::connect(database_url)
+        .await
+        .with_context(|| format!("cannot open the store at {}", redact(database_url)))?;
+    let clock = Arc::new(SystemClock);
+    if let Some(path) = bootstrap_admin(&store, &*clock, data_dir).await? {
+        tracing::info!("admin token written to {}", path.display());
+    }
+    let server =
+        RunningServer::start(listen, Arc::new(store), clock, ServerConfig::default()).await?;
+    Ok(server)
+}
+
+/// A database URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***{}", &url[..scheme], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}

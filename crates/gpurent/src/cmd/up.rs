@@ -1,0 +1,84 @@
+//! `gpurent up`: the control plane on an embedded SQLite file plus one local node agent.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use gpurent_agent::{Agent, AgentConfig, NodeIdentity};
+use gpurent_server::{hash_token, new_token};
+use gpurent_types::Role;
+use tokio::sync::watch;
+
+use crate::cli::UpArgs;
+use crate::output::print_line;
+
+/// How long `up` waits for its local agent to report in before giving up.
+const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    super::ensure_dir(&args.data_dir)?;
+    let url = format!("sqlite://{}", args.data_dir.join("gpurent.db").display());
+    let server = super::server::start(&url, &args.data_dir, args.listen).await?;
+    let base = super::local_url(server.addr);
+    let store = server.state.store.clone();
+
+    let agent_dir = args.data_dir.join("agent");
+    let name = super::agent::host_name();
+    let (gpus, executor) = super::agent::backends(args.sim_gpus.as_deref(), args.executor, &name)?;
+    let mut config = AgentConfig::new(&base, agent_dir.clone(), &name);
+    if NodeIdentity::load(&agent_dir)?.is_none() {
+        // The local agent joins like any other: with a join token, over HTTP.
+        let admin = store
+            .list_users()
+            .await?
+            .into_iter()
+            .find(|u| u.role == Role::Admin)
+            .context("the store has no admin user")?;
+        let token = new_token("gpj");
+        let now = server.state.now();
+        store
+            .create_join_token(
+                &hash_token(&token),
+                &admin.id,
+                now + chrono::Duration::hours(1),
+                now,
+            )
+            .await?;
+        config.join_token = Some(token);
+    }
+    let (stop, stopped) = watch::channel(false);
+    let mut agent = tokio::spawn(Agent::new(config, gpus, executor).run(stopped));
+
+    let deadline = tokio::time::Instant::now() + AGENT_READY_TIMEOUT;
+    loop {
+        let nodes = store.list_nodes(server.state.live_since()).await?;
+        if nodes.iter().any(|n| n.name == name && n.status == "ready") {
+            break;
+        }
+        if agent.is_finished() || tokio::time::Instant::now() > deadline {
+            let _ = stop.send(true);
+            let outcome = (&mut agent).await;
+            server.shutdown().await.ok();
+            match outcome {
+                Ok(Err(e)) => return Err(e).context("the local agent failed"),
+                _ => bail!("the local agent did not report in within {AGENT_READY_TIMEOUT:?}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    print_line(&format!("gpurent ready: {base}"));
+
+    let agent_failed = tokio::select! {
+        r = super::shutdown_signal() => { r?; None }
+        r = &mut agent => Some(r),
+    };
+    let _ = stop.send(true);
+    let agent_result = match agent_failed {
+        Some(r) => r,
+        None => agent.await,
+    };
+    server.shutdown().await.context("the HTTP server failed")?;
+    agent_result
+        .context("the agent task failed")?
+        .context("the local agent failed")?;
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! The one place where errors become HTTP responses: status, `{"error": {"code", "message"}}`
+//! and a log line. Codes are stable snake_case words.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use gpurent_store::StoreError;
+use gpurent_types::api::{ErrorBody, ErrorDetail};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    Malformed(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    UnsupportedTier(String),
+    #[error("request body is larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("no route for {0}")]
+    NoRoute(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::Malformed(_) => (StatusCode::BAD_REQUEST, "malformed_request"),
+            ApiError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_value"),
+            ApiError::UnsupportedTier(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unsupported_tier"),
+            ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::UnsupportedMediaType(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Store(e) => match e {
+                StoreError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+                StoreError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+                StoreError::NoCapacity(_) => (StatusCode::CONFLICT, "no_capacity"),
+                StoreError::UnknownGpuType { .. } => {
+                    (StatusCode::UNPROCESSABLE_ENTITY, "unknown_gpu_type")
+                }
+                StoreError::InsufficientCredit { .. } => {
+                    (StatusCode::PAYMENT_REQUIRED, "insufficient_credit")
+                }
+                StoreError::IdempotencyMismatch => {
+                    (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
+                }
+                StoreError::InvalidJoinToken => (StatusCode::UNAUTHORIZED, "invalid_join_token"),
+                StoreError::UnsupportedUrl(_)
+                | StoreError::Migration { .. }
+                | StoreError::Corrupt(_)
+                | StoreError::Database(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = if status.is_server_error() {
+            // The cause goes to the log, not to the client.
+            tracing::error!(error = ?self, "request failed");
+            "internal error; see the server log".to_owned()
+        } else {
+            tracing::debug!(code, message = %self, "request refused");
+            self.to_string()
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message,
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,47 @@
+//! A JSON body extractor whose rejections use the API's error shape: 400 for malformed JSON,
+//! 422 for a well-formed body with a wrong or unknown field, 413 and 415 as HTTP says.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::HeaderMap;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+            Err(JsonRejection::JsonDataError(e)) => Err(ApiError::Invalid(e.body_text())),
+            Err(JsonRejection::JsonSyntaxError(e)) => Err(ApiError::Malformed(e.body_text())),
+            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::UnsupportedMediaType(
+                "send the body as JSON with Content-Type: application/json".into(),
+            )),
+            Err(JsonRejection::BytesRejection(_)) => Err(ApiError::TooLarge {
+                limit: state.config.max_body_bytes,
+            }),
+            Err(e) => Err(ApiError::Malformed(e.body_text())),
+        }
+    }
+}
+
+/// The `Idempotency-Key` header, when given: printable ASCII, at most 255 characters.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| {
+            ApiError::Invalid("Idempotency-Key must be 1-255 printable ASCII characters".into())
+        })?;
+    Ok(Some(key.to_owned()))
+}

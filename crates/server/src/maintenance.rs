@@ -1,0 +1,35 @@
+//! The periodic work of the control plane: expiring reservations whose time is up.
+
+use tokio::sync::watch;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
+    let nodes = state.store.expire_due(state.now()).await?;
+    for node in nodes {
+        state.wake.wake(&node);
+    }
+    Ok(())
+}
+
+pub(crate) async fn run(state: AppState, mut stopped: watch::Receiver<bool>) {
+    let mut interval = tokio::time::interval(state.config.maintenance_interval);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            changed = stopped.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+        if *stopped.borrow() {
+            return;
+        }
+        if let Err(e) = tick(&state).await {
+            tracing::warn!(error = %e, "maintenance pass failed; retrying next tick");
+        }
+    }
+}

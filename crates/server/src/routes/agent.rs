@@ -1,0 +1,122 @@
+//! The agent protocol: register with a join token, then sync (report actual state, get
+//! desired state, long-polling until it changes).
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use gpurent_store::NewNode;
+use gpurent_types::agent::{NodeRegistered, RegisterNode, SyncRequest, SyncResponse};
+use gpurent_types::api::ErrorBody;
+
+use crate::auth::{hash_token, new_token, AgentNode};
+use crate::error::ApiError;
+use crate::extract::ApiJson;
+use crate::state::AppState;
+
+const MAX_GPUS_PER_NODE: usize = 256;
+/// A replica re-reads the version this often while holding a sync, to see other replicas' changes.
+const VERSION_RECHECK: Duration = Duration::from_secs(1);
+
+/// Trade a join token for a node identity and credential.
+#[utoipa::path(post, path = "/api/v1/agent/register", tag = "agent", request_body = RegisterNode,
+    responses((status = 201, body = NodeRegistered), (status = 401, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn register(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<RegisterNode>,
+) -> Result<(StatusCode, Json<NodeRegistered>), ApiError> {
+    let name_ok = !body.name.is_empty()
+        && body.name.len() <= 64
+        && body
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !name_ok {
+        return Err(ApiError::Invalid(
+            "name must be 1-64 characters of letters, digits and - _ .".into(),
+        ));
+    }
+    if body.gpus.len() > MAX_GPUS_PER_NODE {
+        return Err(ApiError::Invalid(format!(
+            "at most {MAX_GPUS_PER_NODE} GPUs per node"
+        )));
+    }
+    if body
+        .gpus
+        .iter()
+        .any(|g| g.uuid.is_empty() || g.uuid.len() > 128 || g.vram_mb == 0)
+    {
+        return Err(ApiError::Invalid(
+            "every GPU needs a UUID and its memory size".into(),
+        ));
+    }
+    let node_token = new_token("gpn");
+    let node_id = state
+        .store
+        .register_node(
+            NewNode {
+                join_token_hash: hash_token(&body.join_token),
+                node_token_hash: hash_token(&node_token),
+                name: body.name,
+                executor: body.executor,
+                gpu_backend: body.gpu_backend,
+                gpus: body.gpus,
+            },
+            state.now(),
+        )
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(NodeRegistered {
+            node_id,
+            node_token,
+        }),
+    ))
+}
+
+/// Report the node's GPUs and instances; answer with its desired state. With `known_version`
+/// and `wait_ms`, the answer waits until the desired state is newer or the wait is over.
+#[utoipa::path(post, path = "/api/v1/agent/sync", tag = "agent", request_body = SyncRequest,
+    security(("bearer" = [])),
+    responses((status = 200, body = SyncResponse), (status = 401, body = ErrorBody)))]
+pub(crate) async fn sync(
+    State(state): State<AppState>,
+    AgentNode(node_id): AgentNode,
+    ApiJson(body): ApiJson<SyncRequest>,
+) -> Result<Json<SyncResponse>, ApiError> {
+    state
+        .store
+        .sync_node(&node_id, &body.gpus, &body.instances, state.now())
+        .await?;
+    let wait = Duration::from_millis(body.wait_ms.unwrap_or(0)).min(state.config.max_sync_wait);
+    if let (Some(known), false) = (body.known_version, wait.is_zero()) {
+        let deadline = tokio::time::Instant::now() + wait;
+        let notify = state.wake.for_node(&node_id);
+        while !state.wake.is_shutting_down() {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if state.store.desired_version(&node_id).await? != known {
+                break;
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let step = (deadline - now).min(VERSION_RECHECK);
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep(step) => {}
+            }
+        }
+    }
+    let (version, assignments) = state.store.desired_state(&node_id).await?;
+    Ok(Json(SyncResponse {
+        node_id,
+        version,
+        server_time: state.now(),
+        assignments,
+    }))
+}

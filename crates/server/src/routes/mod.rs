@@ -1,0 +1,54 @@
+//! The HTTP routes, each registered once with its OpenAPI description (utoipa-axum).
+
+mod agent;
+mod health;
+mod nodes;
+mod reservations;
+mod users;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::Uri;
+use axum::routing::get;
+use axum::{Json, Router};
+use tower_http::trace::TraceLayer;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::ApiError;
+use crate::openapi::ApiDoc;
+use crate::state::AppState;
+
+/// All documented routes; `router` serves them and `openapi_document` describes them.
+pub(crate) fn api() -> OpenApiRouter<AppState> {
+    use utoipa::OpenApi;
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(users::create_user, users::list_users))
+        .routes(routes!(users::get_user))
+        .routes(routes!(users::grant_credit))
+        .routes(routes!(users::balance))
+        .routes(routes!(reservations::offers))
+        .routes(routes!(reservations::create, reservations::list))
+        .routes(routes!(reservations::get))
+        .routes(routes!(reservations::stop))
+        .routes(routes!(reservations::logs))
+        .routes(routes!(nodes::create_join_token))
+        .routes(routes!(nodes::list))
+        .routes(routes!(agent::register))
+        .routes(routes!(agent::sync))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+}
+
+pub(crate) fn router(state: AppState) -> Router {
+    let (router, openapi) = api().split_for_parts();
+    let limit = state.config.max_body_bytes;
+    router
+        .route(
+            "/api/v1/openapi.json",
+            get(move || async move { Json(openapi) }),
+        )
+        .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_owned()) })
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}

@@ -1,0 +1,147 @@
+//! Offers and reservations: create, list, get, stop, and the lifecycle log.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use gpurent_store::Scope;
+use gpurent_types::api::{CreateReservation, ErrorBody, Offer, Reservation, ReservationStopped};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{idempotency_key, ApiJson};
+use crate::state::AppState;
+use crate::validate;
+
+/// What can be rented now: free whole GPUs per type and their on-demand price.
+#[utoipa::path(get, path = "/api/v1/offers", tag = "reservations", security(("bearer" = [])),
+    responses((status = 200, body = [Offer]), (status = 401, body = ErrorBody)))]
+pub(crate) async fn offers(
+    State(state): State<AppState>,
+    _caller: Caller,
+) -> Result<Json<Vec<Offer>>, ApiError> {
+    Ok(Json(
+        state
+            .store
+            .offers(&state.config.prices, state.live_since())
+            .await?,
+    ))
+}
+
+/// Reserve GPUs. Placement and the GPU allocation happen in one transaction; the
+/// reservation starts `pending` until its node's agent picks it up.
+#[utoipa::path(post, path = "/api/v1/reservations", tag = "reservations",
+    security(("bearer" = [])), request_body = CreateReservation,
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "A retried request with the same key returns the first reservation")),
+    responses((status = 201, body = Reservation), (status = 400, body = ErrorBody),
+        (status = 402, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<CreateReservation>,
+) -> Result<(StatusCode, Json<Reservation>), ApiError> {
+    let new = validate::reservation(&caller.0.id, &body, idempotency_key(&headers)?)?;
+    let (reservation, node) = state
+        .store
+        .reserve(new, &state.config.prices, state.live_since(), state.now())
+        .await?;
+    if let Some(node) = node {
+        state.wake.wake(&node);
+    }
+    Ok((StatusCode::CREATED, Json(reservation)))
+}
+
+/// The caller's reservations, newest first (an admin sees all).
+#[utoipa::path(get, path = "/api/v1/reservations", tag = "reservations",
+    security(("bearer" = [])), responses((status = 200, body = [Reservation])))]
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Vec<Reservation>>, ApiError> {
+    Ok(Json(
+        state.store.list_reservations(&Scope::of(&caller.0)).await?,
+    ))
+}
+
+/// One reservation. Another tenant's is reported as not found.
+#[utoipa::path(get, path = "/api/v1/reservations/{id}", tag = "reservations",
+    security(("bearer" = [])), params(("id" = String, Path)),
+    responses((status = 200, body = Reservation), (status = 404, body = ErrorBody)))]
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Reservation>, ApiError> {
+    Ok(Json(
+        state
+            .store
+            .get_reservation(&id, &Scope::of(&caller.0))
+            .await?,
+    ))
+}
+
+/// Stop a reservation: billing ends now, the instance is stopped, the GPUs are freed once its
+/// agent confirms. Stopping an ended reservation changes nothing.
+#[utoipa::path(post, path = "/api/v1/reservations/{id}/stop", tag = "reservations",
+    security(("bearer" = [])), params(("id" = String, Path)),
+    responses((status = 200, body = ReservationStopped), (status = 404, body = ErrorBody)))]
+pub(crate) async fn stop(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ReservationStopped>, ApiError> {
+    let (r, node) = state
+        .store
+        .request_stop(&id, &Scope::of(&caller.0), state.now())
+        .await?;
+    if let Some(node) = node {
+        state.wake.wake(&node);
+    }
+    tracing::info!(reservation_id = %r.id, status = %r.status, "stop requested");
+    Ok(Json(ReservationStopped {
+        id: r.id,
+        status: r.status,
+    }))
+}
+
+/// The reservation's lifecycle as text lines: placed, running, stop asked, ended and charged.
+#[utoipa::path(get, path = "/api/v1/reservations/{id}/logs", tag = "reservations",
+    security(("bearer" = [])), params(("id" = String, Path)),
+    responses((status = 200, body = String, content_type = "text/plain"),
+        (status = 404, body = ErrorBody)))]
+pub(crate) async fn logs(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<String, ApiError> {
+    let r = state
+        .store
+        .get_reservation(&id, &Scope::of(&caller.0))
+        .await?;
+    let mut out = format!(
+        "{} reserved {} x {} on node {} (GPUs {}) at {}/h\n",
+        r.created_at.to_rfc3339(),
+        r.gpu_count,
+        r.gpu_type,
+        r.node.as_deref().unwrap_or("-"),
+        r.gpus.join(", "),
+        r.price_per_hour
+    );
+    if let Some(t) = r.started_at {
+        out.push_str(&format!("{} running\n", t.to_rfc3339()));
+    }
+    if let Some(t) = r.ended_at {
+        out.push_str(&format!(
+            "{} {} ({}), charged {}\n",
+            t.to_rfc3339(),
+            r.status,
+            r.end_reason.as_deref().unwrap_or("-"),
+            r.charged
+        ));
+    } else if r.status.is_terminal() || r.status.as_str() == "stopping" {
+        out.push_str(&format!("{}\n", r.status));
+    }
+    Ok(out)
+}

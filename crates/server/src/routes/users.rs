@@ -1,0 +1,121 @@
+//! Users, their tokens and prepaid credit.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use gpurent_store::NewUser;
+use gpurent_types::api::{
+    Balance, CreateUser, CreditGranted, ErrorBody, GrantCredit, User, UserCreated,
+};
+
+use crate::auth::{hash_token, new_token, Caller};
+use crate::error::ApiError;
+use crate::extract::{idempotency_key, ApiJson};
+use crate::state::AppState;
+use crate::validate;
+
+/// Create a user (admin). The token in the answer is shown only this once.
+#[utoipa::path(post, path = "/api/v1/users", tag = "users", request_body = CreateUser,
+    security(("bearer" = [])),
+    responses((status = 201, body = UserCreated), (status = 403, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn create_user(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<CreateUser>,
+) -> Result<(StatusCode, Json<UserCreated>), ApiError> {
+    caller.require_admin()?;
+    let (name, role, credit) = validate::user(&body)?;
+    let token = new_token("gpr");
+    let new = NewUser {
+        name,
+        role,
+        token_hash: hash_token(&token),
+        credit,
+    };
+    let user = state.store.create_user(new, state.now()).await?;
+    tracing::info!(user_id = %user.id, role = %user.role, "user created");
+    Ok((
+        StatusCode::CREATED,
+        Json(UserCreated {
+            id: user.id,
+            name: user.name,
+            role: user.role,
+            token,
+        }),
+    ))
+}
+
+/// List users (admin).
+#[utoipa::path(get, path = "/api/v1/users", tag = "users", security(("bearer" = [])),
+    responses((status = 200, body = [User]), (status = 403, body = ErrorBody)))]
+pub(crate) async fn list_users(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Vec<User>>, ApiError> {
+    caller.require_admin()?;
+    Ok(Json(state.store.list_users().await?))
+}
+
+/// One user: an admin may see anyone, others only themselves.
+#[utoipa::path(get, path = "/api/v1/users/{id}", tag = "users", security(("bearer" = [])),
+    params(("id" = String, Path)),
+    responses((status = 200, body = User), (status = 404, body = ErrorBody)))]
+pub(crate) async fn get_user(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<User>, ApiError> {
+    if !caller.is_admin() && caller.0.id != id {
+        return Err(gpurent_store::StoreError::NotFound { what: "user", id }.into());
+    }
+    Ok(Json(state.store.get_user(&id).await?))
+}
+
+/// Grant prepaid credit (admin). With an `Idempotency-Key`, a retried grant is applied once.
+#[utoipa::path(post, path = "/api/v1/users/{id}/credit", tag = "users", security(("bearer" = [])),
+    params(("id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    request_body = GrantCredit,
+    responses((status = 200, body = CreditGranted), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn grant_credit(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<GrantCredit>,
+) -> Result<Json<CreditGranted>, ApiError> {
+    caller.require_admin()?;
+    let amount = validate::grant_amount(body.amount)?;
+    let transfer_id = match idempotency_key(&headers)? {
+        Some(key) => format!("grant:{id}:{key}"),
+        None => format!("grant:{id}:{}", uuid_like()),
+    };
+    let balance = state
+        .store
+        .grant_credit(&id, amount, &transfer_id, state.now())
+        .await?;
+    tracing::info!(user_id = %id, %amount, "credit granted");
+    Ok(Json(CreditGranted {
+        user_id: id,
+        balance,
+    }))
+}
+
+/// The caller's balance.
+#[utoipa::path(get, path = "/api/v1/balance", tag = "users", security(("bearer" = [])),
+    responses((status = 200, body = Balance), (status = 401, body = ErrorBody)))]
+pub(crate) async fn balance(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Balance>, ApiError> {
+    let balance = state.store.balance(&caller.0.id).await?;
+    Ok(Json(Balance {
+        balance,
+        currency: "USD".to_owned(),
+    }))
+}
+
+fn uuid_like() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}

@@ -1,0 +1,39 @@
+//! What every handler shares: the store, the clock, the configuration and node wake-ups.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use gpurent_store::Store;
+use gpurent_types::Clock;
+
+use crate::wake::NodeWakers;
+use crate::ServerConfig;
+
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+    pub config: Arc<ServerConfig>,
+    pub wake: Arc<NodeWakers>,
+}
+
+impl AppState {
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: ServerConfig) -> Self {
+        AppState {
+            store,
+            clock,
+            config: Arc::new(config),
+            wake: Arc::new(NodeWakers::default()),
+        }
+    }
+
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    /// Nodes seen since this instant count as live.
+    pub fn live_since(&self) -> DateTime<Utc> {
+        let ttl = chrono::Duration::from_std(self.config.node_ttl).unwrap_or(chrono::Duration::MAX);
+        self.now() - ttl
+    }
+}

@@ -1,0 +1,217 @@
+//! Turning request bodies into store intents, with a 422 naming the field for every bad value.
+
+use gpurent_store::{NewReservation, Want};
+use gpurent_types::api::{CreateReservation, CreateUser};
+use gpurent_types::{GpuType, Money, Role, Tier};
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+
+/// The most whole GPUs one reservation may ask for (one node).
+pub const MAX_GPU_COUNT: u32 = 64;
+pub const MAX_VRAM_GB: u32 = 1024;
+/// A year.
+pub const MAX_HOURS: f64 = 8760.0;
+const MAX_ARGS: usize = 256;
+const MAX_ENV: usize = 128;
+const MAX_TEXT: usize = 8192;
+
+fn invalid(msg: impl Into<String>) -> ApiError {
+    ApiError::Invalid(msg.into())
+}
+
+pub fn reservation(
+    tenant_id: &str,
+    body: &CreateReservation,
+    idempotency_key: Option<String>,
+) -> Result<NewReservation, ApiError> {
+    let gpu_type = GpuType::parse(&body.gpu_type).map_err(|e| invalid(format!("gpu_type: {e}")))?;
+    let want = match (body.gpu_count, body.vram_gb) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "give gpu_count (whole GPUs) or vram_gb (a share of one), not both",
+            ))
+        }
+        (None, Some(0)) => return Err(invalid("vram_gb must be at least 1")),
+        (None, Some(gb)) if gb > MAX_VRAM_GB => {
+            return Err(invalid(format!("vram_gb must be at most {MAX_VRAM_GB}")))
+        }
+        (None, Some(gb)) => Want::Share {
+            vram_mb: u64::from(gb) * 1024,
+        },
+        (Some(0), None) => return Err(invalid("gpu_count must be at least 1")),
+        (Some(n), None) if n > MAX_GPU_COUNT => {
+            return Err(invalid(format!(
+                "gpu_count must be at most {MAX_GPU_COUNT} (one node)"
+            )))
+        }
+        (Some(count), None) => Want::Whole { count },
+        (None, None) => Want::Whole { count: 1 },
+    };
+    if !body.hours.is_finite() || body.hours <= 0.0 || body.hours > MAX_HOURS {
+        return Err(invalid(format!(
+            "hours must be more than 0 and at most {MAX_HOURS}"
+        )));
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // bounded just above
+    let duration_s = (body.hours * 3600.0).round() as u64;
+    if duration_s == 0 {
+        return Err(invalid("hours must be at least one second (0.0003)"));
+    }
+    let tier = body.tier.unwrap_or_default();
+    match tier {
+        Tier::OnDemand => {}
+        Tier::Spot | Tier::Reserved => {
+            return Err(ApiError::UnsupportedTier(format!(
+                "tier {tier} is not offered yet; use on-demand"
+            )))
+        }
+    }
+    if body.bid.is_some() && tier != Tier::Spot {
+        return Err(invalid("bid is only for the spot tier"));
+    }
+    if let Some(image) = &body.image {
+        if image.is_empty() || image.len() > 255 || image.chars().any(char::is_whitespace) {
+            return Err(invalid("image must be 1-255 characters without spaces"));
+        }
+    }
+    if body.command.len() > MAX_ARGS || body.command.iter().any(|a| a.len() > MAX_TEXT) {
+        return Err(invalid(format!(
+            "command may have at most {MAX_ARGS} arguments of {MAX_TEXT} bytes"
+        )));
+    }
+    if body.env.len() > MAX_ENV {
+        return Err(invalid(format!("env may have at most {MAX_ENV} variables")));
+    }
+    for (k, v) in &body.env {
+        let valid_name = k
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && k.len() <= 255;
+        if !valid_name {
+            return Err(invalid(format!("env: {k:?} is not a valid variable name")));
+        }
+        if v.len() > MAX_TEXT {
+            return Err(invalid(format!(
+                "env: the value of {k} is longer than {MAX_TEXT} bytes"
+            )));
+        }
+    }
+    Ok(NewReservation {
+        tenant_id: tenant_id.to_owned(),
+        gpu_type,
+        want,
+        duration_s,
+        tier,
+        bid: body.bid,
+        image: body.image.clone(),
+        command: body.command.clone(),
+        env: body.env.clone(),
+        idempotency_key,
+        request_hash: request_hash(body),
+    })
+}
+
+/// Identifies a request body for idempotency: the same key with another body is refused.
+fn request_hash<T: serde::Serialize>(body: &T) -> String {
+    let json = serde_json::to_vec(body).unwrap_or_default();
+    hex::encode(Sha256::digest(&json))
+}
+
+pub fn user(body: &CreateUser) -> Result<(String, Role, Money), ApiError> {
+    let name = body.name.trim();
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '@'));
+    if !valid {
+        return Err(invalid(
+            "name must be 1-64 characters of letters, digits and _ - . @",
+        ));
+    }
+    let credit = body.credit.unwrap_or(Money::ZERO);
+    if credit.is_negative() {
+        return Err(invalid("credit must not be negative"));
+    }
+    Ok((name.to_owned(), body.role.unwrap_or(Role::Tenant), credit))
+}
+
+/// Credit an admin may grant at once: positive and at most a billion.
+pub fn grant_amount(amount: Money) -> Result<Money, ApiError> {
+    if amount <= Money::ZERO || amount > Money::units(1_000_000_000) {
+        return Err(invalid("amount must be more than 0 and at most 1000000000"));
+    }
+    Ok(amount)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(json: serde_json::Value) -> CreateReservation {
+        serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn every_bad_value_names_its_field() {
+        let cases = [
+            (serde_json::json!({"gpu_type": "", "hours": 1}), "gpu_type"),
+            (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": 0}),
+                "hours",
+            ),
+            (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": -1}),
+                "hours",
+            ),
+            (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": 1e9}),
+                "hours",
+            ),
+            (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "gpu_count": 0}),
+                "gpu_count",
+            ),
+            (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "gpu_count": 100000}),
+                "gpu_count",
+            ),
+            (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "vram_gb": 0}),
+                "vram_gb",
+            ),
+            (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "gpu_count": 1, "vram_gb": 8}),
+                "vram_gb",
+            ),
+            (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "env": {"1X": "y"}}),
+                "env",
+            ),
+            (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "image": "a b"}),
+                "image",
+            ),
+        ];
+        for (json, field) in cases {
+            let err = reservation("t", &body(json.clone()), None).unwrap_err();
+            assert!(err.to_string().contains(field), "{json}: {err}");
+        }
+        let ok = reservation(
+            "t",
+            &body(serde_json::json!({"gpu_type": "RTX 4090", "hours": 0.5})),
+            None,
+        );
+        assert!(matches!(
+            ok,
+            Ok(NewReservation {
+                duration_s: 1800,
+                want: Want::Whole { count: 1 },
+                ..
+            })
+        ));
+    }
+}
