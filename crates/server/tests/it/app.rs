@@ -1,0 +1,318 @@
+//! `TestApp`: a control plane on an ephemeral loopback port with a fresh database and
+//! in-process simulated agents, and HTTP clients for its users.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use gpurent_agent::executor::SimExecutor;
+use gpurent_agent::gpu::SimGpus;
+use gpurent_agent::{Agent, AgentConfig, RetryPolicy};
+use gpurent_server::{hash_token, RunningServer, ServerConfig};
+use gpurent_store::prelude::*;
+use gpurent_store::testing::TestDatabase;
+use gpurent_store::{Backend, SqlStore};
+use gpurent_types::{Clock, ManualClock, SystemClock};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+const ADMIN_TOKEN: &str = "gpr_test_admin";
+
+pub struct TestAppBuilder {
+    backend: Backend,
+    nodes: Vec<String>,
+    manual_clock: bool,
+}
+
+pub struct TestApp {
+    pub server: Option<RunningServer>,
+    pub base: String,
+    pub store: Arc<SqlStore>,
+    pub clock: Option<ManualClock>,
+    agents: Vec<(
+        watch::Sender<bool>,
+        tokio::task::JoinHandle<Result<(), gpurent_agent::AgentError>>,
+    )>,
+    _dirs: Vec<tempfile::TempDir>,
+    _db: TestDatabase,
+}
+
+impl TestApp {
+    pub fn with(backend: Backend) -> TestAppBuilder {
+        TestAppBuilder {
+            backend,
+            nodes: Vec::new(),
+            manual_clock: false,
+        }
+    }
+}
+
+impl TestAppBuilder {
+    /// One node with these simulated GPUs, e.g. `"4xRTX4090"`.
+    pub fn with_sim_gpus(mut self, spec: &str) -> Self {
+        self.nodes.push(spec.to_owned());
+        self
+    }
+
+    /// A clock that moves only with `TestApp::advance`.
+    pub fn with_manual_clock(mut self) -> Self {
+        self.manual_clock = true;
+        self
+    }
+
+    pub async fn start(self) -> TestApp {
+        let db = TestDatabase::new(self.backend)
+            .await
+            .expect("test database");
+        let store = Arc::new(SqlStore::connect(&db.url).await.expect("connect store"));
+        let manual = self.manual_clock.then(|| {
+            ManualClock::new(
+                Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0)
+                    .single()
+                    .expect("time"),
+            )
+        });
+        let clock: Arc<dyn Clock> = match &manual {
+            Some(m) => Arc::new(m.clone()),
+            None => Arc::new(SystemClock),
+        };
+        store
+            .ensure_admin(&hash_token(ADMIN_TOKEN), clock.now())
+            .await
+            .expect("admin");
+        let config = ServerConfig {
+            maintenance_interval: Duration::from_millis(100),
+            ..ServerConfig::default()
+        };
+        let server = RunningServer::start(
+            "127.0.0.1:0".parse().expect("addr"),
+            store.clone(),
+            clock,
+            config,
+        )
+        .await
+        .expect("start server");
+        let base = format!("http://{}", server.addr);
+        let mut app = TestApp {
+            server: Some(server),
+            base,
+            store,
+            clock: manual,
+            agents: Vec::new(),
+            _dirs: Vec::new(),
+            _db: db,
+        };
+        for (i, spec) in self.nodes.iter().enumerate() {
+            app.add_node(&format!("node-{i}"), spec).await;
+        }
+        app
+    }
+}
+
+impl TestApp {
+    /// Joins a simulated agent, exactly as a remote one would, and waits until it is ready.
+    pub async fn add_node(&mut self, name: &str, spec: &str) {
+        let (status, token) = self
+            .admin()
+            .post("/api/v1/nodes/join-token", &json!({}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{token}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = AgentConfig::new(&self.base, dir.path().to_owned(), name);
+        config.join_token = token["token"].as_str().map(str::to_owned);
+        config.heartbeat = Duration::from_millis(300);
+        config.retry = RetryPolicy {
+            tries: 3,
+            delay: Duration::from_millis(100),
+        };
+        let gpus = Arc::new(SimGpus::parse(spec, name).expect("spec"));
+        let agent = Agent::new(config, gpus, Arc::new(SimExecutor::new()));
+        let (stop, stopped) = watch::channel(false);
+        self.agents.push((stop, tokio::spawn(agent.run(stopped))));
+        self._dirs.push(dir);
+        self.eventually("the node to be ready", || async {
+            let (_, nodes) = self.admin().get("/api/v1/nodes").await;
+            nodes.as_array().is_some_and(|ns| {
+                ns.iter()
+                    .any(|n| n["name"] == name && n["status"] == "ready")
+            })
+        })
+        .await;
+    }
+
+    pub fn client(&self, token: Option<&str>) -> Client {
+        Client {
+            http: reqwest::Client::new(),
+            base: self.base.clone(),
+            token: token.map(str::to_owned),
+        }
+    }
+
+    pub fn admin(&self) -> Client {
+        self.client(Some(ADMIN_TOKEN))
+    }
+
+    pub fn anonymous(&self) -> Client {
+        self.client(None)
+    }
+
+    /// A tenant with this much credit.
+    pub async fn tenant(&self, name: &str, credit: &str) -> Tenant {
+        let (status, body) = self
+            .admin()
+            .post("/api/v1/users", &json!({"name": name, "credit": credit}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        Tenant {
+            id: body["id"].as_str().expect("id").to_owned(),
+            client: self.client(body["token"].as_str()),
+        }
+    }
+
+    pub fn advance(&self, by: chrono::Duration) {
+        self.clock
+            .as_ref()
+            .expect("built with_manual_clock")
+            .advance(by);
+    }
+
+    pub async fn maintenance_tick(&self) {
+        self.server
+            .as_ref()
+            .expect("running")
+            .maintenance_tick()
+            .await
+            .expect("tick");
+    }
+
+    /// Polls until `check` holds; agents and the server run in real time.
+    pub async fn eventually<F, Fut>(&self, what: &str, mut check: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        for _ in 0..400 {
+            if check().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    /// Waits until the reservation has this status, as its owner sees it.
+    pub async fn wait_status(&self, client: &Client, id: &str, status: &str) -> Value {
+        let path = format!("/api/v1/reservations/{id}");
+        let mut last = Value::Null;
+        for _ in 0..400 {
+            let (_, r) = client.get(&path).await;
+            if r["status"] == status {
+                return r;
+            }
+            last = r;
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("reservation {id} never became {status}; last seen {last}");
+    }
+
+    /// Stores must always be consistent: no GPU memory without an owner and the ledger balanced.
+    pub async fn assert_consistent(&self) {
+        let problems = self.store.allocation_problems().await.expect("check");
+        assert!(problems.is_empty(), "{problems:?}");
+        let ledger = self.store.ledger_check().await.expect("ledger");
+        assert!(ledger.ok(), "{ledger:?}");
+    }
+
+    pub async fn shutdown(mut self) {
+        for (stop, _) in &self.agents {
+            let _ = stop.send(true);
+        }
+        for (_, task) in self.agents.drain(..) {
+            task.await.expect("agent task").expect("agent");
+        }
+        if let Some(server) = self.server.take() {
+            server.shutdown().await.expect("shutdown");
+        }
+        self.store.close().await;
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub id: String,
+    pub client: Client,
+}
+
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl Client {
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let r = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    async fn decode(response: reqwest::Response) -> (StatusCode, Value) {
+        let status = response.status();
+        let text = response.text().await.expect("body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        Self::decode(
+            self.request(reqwest::Method::GET, path)
+                .send()
+                .await
+                .expect("send"),
+        )
+        .await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        Self::decode(
+            self.request(reqwest::Method::POST, path)
+                .json(body)
+                .send()
+                .await
+                .expect("send"),
+        )
+        .await
+    }
+
+    pub async fn post_with_key(&self, path: &str, body: &Value, key: &str) -> (StatusCode, Value) {
+        let r = self
+            .request(reqwest::Method::POST, path)
+            .header("Idempotency-Key", key)
+            .json(body);
+        Self::decode(r.send().await.expect("send")).await
+    }
+
+    /// A raw body with a content type, for malformed requests.
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Value) {
+        let r = self
+            .request(reqwest::Method::POST, path)
+            .header("content-type", content_type)
+            .body(body);
+        Self::decode(r.send().await.expect("send")).await
+    }
+
+    pub async fn reserve(&self, body: Value) -> (StatusCode, Value) {
+        self.post("/api/v1/reservations", &body).await
+    }
+}

@@ -1,0 +1,28 @@
+//! The control plane's integration tests: a real server on loopback, a real store (SQLite and
+//! PostgreSQL), and simulated agents that speak the real agent protocol over HTTP.
+
+mod access;
+mod app;
+mod concurrency;
+mod idempotency;
+mod lifecycle;
+mod openapi;
+mod validation;
+
+/// Runs an async test body once per store backend.
+#[macro_export]
+macro_rules! both_stores {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$body(gpurent_store::Backend::Sqlite).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$body(gpurent_store::Backend::Postgres).await;
+            }
+        }
+    };
+}
