@@ -87,6 +87,8 @@ impl ReservationStatus {
     }
 }
 
+// The enum comes from `string_enum!`, which cannot take a `#[default]` variant.
+#[allow(clippy::derivable_impls)]
 impl Default for Tier {
     fn default() -> Self {
         Tier::OnDemand

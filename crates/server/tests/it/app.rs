@@ -25,15 +25,17 @@ pub struct TestAppBuilder {
     manual_clock: bool,
 }
 
+type RunningAgent = (
+    watch::Sender<bool>,
+    tokio::task::JoinHandle<Result<(), gpurent_agent::AgentError>>,
+);
+
 pub struct TestApp {
     pub server: Option<RunningServer>,
     pub base: String,
     pub store: Arc<SqlStore>,
     pub clock: Option<ManualClock>,
-    agents: Vec<(
-        watch::Sender<bool>,
-        tokio::task::JoinHandle<Result<(), gpurent_agent::AgentError>>,
-    )>,
+    agents: Vec<RunningAgent>,
     _dirs: Vec<tempfile::TempDir>,
     _db: TestDatabase,
 }

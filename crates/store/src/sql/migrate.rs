@@ -12,7 +12,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[(
 )];
 
 /// An arbitrary constant naming gpurent's migration lock.
-const PG_MIGRATION_LOCK: i64 = 0x6770_7572_656e_74;
+const PG_MIGRATION_LOCK: i64 = 0x0067_7075_7265_6e74;
 
 pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<()> {
     sqlx::raw_sql(

@@ -53,7 +53,7 @@ struct Candidate {
 }
 
 enum Attempt {
-    Done(Reservation, Option<String>),
+    Done(Box<Reservation>, Option<String>),
     LostRace,
 }
 
@@ -81,7 +81,7 @@ impl SqlStore {
                 }
                 let id: String = row.try_get("id")?;
                 let r = fetch_reservation(&mut tx, &id, &Scope::All).await?;
-                return Ok(Attempt::Done(r, None));
+                return Ok(Attempt::Done(Box::new(r), None));
             }
         }
 
@@ -242,7 +242,7 @@ impl SqlStore {
         let reservation = fetch_reservation(&mut tx, &id, &Scope::All).await?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, node_id = %node_id, tenant_id = %new.tenant_id, "reserved");
-        Ok(Attempt::Done(reservation, Some(node_id)))
+        Ok(Attempt::Done(Box::new(reservation), Some(node_id)))
     }
 
     async fn no_capacity_reason(
@@ -318,7 +318,7 @@ impl ReservationStore for SqlStore {
     ) -> Result<(Reservation, Option<String>)> {
         for _ in 0..PLACEMENT_ATTEMPTS {
             match self.try_reserve(&new, prices, ts(live_since), now).await? {
-                Attempt::Done(r, node) => return Ok((r, node)),
+                Attempt::Done(r, node) => return Ok((*r, node)),
                 Attempt::LostRace => continue,
             }
         }

@@ -1,4 +1,7 @@
 //! The store's test suite, run against SQLite and PostgreSQL alike.
 
+// A failing test panics; that is what these are for.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod lifecycle;
 mod support;
