@@ -1,0 +1,139 @@
+//! The contract flow end to end through the CLI: `gpurent up`, a tenant with credit, offers,
+//! reserve, running, stop, the exact charge and the new balance.
+
+use std::os::unix::fs::PermissionsExt;
+
+use chrono::{DateTime, Utc};
+use gpurent_types::Money;
+use serde_json::json;
+
+use crate::support::{cli, eventually, read_token, Daemon};
+
+#[test]
+fn the_contract_flow_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let up = Daemon::start(
+        &[
+            "up",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--sim-gpus",
+            "2xRTX4090",
+        ],
+        &dir.path().join("up.log"),
+    );
+    let url = up.url.clone();
+    let admin = read_token(&data);
+    let mode = std::fs::metadata(data.join("admin.token"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "admin.token must be private");
+
+    let alice = cli(
+        &url,
+        Some(&admin),
+        true,
+        &["users", "create", "alice", "--credit", "100"],
+    );
+    assert_eq!(alice.code, 0, "{alice:?}");
+    let alice = alice.json();
+    assert_eq!(
+        (alice["name"].as_str(), alice["role"].as_str()),
+        (Some("alice"), Some("tenant"))
+    );
+    let token = alice["token"].as_str().unwrap().to_owned();
+    let t = Some(token.as_str());
+
+    assert_eq!(
+        cli(&url, t, true, &["balance"]).json(),
+        json!({"balance": "100.00", "currency": "USD"})
+    );
+    assert_eq!(
+        cli(&url, t, true, &["offers"]).json(),
+        json!([{"gpu_type": "RTX4090", "vram_gb": 24, "available": 2, "price_per_hour": "2.50"}])
+    );
+
+    let r = cli(
+        &url,
+        t,
+        true,
+        &[
+            "reserve", "--gpu", "RTX-4090", "--hours", "1", "--", "python", "train.py",
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = r.json();
+    assert_eq!(
+        (
+            r["gpu_type"].as_str(),
+            r["gpu_count"].as_u64(),
+            r["price_per_hour"].as_str(),
+            r["tier"].as_str()
+        ),
+        (Some("RTX4090"), Some(1), Some("2.50"), Some("on-demand"))
+    );
+    let id = r["id"].as_str().unwrap().to_owned();
+    eventually("running", 30, || {
+        cli(&url, t, true, &["get", &id]).json()["status"] == "running"
+    });
+    let listed = cli(&url, t, true, &["ls"]).json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1));
+    assert_eq!(listed[0]["command"], json!(["python", "train.py"]));
+
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let stopped = cli(&url, t, true, &["stop", &id]);
+    assert_eq!(stopped.json(), json!({"id": id, "status": "stopping"}));
+    eventually("stopped", 30, || {
+        cli(&url, t, true, &["get", &id]).json()["status"] == "stopped"
+    });
+    let done = cli(&url, t, true, &["get", &id]).json();
+    let started: DateTime<Utc> = done["started_at"].as_str().unwrap().parse().unwrap();
+    let ended: DateTime<Utc> = done["ended_at"].as_str().unwrap().parse().unwrap();
+    let seconds = (ended - started).num_seconds();
+    assert!(seconds >= 2, "ran {seconds} s");
+    let charge = seconds * 2_500_000 / 3600;
+    assert_eq!(done["charged"], Money::from_micros(charge).to_string());
+    let balance = cli(&url, t, true, &["balance"]).json();
+    assert_eq!(
+        balance["balance"],
+        Money::from_micros(100_000_000 - charge).to_string()
+    );
+
+    // Errors: one JSON document on stdout and a non-zero exit.
+    let missing = cli(&url, t, true, &["get", "no-such-id"]);
+    assert_eq!(missing.code, 1);
+    assert_eq!(missing.json()["error"]["code"], "not_found");
+    let forbidden = cli(&url, t, true, &["nodes", "ls"]);
+    assert_eq!(
+        (forbidden.code, forbidden.json()["error"]["code"].as_str()),
+        (1, Some("forbidden"))
+    );
+    let no_capacity = cli(
+        &url,
+        t,
+        true,
+        &[
+            "reserve", "--gpu", "rtx4090", "--count", "3", "--hours", "1",
+        ],
+    );
+    assert_eq!(no_capacity.json()["error"]["code"], "no_capacity");
+    let human = cli(&url, t, false, &["offers"]);
+    assert!(human.stdout.starts_with("GPU"), "{human:?}");
+
+    let nodes = cli(&url, Some(&admin), true, &["nodes", "ls"]).json();
+    assert_eq!(nodes[0]["status"], "ready");
+    assert_eq!(nodes[0]["gpus"].as_array().map(Vec::len), Some(2));
+    let status = up.terminate();
+    assert!(status.success(), "gpurent up exited with {status}");
+}
+
+#[test]
+fn unreachable_server_is_a_clear_error() {
+    let run = cli("http://127.0.0.1:9", Some("x"), true, &["balance"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(run.json()["error"]["code"], "unreachable");
+}

@@ -1,0 +1,9 @@
+//! System tests of the `gpurent` binary: real processes on loopback, driven through the CLI
+//! exactly as a user's scripts would, and killed with SIGKILL to test crash safety.
+
+// A failing test panics; that is what these are for.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cli_flow;
+mod crash;
+mod support;
