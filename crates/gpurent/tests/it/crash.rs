@@ -50,7 +50,7 @@ fn storm(
                                 continue;
                             };
                             let id = r["id"].as_str().unwrap_or_default().to_owned();
-                            if (i + worker) % 3 == 0 {
+                            if (i + worker).is_multiple_of(3) {
                                 let _ = http
                                     .post(format!("{url}/api/v1/reservations/{id}/stop"))
                                     .bearer_auth(&token)
