@@ -2,6 +2,7 @@
 //! and every reservation is either fully there or not at all, with no GPU leaked.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,16 +13,25 @@ use serde_json::{json, Value};
 
 use crate::support::{cli, eventually, read_token, Daemon};
 
+/// Acknowledged reservations before the control plane is killed.
+const STORM_BEFORE_KILL: usize = 100;
+
 /// Fires reservations (and some stops) from several threads until `stop` is set; returns the
 /// ids the server acknowledged with 201.
 fn storm(
     url: &str,
     token: &str,
     stop: Arc<Mutex<bool>>,
+    count: Arc<AtomicUsize>,
 ) -> Vec<std::thread::JoinHandle<Vec<String>>> {
     (0..6)
         .map(|worker| {
-            let (url, token, stop) = (url.to_owned(), token.to_owned(), stop.clone());
+            let (url, token, stop, count) = (
+                url.to_owned(),
+                token.to_owned(),
+                stop.clone(),
+                count.clone(),
+            );
             std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -45,7 +55,12 @@ fn storm(
                             tokio::time::sleep(Duration::from_millis(20)).await;
                             continue;
                         };
-                        if response.status() == reqwest::StatusCode::CREATED {
+                        let status = response.status();
+                        assert!(!status.is_server_error(), "the storm got {status}");
+                        if status != reqwest::StatusCode::CREATED {
+                            continue;
+                        }
+                        {
                             let Ok(r) = response.json::<Value>().await else {
                                 continue;
                             };
@@ -59,6 +74,7 @@ fn storm(
                                     .await;
                             }
                             acked.push(id);
+                            count.fetch_add(1, Ordering::SeqCst);
                         }
                     }
                     acked
@@ -93,9 +109,15 @@ fn tenant(url: &str, admin: &str) -> String {
 /// Kill -9 mid-storm, check the store, restart and let everything converge.
 fn storm_and_kill(mut daemon: Daemon, token: &str) -> BTreeSet<String> {
     let stop = Arc::new(Mutex::new(false));
-    let workers = storm(&daemon.url, token, stop.clone());
-    // Let the storm build up, then pull the plug.
-    std::thread::sleep(Duration::from_millis(1500));
+    let count = Arc::new(AtomicUsize::new(0));
+    let workers = storm(&daemon.url, token, stop.clone(), count.clone());
+    // Let the storm build up (on a slow machine too), then pull the plug while it rages.
+    for _ in 0..400 {
+        if count.load(Ordering::SeqCst) >= STORM_BEFORE_KILL {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     daemon.kill9();
     *stop.lock().unwrap() = true;
     let acked: BTreeSet<String> = workers

@@ -14,7 +14,7 @@ use super::ledger;
 use super::nodes::bump_version;
 use super::rows::{reservation_from_row, RESERVATION_COLUMNS};
 use super::{gib, new_id, ts, SqlStore};
-use crate::{NewReservation, ReservationStore, Result, Scope, StoreError, Want};
+use crate::{Backend, NewReservation, ReservationStore, Result, Scope, StoreError, Want};
 
 /// Placement retries after losing a compare-and-set race to another transaction.
 const PLACEMENT_ATTEMPTS: usize = 8;
@@ -85,6 +85,16 @@ impl SqlStore {
             }
         }
 
+        if self.backend == Backend::Postgres {
+            // Placements of one GPU type queue behind each other instead of all choosing the
+            // same GPU and losing the compare-and-set to each other. The lock is released at
+            // commit or rollback and never expires; the compare-and-set below stays the
+            // guarantee that a GPU is never given twice.
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind(new.gpu_type.key())
+                .execute(&mut *tx)
+                .await?;
+        }
         let (whole_only, min_free) = match new.want {
             Want::Whole { .. } => (1i64, 1i64),
             Want::Share { vram_mb } => (0, i64::try_from(vram_mb).unwrap_or(i64::MAX)),
