@@ -68,6 +68,30 @@ pub enum Command {
     Nodes(NodesCommand),
     /// Print the OpenAPI document of the HTTP API.
     Openapi,
+    /// Benchmarks (see BENCHMARKS.md).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Reservations per second and latency of POST /api/v1/reservations over HTTP.
+    Reserve(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// sqlite://PATH or postgres://... (default: a fresh SQLite file).
+    #[arg(long)]
+    pub database_url: Option<String>,
+    #[arg(long, default_value_t = 1000)]
+    pub nodes: u32,
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: u32,
+    #[arg(long, default_value_t = 5000)]
+    pub requests: u32,
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -49,6 +49,9 @@ fn main() -> ExitCode {
             init_logging();
             report_daemon(runtime.block_on(cmd::agent::run(args, &cli.server)))
         }
+        Command::Bench(cli::BenchCommand::Reserve(args)) => {
+            report_daemon(runtime.block_on(cmd::bench::run(args, json)))
+        }
         command => {
             let result = runtime.block_on(cmd::client::run(command, &cli.server, cli.token, json));
             match result {

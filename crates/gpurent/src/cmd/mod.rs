@@ -1,6 +1,7 @@
 //! One module per kind of command: daemons (`up`, `server`, `agent`) and API clients.
 
 pub mod agent;
+pub mod bench;
 pub mod client;
 pub mod server;
 pub mod up;
