@@ -69,6 +69,17 @@ CREATE TABLE gpus (
 CREATE INDEX gpus_type_free ON gpus (type_key, free_mb);
 CREATE INDEX gpus_node ON gpus (node_id);
 
+-- How many whole GPUs of a type are free on each node: best-fit placement of whole GPUs is one
+-- probe of the (type_key, whole_free) index instead of a scan of every GPU. Kept in step with
+-- gpus.free_mb in the same transactions, and checked by `allocation_problems`.
+CREATE TABLE gpu_pools (
+    node_id     TEXT NOT NULL REFERENCES nodes (id),
+    type_key    TEXT NOT NULL,
+    whole_free  BIGINT NOT NULL CHECK (whole_free >= 0),
+    PRIMARY KEY (node_id, type_key)
+);
+CREATE INDEX gpu_pools_fit ON gpu_pools (type_key, whole_free, node_id);
+
 CREATE TABLE reservations (
     id                 TEXT PRIMARY KEY,
     tenant_id          TEXT NOT NULL REFERENCES users (id),

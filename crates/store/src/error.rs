@@ -38,6 +38,18 @@ impl StoreError {
         matches!(self, StoreError::Database(sqlx::Error::Database(e)) if e.is_unique_violation())
     }
 
+    /// A deadlock or serialization failure (PostgreSQL), or a busy database (SQLite): the
+    /// transaction was rolled back and may simply be run again.
+    pub(crate) fn is_transient(&self) -> bool {
+        let StoreError::Database(sqlx::Error::Database(e)) = self else {
+            return false;
+        };
+        matches!(
+            e.code().as_deref(),
+            Some("40P01" | "40001" | "5" | "6" | "517" | "262")
+        )
+    }
+
     pub(crate) fn not_found(what: &'static str, id: &str) -> Self {
         StoreError::NotFound {
             what,

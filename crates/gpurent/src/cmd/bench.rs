@@ -36,19 +36,41 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         Some(url) => url.clone(),
         None => format!("sqlite://{}/bench.db", dir.display()),
     };
-    let backend = if url.starts_with("sqlite") { "sqlite" } else { "postgres" };
+    let backend = if url.starts_with("sqlite") {
+        "sqlite"
+    } else {
+        "postgres"
+    };
     let store = Arc::new(SqlStore::connect(&url).await.context("open the store")?);
     let clock = Arc::new(SystemClock);
     let now = chrono::Utc::now();
 
-    eprintln!("bench: registering {} nodes x {} GPUs", args.nodes, args.gpus_per_node);
+    eprintln!(
+        "bench: registering {} nodes x {} GPUs",
+        args.nodes, args.gpus_per_node
+    );
     let admin_token = "gpr_bench_admin";
     store.ensure_admin(&hash_token(admin_token), now).await?;
-    let admin = store.authenticate(&hash_token(admin_token)).await?.context("admin")?;
-    store.create_join_token("bench-join", &admin.id, now + chrono::Duration::days(1), now).await?;
+    let admin = store
+        .authenticate(&hash_token(admin_token))
+        .await?
+        .context("admin")?;
+    store
+        .create_join_token(
+            "bench-join",
+            &admin.id,
+            now + chrono::Duration::days(1),
+            now,
+        )
+        .await?;
     for n in 0..args.nodes {
         let gpus = (0..args.gpus_per_node)
-            .map(|i| GpuInfo { index: i, uuid: format!("GPU-bench-{n}-{i}"), model: "NVIDIA GeForce RTX 4090".into(), vram_mb: 24_564 })
+            .map(|i| GpuInfo {
+                index: i,
+                uuid: format!("GPU-bench-{n}-{i}"),
+                model: "NVIDIA GeForce RTX 4090".into(),
+                vram_mb: 24_564,
+            })
             .collect();
         store
             .register_node(
@@ -65,15 +87,26 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
             .await?;
     }
     let tenant_token = "gpr_bench_tenant";
-    let new = NewUser { name: "bench".into(), role: Role::Tenant, token_hash: hash_token(tenant_token), credit: Money::units(1_000_000_000) };
+    let new = NewUser {
+        name: "bench".into(),
+        role: Role::Tenant,
+        token_hash: hash_token(tenant_token),
+        credit: Money::units(1_000_000_000),
+    };
     store.create_user(new, now).await?;
 
     // Nodes are registered once and never heartbeat here: keep them live for the whole run.
-    let config = ServerConfig { node_ttl: Duration::from_secs(24 * 3600), ..ServerConfig::default() };
+    let config = ServerConfig {
+        node_ttl: Duration::from_secs(24 * 3600),
+        ..ServerConfig::default()
+    };
     let server = RunningServer::start("127.0.0.1:0".parse()?, store.clone(), clock, config).await?;
     let endpoint = format!("http://{}/api/v1/reservations", server.addr);
 
-    eprintln!("bench: {} requests, {} at a time, against {}", args.requests, args.concurrency, backend);
+    eprintln!(
+        "bench: {} requests, {} at a time, against {}",
+        args.requests, args.concurrency, backend
+    );
     let client = reqwest::Client::new();
     let per_worker = args.requests / args.concurrency.max(1);
     let started = Instant::now();
@@ -118,7 +151,11 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
     }
     latencies.sort();
     let pct = |p: f64| {
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
         let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
         latencies[i].as_secs_f64() * 1000.0
     };
@@ -141,7 +178,17 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         return print_json(&result).map_err(|e| anyhow::anyhow!(e));
     }
     print_table(
-        &["backend", "GPUs", "requests", "concurrency", "created", "reservations/s", "p50 ms", "p99 ms", "max ms"],
+        &[
+            "backend",
+            "GPUs",
+            "requests",
+            "concurrency",
+            "created",
+            "reservations/s",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+        ],
         &[vec![
             result.backend.clone(),
             result.gpus.to_string(),

@@ -100,3 +100,23 @@ pub(crate) fn new_id() -> String {
 pub(crate) fn gib(mb: i64) -> u32 {
     u32::try_from((mb + 512) / 1024).unwrap_or(u32::MAX)
 }
+
+/// Runs a transaction again when the database aborted it to break a deadlock or a
+/// serialization conflict; such an abort leaves nothing behind.
+pub(crate) async fn retry_transient<T, F, Fut>(what: &'static str, mut run: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    const ATTEMPTS: u32 = 5;
+    let mut attempt = 1;
+    loop {
+        match run().await {
+            Err(e) if e.is_transient() && attempt < ATTEMPTS => {
+                tracing::debug!(what, attempt, error = ?e, "transient database conflict; retrying");
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}

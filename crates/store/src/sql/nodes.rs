@@ -11,14 +11,14 @@ use gpurent_types::{GpuType, Money, ReservationStatus};
 use sqlx::{AnyConnection, Row};
 
 use super::ledger::{self, Transfer, PLATFORM_REVENUE};
-use super::{from_ts, gib, new_id, ts, SqlStore};
+use super::{from_ts, gib, new_id, retry_transient, ts, SqlStore};
 use crate::{NewNode, NodeStore, Result, StoreError};
 
 async fn insert_gpus(conn: &mut AnyConnection, node_id: &str, gpus: &[GpuInfo]) -> Result<()> {
     for g in gpus {
         let vram = i64::try_from(g.vram_mb).unwrap_or(i64::MAX);
         let gpu_type = GpuType::from_driver_name(&g.model);
-        sqlx::query(
+        let inserted = sqlx::query(
             "INSERT INTO gpus (uuid, node_id, idx, model, type_name, type_key, vram_mb, free_mb)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $7) ON CONFLICT (uuid) DO NOTHING",
         )
@@ -30,8 +30,35 @@ async fn insert_gpus(conn: &mut AnyConnection, node_id: &str, gpus: &[GpuInfo]) 
         .bind(gpu_type.key())
         .bind(vram)
         .execute(&mut *conn)
-        .await?;
+        .await?
+        .rows_affected();
+        if inserted == 1 {
+            adjust_pool(conn, node_id, gpu_type.key(), 1).await?;
+        }
     }
+    Ok(())
+}
+
+/// Moves a node's count of whole free GPUs of a type by `delta`.
+pub(crate) async fn adjust_pool(
+    conn: &mut AnyConnection,
+    node_id: &str,
+    type_key: &str,
+    delta: i64,
+) -> Result<()> {
+    // Upsert only to add: SQLite checks the CHECK of the would-be row before the conflict.
+    let sql = if delta > 0 {
+        "INSERT INTO gpu_pools (node_id, type_key, whole_free) VALUES ($1, $2, $3)
+         ON CONFLICT (node_id, type_key) DO UPDATE SET whole_free = gpu_pools.whole_free + $3"
+    } else {
+        "UPDATE gpu_pools SET whole_free = whole_free + $3 WHERE node_id = $1 AND type_key = $2"
+    };
+    sqlx::query(sql)
+        .bind(node_id)
+        .bind(type_key)
+        .bind(delta)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
@@ -192,17 +219,72 @@ pub(crate) async fn release_gpus(conn: &mut AnyConnection, reservation_id: &str)
     for a in allocations {
         let uuid: String = a.try_get("gpu_uuid")?;
         let mb: i64 = a.try_get("vram_mb")?;
-        sqlx::query("UPDATE gpus SET free_mb = free_mb + $1 WHERE uuid = $2")
-            .bind(mb)
-            .bind(&uuid)
-            .execute(&mut *conn)
-            .await?;
+        let row = sqlx::query(
+            "UPDATE gpus SET free_mb = free_mb + $1 WHERE uuid = $2
+             RETURNING node_id, type_key, vram_mb - free_mb AS used",
+        )
+        .bind(mb)
+        .bind(&uuid)
+        .fetch_one(&mut *conn)
+        .await?;
+        if row.try_get::<i64, _>("used")? == 0 {
+            let node_id: String = row.try_get("node_id")?;
+            let type_key: String = row.try_get("type_key")?;
+            adjust_pool(conn, &node_id, &type_key, 1).await?;
+        }
     }
     sqlx::query("DELETE FROM allocations WHERE reservation_id = $1")
         .bind(reservation_id)
         .execute(&mut *conn)
         .await?;
     Ok(())
+}
+
+impl SqlStore {
+    /// Rows are locked in one order in every transaction (reservations, accounts, gpus,
+    /// gpu_pools, nodes last) so that concurrent transactions cannot deadlock each other.
+    async fn sync_once(
+        &self,
+        node_id: &str,
+        gpus: &[GpuInfo],
+        reports: &[InstanceReport],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let at = ts(now);
+        let mut tx = self.pool.begin().await?;
+        let mut reports: Vec<&InstanceReport> = reports.iter().collect();
+        reports.sort_by(|a, b| a.reservation_id.cmp(&b.reservation_id));
+        let mut changed = false;
+        for report in reports {
+            changed |= apply_report(&mut tx, node_id, report, at).await?;
+        }
+        let known: HashSet<String> =
+            sqlx::query_scalar::<_, String>("SELECT uuid FROM gpus WHERE node_id = $1")
+                .bind(node_id)
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+        let new: Vec<GpuInfo> = gpus
+            .iter()
+            .filter(|g| !known.contains(&g.uuid))
+            .cloned()
+            .collect();
+        if !new.is_empty() {
+            insert_gpus(&mut tx, node_id, &new).await?;
+        }
+        sqlx::query(
+            "UPDATE nodes SET last_seen_at = $1, desired_version = desired_version + $2
+             WHERE id = $3",
+        )
+        .bind(at)
+        .bind(i64::from(changed))
+        .bind(node_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -309,37 +391,7 @@ impl NodeStore for SqlStore {
         reports: &[InstanceReport],
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let at = ts(now);
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("UPDATE nodes SET last_seen_at = $1 WHERE id = $2")
-            .bind(at)
-            .bind(node_id)
-            .execute(&mut *tx)
-            .await?;
-        let known: HashSet<String> =
-            sqlx::query_scalar::<_, String>("SELECT uuid FROM gpus WHERE node_id = $1")
-                .bind(node_id)
-                .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect();
-        let new: Vec<GpuInfo> = gpus
-            .iter()
-            .filter(|g| !known.contains(&g.uuid))
-            .cloned()
-            .collect();
-        if !new.is_empty() {
-            insert_gpus(&mut tx, node_id, &new).await?;
-        }
-        let mut changed = false;
-        for report in reports {
-            changed |= apply_report(&mut tx, node_id, report, at).await?;
-        }
-        if changed {
-            bump_version(&mut tx, node_id).await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        retry_transient("sync_node", || self.sync_once(node_id, gpus, reports, now)).await
     }
 
     async fn desired_version(&self, node_id: &str) -> Result<i64> {

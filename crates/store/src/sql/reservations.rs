@@ -11,15 +11,15 @@ use gpurent_types::{GpuType, Money, ReservationStatus};
 use sqlx::{AnyConnection, Row};
 
 use super::ledger;
-use super::nodes::bump_version;
+use super::nodes::{adjust_pool, bump_version};
 use super::rows::{reservation_from_row, RESERVATION_COLUMNS};
-use super::{gib, new_id, ts, SqlStore};
+use super::{gib, new_id, retry_transient, ts, SqlStore};
 use crate::{Backend, NewReservation, ReservationStore, Result, Scope, StoreError, Want};
 
 /// Placement retries after losing a compare-and-set race to another transaction.
 const PLACEMENT_ATTEMPTS: usize = 8;
-/// The most candidate GPUs read for one placement.
-const CANDIDATE_LIMIT: i64 = 4096;
+/// The best-fitting GPUs read as candidates for a share.
+const SHARE_CANDIDATES: i64 = 16;
 
 fn scope_param(scope: &Scope) -> &str {
     match scope {
@@ -49,6 +49,7 @@ struct Candidate {
     uuid: String,
     node_id: String,
     type_name: String,
+    type_key: String,
     vram_mb: i64,
 }
 
@@ -95,26 +96,54 @@ impl SqlStore {
                 .execute(&mut *tx)
                 .await?;
         }
-        let (whole_only, min_free) = match new.want {
-            Want::Whole { .. } => (1i64, 1i64),
-            Want::Share { vram_mb } => (0, i64::try_from(vram_mb).unwrap_or(i64::MAX)),
-        };
-        let rows = sqlx::query(
-            "SELECT g.uuid, g.node_id, g.type_name, g.vram_mb, g.free_mb FROM gpus g
-             JOIN nodes n ON n.id = g.node_id
-             WHERE g.type_key = $1 AND n.last_seen_at >= $2 AND g.free_mb >= $3
-               AND ($4 = 0 OR g.free_mb = g.vram_mb)
-             ORDER BY g.node_id, g.idx LIMIT $5",
-        )
-        .bind(new.gpu_type.key())
-        .bind(live_since)
-        .bind(min_free)
-        .bind(whole_only)
-        .bind(CANDIDATE_LIMIT)
-        .fetch_all(&mut *tx)
-        .await?;
+        let whole_only = i64::from(matches!(new.want, Want::Whole { .. }));
+        let rows =
+            match new.want {
+                Want::Whole { count } => {
+                    // Best fit, answered by the index: the live node with the fewest whole free
+                    // GPUs of the type that still has enough.
+                    let node: Option<String> = sqlx::query_scalar(
+                        "SELECT p.node_id FROM gpu_pools p JOIN nodes n ON n.id = p.node_id
+                     WHERE p.type_key = $1 AND p.whole_free >= $2 AND n.last_seen_at >= $3
+                     ORDER BY p.whole_free, p.node_id LIMIT 1",
+                    )
+                    .bind(new.gpu_type.key())
+                    .bind(i64::from(count))
+                    .bind(live_since)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    match node {
+                        None => Vec::new(),
+                        Some(node) => sqlx::query(
+                            "SELECT uuid, node_id, type_name, type_key, vram_mb, free_mb FROM gpus
+                             WHERE node_id = $1 AND type_key = $2 AND free_mb = vram_mb
+                             ORDER BY idx LIMIT $3",
+                        )
+                        .bind(&node)
+                        .bind(new.gpu_type.key())
+                        .bind(i64::from(count))
+                        .fetch_all(&mut *tx)
+                        .await?,
+                    }
+                }
+                Want::Share { vram_mb } => {
+                    // The tightest fits first: shared GPUs have less free than whole ones.
+                    sqlx::query(
+                        "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb
+                     FROM gpus g JOIN nodes n ON n.id = g.node_id
+                     WHERE g.type_key = $1 AND g.free_mb >= $2 AND n.last_seen_at >= $3
+                     ORDER BY g.free_mb, g.uuid LIMIT $4",
+                    )
+                    .bind(new.gpu_type.key())
+                    .bind(i64::try_from(vram_mb).unwrap_or(i64::MAX))
+                    .bind(live_since)
+                    .bind(SHARE_CANDIDATES)
+                    .fetch_all(&mut *tx)
+                    .await?
+                }
+            };
         if rows.is_empty() {
-            return Err(self.no_capacity_reason(&mut tx, &new.gpu_type).await?);
+            return Err(self.no_capacity_reason(&mut tx, new, live_since).await?);
         }
         let mut node_numbers: BTreeMap<String, u32> = BTreeMap::new();
         let mut candidates = Vec::with_capacity(rows.len());
@@ -124,6 +153,7 @@ impl SqlStore {
                 uuid: row.try_get("uuid")?,
                 node_id: row.try_get("node_id")?,
                 type_name: row.try_get("type_name")?,
+                type_key: row.try_get("type_key")?,
                 vram_mb: row.try_get("vram_mb")?,
             };
             let next = u32::try_from(node_numbers.len()).unwrap_or(u32::MAX);
@@ -182,18 +212,23 @@ impl SqlStore {
         // transaction took it since we read; start over from a fresh read.
         for &(i, mb) in &placement.gpus {
             let mb = i64::try_from(mb).unwrap_or(i64::MAX);
-            let taken = sqlx::query(
+            let used: Option<i64> = sqlx::query_scalar(
                 "UPDATE gpus SET free_mb = free_mb - $1
-                 WHERE uuid = $2 AND free_mb >= $1 AND ($3 = 0 OR free_mb = vram_mb)",
+                 WHERE uuid = $2 AND free_mb >= $1 AND ($3 = 0 OR free_mb = vram_mb)
+                 RETURNING vram_mb - free_mb",
             )
             .bind(mb)
             .bind(&candidates[i].uuid)
             .bind(whole_only)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if taken != 1 {
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(used) = used else {
                 return Ok(Attempt::LostRace);
+            };
+            if used == mb {
+                // It was whole and free until now.
+                let c = &candidates[i];
+                adjust_pool(&mut tx, &c.node_id, &c.type_key, -1).await?;
             }
         }
 
@@ -258,29 +293,46 @@ impl SqlStore {
     async fn no_capacity_reason(
         &self,
         conn: &mut AnyConnection,
-        wanted: &GpuType,
+        new: &NewReservation,
+        live_since: i64,
     ) -> Result<StoreError> {
-        let known: Vec<String> =
-            sqlx::query_scalar("SELECT DISTINCT type_name FROM gpus ORDER BY type_name")
-                .fetch_all(&mut *conn)
-                .await?;
+        let wanted = &new.gpu_type;
         let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM gpus WHERE type_key = $1")
             .bind(wanted.key())
             .fetch_one(&mut *conn)
             .await?;
-        Ok(if exists == 0 {
-            StoreError::UnknownGpuType {
+        if exists == 0 {
+            let known: Vec<String> =
+                sqlx::query_scalar("SELECT DISTINCT type_name FROM gpus ORDER BY type_name")
+                    .fetch_all(&mut *conn)
+                    .await?;
+            return Ok(StoreError::UnknownGpuType {
                 wanted: wanted.display().to_owned(),
                 known: if known.is_empty() {
                     "none".to_owned()
                 } else {
                     known.join(", ")
                 },
+            });
+        }
+        Ok(match new.want {
+            Want::Whole { count } => {
+                let most: Option<i64> = sqlx::query_scalar(
+                    "SELECT MAX(p.whole_free) FROM gpu_pools p JOIN nodes n ON n.id = p.node_id
+                     WHERE p.type_key = $1 AND n.last_seen_at >= $2",
+                )
+                .bind(wanted.key())
+                .bind(live_since)
+                .fetch_one(&mut *conn)
+                .await?;
+                StoreError::NoCapacity(format!(
+                    "asked for {count} whole {wanted} GPUs on one node; the most free on any live node is {}",
+                    most.unwrap_or(0)
+                ))
             }
-        } else {
-            StoreError::NoCapacity(format!(
-                "every {wanted} GPU is taken or its node is unreachable"
-            ))
+            Want::Share { vram_mb } => StoreError::NoCapacity(format!(
+                "no live {wanted} GPU has {vram_mb} MiB of memory free"
+            )),
         })
     }
 }
@@ -327,7 +379,10 @@ impl ReservationStore for SqlStore {
         now: DateTime<Utc>,
     ) -> Result<(Reservation, Option<String>)> {
         for _ in 0..PLACEMENT_ATTEMPTS {
-            match self.try_reserve(&new, prices, ts(live_since), now).await? {
+            let attempt = retry_transient("reserve", || {
+                self.try_reserve(&new, prices, ts(live_since), now)
+            });
+            match attempt.await? {
                 Attempt::Done(r, node) => return Ok((*r, node)),
                 Attempt::LostRace => continue,
             }
@@ -393,7 +448,7 @@ impl ReservationStore for SqlStore {
         let mut tx = self.pool.begin().await?;
         let due = sqlx::query(
             "SELECT id, node_id FROM reservations
-             WHERE status = 'running' AND started_at + duration_s * 1000000 <= $1",
+             WHERE status = 'running' AND started_at + duration_s * 1000000 <= $1 ORDER BY id",
         )
         .bind(ts(now))
         .fetch_all(&mut *tx)
@@ -413,10 +468,14 @@ impl ReservationStore for SqlStore {
             tracing::info!(reservation_id = %id, "reservation expired");
             if let Some(node) = node {
                 if !nodes.contains(&node) {
-                    bump_version(&mut tx, &node).await?;
                     nodes.push(node);
                 }
             }
+        }
+        // Nodes last, as in every transaction (see `sync_once`).
+        nodes.sort();
+        for node in &nodes {
+            bump_version(&mut tx, node).await?;
         }
         tx.commit().await?;
         Ok(nodes)
@@ -439,6 +498,24 @@ impl ReservationStore for SqlStore {
                 let uuid: String = g.try_get("uuid")?;
                 problems.push(format!(
                     "GPU {uuid}: {used} MiB taken but {allocated} MiB allocated"
+                ));
+            }
+        }
+        let pools = sqlx::query(
+            "SELECT p.node_id, p.type_key, p.whole_free,
+                    (SELECT COUNT(*) FROM gpus g WHERE g.node_id = p.node_id
+                        AND g.type_key = p.type_key AND g.free_mb = g.vram_mb) AS counted
+             FROM gpu_pools p",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for p in pools {
+            let (cached, counted): (i64, i64) = (p.try_get("whole_free")?, p.try_get("counted")?);
+            if cached != counted {
+                let node: String = p.try_get("node_id")?;
+                let key: String = p.try_get("type_key")?;
+                problems.push(format!(
+                    "node {node}: {cached} whole free {key} GPUs recorded, {counted} counted"
                 ));
             }
         }
