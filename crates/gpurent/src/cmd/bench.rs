@@ -108,10 +108,12 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         args.requests, args.concurrency, backend
     );
     let client = reqwest::Client::new();
-    let per_worker = args.requests / args.concurrency.max(1);
+    let concurrency = args.concurrency.max(1);
     let started = Instant::now();
     let mut workers = Vec::new();
-    for _ in 0..args.concurrency {
+    for w in 0..concurrency {
+        // Spread the remainder so that exactly `requests` are sent.
+        let per_worker = args.requests / concurrency + u32::from(w < args.requests % concurrency);
         let (client, endpoint) = (client.clone(), endpoint.clone());
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(per_worker as usize);
