@@ -24,7 +24,24 @@ fn init_logging() {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // With --json, a usage error is a JSON error too; help and version print as usual.
+            let wants_json = std::env::args().any(|a| a == "--json");
+            if wants_json && e.use_stderr() {
+                let detail = e.to_string();
+                let message: Vec<&str> = detail
+                    .lines()
+                    .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+                    .map(|l| l.trim().trim_start_matches("error: "))
+                    .collect();
+                report_cli_error(&CliError::new("usage", message.join(" ")), true);
+                return ExitCode::from(2);
+            }
+            e.exit();
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -137,3 +137,29 @@ fn unreachable_server_is_a_clear_error() {
     assert_eq!(run.code, 1);
     assert_eq!(run.json()["error"]["code"], "unreachable");
 }
+
+#[test]
+fn usage_errors_are_json_errors_with_json() {
+    let run = cli(
+        "http://127.0.0.1:9",
+        None,
+        true,
+        &["reserve", "--hours", "1"],
+    );
+    assert_eq!(run.code, 2);
+    let body = run.json();
+    assert_eq!(body["error"]["code"], "usage");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--gpu")),
+        "{body}"
+    );
+    let human = cli(
+        "http://127.0.0.1:9",
+        None,
+        false,
+        &["reserve", "--hours", "1"],
+    );
+    assert_eq!((human.code, human.stdout.as_str()), (2, ""));
+}
