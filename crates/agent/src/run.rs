@@ -140,13 +140,15 @@ impl Agent {
                     });
                     let actual = self.observe(&failures).await?;
                     let actions = reconcile::plan(&desired, &actual);
-                    if !actions.is_empty() {
+                    let mut all_ok = true;
+                    for action in &actions {
+                        all_ok &= self.act(action, &mut failures).await;
+                    }
+                    if !actions.is_empty() && all_ok {
                         // Report the outcome at once rather than after the next long poll.
                         known_version = None;
                     }
-                    for action in actions {
-                        self.act(action, &mut failures).await;
-                    }
+                    // A failed stop is retried at the next heartbeat, not in a tight loop.
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot sync with the control plane");
@@ -175,11 +177,12 @@ impl Agent {
         Ok(actual)
     }
 
-    async fn act(&self, action: Action, failures: &mut BTreeMap<String, Observed>) {
+    /// Carries out one action; false when a stop failed and must be tried again.
+    async fn act(&self, action: &Action, failures: &mut BTreeMap<String, Observed>) -> bool {
         match action {
             Action::Start(a) => {
                 failures.remove(&a.reservation_id);
-                if let Err(e) = self.executor.start(&a).await {
+                if let Err(e) = self.executor.start(a).await {
                     tracing::warn!(reservation_id = %a.reservation_id, error = %e, "start failed");
                     failures.insert(
                         a.reservation_id.clone(),
@@ -190,12 +193,15 @@ impl Agent {
                         },
                     );
                 }
+                true
             }
-            Action::Stop { reservation_id, .. } => {
-                if let Err(e) = self.executor.stop(&reservation_id).await {
-                    tracing::warn!(%reservation_id, error = %e, "stop failed; retrying next sync");
+            Action::Stop { reservation_id, .. } => match self.executor.stop(reservation_id).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(%reservation_id, error = %e, "stop failed; retrying next heartbeat");
+                    false
                 }
-            }
+            },
         }
     }
 

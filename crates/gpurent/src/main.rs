@@ -28,7 +28,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             // With --json, a usage error is a JSON error too; help and version print as usual.
-            let wants_json = std::env::args().any(|a| a == "--json");
+            let wants_json = std::env::args_os()
+                .take_while(|a| a != "--")
+                .any(|a| a == "--json");
             if wants_json && e.use_stderr() {
                 let detail = e.to_string();
                 let message: Vec<&str> = detail

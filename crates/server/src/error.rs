@@ -25,6 +25,8 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("no route for {0}")]
     NoRoute(String),
+    #[error("{0} is not allowed on this route")]
+    MethodNotAllowed(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -42,6 +44,7 @@ impl ApiError {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
             ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Store(e) => match e {
                 StoreError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
                 StoreError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
@@ -56,6 +59,8 @@ impl ApiError {
                     (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
                 }
                 StoreError::InvalidJoinToken => (StatusCode::UNAUTHORIZED, "invalid_join_token"),
+                // Every store connection stayed busy for the whole acquire timeout: overload.
+                e if e.is_overloaded() => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
                 StoreError::UnsupportedUrl(_)
                 | StoreError::Migration { .. }
                 | StoreError::Corrupt(_)

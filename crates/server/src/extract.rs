@@ -2,7 +2,8 @@
 //! 422 for a well-formed body with a wrong or unknown field, 413 and 415 as HTTP says.
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
 
@@ -28,6 +29,25 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
             }),
             Err(e) => Err(ApiError::Malformed(e.body_text())),
         }
+    }
+}
+
+/// A path parameter whose rejection (say, an id that is not valid UTF-8) is a 400 in the API's
+/// error shape.
+#[derive(Debug, Clone)]
+pub struct ApiPath<T>(pub T);
+
+impl<T> FromRequestParts<AppState> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(v)| ApiPath(v))
+            .map_err(|e| ApiError::Malformed(e.body_text()))
     }
 }
 

@@ -132,17 +132,24 @@ pub fn user(body: &CreateUser) -> Result<(String, Role, Money), ApiError> {
             "name must be 1-64 characters of letters, digits and _ - . @",
         ));
     }
-    let credit = body.credit.unwrap_or(Money::ZERO);
-    if credit.is_negative() {
-        return Err(invalid("credit must not be negative"));
-    }
+    let credit = match body.credit {
+        Some(c) if c == Money::ZERO => c,
+        Some(c) => grant_amount(c)
+            .map_err(|_| invalid(format!("credit must be from 0 to {MAX_GRANT_UNITS}")))?,
+        None => Money::ZERO,
+    };
     Ok((name.to_owned(), body.role.unwrap_or(Role::Tenant), credit))
 }
 
+/// The most credit an admin may grant at once.
+const MAX_GRANT_UNITS: i64 = 1_000_000_000;
+
 /// Credit an admin may grant at once: positive and at most a billion.
 pub fn grant_amount(amount: Money) -> Result<Money, ApiError> {
-    if amount <= Money::ZERO || amount > Money::units(1_000_000_000) {
-        return Err(invalid("amount must be more than 0 and at most 1000000000"));
+    if amount <= Money::ZERO || amount > Money::units(MAX_GRANT_UNITS) {
+        return Err(invalid(format!(
+            "amount must be more than 0 and at most {MAX_GRANT_UNITS}"
+        )));
     }
     Ok(amount)
 }

@@ -38,6 +38,12 @@ impl StoreError {
         matches!(self, StoreError::Database(sqlx::Error::Database(e)) if e.is_unique_violation())
     }
 
+    /// Every database connection stayed busy for the whole acquire timeout: the store is
+    /// overloaded, and the request may be retried later.
+    pub fn is_overloaded(&self) -> bool {
+        matches!(self, StoreError::Database(sqlx::Error::PoolTimedOut))
+    }
+
     /// A deadlock or serialization failure (PostgreSQL), or a busy database (SQLite): the
     /// transaction was rolled back and may simply be run again.
     pub(crate) fn is_transient(&self) -> bool {

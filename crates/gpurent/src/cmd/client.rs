@@ -13,12 +13,30 @@ use crate::api_client::{ApiClient, CliError};
 use crate::cli::{Command, CreditCommand, NodesCommand, ReserveArgs, UsersCommand};
 use crate::output::{print_json, print_line, print_table};
 
-/// Without --token, the admin token of a local `gpurent up` is used when there is one.
+/// Without --token, the admin token of a local `gpurent up` is used when there is one, and
+/// the CLI says so on stderr.
 fn default_token() -> Option<String> {
     let dir = std::env::var("GPURENT_DATA_DIR").unwrap_or_else(|_| "./gpurent-data".to_owned());
-    std::fs::read_to_string(std::path::Path::new(&dir).join("admin.token"))
-        .ok()
-        .map(|t| t.trim().to_owned())
+    let path = std::path::Path::new(&dir).join("admin.token");
+    let token = std::fs::read_to_string(&path).ok()?.trim().to_owned();
+    eprintln!(
+        "gpurent: no --token given; using the admin token in {}",
+        path.display()
+    );
+    Some(token)
+}
+
+/// An id as one URL path segment: everything but unreserved characters percent-encoded, so
+/// that an id can never reach another endpoint.
+fn segment(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 fn money(s: &str, what: &str) -> Result<Money, CliError> {
@@ -111,7 +129,7 @@ pub async fn run(
             let body = GrantCredit {
                 amount: money(&amount, "amount")?,
             };
-            let path = format!("/api/v1/users/{user_id}/credit");
+            let path = format!("/api/v1/users/{}/credit", segment(&user_id));
             let g: CreditGranted = api.post(&path, &body, idempotency_key.as_deref()).await?;
             if json {
                 return print_json(&g);
@@ -145,7 +163,9 @@ pub async fn run(
         }
         Command::Reserve(args) => reserve(&api, args, json).await?,
         Command::Get { id } => {
-            let r: Reservation = api.get(&format!("/api/v1/reservations/{id}")).await?;
+            let r: Reservation = api
+                .get(&format!("/api/v1/reservations/{}", segment(&id)))
+                .await?;
             if json {
                 return print_json(&r);
             }
@@ -159,7 +179,7 @@ pub async fn run(
             print_table(&RESERVATION_HEADER, &reservation_rows(&rs));
         }
         Command::Stop { id } => {
-            let path = format!("/api/v1/reservations/{id}/stop");
+            let path = format!("/api/v1/reservations/{}/stop", segment(&id));
             let s: ReservationStopped = api.post(&path, &serde_json::json!({}), None).await?;
             if json {
                 return print_json(&s);
@@ -273,7 +293,7 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
 }
 
 async fn logs(api: &ApiClient, id: &str, follow: bool) -> Result<(), CliError> {
-    let path = format!("/api/v1/reservations/{id}/logs");
+    let path = format!("/api/v1/reservations/{}/logs", segment(id));
     let mut printed = 0;
     loop {
         let text = api.get_text(&path).await?;
@@ -285,7 +305,9 @@ async fn logs(api: &ApiClient, id: &str, follow: bool) -> Result<(), CliError> {
         if !follow {
             return Ok(());
         }
-        let r: Reservation = api.get(&format!("/api/v1/reservations/{id}")).await?;
+        let r: Reservation = api
+            .get(&format!("/api/v1/reservations/{}", segment(id)))
+            .await?;
         if r.status.is_terminal() && r.ended_at.is_some() && printed >= lines.len() {
             let text = api.get_text(&path).await?;
             for line in text.lines().skip(printed) {

@@ -107,6 +107,18 @@ fn the_contract_flow_through_the_cli() {
     let missing = cli(&url, t, true, &["get", "no-such-id"]);
     assert_eq!(missing.code, 1);
     assert_eq!(missing.json()["error"]["code"], "not_found");
+    // An id is one path segment: it cannot reach another endpoint.
+    let sneaky = cli(
+        &url,
+        Some(&admin),
+        true,
+        &["stop", "../../nodes/join-token?"],
+    );
+    assert_eq!(
+        (sneaky.code, sneaky.json()["error"]["code"].as_str()),
+        (1, Some("not_found")),
+        "{sneaky:?}"
+    );
     let forbidden = cli(&url, t, true, &["nodes", "ls"]);
     assert_eq!(
         (forbidden.code, forbidden.json()["error"]["code"].as_str()),

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use gpurent_store::NewNode;
-use gpurent_types::agent::{NodeRegistered, RegisterNode, SyncRequest, SyncResponse};
+use gpurent_types::agent::{GpuInfo, NodeRegistered, RegisterNode, SyncRequest, SyncResponse};
 use gpurent_types::api::ErrorBody;
 
 use crate::auth::{hash_token, new_token, AgentNode};
@@ -16,8 +16,27 @@ use crate::extract::ApiJson;
 use crate::state::AppState;
 
 const MAX_GPUS_PER_NODE: usize = 256;
+/// 16 TiB: more than any GPU has, small enough for every integer column.
+const MAX_VRAM_MB: u64 = 16 * 1024 * 1024;
 /// A replica re-reads the version this often while holding a sync, to see other replicas' changes.
 const VERSION_RECHECK: Duration = Duration::from_secs(1);
+
+fn validate_gpus(gpus: &[GpuInfo]) -> Result<(), ApiError> {
+    if gpus.len() > MAX_GPUS_PER_NODE {
+        return Err(ApiError::Invalid(format!(
+            "at most {MAX_GPUS_PER_NODE} GPUs per node"
+        )));
+    }
+    let bad = |g: &GpuInfo| {
+        g.uuid.is_empty() || g.uuid.len() > 128 || g.vram_mb == 0 || g.vram_mb > MAX_VRAM_MB
+    };
+    if gpus.iter().any(bad) {
+        return Err(ApiError::Invalid(
+            "every GPU needs a UUID (at most 128 characters) and its memory size".into(),
+        ));
+    }
+    Ok(())
+}
 
 /// Trade a join token for a node identity and credential.
 #[utoipa::path(post, path = "/api/v1/agent/register", tag = "agent", request_body = RegisterNode,
@@ -86,6 +105,7 @@ pub(crate) async fn sync(
     AgentNode(node_id): AgentNode,
     ApiJson(body): ApiJson<SyncRequest>,
 ) -> Result<Json<SyncResponse>, ApiError> {
+    validate_gpus(&body.gpus)?;
     state
         .store
         .sync_node(&node_id, &body.gpus, &body.instances, state.now())

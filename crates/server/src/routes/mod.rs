@@ -7,7 +7,7 @@ mod reservations;
 mod users;
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::Uri;
+use axum::http::{Method, Uri};
 use axum::routing::get;
 use axum::{Json, Router};
 use tower_http::trace::TraceLayer;
@@ -48,6 +48,9 @@ pub(crate) fn router(state: AppState) -> Router {
             get(move || async move { Json(openapi) }),
         )
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_owned()) })
+        .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
+            ApiError::MethodNotAllowed(format!("{method} {}", uri.path()))
+        })
         .layer(DefaultBodyLimit::max(limit))
         .layer(TraceLayer::new_for_http())
         .with_state(state)

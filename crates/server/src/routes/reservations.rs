@@ -1,6 +1,6 @@
 //! Offers and reservations: create, list, get, stop, and the lifecycle log.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use gpurent_store::Scope;
@@ -8,7 +8,7 @@ use gpurent_types::api::{CreateReservation, ErrorBody, Offer, Reservation, Reser
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::extract::{idempotency_key, ApiJson};
+use crate::extract::{idempotency_key, ApiJson, ApiPath};
 use crate::state::AppState;
 use crate::validate;
 
@@ -72,7 +72,7 @@ pub(crate) async fn list(
 pub(crate) async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Reservation>, ApiError> {
     Ok(Json(
         state
@@ -90,7 +90,7 @@ pub(crate) async fn get(
 pub(crate) async fn stop(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ReservationStopped>, ApiError> {
     let (r, node) = state
         .store
@@ -114,7 +114,7 @@ pub(crate) async fn stop(
 pub(crate) async fn logs(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<String, ApiError> {
     let r = state
         .store

@@ -1,6 +1,6 @@
 //! Users, their tokens and prepaid credit.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use gpurent_store::NewUser;
@@ -10,7 +10,7 @@ use gpurent_types::api::{
 
 use crate::auth::{hash_token, new_token, Caller};
 use crate::error::ApiError;
-use crate::extract::{idempotency_key, ApiJson};
+use crate::extract::{idempotency_key, ApiJson, ApiPath};
 use crate::state::AppState;
 use crate::validate;
 
@@ -64,7 +64,7 @@ pub(crate) async fn list_users(
 pub(crate) async fn get_user(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<User>, ApiError> {
     if !caller.is_admin() && caller.0.id != id {
         return Err(gpurent_store::StoreError::NotFound { what: "user", id }.into());
@@ -81,15 +81,15 @@ pub(crate) async fn get_user(
 pub(crate) async fn grant_credit(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<GrantCredit>,
 ) -> Result<Json<CreditGranted>, ApiError> {
     caller.require_admin()?;
     let amount = validate::grant_amount(body.amount)?;
     let transfer_id = match idempotency_key(&headers)? {
-        Some(key) => format!("grant:{id}:{key}"),
-        None => format!("grant:{id}:{}", uuid_like()),
+        Some(key) => format!("grant:{id}:key:{key}"),
+        None => format!("grant:{id}:once:{}", uuid_like()),
     };
     let balance = state
         .store

@@ -143,3 +143,30 @@ async fn a_workload_that_exits_frees_its_gpu(backend: Backend) {
     app.shutdown().await;
 }
 both_stores!(exits, a_workload_that_exits_frees_its_gpu);
+
+async fn a_stop_after_the_hours_is_their_expiry(backend: Backend) {
+    let app = TestApp::with(backend)
+        .with_sim_gpus("1xRTX4090")
+        .with_manual_clock()
+        .start()
+        .await;
+    let dan = app.tenant("dan", "10").await;
+    let (_, r) = dan
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "hours": 1}))
+        .await;
+    let id = r["id"].as_str().expect("id").to_owned();
+    app.wait_status(&dan.client, &id, "running").await;
+    // The expiry pass has not run yet when the tenant stops it 10 minutes late.
+    app.advance(Duration::minutes(70));
+    let (status, _) = dan
+        .client
+        .post(&format!("/api/v1/reservations/{id}/stop"), &json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let done = app.wait_status(&dan.client, &id, "expired").await;
+    assert_eq!(done["charged"], "2.50"); // the hour, not 70 minutes
+    app.assert_consistent().await;
+    app.shutdown().await;
+}
+both_stores!(late_stop, a_stop_after_the_hours_is_their_expiry);

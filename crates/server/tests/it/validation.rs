@@ -189,6 +189,10 @@ async fn bad_requests_are_refused_cleanly(backend: Backend) {
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
         (json!({"name": "tess"}), StatusCode::CONFLICT),
+        (
+            json!({"name": "rich", "credit": "9000000000000"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
     ];
     for (body, status) in users {
         let (got, answer) = admin.post("/api/v1/users", &body).await;

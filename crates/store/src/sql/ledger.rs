@@ -43,16 +43,17 @@ pub(crate) async fn transfer(conn: &mut AnyConnection, t: Transfer<'_>) -> Resul
     if inserted == 0 {
         return Ok(false);
     }
-    sqlx::query("UPDATE accounts SET balance = balance - $1 WHERE id = $2")
-        .bind(t.amount)
-        .bind(t.debit)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
-        .bind(t.amount)
-        .bind(t.credit)
-        .execute(&mut *conn)
-        .await?;
+    // Accounts are locked in id order, so that transactions moving money between overlapping
+    // accounts cannot deadlock ("platform:*" sorts before every "user:*").
+    let mut moves = [(t.debit, -t.amount), (t.credit, t.amount)];
+    moves.sort_by_key(|(account, _)| *account);
+    for (account, delta) in moves {
+        sqlx::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
+            .bind(delta)
+            .bind(account)
+            .execute(&mut *conn)
+            .await?;
+    }
     Ok(true)
 }
 

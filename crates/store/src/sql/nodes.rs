@@ -145,7 +145,7 @@ async fn finish(
     now: i64,
 ) -> Result<bool> {
     let row = sqlx::query(
-        "SELECT tenant_id, price_per_hour, started_at, stop_requested_at, end_reason
+        "SELECT tenant_id, price_per_hour, started_at, stop_requested_at, end_reason, duration_s
          FROM reservations WHERE id = $1",
     )
     .bind(id)
@@ -155,7 +155,16 @@ async fn finish(
     let price = Money::from_micros(row.try_get("price_per_hour")?);
     let started_at: Option<i64> = row.try_get("started_at")?;
     let stop_requested_at: Option<i64> = row.try_get("stop_requested_at")?;
-    let end_reason: Option<String> = row.try_get("end_reason")?;
+    let mut end_reason: Option<String> = row.try_get("end_reason")?;
+    let duration_s: i64 = row.try_get("duration_s")?;
+    // Never past its hours: a workload that ended after them, before the expiry pass noticed,
+    // expired.
+    let deadline = started_at.map(|s| s.saturating_add(duration_s.saturating_mul(1_000_000)));
+    let mut ended_at = stop_requested_at.map_or(now, |t| t.min(now));
+    if let Some(deadline) = deadline.filter(|d| *d < ended_at) {
+        ended_at = deadline;
+        end_reason = Some("expired".to_owned());
+    }
 
     let (status, reason) = match (&end_reason, report.state) {
         (Some(r), _) if r == "expired" => (ReservationStatus::Expired, r.clone()),
@@ -170,7 +179,6 @@ async fn finish(
         (None, _) => (ReservationStatus::Stopped, "stopped_by_agent".to_owned()),
     };
     // Billing ends when the stop was asked for (or the time was up), not when the agent got to it.
-    let ended_at = stop_requested_at.map_or(now, |t| t.min(now));
     let seconds = started_at.map_or(0, |s| (ended_at - s).max(0) / 1_000_000);
     let charge = charge_for_seconds(price, u64::try_from(seconds).unwrap_or(0));
 

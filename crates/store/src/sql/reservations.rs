@@ -425,9 +425,14 @@ impl ReservationStore for SqlStore {
         if !stoppable {
             return Ok((current, None));
         }
+        // A stop asked after the reservation's hours were up (before the expiry pass got to
+        // it) is its expiry.
         let node_id: Option<String> = sqlx::query_scalar::<_, Option<String>>(
-            "UPDATE reservations SET status = 'stopping', stop_requested_at = $1,
-                end_reason = 'stopped_by_user'
+            "UPDATE reservations SET status = 'stopping',
+                end_reason = CASE WHEN started_at + duration_s * 1000000 <= $1
+                    THEN 'expired' ELSE 'stopped_by_user' END,
+                stop_requested_at = CASE WHEN started_at + duration_s * 1000000 <= $1
+                    THEN started_at + duration_s * 1000000 ELSE $1 END
              WHERE id = $2 AND status = $3 RETURNING node_id",
         )
         .bind(ts(now))
