@@ -31,6 +31,8 @@ pub enum AgentError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("cannot {what}: {message}")]
+    Gpu { what: &'static str, message: String },
     #[error("invalid simulated GPU spec {spec:?}: {reason}")]
     SimSpec { spec: String, reason: String },
     #[error("executor {executor} failed to {action} reservation {reservation_id}: {message}")]

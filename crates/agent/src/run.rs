@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpurent_types::agent::{Assignment, RegisterNode, SyncRequest};
+use gpurent_types::agent::{Assignment, NodeTelemetry, RegisterNode, SyncRequest};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -118,10 +118,16 @@ impl Agent {
         while !*stop.borrow() {
             let actual = self.observe(&failures).await?;
             let request = SyncRequest {
-                gpus: inventory.clone(),
+                // The inventory only until the control plane has it; telemetry every time.
+                gpus: if known_version.is_none() {
+                    inventory.clone()
+                } else {
+                    Vec::new()
+                },
                 instances: reconcile::reports(&desired, &actual),
                 known_version,
                 wait_ms: Some(heartbeat_ms),
+                telemetry: self.telemetry().await,
             };
             let response = tokio::select! {
                 r = self.client.sync(&identity.node_token, &request) => r,
@@ -166,6 +172,23 @@ impl Agent {
         }
         tracing::info!("agent stopped");
         Ok(())
+    }
+
+    /// The GPUs' telemetry, each compute process attributed to its reservation.
+    async fn telemetry(&self) -> Option<NodeTelemetry> {
+        let mut telemetry = match self.gpus.sample() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot sample GPU telemetry");
+                return None;
+            }
+        };
+        for gpu in &mut telemetry.gpus {
+            for p in &mut gpu.processes {
+                p.reservation_id = self.executor.owner_of(p.pid).await;
+            }
+        }
+        Some(telemetry)
     }
 
     async fn observe(

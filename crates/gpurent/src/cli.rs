@@ -102,17 +102,37 @@ pub enum ExecutorKind {
     Sim,
 }
 
+/// Where a node's work runs and with which resources.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// Simulated GPUs, e.g. "2xRTX4090,1xA100-80GB" (default for `up`: real GPUs through NVML,
+    /// else 2xRTX4090).
+    #[arg(long)]
+    pub sim_gpus: Option<String>,
+    /// Replay an NVML probe (JSON) instead of asking the driver (tests and demos).
+    #[arg(long, hide = true)]
+    pub fake_nvml: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub executor: ExecutorKind,
+    /// CPUs each reserved GPU brings to its instance.
+    #[arg(long, default_value_t = 4)]
+    pub cpus_per_gpu: u32,
+    /// Memory (GiB) each reserved GPU brings to its instance.
+    #[arg(long, default_value_t = 16)]
+    pub memory_per_gpu_gb: u64,
+    /// The cgroup v2 directory the process executor puts instances under.
+    #[arg(long, default_value = "/sys/fs/cgroup/gpurent")]
+    pub cgroup_root: PathBuf,
+}
+
 #[derive(Debug, Args)]
 pub struct UpArgs {
     #[arg(long, default_value = "./gpurent-data")]
     pub data_dir: PathBuf,
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// Simulated GPUs, e.g. "2xRTX4090,1xA100-80GB" (default 2xRTX4090 when no GPU is found).
-    #[arg(long)]
-    pub sim_gpus: Option<String>,
-    #[arg(long, value_enum, default_value = "auto")]
-    pub executor: ExecutorKind,
+    #[command(flatten)]
+    pub node: NodeArgs,
 }
 
 #[derive(Debug, Args)]
@@ -136,10 +156,8 @@ pub struct AgentArgs {
     /// Node name (default: the host name).
     #[arg(long)]
     pub name: Option<String>,
-    #[arg(long)]
-    pub sim_gpus: Option<String>,
-    #[arg(long, value_enum, default_value = "auto")]
-    pub executor: ExecutorKind,
+    #[command(flatten)]
+    pub node: NodeArgs,
 }
 
 #[derive(Debug, Subcommand)]

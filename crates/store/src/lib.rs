@@ -12,7 +12,7 @@ pub mod testing;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_billing::PriceList;
-use gpurent_types::agent::{Assignment, GpuInfo, InstanceReport};
+use gpurent_types::agent::{Assignment, SyncRequest};
 use gpurent_types::api::{Node, Offer, Reservation, User};
 use gpurent_types::Money;
 
@@ -84,12 +84,12 @@ pub trait NodeStore: Send + Sync {
 
     async fn authenticate_node(&self, token_hash: &str) -> Result<Option<String>>;
 
-    /// Records a heartbeat: new GPUs, and the state of each instance the agent reports.
+    /// Records a heartbeat: new GPUs, the state of each instance the agent reports, and the
+    /// latest telemetry.
     async fn sync_node(
         &self,
         node_id: &str,
-        gpus: &[GpuInfo],
-        reports: &[InstanceReport],
+        report: &SyncRequest,
         now: DateTime<Utc>,
     ) -> Result<()>;
 

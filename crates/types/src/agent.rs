@@ -17,6 +17,58 @@ pub struct GpuInfo {
     /// Model as the driver names it, e.g. `NVIDIA H200`.
     pub model: String,
     pub vram_mb: u64,
+    /// PCIe link generation and width now (x16 against x8 matters for training time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_gen: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_width: Option<u32>,
+    /// Whether MIG mode is enabled now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_enabled: Option<bool>,
+}
+
+impl GpuInfo {
+    /// A GPU known only by index, UUID, model and memory (simulated ones).
+    pub fn basic(index: u32, uuid: String, model: String, vram_mb: u64) -> Self {
+        GpuInfo {
+            index,
+            uuid,
+            model,
+            vram_mb,
+            pcie_gen: None,
+            pcie_width: None,
+            mig_enabled: None,
+        }
+    }
+}
+
+/// One sample of a node's GPUs, sent with every heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
+pub struct NodeTelemetry {
+    pub driver_version: Option<String>,
+    pub cuda_version: Option<String>,
+    pub gpus: Vec<GpuSample>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GpuSample {
+    pub uuid: String,
+    pub utilization_pct: u32,
+    pub memory_used_mb: u64,
+    pub temperature_c: u32,
+    pub power_mw: u64,
+    /// Uncorrected ECC errors since the driver loaded.
+    pub ecc_uncorrected: u64,
+    /// Compute processes on this GPU and the memory each holds.
+    pub processes: Vec<GpuProcess>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub used_mb: u64,
+    /// The reservation whose instance the process belongs to, when the agent knows it.
+    pub reservation_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -84,6 +136,8 @@ pub struct SyncRequest {
     /// How long the server may hold the answer, in milliseconds (at most 30 000).
     #[serde(default)]
     pub wait_ms: Option<u64>,
+    #[serde(default)]
+    pub telemetry: Option<NodeTelemetry>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -154,6 +154,8 @@ pub struct Node {
     pub status: String,
     pub executor: String,
     pub gpu_backend: String,
+    pub driver_version: Option<String>,
+    pub cuda_version: Option<String>,
     pub last_seen_at: DateTime<Utc>,
     pub gpus: Vec<Gpu>,
 }
@@ -165,4 +167,7 @@ pub struct Gpu {
     pub vram_gb: u32,
     /// `free`, `allocated` (wholly) or `shared` (partly allocated).
     pub status: String,
+    /// The latest sample from the node's agent.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub telemetry: Option<crate::agent::GpuSample>,
 }

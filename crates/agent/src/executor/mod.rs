@@ -1,11 +1,15 @@
-//! Executors run a reservation's workload on the node: `sim` here; `docker` and `process`
-//! come with the real agent.
+//! Executors run a reservation's workload on the node: `process` (a process group in a
+//! cgroup v2), `sim` (in memory, for demos and tests); `docker` comes next.
 
+mod cgroup;
+mod process;
 mod sim;
 
 use async_trait::async_trait;
 use gpurent_types::agent::Assignment;
 
+pub use cgroup::{CgroupLimits, CgroupRoot};
+pub use process::{ProcessExecutor, ResourcesPerGpu};
 pub use sim::SimExecutor;
 
 use crate::reconcile::Observed;
@@ -25,4 +29,10 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
     /// Every instance this executor runs for gpurent on this node, including ones started
     /// before the agent restarted.
     async fn list(&self) -> Result<Vec<Observed>, AgentError>;
+
+    /// The reservation whose instance runs the process `pid`, if any (for telemetry).
+    async fn owner_of(&self, pid: u32) -> Option<String> {
+        let _ = pid;
+        None
+    }
 }

@@ -1,7 +1,7 @@
 //! Simulated GPUs from a spec such as `2xRTX4090,1xA100-80GB`, with stable UUIDs derived from
 //! the node name so that a restarted agent reports the same GPUs.
 
-use gpurent_types::agent::GpuInfo;
+use gpurent_types::agent::{GpuInfo, GpuSample, NodeTelemetry};
 use gpurent_types::GpuType;
 use sha2::{Digest, Sha256};
 
@@ -58,12 +58,12 @@ impl SimGpus {
                 if index >= MAX_SIM_GPUS {
                     return Err(fail("too many GPUs"));
                 }
-                gpus.push(GpuInfo {
+                gpus.push(GpuInfo::basic(
                     index,
-                    uuid: sim_uuid(node_name, index),
-                    model: gpu_type.display().to_owned(),
+                    sim_uuid(node_name, index),
+                    gpu_type.display().to_owned(),
                     vram_mb,
-                });
+                ));
             }
         }
         if gpus.is_empty() {
@@ -93,6 +93,27 @@ impl GpuBackend for SimGpus {
 
     fn discover(&self) -> Result<Vec<GpuInfo>, AgentError> {
         Ok(self.gpus.clone())
+    }
+
+    /// Simulated GPUs are always idle and cool.
+    fn sample(&self) -> Result<NodeTelemetry, AgentError> {
+        Ok(NodeTelemetry {
+            driver_version: None,
+            cuda_version: None,
+            gpus: self
+                .gpus
+                .iter()
+                .map(|g| GpuSample {
+                    uuid: g.uuid.clone(),
+                    utilization_pct: 0,
+                    memory_used_mb: 0,
+                    temperature_c: 30,
+                    power_mw: 0,
+                    ecc_uncorrected: 0,
+                    processes: Vec::new(),
+                })
+                .collect(),
+        })
     }
 }
 

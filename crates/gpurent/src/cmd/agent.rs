@@ -1,19 +1,20 @@
 //! `gpurent agent`: a node agent that joins a control plane.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use gpurent_agent::executor::SimExecutor;
-use gpurent_agent::gpu::SimGpus;
+use gpurent_agent::executor::{ProcessExecutor, ResourcesPerGpu, SimExecutor};
+use gpurent_agent::gpu::{FakeNvml, NvmlGpus, SimGpus};
 use gpurent_agent::{Agent, AgentConfig, Executor, GpuBackend};
 use tokio::sync::watch;
 
-use crate::cli::{AgentArgs, ExecutorKind};
+use crate::cli::{AgentArgs, ExecutorKind, NodeArgs};
 
 pub async fn run(args: AgentArgs, server: &str) -> anyhow::Result<()> {
     super::ensure_dir(&args.data_dir)?;
     let name = args.name.clone().unwrap_or_else(host_name);
-    let (gpus, executor) = backends(args.sim_gpus.as_deref(), args.executor, &name)?;
+    let (gpus, executor) = backends(&args.node, &name, &args.data_dir, false)?;
     let mut config = AgentConfig::new(server, args.data_dir.clone(), &name);
     config.join_token = args.join_token.clone();
     let agent = Agent::new(config, gpus, executor);
@@ -39,24 +40,46 @@ async fn wait_agent(
     bail!("the agent stopped; see the log above")
 }
 
-/// Picks the GPU backend and the executor, and says which.
+/// Picks the GPU backend and the executor, and says which. Without `--sim-gpus`, real GPUs
+/// are found through NVML; `up` (with `sim_fallback`) falls back to simulated ones.
 pub fn backends(
-    sim_gpus: Option<&str>,
-    executor: ExecutorKind,
+    node: &NodeArgs,
     node_name: &str,
+    data_dir: &Path,
+    sim_fallback: bool,
 ) -> anyhow::Result<(Arc<dyn GpuBackend>, Arc<dyn Executor>)> {
-    let spec = match sim_gpus {
-        Some(spec) => spec.to_owned(),
-        None => {
-            tracing::warn!("no NVML backend in this build yet: using simulated GPUs 2xRTX4090 (pass --sim-gpus to choose)");
-            "2xRTX4090".to_owned()
-        }
+    let gpus: Arc<dyn GpuBackend> = match (&node.sim_gpus, &node.fake_nvml) {
+        (Some(spec), _) => Arc::new(SimGpus::parse(spec, node_name)?),
+        (None, Some(path)) => Arc::new(FakeNvml::load(path)?),
+        (None, None) => match NvmlGpus::load() {
+            Ok(nvml) => Arc::new(nvml),
+            Err(e) if sim_fallback => {
+                tracing::warn!(error = %e, "no GPU found through NVML: simulating 2xRTX4090 (choose with --sim-gpus)");
+                Arc::new(SimGpus::parse("2xRTX4090", node_name)?)
+            }
+            Err(e) => return Err(e).context("no GPUs (pass --sim-gpus to simulate some)"),
+        },
     };
-    let gpus: Arc<dyn GpuBackend> = Arc::new(SimGpus::parse(&spec, node_name)?);
-    let executor: Arc<dyn Executor> = match executor {
-        ExecutorKind::Auto | ExecutorKind::Sim => Arc::new(SimExecutor::new()),
-        ExecutorKind::Docker | ExecutorKind::Process => {
-            bail!("the {executor:?} executor is not in this build yet; use --executor sim")
+    let process = || -> anyhow::Result<Arc<dyn Executor>> {
+        let resources = ResourcesPerGpu {
+            cpus: node.cpus_per_gpu,
+            memory_mb: node.memory_per_gpu_gb.saturating_mul(1024),
+            ..ResourcesPerGpu::default()
+        };
+        Ok(Arc::new(ProcessExecutor::new(
+            data_dir,
+            Some(&node.cgroup_root),
+            resources,
+        )?))
+    };
+    let executor: Arc<dyn Executor> = match node.executor {
+        ExecutorKind::Sim => Arc::new(SimExecutor::new()),
+        ExecutorKind::Process => process()?,
+        ExecutorKind::Auto if gpus.name() == "sim" => Arc::new(SimExecutor::new()),
+        // The Docker executor is not in this build yet: processes on real GPUs.
+        ExecutorKind::Auto => process()?,
+        ExecutorKind::Docker => {
+            bail!("the docker executor is not in this build yet; use --executor process")
         }
     };
     tracing::info!(

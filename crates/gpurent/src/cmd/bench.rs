@@ -65,11 +65,13 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         .await?;
     for n in 0..args.nodes {
         let gpus = (0..args.gpus_per_node)
-            .map(|i| GpuInfo {
-                index: i,
-                uuid: format!("GPU-bench-{n}-{i}"),
-                model: "NVIDIA GeForce RTX 4090".into(),
-                vram_mb: 24_564,
+            .map(|i| {
+                GpuInfo::basic(
+                    i,
+                    format!("GPU-bench-{n}-{i}"),
+                    "NVIDIA GeForce RTX 4090".into(),
+                    24_564,
+                )
             })
             .collect();
         store

@@ -16,6 +16,7 @@ use crate::extract::ApiJson;
 use crate::state::AppState;
 
 const MAX_GPUS_PER_NODE: usize = 256;
+const MAX_REPORTS: usize = 4096;
 /// 16 TiB: more than any GPU has, small enough for every integer column.
 const MAX_VRAM_MB: u64 = 16 * 1024 * 1024;
 /// A replica re-reads the version this often while holding a sync, to see other replicas' changes.
@@ -106,10 +107,12 @@ pub(crate) async fn sync(
     ApiJson(body): ApiJson<SyncRequest>,
 ) -> Result<Json<SyncResponse>, ApiError> {
     validate_gpus(&body.gpus)?;
-    state
-        .store
-        .sync_node(&node_id, &body.gpus, &body.instances, state.now())
-        .await?;
+    if body.instances.len() > MAX_REPORTS {
+        return Err(ApiError::Invalid(format!(
+            "at most {MAX_REPORTS} instance reports per sync"
+        )));
+    }
+    state.store.sync_node(&node_id, &body, state.now()).await?;
     let wait = Duration::from_millis(body.wait_ms.unwrap_or(0)).min(state.config.max_sync_wait);
     if let (Some(known), false) = (body.known_version, wait.is_zero()) {
         let deadline = tokio::time::Instant::now() + wait;

@@ -18,6 +18,9 @@ use crate::error::ApiError;
 use crate::openapi::ApiDoc;
 use crate::state::AppState;
 
+/// Largest body an agent may send (a sync of a 256-GPU node with telemetry is ~60 KiB).
+const AGENT_BODY_LIMIT: usize = 4 * 1024 * 1024;
+
 /// All documented routes; `router` serves them and `openapi_document` describes them.
 pub(crate) fn api() -> OpenApiRouter<AppState> {
     use utoipa::OpenApi;
@@ -33,8 +36,13 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(reservations::logs))
         .routes(routes!(nodes::create_join_token))
         .routes(routes!(nodes::list))
-        .routes(routes!(agent::register))
-        .routes(routes!(agent::sync))
+        .merge(
+            // Heartbeats of large nodes carry telemetry for every GPU.
+            OpenApiRouter::new()
+                .routes(routes!(agent::register))
+                .routes(routes!(agent::sync))
+                .layer(DefaultBodyLimit::max(AGENT_BODY_LIMIT)),
+        )
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
 }

@@ -5,11 +5,18 @@ use sqlx::AnyPool;
 
 use crate::{Backend, Result, StoreError};
 
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "initial",
-    include_str!("../../migrations/0001_initial.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "initial",
+        include_str!("../../migrations/0001_initial.sql"),
+    ),
+    (
+        2,
+        "telemetry",
+        include_str!("../../migrations/0002_telemetry.sql"),
+    ),
+];
 
 /// An arbitrary constant naming gpurent's migration lock.
 const PG_MIGRATION_LOCK: i64 = 0x0067_7075_7265_6e74;

@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashSet};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_billing::charge_for_seconds;
-use gpurent_types::agent::{Assignment, GpuInfo, InstanceReport, InstanceState};
+use gpurent_types::agent::{
+    Assignment, GpuInfo, InstanceReport, InstanceState, NodeTelemetry, SyncRequest,
+};
 use gpurent_types::api::{Gpu, Node};
 use gpurent_types::{GpuType, Money, ReservationStatus};
 use sqlx::{AnyConnection, Row};
@@ -254,13 +256,13 @@ impl SqlStore {
     async fn sync_once(
         &self,
         node_id: &str,
-        gpus: &[GpuInfo],
-        reports: &[InstanceReport],
+        report: &SyncRequest,
         now: DateTime<Utc>,
     ) -> Result<()> {
         let at = ts(now);
+        let gpus = &report.gpus;
         let mut tx = self.pool.begin().await?;
-        let mut reports: Vec<&InstanceReport> = reports.iter().collect();
+        let mut reports: Vec<&InstanceReport> = report.instances.iter().collect();
         reports.sort_by(|a, b| a.reservation_id.cmp(&b.reservation_id));
         let mut changed = false;
         for report in reports {
@@ -281,12 +283,18 @@ impl SqlStore {
         if !new.is_empty() {
             insert_gpus(&mut tx, node_id, &new).await?;
         }
+        let telemetry = report
+            .telemetry
+            .as_ref()
+            .and_then(|t| serde_json::to_string(t).ok());
         sqlx::query(
-            "UPDATE nodes SET last_seen_at = $1, desired_version = desired_version + $2
-             WHERE id = $3",
+            "UPDATE nodes SET last_seen_at = $1, desired_version = desired_version + $2,
+                telemetry = COALESCE($3, telemetry)
+             WHERE id = $4",
         )
         .bind(at)
         .bind(i64::from(changed))
+        .bind(telemetry)
         .bind(node_id)
         .execute(&mut *tx)
         .await?;
@@ -395,11 +403,10 @@ impl NodeStore for SqlStore {
     async fn sync_node(
         &self,
         node_id: &str,
-        gpus: &[GpuInfo],
-        reports: &[InstanceReport],
+        report: &SyncRequest,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        retry_transient("sync_node", || self.sync_once(node_id, gpus, reports, now)).await
+        retry_transient("sync_node", || self.sync_once(node_id, report, now)).await
     }
 
     async fn desired_version(&self, node_id: &str) -> Result<i64> {
@@ -453,7 +460,7 @@ impl NodeStore for SqlStore {
 
     async fn list_nodes(&self, live_since: DateTime<Utc>) -> Result<Vec<Node>> {
         let nodes = sqlx::query(
-            "SELECT id, name, executor, gpu_backend, last_seen_at FROM nodes ORDER BY name",
+            "SELECT id, name, executor, gpu_backend, last_seen_at, telemetry FROM nodes ORDER BY name",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -478,6 +485,7 @@ impl NodeStore for SqlStore {
                 model: g.try_get("type_name")?,
                 vram_gb: gib(vram),
                 status: status.to_owned(),
+                telemetry: None,
             });
         }
         let live = ts(live_since);
@@ -486,8 +494,19 @@ impl NodeStore for SqlStore {
             .map(|n| {
                 let id: String = n.try_get("id")?;
                 let last_seen: i64 = n.try_get("last_seen_at")?;
+                let telemetry: Option<String> = n.try_get("telemetry")?;
+                // Telemetry is informative: an unreadable sample is shown as none.
+                let telemetry: NodeTelemetry = telemetry
+                    .and_then(|t| serde_json::from_str(&t).ok())
+                    .unwrap_or_default();
+                let mut gpus = by_node.remove(&id).unwrap_or_default();
+                for g in &mut gpus {
+                    g.telemetry = telemetry.gpus.iter().find(|s| s.uuid == g.uuid).cloned();
+                }
                 Ok(Node {
-                    gpus: by_node.remove(&id).unwrap_or_default(),
+                    gpus,
+                    driver_version: telemetry.driver_version.clone(),
+                    cuda_version: telemetry.cuda_version.clone(),
                     id,
                     name: n.try_get("name")?,
                     status: if last_seen >= live {

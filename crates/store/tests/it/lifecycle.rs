@@ -4,7 +4,7 @@ use chrono::Duration;
 use gpurent_billing::PriceList;
 use gpurent_store::prelude::*;
 use gpurent_store::{Backend, NewReservation, Scope, StoreError, Want};
-use gpurent_types::agent::{InstanceReport, InstanceState};
+use gpurent_types::agent::{InstanceReport, InstanceState, SyncRequest};
 use gpurent_types::{GpuType, ReservationStatus, Tier};
 
 use crate::support::{assert_send_sync, t0, Fixture};
@@ -25,13 +25,21 @@ fn request(tenant: &str, count: u32) -> NewReservation {
     }
 }
 
-fn report(id: &str, state: InstanceState) -> InstanceReport {
-    InstanceReport {
+/// A heartbeat that reports one instance.
+fn report(id: &str, state: InstanceState) -> SyncRequest {
+    let instance = InstanceReport {
         reservation_id: id.to_owned(),
         epoch: 1,
         state,
         exit_code: None,
         message: None,
+    };
+    SyncRequest {
+        gpus: vec![],
+        instances: vec![instance],
+        known_version: None,
+        wait_ms: None,
+        telemetry: None,
     }
 }
 
@@ -66,7 +74,7 @@ async fn reserve_run_stop_charge(backend: Backend) {
     assert!(assignments[0].run);
 
     f.store
-        .sync_node(&node, &[], &[report(&r.id, InstanceState::Running)], t0())
+        .sync_node(&node, &report(&r.id, InstanceState::Running), t0())
         .await
         .expect("sync");
     let stop_at = t0() + Duration::seconds(10);
@@ -83,7 +91,7 @@ async fn reserve_run_stop_charge(backend: Backend) {
     let late = stop_at + Duration::seconds(30);
     for _ in 0..2 {
         f.store
-            .sync_node(&node, &[], &[report(&r.id, InstanceState::Stopped)], late)
+            .sync_node(&node, &report(&r.id, InstanceState::Stopped), late)
             .await
             .expect("sync");
     }

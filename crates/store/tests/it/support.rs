@@ -58,12 +58,7 @@ impl Fixture {
             .await
             .expect("join token");
         let gpus = (0..count)
-            .map(|i| GpuInfo {
-                index: i,
-                uuid: format!("GPU-{name}-{i}"),
-                model: model.to_owned(),
-                vram_mb: 24_576,
-            })
+            .map(|i| GpuInfo::basic(i, format!("GPU-{name}-{i}"), model.to_owned(), 24_576))
             .collect();
         self.store
             .register_node(

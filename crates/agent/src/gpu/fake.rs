@@ -1,0 +1,181 @@
+//! A fake NVML that replays what NVML reported on a real machine (the JSON probes in
+//! `tests/fixtures/`), so inventory and telemetry parsing are tested without a GPU.
+
+use std::path::Path;
+
+use gpurent_types::agent::{GpuInfo, GpuProcess, GpuSample, NodeTelemetry};
+use serde::Deserialize;
+
+use super::{cuda_version, mib, GpuBackend};
+use crate::AgentError;
+
+#[derive(Debug, Clone, Deserialize)]
+struct Probe {
+    cuda: i32,
+    driver: String,
+    devices: Vec<ProbeDevice>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ProbeDevice {
+    index: u32,
+    uuid: String,
+    name: String,
+    mem_total: u64,
+    mem_used: u64,
+    util_gpu: u32,
+    temp: u32,
+    power_mw: u64,
+    ecc_errors_uncorrected_volatile: u64,
+    pcie_gen: u32,
+    pcie_width: u32,
+    /// As nvml-wrapper's Debug prints it: `MigMode { current: 0, pending: 0 }`.
+    mig_mode: String,
+    processes: Vec<ProbeProcess>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ProbeProcess {
+    pid: u32,
+    /// As nvml-wrapper's Debug prints it: `Used(1184890880)` or `Unavailable`.
+    used: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeNvml {
+    probe: Probe,
+}
+
+impl FakeNvml {
+    pub fn load(path: &Path) -> Result<Self, AgentError> {
+        let fail = |message: String| AgentError::Gpu {
+            what: "read the fake NVML probe",
+            message,
+        };
+        let text =
+            std::fs::read_to_string(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
+        let probe =
+            serde_json::from_str(&text).map_err(|e| fail(format!("{}: {e}", path.display())))?;
+        Ok(FakeNvml { probe })
+    }
+}
+
+fn used_bytes(s: &str) -> u64 {
+    s.strip_prefix("Used(")
+        .and_then(|r| r.strip_suffix(')'))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+impl GpuBackend for FakeNvml {
+    fn name(&self) -> &'static str {
+        "fake-nvml"
+    }
+
+    fn discover(&self) -> Result<Vec<GpuInfo>, AgentError> {
+        Ok(self
+            .probe
+            .devices
+            .iter()
+            .map(|d| GpuInfo {
+                index: d.index,
+                uuid: d.uuid.clone(),
+                model: d.name.clone(),
+                vram_mb: mib(d.mem_total),
+                pcie_gen: Some(d.pcie_gen),
+                pcie_width: Some(d.pcie_width),
+                mig_enabled: Some(!d.mig_mode.contains("current: 0")),
+            })
+            .collect())
+    }
+
+    fn sample(&self) -> Result<NodeTelemetry, AgentError> {
+        Ok(NodeTelemetry {
+            driver_version: Some(self.probe.driver.clone()),
+            cuda_version: Some(cuda_version(self.probe.cuda)),
+            gpus: self
+                .probe
+                .devices
+                .iter()
+                .map(|d| GpuSample {
+                    uuid: d.uuid.clone(),
+                    utilization_pct: d.util_gpu,
+                    memory_used_mb: mib(d.mem_used),
+                    temperature_c: d.temp,
+                    power_mw: d.power_mw,
+                    ecc_uncorrected: d.ecc_errors_uncorrected_volatile,
+                    processes: d
+                        .processes
+                        .iter()
+                        .map(|p| GpuProcess {
+                            pid: p.pid,
+                            used_mb: mib(used_bytes(&p.used)),
+                            reservation_id: None,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> FakeNvml {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/nvidia-h200")
+            .join(name);
+        FakeNvml::load(&path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn h200_inventory_is_read_exactly() {
+        let gpus = fixture("nvml-idle.json").discover().unwrap_or_default();
+        assert_eq!(
+            gpus,
+            vec![GpuInfo {
+                index: 0,
+                uuid: "GPU-cce5198b-9fe5-68bd-b940-5f2b9b9158a4".into(),
+                model: "NVIDIA H200".into(),
+                vram_mb: 143_771,
+                pcie_gen: Some(5),
+                pcie_width: Some(16),
+                mig_enabled: Some(false),
+            }]
+        );
+    }
+
+    #[test]
+    fn h200_telemetry_under_load_is_read_exactly() {
+        let t = fixture("nvml-busy.json").sample().unwrap_or_default();
+        assert_eq!(t.driver_version.as_deref(), Some("580.159.04"));
+        assert_eq!(t.cuda_version.as_deref(), Some("13.0"));
+        assert_eq!(
+            t.gpus,
+            vec![GpuSample {
+                uuid: "GPU-cce5198b-9fe5-68bd-b940-5f2b9b9158a4".into(),
+                utilization_pct: 99,
+                memory_used_mb: 1138,
+                temperature_c: 53,
+                power_mw: 687_933,
+                ecc_uncorrected: 0,
+                processes: vec![GpuProcess {
+                    pid: 472,
+                    used_mb: 1130,
+                    reservation_id: None
+                }],
+            }]
+        );
+        let idle = fixture("nvml-idle.json").sample().unwrap_or_default();
+        assert_eq!(
+            (
+                idle.gpus[0].utilization_pct,
+                idle.gpus[0].memory_used_mb,
+                idle.gpus[0].processes.len()
+            ),
+            (0, 0, 0)
+        );
+    }
+}

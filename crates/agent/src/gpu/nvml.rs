@@ -1,0 +1,117 @@
+//! Real GPUs through NVML. `libnvidia-ml.so.1` is loaded when the agent starts, so the same
+//! binary runs on hosts without GPUs (where this backend reports that NVML is missing).
+
+use std::ffi::OsStr;
+
+use gpurent_types::agent::{GpuInfo, GpuProcess, GpuSample, NodeTelemetry};
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::Nvml;
+
+use super::{cuda_version, mib, GpuBackend};
+use crate::AgentError;
+
+pub struct NvmlGpus {
+    nvml: Nvml,
+}
+
+impl std::fmt::Debug for NvmlGpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NvmlGpus")
+    }
+}
+
+fn nvml_error(what: &'static str) -> impl Fn(nvml_wrapper::error::NvmlError) -> AgentError {
+    move |e| AgentError::Gpu {
+        what,
+        message: e.to_string(),
+    }
+}
+
+impl NvmlGpus {
+    /// Loads NVML. Fails with a clear message where there is no NVIDIA driver.
+    pub fn load() -> Result<Self, AgentError> {
+        let nvml = Nvml::builder()
+            .lib_path(OsStr::new("libnvidia-ml.so.1"))
+            .init()
+            .map_err(|e| AgentError::Gpu {
+                what: "load NVML (libnvidia-ml.so.1)",
+                message: format!(
+                    "{e}; is the NVIDIA driver installed? For simulated GPUs pass --sim-gpus"
+                ),
+            })?;
+        Ok(NvmlGpus { nvml })
+    }
+}
+
+impl GpuBackend for NvmlGpus {
+    fn name(&self) -> &'static str {
+        "nvml"
+    }
+
+    fn discover(&self) -> Result<Vec<GpuInfo>, AgentError> {
+        let count = self.nvml.device_count().map_err(nvml_error("count GPUs"))?;
+        (0..count)
+            .map(|index| {
+                let d = self
+                    .nvml
+                    .device_by_index(index)
+                    .map_err(nvml_error("open a GPU"))?;
+                Ok(GpuInfo {
+                    index,
+                    uuid: d.uuid().map_err(nvml_error("read a GPU's UUID"))?,
+                    model: d.name().map_err(nvml_error("read a GPU's name"))?,
+                    vram_mb: mib(d
+                        .memory_info()
+                        .map_err(nvml_error("read GPU memory"))?
+                        .total),
+                    pcie_gen: d.current_pcie_link_gen().ok(),
+                    pcie_width: d.current_pcie_link_width().ok(),
+                    mig_enabled: d.mig_mode().ok().map(|m| m.current != 0),
+                })
+            })
+            .collect()
+    }
+
+    fn sample(&self) -> Result<NodeTelemetry, AgentError> {
+        let count = self.nvml.device_count().map_err(nvml_error("count GPUs"))?;
+        let mut gpus = Vec::new();
+        for index in 0..count {
+            let d = self
+                .nvml
+                .device_by_index(index)
+                .map_err(nvml_error("open a GPU"))?;
+            let processes = d
+                .running_compute_processes()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|p| GpuProcess {
+                    pid: p.pid,
+                    used_mb: match p.used_gpu_memory {
+                        UsedGpuMemory::Used(bytes) => mib(bytes),
+                        UsedGpuMemory::Unavailable => 0,
+                    },
+                    reservation_id: None,
+                })
+                .collect();
+            gpus.push(GpuSample {
+                uuid: d.uuid().map_err(nvml_error("read a GPU's UUID"))?,
+                // A reading the GPU does not support is shown as zero rather than failing the
+                // whole heartbeat.
+                utilization_pct: d.utilization_rates().map(|u| u.gpu).unwrap_or(0),
+                memory_used_mb: d.memory_info().map(|m| mib(m.used)).unwrap_or(0),
+                temperature_c: d.temperature(TemperatureSensor::Gpu).unwrap_or(0),
+                power_mw: d.power_usage().map(u64::from).unwrap_or(0),
+                ecc_uncorrected: d
+                    .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+                    .unwrap_or(0),
+                processes,
+            });
+        }
+        Ok(NodeTelemetry {
+            driver_version: self.nvml.sys_driver_version().ok(),
+            cuda_version: self.nvml.sys_cuda_driver_version().ok().map(cuda_version),
+            gpus,
+        })
+    }
+}

@@ -1,0 +1,239 @@
+//! The process executor: start, observe, exit codes, stop, adoption after an agent restart,
+//! environment isolation and, where possible, cgroup v2 limits.
+
+use std::path::Path;
+use std::time::Duration;
+
+use gpurent_agent::executor::{ProcessExecutor, ResourcesPerGpu};
+use gpurent_agent::reconcile::{Observed, ObservedState};
+use gpurent_agent::Executor;
+use gpurent_types::agent::Assignment;
+
+fn assignment(id: &str, script: &str) -> Assignment {
+    Assignment {
+        reservation_id: id.to_owned(),
+        epoch: 7,
+        gpus: vec!["GPU-aaaa".into(), "GPU-bbbb".into()],
+        vram_mb: None,
+        image: None,
+        command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        env: [("MODEL".to_owned(), "llama".to_owned())].into(),
+        run: true,
+    }
+}
+
+fn executor(dir: &Path) -> ProcessExecutor {
+    ProcessExecutor::new(dir, None, ResourcesPerGpu::default())
+        .unwrap()
+        .with_grace(Duration::from_secs(2))
+}
+
+async fn state_of(e: &ProcessExecutor, id: &str) -> Option<ObservedState> {
+    e.list()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|o| o.reservation_id == id)
+        .map(|o| o.state)
+}
+
+async fn wait_for(e: &ProcessExecutor, id: &str, want: ObservedState) {
+    for _ in 0..200 {
+        if state_of(e, id).await == Some(want.clone()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!(
+        "{id} never reached {want:?}; now {:?}",
+        state_of(e, id).await
+    );
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie has no /proc/PID/cmdline contents; a live process has.
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| !c.is_empty())
+}
+
+#[tokio::test]
+async fn runs_with_its_gpus_and_only_its_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = executor(dir.path());
+    // Cargo runs tests with CARGO_PKG_NAME in their environment: the workload must not see it.
+    assert!(std::env::var("CARGO_PKG_NAME").is_ok());
+    e.start(&assignment("r1", "echo visible=$CUDA_VISIBLE_DEVICES model=$MODEL id=$GPURENT_RESERVATION_ID leaked=${CARGO_PKG_NAME:-none}; sleep 30")).await.unwrap();
+    wait_for(&e, "r1", ObservedState::Running).await;
+    let mut output = String::new();
+    for _ in 0..100 {
+        output = std::fs::read_to_string(e.output_path("r1")).unwrap_or_default();
+        if !output.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        output.trim(),
+        "visible=GPU-aaaa,GPU-bbbb model=llama id=r1 leaked=none"
+    );
+    let listed = e.list().await.unwrap();
+    assert_eq!(
+        listed,
+        vec![Observed {
+            reservation_id: "r1".into(),
+            epoch: 7,
+            state: ObservedState::Running
+        }]
+    );
+    e.stop("r1").await.unwrap();
+    assert_eq!(state_of(&e, "r1").await, None);
+    assert!(!dir.path().join("instances/r1").exists());
+}
+
+#[tokio::test]
+async fn exit_codes_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = executor(dir.path());
+    e.start(&assignment("ok", "exit 0")).await.unwrap();
+    e.start(&assignment("bad", "exit 3")).await.unwrap();
+    let mut missing = assignment("missing", "");
+    missing.command = vec!["/nonexistent/program".into()];
+    e.start(&missing).await.unwrap();
+    wait_for(&e, "ok", ObservedState::Exited(0)).await;
+    wait_for(&e, "bad", ObservedState::Exited(3)).await;
+    wait_for(&e, "missing", ObservedState::Exited(127)).await;
+    for id in ["ok", "bad", "missing"] {
+        e.stop(id).await.unwrap();
+    }
+    assert!(e.list().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn stop_ends_the_whole_process_group_even_when_it_ignores_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = executor(dir.path());
+    e.start(&assignment(
+        "stubborn",
+        "trap '' TERM; sleep 300 & echo $! > child.pid; wait",
+    ))
+    .await
+    .unwrap();
+    wait_for(&e, "stubborn", ObservedState::Running).await;
+    let pid_file = dir.path().join("instances/stubborn/child.pid");
+    let mut child = 0;
+    for _ in 0..100 {
+        if let Some(p) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            child = p;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(child > 0 && alive(child));
+    e.stop("stubborn").await.unwrap();
+    for _ in 0..50 {
+        if !alive(child) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !alive(child),
+        "the workload's child process survived the stop"
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_agent_adopts_running_instances() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = executor(dir.path());
+    first.start(&assignment("long", "sleep 300")).await.unwrap();
+    wait_for(&first, "long", ObservedState::Running).await;
+    // The agent dies (its executor is dropped without stopping anything) and a new one starts
+    // over the same data dir.
+    drop(first);
+    let second = executor(dir.path());
+    let adopted = second.list().await.unwrap();
+    assert_eq!(
+        adopted,
+        vec![Observed {
+            reservation_id: "long".into(),
+            epoch: 7,
+            state: ObservedState::Running
+        }]
+    );
+    second.stop("long").await.unwrap();
+    assert!(second.list().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn gpu_processes_are_attributed_to_their_reservation() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = executor(dir.path());
+    e.start(&assignment(
+        "owner",
+        "sleep 300 & echo $! > child.pid; wait",
+    ))
+    .await
+    .unwrap();
+    let pid_file = dir.path().join("instances/owner/child.pid");
+    let mut child = 0u32;
+    for _ in 0..100 {
+        if let Some(p) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            child = p;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(e.owner_of(child).await.as_deref(), Some("owner"));
+    assert_eq!(e.owner_of(std::process::id()).await, None);
+    e.stop("owner").await.unwrap();
+}
+
+/// Real cgroup v2 limits: only where the cgroup v2 tree is mounted and writable (as on GPU
+/// hosts); elsewhere the test says why it did not run.
+#[tokio::test]
+async fn cgroup_limits_are_applied_where_cgroup_v2_is_writable() {
+    let root = Path::new("/sys/fs/cgroup/gpurent-test");
+    let probe = gpurent_agent::executor::CgroupRoot::prepare(root);
+    if let Err(why) = probe {
+        eprintln!("SKIPPED: no writable cgroup v2 tree here: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let resources = ResourcesPerGpu {
+        cpus: 2,
+        memory_mb: 512,
+        pids: 64,
+    };
+    let e = ProcessExecutor::new(dir.path(), Some(root), resources).unwrap();
+    assert!(e.is_confined());
+    e.start(&assignment("limited", "cat /proc/self/cgroup; sleep 300"))
+        .await
+        .unwrap();
+    wait_for(&e, "limited", ObservedState::Running).await;
+    let cg = root.join("limited");
+    // Two GPUs: twice the per-GPU CPUs and memory.
+    assert_eq!(
+        std::fs::read_to_string(cg.join("cpu.max")).unwrap().trim(),
+        "400000 100000"
+    );
+    assert_eq!(
+        std::fs::read_to_string(cg.join("memory.max"))
+            .unwrap()
+            .trim(),
+        (1024u64 * 1024 * 1024).to_string()
+    );
+    assert_eq!(
+        std::fs::read_to_string(cg.join("pids.max")).unwrap().trim(),
+        "64"
+    );
+    let output = std::fs::read_to_string(e.output_path("limited")).unwrap_or_default();
+    assert!(output.contains("/gpurent-test/limited"), "{output}");
+    e.stop("limited").await.unwrap();
+    assert!(!cg.exists());
+}
