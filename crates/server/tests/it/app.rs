@@ -115,6 +115,12 @@ impl TestAppBuilder {
 impl TestApp {
     /// Joins a simulated agent, exactly as a remote one would, and waits until it is ready.
     pub async fn add_node(&mut self, name: &str, spec: &str) {
+        let gpus = Arc::new(SimGpus::parse(spec, name).expect("spec"));
+        self.add_node_with(name, gpus).await;
+    }
+
+    /// Joins an agent with these GPUs (the fake NVML, say) and the sim executor.
+    pub async fn add_node_with(&mut self, name: &str, gpus: Arc<dyn gpurent_agent::GpuBackend>) {
         let (status, token) = self
             .admin()
             .post("/api/v1/nodes/join-token", &json!({}))
@@ -128,7 +134,6 @@ impl TestApp {
             tries: 3,
             delay: Duration::from_millis(100),
         };
-        let gpus = Arc::new(SimGpus::parse(spec, name).expect("spec"));
         let agent = Agent::new(config, gpus, Arc::new(SimExecutor::new()));
         let (stop, stopped) = watch::channel(false);
         self.agents.push((stop, tokio::spawn(agent.run(stopped))));

@@ -10,6 +10,7 @@ mod concurrency;
 mod idempotency;
 mod lifecycle;
 mod openapi;
+mod telemetry;
 mod validation;
 
 /// Runs an async test body once per store backend.
