@@ -150,11 +150,12 @@ impl ProcessExecutor {
             .collect()
     }
 
+    /// Whether anything of the instance still runs: its process group (the wrapper leads it
+    /// from the start, before it has moved itself into the cgroup) or its cgroup (which also
+    /// holds processes that left the group).
     fn group_alive(&self, f: &InstanceFile) -> bool {
-        match &self.cgroup {
-            Some(cg) => !cg.pids(&f.reservation_id).is_empty(),
-            None => killpg(Pid::from_raw(f.pgid), None).is_ok(),
-        }
+        killpg(Pid::from_raw(f.pgid), None).is_ok()
+            || self.cgroup.as_ref().is_some_and(|cg| !cg.pids(&f.reservation_id).is_empty())
     }
 
     /// Reaps instances this agent started that have ended, so their group id is free.
@@ -280,7 +281,16 @@ impl Executor for ProcessExecutor {
             .unwrap_or_else(|p| p.into_inner())
             .remove(id);
         if let Some(cg) = &self.cgroup {
-            cg.remove(id).map_err(|e| exec_error("stop", id, e))?;
+            // The kernel frees a cgroup a moment after its last task is reaped (EBUSY until).
+            let mut removed = cg.remove(id);
+            for _ in 0..50 {
+                if removed.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                removed = cg.remove(id);
+            }
+            removed.map_err(|e| exec_error("stop", id, e))?;
         }
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(exec_error("stop", id, e)),
