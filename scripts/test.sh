@@ -20,8 +20,8 @@
 #                              query (select version(), create/drop a
 #                              database) with psql and exit without running
 #                              cargo.
-#   GPURENT_TEST_DOCKER=1      make sure a Docker daemon is running first
-#                              (see ensure_docker).
+#   GPURENT_TEST_DOCKER=1      (the default) make sure a Docker daemon is running
+#                              and the test image exists; 0 skips the Docker tests.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -285,6 +285,26 @@ ensure_docker() {
   say "docker daemon is ready"
 }
 
+# The tests' image: no registry is reachable, so a rootfs of Debian's busybox-static is
+# imported as gpurent-test/busybox:latest.
+ensure_test_image() {
+  if docker image inspect gpurent-test/busybox:latest >/dev/null 2>&1; then
+    return 0
+  fi
+  [ -x /bin/busybox ] || apt_install busybox-static
+  local rootfs
+  rootfs="$(mktemp -d)"
+  mkdir -p "$rootfs/bin" "$rootfs/tmp"
+  cp /bin/busybox "$rootfs/bin/busybox"
+  local applet
+  for applet in sh sleep echo cat ls true false env id; do
+    ln -s busybox "$rootfs/bin/$applet"
+  done
+  tar -C "$rootfs" -c . | docker import - gpurent-test/busybox:latest >/dev/null
+  rm -rf "$rootfs"
+  say "imported the test image gpurent-test/busybox:latest"
+}
+
 # shellcheck disable=SC2317  # called from the EXIT trap
 stop_docker() {
   [ -n "$DOCKERD_PID" ] || return 0
@@ -317,8 +337,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [ "${GPURENT_TEST_DOCKER:-0}" = 1 ]; then
+export GPURENT_TEST_DOCKER="${GPURENT_TEST_DOCKER:-1}"
+if [ "$GPURENT_TEST_DOCKER" = 1 ]; then
   ensure_docker
+  ensure_test_image
 fi
 
 if [ -n "${GPURENT_TEST_DATABASE_URL:-}" ]; then

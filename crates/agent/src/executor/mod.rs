@@ -1,7 +1,9 @@
 //! Executors run a reservation's workload on the node: `process` (a process group in a
-//! cgroup v2), `sim` (in memory, for demos and tests); `docker` comes next.
+//! cgroup v2), `docker` (a container through the Docker Engine), `sim` (in memory, for demos
+//! and tests).
 
 mod cgroup;
+pub mod docker;
 mod process;
 mod sim;
 
@@ -9,6 +11,7 @@ use async_trait::async_trait;
 use gpurent_types::agent::Assignment;
 
 pub use cgroup::{CgroupLimits, CgroupRoot};
+pub use docker::DockerExecutor;
 pub use process::{ProcessExecutor, ResourcesPerGpu};
 pub use sim::SimExecutor;
 

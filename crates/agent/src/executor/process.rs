@@ -155,7 +155,10 @@ impl ProcessExecutor {
     /// holds processes that left the group).
     fn group_alive(&self, f: &InstanceFile) -> bool {
         killpg(Pid::from_raw(f.pgid), None).is_ok()
-            || self.cgroup.as_ref().is_some_and(|cg| !cg.pids(&f.reservation_id).is_empty())
+            || self
+                .cgroup
+                .as_ref()
+                .is_some_and(|cg| !cg.pids(&f.reservation_id).is_empty())
     }
 
     /// Reaps instances this agent started that have ended, so their group id is free.

@@ -4,4 +4,5 @@
 // A failing test panics; that is what these are for.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod docker;
 mod process;

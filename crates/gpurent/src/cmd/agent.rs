@@ -4,7 +4,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use gpurent_agent::executor::{ProcessExecutor, ResourcesPerGpu, SimExecutor};
+use gpurent_agent::executor::docker::CONNECT_TIMEOUT;
+use gpurent_agent::executor::{DockerExecutor, ProcessExecutor, ResourcesPerGpu, SimExecutor};
 use gpurent_agent::gpu::{FakeNvml, NvmlGpus, SimGpus};
 use gpurent_agent::{Agent, AgentConfig, Executor, GpuBackend};
 use tokio::sync::watch;
@@ -14,7 +15,7 @@ use crate::cli::{AgentArgs, ExecutorKind, NodeArgs};
 pub async fn run(args: AgentArgs, server: &str) -> anyhow::Result<()> {
     super::ensure_dir(&args.data_dir)?;
     let name = args.name.clone().unwrap_or_else(host_name);
-    let (gpus, executor) = backends(&args.node, &name, &args.data_dir, false)?;
+    let (gpus, executor) = backends(&args.node, &name, &args.data_dir, false).await?;
     let mut config = AgentConfig::new(server, args.data_dir.clone(), &name);
     config.join_token = args.join_token.clone();
     let agent = Agent::new(config, gpus, executor);
@@ -42,7 +43,7 @@ async fn wait_agent(
 
 /// Picks the GPU backend and the executor, and says which. Without `--sim-gpus`, real GPUs
 /// are found through NVML; `up` (with `sim_fallback`) falls back to simulated ones.
-pub fn backends(
+pub async fn backends(
     node: &NodeArgs,
     node_name: &str,
     data_dir: &Path,
@@ -60,12 +61,14 @@ pub fn backends(
             Err(e) => return Err(e).context("no GPUs (pass --sim-gpus to simulate some)"),
         },
     };
+    let resources = ResourcesPerGpu {
+        cpus: node.cpus_per_gpu,
+        memory_mb: node.memory_per_gpu_gb.saturating_mul(1024),
+        ..ResourcesPerGpu::default()
+    };
+    // Containers get the GPUs through the NVIDIA runtime only when they are real.
+    let real_gpus = gpus.name() == "nvml";
     let process = || -> anyhow::Result<Arc<dyn Executor>> {
-        let resources = ResourcesPerGpu {
-            cpus: node.cpus_per_gpu,
-            memory_mb: node.memory_per_gpu_gb.saturating_mul(1024),
-            ..ResourcesPerGpu::default()
-        };
         Ok(Arc::new(ProcessExecutor::new(
             data_dir,
             Some(&node.cgroup_root),
@@ -75,11 +78,31 @@ pub fn backends(
     let executor: Arc<dyn Executor> = match node.executor {
         ExecutorKind::Sim => Arc::new(SimExecutor::new()),
         ExecutorKind::Process => process()?,
+        ExecutorKind::Docker => Arc::new(
+            DockerExecutor::connect(resources, real_gpus)
+                .await
+                .context("the docker executor needs a Docker Engine on its local socket")?,
+        ),
         ExecutorKind::Auto if gpus.name() == "sim" => Arc::new(SimExecutor::new()),
-        // The Docker executor is not in this build yet: processes on real GPUs.
-        ExecutorKind::Auto => process()?,
-        ExecutorKind::Docker => {
-            bail!("the docker executor is not in this build yet; use --executor process")
+        ExecutorKind::Auto => {
+            let docker = tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                DockerExecutor::connect(resources, real_gpus),
+            )
+            .await;
+            match docker {
+                Ok(Ok(docker)) => Arc::new(docker),
+                Ok(Err(e)) => {
+                    tracing::info!(reason = %e, "no Docker Engine: using the process executor");
+                    process()?
+                }
+                Err(_) => {
+                    tracing::info!(
+                        "the Docker Engine did not answer in time: using the process executor"
+                    );
+                    process()?
+                }
+            }
         }
     };
     tracing::info!(

@@ -23,7 +23,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
 
     let agent_dir = args.data_dir.join("agent");
     let name = super::agent::host_name();
-    let (gpus, executor) = super::agent::backends(&args.node, &name, &agent_dir, true)?;
+    let (gpus, executor) = super::agent::backends(&args.node, &name, &agent_dir, true).await?;
     let mut config = AgentConfig::new(&base, agent_dir.clone(), &name);
     if NodeIdentity::load(&agent_dir)?.is_none() {
         // The local agent joins like any other: with a join token, over HTTP.

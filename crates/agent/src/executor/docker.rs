@@ -1,0 +1,263 @@
+//! The Docker executor: each reservation runs as one container, created through the Engine API
+//! (bollard over the unix socket) with its GPUs by UUID (a `DeviceRequest` for the `nvidia`
+//! driver, as `--gpus device=UUID` makes), hard and soft memory limits, a CPU quota, a pids
+//! limit, every capability dropped, `no-new-privileges`, never privileged and never the Docker
+//! socket. Labels tie each container to its reservation and epoch, so a restarted agent finds
+//! (adopts) its containers instead of starting them again.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::models::{ContainerCreateBody, ContainerSummaryStateEnum, DeviceRequest, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
+    RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+};
+use bollard::Docker;
+use gpurent_types::agent::Assignment;
+
+use super::{Executor, ResourcesPerGpu};
+use crate::reconcile::{Observed, ObservedState};
+use crate::AgentError;
+
+pub const LABEL_MANAGED: &str = "io.gpurent.managed";
+pub const LABEL_RESERVATION: &str = "io.gpurent.reservation";
+pub const LABEL_EPOCH: &str = "io.gpurent.epoch";
+
+#[derive(Debug, Clone)]
+pub struct DockerExecutor {
+    docker: Docker,
+    resources: ResourcesPerGpu,
+    /// Ask the Engine for the GPUs (needs the NVIDIA container toolkit); off for simulated GPUs.
+    gpu_devices: bool,
+    /// Seconds between SIGTERM and SIGKILL when a container is stopped.
+    grace_s: i32,
+}
+
+fn docker_error(action: &'static str, id: &str, e: impl std::fmt::Display) -> AgentError {
+    AgentError::Executor {
+        executor: "docker",
+        action,
+        reservation_id: id.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+/// The container of a reservation.
+pub fn container_name(reservation_id: &str) -> String {
+    format!("gpurent-{reservation_id}")
+}
+
+impl DockerExecutor {
+    /// Connects to the Engine on its local socket and agrees on an API version. Err when no
+    /// Engine answers.
+    pub async fn connect(
+        resources: ResourcesPerGpu,
+        gpu_devices: bool,
+    ) -> Result<Self, AgentError> {
+        let fail = |e: bollard::errors::Error| AgentError::Executor {
+            executor: "docker",
+            action: "connect to",
+            reservation_id: "-".to_owned(),
+            message: e.to_string(),
+        };
+        let docker = Docker::connect_with_socket_defaults().map_err(fail)?;
+        let docker = docker.negotiate_version().await.map_err(fail)?;
+        docker.ping().await.map_err(fail)?;
+        Ok(DockerExecutor {
+            docker,
+            resources,
+            gpu_devices,
+            grace_s: 10,
+        })
+    }
+
+    pub fn with_grace(mut self, seconds: i32) -> Self {
+        self.grace_s = seconds;
+        self
+    }
+
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    fn host_config(&self, a: &Assignment) -> HostConfig {
+        let gpus = i64::try_from(a.gpus.len().max(1)).unwrap_or(1);
+        let memory = i64::try_from(self.resources.memory_mb)
+            .unwrap_or(i64::MAX / 4)
+            .saturating_mul(1024 * 1024);
+        let memory = memory.saturating_mul(gpus);
+        HostConfig {
+            memory: Some(memory),
+            // The soft limit the kernel reclaims down to under memory pressure.
+            memory_reservation: Some(memory / 4 * 3),
+            // No swap beyond the memory limit.
+            memory_swap: Some(memory),
+            nano_cpus: Some(
+                i64::from(self.resources.cpus)
+                    .saturating_mul(gpus)
+                    .saturating_mul(1_000_000_000),
+            ),
+            pids_limit: Some(i64::try_from(self.resources.pids).unwrap_or(i64::MAX)),
+            cap_drop: Some(vec!["ALL".to_owned()]),
+            security_opt: Some(vec!["no-new-privileges".to_owned()]),
+            privileged: Some(false),
+            device_requests: self.gpu_devices.then(|| {
+                vec![DeviceRequest {
+                    driver: Some("nvidia".to_owned()),
+                    device_ids: Some(a.gpus.clone()),
+                    capabilities: Some(vec![vec!["gpu".to_owned()]]),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        }
+    }
+
+    async fn exit_code(&self, name: &str) -> Option<i64> {
+        let inspect = self
+            .docker
+            .inspect_container(name, None::<InspectContainerOptions>)
+            .await
+            .ok()?;
+        inspect.state?.exit_code
+    }
+}
+
+#[async_trait]
+impl Executor for DockerExecutor {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    async fn start(&self, a: &Assignment) -> Result<(), AgentError> {
+        let id = &a.reservation_id;
+        let image = a.image.clone().ok_or_else(|| {
+            docker_error("start", id, "the docker executor needs an image (--image)")
+        })?;
+        let name = container_name(id);
+        // A container left by an earlier epoch of this reservation goes first.
+        self.stop(id).await?;
+        let visible = a.gpus.join(",");
+        let mut env: Vec<String> = a.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        env.push(format!("NVIDIA_VISIBLE_DEVICES={visible}"));
+        env.push(format!("CUDA_VISIBLE_DEVICES={visible}"));
+        env.push(format!("GPURENT_RESERVATION_ID={id}"));
+        let labels = HashMap::from([
+            (LABEL_MANAGED.to_owned(), "true".to_owned()),
+            (LABEL_RESERVATION.to_owned(), id.clone()),
+            (LABEL_EPOCH.to_owned(), a.epoch.to_string()),
+        ]);
+        let body = ContainerCreateBody {
+            image: Some(image),
+            cmd: (!a.command.is_empty()).then(|| a.command.clone()),
+            env: Some(env),
+            labels: Some(labels),
+            host_config: Some(self.host_config(a)),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        self.docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| docker_error("create", id, e))?;
+        self.docker
+            .start_container(&name, None)
+            .await
+            .map_err(|e| docker_error("start", id, e))?;
+        tracing::info!(reservation_id = %id, container = %name, gpus = %visible, "container started");
+        Ok(())
+    }
+
+    async fn stop(&self, id: &str) -> Result<(), AgentError> {
+        let name = container_name(id);
+        let stop = StopContainerOptionsBuilder::default()
+            .t(self.grace_s)
+            .build();
+        match self.docker.stop_container(&name, Some(stop)).await {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => return Ok(()),
+            // 304: already stopped.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 304, ..
+            }) => {}
+            Err(e) => return Err(docker_error("stop", id, e)),
+        }
+        let remove = RemoveContainerOptionsBuilder::default().force(true).build();
+        match self.docker.remove_container(&name, Some(remove)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(docker_error("remove", id, e)),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<Observed>, AgentError> {
+        let filters = HashMap::from([("label", vec![format!("{LABEL_MANAGED}=true")])]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let containers = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| docker_error("list", "-", e))?;
+        let mut observed = Vec::new();
+        for c in containers {
+            let labels = c.labels.unwrap_or_default();
+            let (Some(id), Some(epoch)) = (
+                labels.get(LABEL_RESERVATION),
+                labels.get(LABEL_EPOCH).and_then(|e| e.parse().ok()),
+            ) else {
+                continue;
+            };
+            let state = match c.state {
+                Some(
+                    ContainerSummaryStateEnum::RUNNING
+                    | ContainerSummaryStateEnum::RESTARTING
+                    | ContainerSummaryStateEnum::PAUSED,
+                ) => ObservedState::Running,
+                // Created but not started yet: the start is in flight or failed half-way.
+                Some(ContainerSummaryStateEnum::CREATED) => ObservedState::Running,
+                _ => {
+                    let code = self.exit_code(&container_name(id)).await.unwrap_or(-1);
+                    ObservedState::Exited(i32::try_from(code).unwrap_or(-1))
+                }
+            };
+            observed.push(Observed {
+                reservation_id: id.clone(),
+                epoch,
+                state,
+            });
+        }
+        Ok(observed)
+    }
+
+    async fn owner_of(&self, pid: u32) -> Option<String> {
+        // The container's id is in the process's cgroup path (…/docker/<id> or docker-<id>.scope).
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        let container = cgroup
+            .split(['/', '-', '.', '\n', ':'])
+            .find(|part| part.len() == 64 && part.bytes().all(|b| b.is_ascii_hexdigit()))?;
+        let inspect = self
+            .docker
+            .inspect_container(container, None::<InspectContainerOptions>)
+            .await
+            .ok()?;
+        inspect.config?.labels?.get(LABEL_RESERVATION).cloned()
+    }
+}
+
+/// How long to wait for the Engine to answer at start-up.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

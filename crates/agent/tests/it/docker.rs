@@ -1,0 +1,174 @@
+//! The Docker executor against a real Docker Engine (started by `scripts/test.sh` with
+//! GPURENT_TEST_DOCKER=1) and a local image (`gpurent-test/busybox`, imported from Debian's
+//! busybox-static; no registry is needed).
+
+use std::time::Duration;
+
+use gpurent_agent::executor::docker::{container_name, LABEL_EPOCH, LABEL_RESERVATION};
+use gpurent_agent::executor::{DockerExecutor, ResourcesPerGpu};
+use gpurent_agent::reconcile::{Observed, ObservedState};
+use gpurent_agent::Executor;
+use gpurent_types::agent::Assignment;
+
+const IMAGE: &str = "gpurent-test/busybox:latest";
+
+/// The executor, or None (with the reason printed) where this machine has no Docker Engine
+/// and the test run did not ask for one.
+async fn docker() -> Option<DockerExecutor> {
+    let resources = ResourcesPerGpu {
+        cpus: 1,
+        memory_mb: 256,
+        pids: 64,
+    };
+    match DockerExecutor::connect(resources, false).await {
+        Ok(d) => Some(d.with_grace(1)),
+        Err(e) if std::env::var("GPURENT_TEST_DOCKER").as_deref() == Ok("1") => {
+            panic!("GPURENT_TEST_DOCKER=1 but no Docker Engine answers: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: no Docker Engine here ({e}); scripts/test.sh starts one");
+            None
+        }
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    let n: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    format!("{prefix}-{n:x}")
+}
+
+fn assignment(id: &str, script: &str) -> Assignment {
+    Assignment {
+        reservation_id: id.to_owned(),
+        epoch: 3,
+        gpus: vec!["GPU-aaaa".into(), "GPU-bbbb".into()],
+        vram_mb: None,
+        image: Some(IMAGE.to_owned()),
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        env: [("MODEL".to_owned(), "llama".to_owned())].into(),
+        run: true,
+    }
+}
+
+async fn state_of(e: &DockerExecutor, id: &str) -> Option<ObservedState> {
+    e.list()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|o| o.reservation_id == id)
+        .map(|o| o.state)
+}
+
+async fn wait_for(e: &DockerExecutor, id: &str, want: ObservedState) {
+    for _ in 0..200 {
+        if state_of(e, id).await == Some(want.clone()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "{id} never reached {want:?}; now {:?}",
+        state_of(e, id).await
+    );
+}
+
+#[tokio::test]
+async fn containers_are_confined_and_labelled() {
+    let Some(e) = docker().await else { return };
+    let id = unique("limits");
+    e.start(&assignment(&id, "echo hi; sleep 300"))
+        .await
+        .unwrap();
+    wait_for(&e, &id, ObservedState::Running).await;
+    let inspect = e
+        .docker()
+        .inspect_container(&container_name(&id), None)
+        .await
+        .unwrap();
+    let host = inspect.host_config.unwrap();
+    // Two GPUs: twice the per-GPU resources.
+    assert_eq!(host.memory, Some(512 * 1024 * 1024));
+    assert_eq!(host.memory_reservation, Some(384 * 1024 * 1024));
+    assert_eq!(host.nano_cpus, Some(2_000_000_000));
+    assert_eq!(host.pids_limit, Some(64));
+    assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
+    assert_eq!(host.cap_add, None);
+    assert!(host
+        .security_opt
+        .unwrap_or_default()
+        .iter()
+        .any(|o| o == "no-new-privileges"));
+    assert_eq!(host.privileged, Some(false));
+    assert!(host
+        .binds
+        .unwrap_or_default()
+        .iter()
+        .all(|b| !b.contains("docker.sock")));
+    let config = inspect.config.unwrap();
+    let labels = config.labels.unwrap();
+    assert_eq!(labels.get(LABEL_RESERVATION), Some(&id));
+    assert_eq!(labels.get(LABEL_EPOCH).map(String::as_str), Some("3"));
+    let env = config.env.unwrap();
+    assert!(
+        env.contains(&"CUDA_VISIBLE_DEVICES=GPU-aaaa,GPU-bbbb".to_owned()),
+        "{env:?}"
+    );
+    assert!(env.contains(&"MODEL=llama".to_owned()));
+
+    e.stop(&id).await.unwrap();
+    assert_eq!(state_of(&e, &id).await, None);
+    assert!(
+        e.docker()
+            .inspect_container(&container_name(&id), None)
+            .await
+            .is_err(),
+        "stop must remove the container"
+    );
+    // Stopping what is gone is fine.
+    e.stop(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn exit_codes_are_reported() {
+    let Some(e) = docker().await else { return };
+    let id = unique("exit");
+    e.start(&assignment(&id, "exit 3")).await.unwrap();
+    wait_for(&e, &id, ObservedState::Exited(3)).await;
+    e.stop(&id).await.unwrap();
+    let mut no_image = assignment(&unique("noimage"), "true");
+    no_image.image = None;
+    let err = e.start(&no_image).await.unwrap_err();
+    assert!(err.to_string().contains("needs an image"), "{err}");
+    let mut missing = assignment(&unique("missing"), "true");
+    missing.image = Some("gpurent-test/does-not-exist:1".into());
+    assert!(e.start(&missing).await.is_err());
+}
+
+#[tokio::test]
+async fn a_new_agent_adopts_running_containers() {
+    let Some(first) = docker().await else { return };
+    let id = unique("adopt");
+    first.start(&assignment(&id, "sleep 300")).await.unwrap();
+    wait_for(&first, &id, ObservedState::Running).await;
+    drop(first);
+    let second = docker().await.unwrap();
+    let mine: Vec<Observed> = second
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|o| o.reservation_id == id)
+        .collect();
+    assert_eq!(
+        mine,
+        vec![Observed {
+            reservation_id: id.clone(),
+            epoch: 3,
+            state: ObservedState::Running
+        }]
+    );
+    second.stop(&id).await.unwrap();
+}
