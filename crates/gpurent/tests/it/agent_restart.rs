@@ -146,3 +146,127 @@ fn a_killed_agent_adopts_its_running_instances() {
     });
     eventually("the workload to end", 15, || processes_with(&needle) == 0);
 }
+
+fn docker(args: &[&str]) -> String {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("run docker");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `gpurent up` with the Docker executor: kill -9 it while a container runs, restart it, and
+/// the same container (same start time) is adopted, not started again.
+#[test]
+fn a_killed_up_adopts_its_running_containers() {
+    let engine = std::process::Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !engine {
+        assert_ne!(
+            std::env::var("GPURENT_TEST_DOCKER").as_deref(),
+            Ok("1"),
+            "GPURENT_TEST_DOCKER=1 but no Docker Engine answers"
+        );
+        eprintln!("SKIPPED: no Docker Engine here; scripts/test.sh starts one");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let args = [
+        "up",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--sim-gpus",
+        "2xRTX4090",
+        "--executor",
+        "docker",
+        "--cpus-per-gpu",
+        "1",
+        "--memory-per-gpu-gb",
+        "1",
+    ];
+    let mut up = Daemon::start(&args, &dir.path().join("up1.log"));
+    let admin = read_token(&data);
+    let tenant = cli(
+        &up.url,
+        Some(&admin),
+        true,
+        &["users", "create", "dee", "--credit", "50"],
+    )
+    .json();
+    let token = tenant["token"].as_str().unwrap().to_owned();
+    let r = cli(
+        &up.url,
+        Some(&token),
+        true,
+        &[
+            "reserve",
+            "--gpu",
+            "rtx4090",
+            "--hours",
+            "1",
+            "--image",
+            "gpurent-test/busybox:latest",
+            "--",
+            "sleep",
+            "300",
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let url = up.url.clone();
+    eventually("running", 30, || {
+        cli(&url, Some(&token), true, &["get", &id]).json()["status"] == "running"
+    });
+    let filter = format!("label=io.gpurent.reservation={id}");
+    let container = docker(&["ps", "-q", "--filter", &filter]);
+    assert!(!container.is_empty(), "no running container for {id}");
+    let started = docker(&["inspect", "-f", "{{.State.StartedAt}}", &container]);
+    let memory = docker(&[
+        "inspect",
+        "-f",
+        "{{.HostConfig.Memory}} {{.HostConfig.NanoCpus}} {{.HostConfig.CapDrop}}",
+        &container,
+    ]);
+    assert_eq!(memory, "1073741824 1000000000 [ALL]");
+
+    up.kill9();
+    assert_eq!(
+        docker(&["ps", "-q", "--filter", &filter]),
+        container,
+        "the container died with its agent"
+    );
+    // The same data dir, and the same port so the URL the tenant uses still works.
+    let port = url.rsplit(':').next().unwrap().to_owned();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args2 = args.to_vec();
+    args2[4] = &listen;
+    let _up = Daemon::start(&args2, &dir.path().join("up2.log"));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        cli(&url, Some(&token), true, &["get", &id]).json()["status"],
+        "running"
+    );
+    assert_eq!(
+        docker(&["ps", "-aq", "--filter", &filter]),
+        container,
+        "one container, the same one"
+    );
+    assert_eq!(
+        docker(&["inspect", "-f", "{{.State.StartedAt}}", &container]),
+        started,
+        "the container was restarted"
+    );
+
+    cli(&url, Some(&token), true, &["stop", &id]);
+    eventually("stopped", 30, || {
+        cli(&url, Some(&token), true, &["get", &id]).json()["status"] == "stopped"
+    });
+    eventually("the container to be removed", 15, || {
+        docker(&["ps", "-aq", "--filter", &filter]).is_empty()
+    });
+}
