@@ -77,6 +77,32 @@ pub enum Command {
 pub enum BenchCommand {
     /// Reservations per second and latency of POST /api/v1/reservations over HTTP.
     Reserve(BenchArgs),
+    /// Reserve-to-running latency on a real executor, one reservation at a time.
+    Running(BenchRunningArgs),
+    /// CPU and memory an agent costs, with telemetry at its heartbeat.
+    Agent(BenchAgentArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchRunningArgs {
+    #[arg(long, value_enum, default_value = "docker")]
+    pub executor: ExecutorKind,
+    #[arg(long, default_value_t = 50)]
+    pub reservations: u32,
+    /// The image (docker executor).
+    #[arg(long, default_value = "gpurent-test/busybox:latest")]
+    pub image: String,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchAgentArgs {
+    /// The NVML probe whose first GPU is repeated `--gpus` times.
+    #[arg(long)]
+    pub fake_nvml: Option<PathBuf>,
+    #[arg(long, default_value_t = 8)]
+    pub gpus: u32,
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
 }
 
 #[derive(Debug, Args)]

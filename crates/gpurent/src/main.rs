@@ -71,6 +71,12 @@ fn main() -> ExitCode {
         Command::Bench(cli::BenchCommand::Reserve(args)) => {
             report_daemon(runtime.block_on(cmd::bench::run(args, json)))
         }
+        Command::Bench(cli::BenchCommand::Running(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_running::run(args, json)))
+        }
+        Command::Bench(cli::BenchCommand::Agent(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_agent::run(args, json)))
+        }
         command => {
             let result = runtime.block_on(cmd::client::run(command, &cli.server, cli.token, json));
             match result {

@@ -33,9 +33,9 @@ async fn docker() -> Option<DockerExecutor> {
 }
 
 fn unique(prefix: &str) -> String {
-    let n: u64 = std::time::SystemTime::now()
+    let n = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
+        .map(|d| d.as_nanos())
         .unwrap_or(0);
     format!("{prefix}-{n:x}")
 }

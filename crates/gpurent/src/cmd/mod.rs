@@ -2,6 +2,8 @@
 
 pub mod agent;
 pub mod bench;
+pub mod bench_agent;
+pub mod bench_running;
 pub mod client;
 pub mod server;
 pub mod up;

@@ -1,0 +1,235 @@
+//! `gpurent bench running`: reserve-to-running latency on a real executor. One reservation at a
+//! time: POST, then the control plane's own timestamps `created_at` → `started_at` (the agent's
+//! first `running` report), so client polling adds nothing to the figure.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use gpurent_agent::executor::{DockerExecutor, ProcessExecutor, ResourcesPerGpu, SimExecutor};
+use gpurent_agent::gpu::SimGpus;
+use gpurent_agent::{Agent, AgentConfig, Executor};
+use gpurent_server::{hash_token, RunningServer, ServerConfig};
+use gpurent_store::prelude::*;
+use gpurent_store::{NewUser, SqlStore};
+use gpurent_types::api::Reservation;
+use gpurent_types::{Money, Role, SystemClock};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::cli::{BenchRunningArgs, ExecutorKind};
+use crate::output::{print_json, print_table};
+
+#[derive(Debug, Serialize)]
+struct RunningResult {
+    executor: String,
+    reservations: usize,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    mean_ms: f64,
+}
+
+pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("gpurent-bench-running-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let store = Arc::new(SqlStore::connect(&format!("sqlite://{}/bench.db", dir.display())).await?);
+    let now = chrono::Utc::now();
+    store
+        .ensure_admin(&hash_token("gpr_bench_admin"), now)
+        .await?;
+    let admin = store
+        .authenticate(&hash_token("gpr_bench_admin"))
+        .await?
+        .context("admin")?;
+    store
+        .create_join_token(
+            &hash_token("gpj_bench"),
+            &admin.id,
+            now + chrono::Duration::hours(1),
+            now,
+        )
+        .await?;
+    let tenant = "gpr_bench_tenant";
+    store
+        .create_user(
+            NewUser {
+                name: "bench".into(),
+                role: Role::Tenant,
+                token_hash: hash_token(tenant),
+                credit: Money::units(1_000_000),
+            },
+            now,
+        )
+        .await?;
+    let server = RunningServer::start(
+        "127.0.0.1:0".parse()?,
+        store.clone(),
+        Arc::new(SystemClock),
+        ServerConfig::default(),
+    )
+    .await?;
+    let base = format!("http://{}", server.addr);
+
+    let resources = ResourcesPerGpu {
+        cpus: 1,
+        memory_mb: 256,
+        pids: 256,
+    };
+    let (executor, image, command): (Arc<dyn Executor>, Option<String>, Vec<String>) =
+        match args.executor {
+            ExecutorKind::Docker | ExecutorKind::Auto => (
+                Arc::new(
+                    DockerExecutor::connect(resources, false)
+                        .await?
+                        .with_grace(2),
+                ),
+                Some(args.image.clone()),
+                // PID 1 in a container ignores SIGTERM unless it says otherwise.
+                vec![
+                    "sh".into(),
+                    "-c".into(),
+                    "trap 'exit 0' TERM; sleep 600 & wait".into(),
+                ],
+            ),
+            ExecutorKind::Process => (
+                Arc::new(ProcessExecutor::new(&dir.join("agent"), None, resources)?),
+                None,
+                vec!["sleep".into(), "600".into()],
+            ),
+            ExecutorKind::Sim => (Arc::new(SimExecutor::new()), None, vec![]),
+        };
+    let name = executor.name();
+    let mut config = AgentConfig::new(&base, dir.join("agent"), "bench-node");
+    config.join_token = Some("gpj_bench".to_owned());
+    let gpus = Arc::new(SimGpus::parse(
+        &format!("{}xRTX4090", args.reservations.max(1)),
+        "bench-node",
+    )?);
+    let (stop, stopped) = watch::channel(false);
+    let agent = tokio::spawn(Agent::new(config, gpus, executor).run(stopped));
+
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        let offers: serde_json::Value = http
+            .get(format!("{base}/api/v1/offers"))
+            .bearer_auth(tenant)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if offers[0]["available"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "bench: {} reservations, one at a time, on the {name} executor",
+        args.reservations
+    );
+    let body =
+        serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "image": image, "command": command});
+    let mut latencies = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..args.reservations {
+        let created: Reservation = http
+            .post(format!("{base}/api/v1/reservations"))
+            .bearer_auth(tenant)
+            .json(&body)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let mut running = None;
+        for _ in 0..2000 {
+            let r: Reservation = http
+                .get(format!("{base}/api/v1/reservations/{}", created.id))
+                .bearer_auth(tenant)
+                .send()
+                .await?
+                .json()
+                .await?;
+            if let Some(started) = r.started_at {
+                running = Some(started - r.created_at);
+                break;
+            }
+            if r.status.is_terminal() {
+                bail!("reservation {} ended as {} before running", r.id, r.status);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let latency = running.context("a reservation did not start within 10 s")?;
+        latencies.push(latency.to_std().unwrap_or_default());
+        ids.push(created.id);
+    }
+    eprintln!("bench: stopping {} reservations", ids.len());
+    for id in &ids {
+        http.post(format!("{base}/api/v1/reservations/{id}/stop"))
+            .bearer_auth(tenant)
+            .send()
+            .await?;
+    }
+    for _ in 0..600 {
+        let rs: Vec<Reservation> = http
+            .get(format!("{base}/api/v1/reservations"))
+            .bearer_auth(tenant)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if rs.iter().all(|r| r.status.is_terminal()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = stop.send(true);
+    let _ = agent.await;
+    server.shutdown().await?;
+    store.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let pct = |p: f64| {
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
+        ms(latencies[i])
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let mean = latencies.iter().map(|d| ms(*d)).sum::<f64>() / latencies.len().max(1) as f64;
+    let result = RunningResult {
+        executor: name.to_owned(),
+        reservations: latencies.len(),
+        p50_ms: pct(0.5),
+        p99_ms: pct(0.99),
+        max_ms: pct(1.0),
+        mean_ms: mean,
+    };
+    if json {
+        return print_json(&result).map_err(|e| anyhow::anyhow!(e));
+    }
+    print_table(
+        &[
+            "executor",
+            "reservations",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "mean ms",
+        ],
+        &[vec![
+            result.executor.clone(),
+            result.reservations.to_string(),
+            format!("{:.1}", result.p50_ms),
+            format!("{:.1}", result.p99_ms),
+            format!("{:.1}", result.max_ms),
+            format!("{:.1}", result.mean_ms),
+        ]],
+    );
+    Ok(())
+}
