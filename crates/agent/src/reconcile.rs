@@ -115,6 +115,7 @@ mod tests {
             command: vec![],
             env: Default::default(),
             run,
+            log_offset: 0,
         }
     }
 

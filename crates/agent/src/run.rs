@@ -6,13 +6,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpurent_types::agent::{Assignment, NodeTelemetry, RegisterNode, SyncRequest};
+use gpurent_types::agent::{Assignment, LogChunk, NodeTelemetry, RegisterNode, SyncRequest};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::client::{ControlPlane, RetryPolicy};
 use crate::reconcile::{self, Action, Observed, ObservedState};
 use crate::{AgentError, Executor, GpuBackend, NodeIdentity};
+
+/// Output shipped with one sync, for one instance and for all.
+const LOG_BYTES_PER_INSTANCE: usize = 256 * 1024;
+const LOG_BYTES_PER_SYNC: usize = 1024 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -128,6 +132,7 @@ impl Agent {
                 known_version,
                 wait_ms: Some(heartbeat_ms),
                 telemetry: self.telemetry().await,
+                logs: self.new_output(&desired, &actual).await,
             };
             let response = tokio::select! {
                 r = self.client.sync(&identity.node_token, &request) => r,
@@ -172,6 +177,44 @@ impl Agent {
         }
         tracing::info!("agent stopped");
         Ok(())
+    }
+
+    /// Output the control plane does not have yet, for every instance it knows of.
+    async fn new_output(&self, desired: &[Assignment], actual: &[Observed]) -> Vec<LogChunk> {
+        let mut chunks = Vec::new();
+        let mut budget = LOG_BYTES_PER_SYNC;
+        for a in desired {
+            if budget == 0 || !actual.iter().any(|o| o.reservation_id == a.reservation_id) {
+                continue;
+            }
+            let max = budget.min(LOG_BYTES_PER_INSTANCE);
+            let bytes = match self
+                .executor
+                .read_output(&a.reservation_id, a.log_offset, max)
+                .await
+            {
+                Ok(Some(bytes)) if !bytes.is_empty() => bytes,
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::warn!(reservation_id = %a.reservation_id, error = %e, "cannot read output");
+                    continue;
+                }
+            };
+            // Cut before a character split by the read; it goes with the next chunk.
+            let cut = match std::str::from_utf8(&bytes) {
+                Ok(_) => bytes.len(),
+                Err(e) if e.error_len().is_none() && e.valid_up_to() > 0 => e.valid_up_to(),
+                Err(_) => bytes.len(),
+            };
+            budget = budget.saturating_sub(cut);
+            chunks.push(LogChunk {
+                reservation_id: a.reservation_id.clone(),
+                offset: a.log_offset,
+                length: cut as u64,
+                data: String::from_utf8_lossy(&bytes[..cut]).into_owned(),
+            });
+        }
+        chunks
     }
 
     /// The GPUs' telemetry, each compute process attributed to its reservation.

@@ -83,12 +83,23 @@ impl ApiClient {
         decode(self.send(Method::GET, path, None, None).await?).await
     }
 
-    pub async fn get_text(&self, path: &str) -> Result<String, CliError> {
-        self.send(Method::GET, path, None, None)
-            .await?
+    /// A text answer and the value of one of its headers.
+    pub async fn get_text(
+        &self,
+        path: &str,
+        header: &str,
+    ) -> Result<(String, Option<String>), CliError> {
+        let response = self.send(Method::GET, path, None, None).await?;
+        let value = response
+            .headers()
+            .get(header)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let text = response
             .text()
             .await
-            .map_err(|e| CliError::new("bad_response", e.to_string()))
+            .map_err(|e| CliError::new("bad_response", e.to_string()))?;
+        Ok((text, value))
     }
 
     pub async fn post<B: Serialize, T: DeserializeOwned>(

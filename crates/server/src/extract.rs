@@ -51,6 +51,24 @@ where
     }
 }
 
+/// Query parameters whose rejection is a 400 in the API's error shape.
+#[derive(Debug, Clone)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T> FromRequestParts<AppState> for ApiQuery<T>
+where
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(v)| ApiQuery(v))
+            .map_err(|e| ApiError::Malformed(e.body_text()))
+    }
+}
+
 /// The `Idempotency-Key` header, when given: printable ASCII, at most 255 characters.
 pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get("idempotency-key") else {

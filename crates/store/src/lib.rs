@@ -123,6 +123,16 @@ pub trait ReservationStore: Send + Sync {
 
     async fn list_reservations(&self, scope: &Scope) -> Result<Vec<Reservation>>;
 
+    /// The instance's output from byte `offset` on (at most about `max_bytes`), and the
+    /// offset that follows it.
+    async fn read_logs(
+        &self,
+        id: &str,
+        scope: &Scope,
+        offset: u64,
+        max_bytes: u64,
+    ) -> Result<(String, u64)>;
+
     /// Asks for a reservation to stop; billing ends now. Stopping a stopped one is a no-op.
     async fn request_stop(
         &self,

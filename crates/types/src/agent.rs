@@ -101,6 +101,9 @@ pub struct Assignment {
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub run: bool,
+    /// Bytes of the instance's output the control plane has; the agent sends what follows.
+    #[serde(default)]
+    pub log_offset: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -138,6 +141,22 @@ pub struct SyncRequest {
     pub wait_ms: Option<u64>,
     #[serde(default)]
     pub telemetry: Option<NodeTelemetry>,
+    /// New output of instances, each chunk starting where the control plane's copy ends.
+    #[serde(default)]
+    pub logs: Vec<LogChunk>,
+}
+
+/// A piece of an instance's output (stdout and stderr, as they were interleaved).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LogChunk {
+    pub reservation_id: String,
+    /// Where in the output this chunk starts, in bytes.
+    pub offset: u64,
+    /// How many bytes of the output it covers (`data` may differ where invalid UTF-8 was
+    /// replaced).
+    pub length: u64,
+    /// The bytes, as text (invalid UTF-8 replaced).
+    pub data: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

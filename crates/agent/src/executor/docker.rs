@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use bollard::models::{ContainerCreateBody, ContainerSummaryStateEnum, DeviceRequest, HostConfig};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
-    RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+    LogsOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 use bollard::Docker;
 use gpurent_types::agent::Assignment;
@@ -242,6 +242,37 @@ impl Executor for DockerExecutor {
             });
         }
         Ok(observed)
+    }
+
+    /// The Engine keeps the output; it is read whole and cut at `offset` (outputs are capped
+    /// by the control plane, so this stays bounded).
+    async fn read_output(
+        &self,
+        id: &str,
+        offset: u64,
+        max: usize,
+    ) -> Result<Option<Vec<u8>>, AgentError> {
+        use futures_util::StreamExt;
+        let options = LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .follow(false)
+            .build();
+        let mut stream = self.docker.logs(&container_name(id), Some(options));
+        let mut all = Vec::new();
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(output) => all.extend_from_slice(&output.into_bytes()),
+                Err(e) if is_not_found(&e) => return Ok(None),
+                Err(e) => return Err(docker_error("read the output of", id, e)),
+            }
+            if all.len() as u64 >= offset.saturating_add(max as u64) {
+                break;
+            }
+        }
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(all.len());
+        let end = start.saturating_add(max).min(all.len());
+        Ok(Some(all[start..end].to_vec()))
     }
 
     async fn owner_of(&self, pid: u32) -> Option<String> {

@@ -33,6 +33,18 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
     /// before the agent restarted.
     async fn list(&self) -> Result<Vec<Observed>, AgentError>;
 
+    /// Up to `max` bytes of the instance's output (stdout and stderr) from byte `offset` on;
+    /// empty when there is nothing new, None when the executor keeps no output.
+    async fn read_output(
+        &self,
+        reservation_id: &str,
+        offset: u64,
+        max: usize,
+    ) -> Result<Option<Vec<u8>>, AgentError> {
+        let _ = (reservation_id, offset, max);
+        Ok(None)
+    }
+
     /// The reservation whose instance runs the process `pid`, if any (for telemetry).
     async fn owner_of(&self, pid: u32) -> Option<String> {
         let _ = pid;

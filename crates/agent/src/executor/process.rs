@@ -326,6 +326,27 @@ impl Executor for ProcessExecutor {
             .collect())
     }
 
+    async fn read_output(
+        &self,
+        id: &str,
+        offset: u64,
+        max: usize,
+    ) -> Result<Option<Vec<u8>>, AgentError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = match std::fs::File::open(self.output_path(id)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(exec_error("read the output of", id, e)),
+        };
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|e| exec_error("read the output of", id, e))?;
+        let mut buf = Vec::new();
+        file.take(max as u64)
+            .read_to_end(&mut buf)
+            .map_err(|e| exec_error("read the output of", id, e))?;
+        Ok(Some(buf))
+    }
+
     async fn owner_of(&self, pid: u32) -> Option<String> {
         if let Some(cg) = &self.cgroup {
             return cg.owner_of(pid);

@@ -50,6 +50,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
         command: vec!["sh".into(), "-c".into(), script.into()],
         env: [("MODEL".to_owned(), "llama".to_owned())].into(),
         run: true,
+        log_offset: 0,
     }
 }
 

@@ -19,6 +19,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
         command: vec!["/bin/sh".into(), "-c".into(), script.into()],
         env: [("MODEL".to_owned(), "llama".to_owned())].into(),
         run: true,
+        log_offset: 0,
     }
 }
 

@@ -293,26 +293,38 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
 }
 
 async fn logs(api: &ApiClient, id: &str, follow: bool) -> Result<(), CliError> {
-    let path = format!("/api/v1/reservations/{}/logs", segment(id));
-    let mut printed = 0;
+    use std::io::Write;
+    let mut offset: u64 = 0;
     loop {
-        let text = api.get_text(&path).await?;
-        let lines: Vec<&str> = text.lines().collect();
-        for line in lines.iter().skip(printed) {
-            print_line(line);
+        let path = format!("/api/v1/reservations/{}/logs?offset={offset}", segment(id));
+        let (text, next) = api.get_text(&path, "x-log-next-offset").await?;
+        if !text.is_empty() {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
         }
-        printed = printed.max(lines.len());
+        let next = next.and_then(|n| n.parse().ok()).unwrap_or(offset);
+        let advanced = next > offset;
+        offset = next;
+        if advanced {
+            continue;
+        }
         if !follow {
             return Ok(());
         }
+        // Nothing new: done once the reservation has ended (its agent ships the rest with the
+        // report of the end), else wait for more.
         let r: Reservation = api
             .get(&format!("/api/v1/reservations/{}", segment(id)))
             .await?;
-        if r.status.is_terminal() && r.ended_at.is_some() && printed >= lines.len() {
-            let text = api.get_text(&path).await?;
-            for line in text.lines().skip(printed) {
-                print_line(line);
-            }
+        if r.status.is_terminal() {
+            let (rest, _) = api
+                .get_text(
+                    &format!("/api/v1/reservations/{}/logs?offset={offset}", segment(id)),
+                    "x-log-next-offset",
+                )
+                .await?;
+            let _ = std::io::stdout().lock().write_all(rest.as_bytes());
             return Ok(());
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -1,14 +1,15 @@
 //! Offers and reservations: create, list, get, stop, and the lifecycle log.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, StatusCode};
+use axum::response::IntoResponse;
 use axum::Json;
 use gpurent_store::Scope;
 use gpurent_types::api::{CreateReservation, ErrorBody, Offer, Reservation, ReservationStopped};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::extract::{idempotency_key, ApiJson, ApiPath};
+use crate::extract::{idempotency_key, ApiJson, ApiPath, ApiQuery};
 use crate::state::AppState;
 use crate::validate;
 
@@ -106,42 +107,40 @@ pub(crate) async fn stop(
     }))
 }
 
-/// The reservation's lifecycle as text lines: placed, running, stop asked, ended and charged.
+/// Where `GET .../logs` resumes.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+pub(crate) struct LogsQuery {
+    /// Byte offset to read from: 0, or the `X-Log-Next-Offset` of the previous answer.
+    #[serde(default)]
+    offset: u64,
+}
+
+/// Most output returned by one `GET .../logs`.
+const LOGS_PAGE_BYTES: u64 = 1024 * 1024;
+
+/// The instance's output (stdout and stderr) from `offset` on, as its agent shipped it. The
+/// `X-Log-Next-Offset` header says where the next read starts (`gpurent logs --follow`).
 #[utoipa::path(get, path = "/api/v1/reservations/{id}/logs", tag = "reservations",
-    security(("bearer" = [])), params(("id" = String, Path)),
-    responses((status = 200, body = String, content_type = "text/plain"),
+    security(("bearer" = [])), params(("id" = String, Path), LogsQuery),
+    responses((status = 200, body = String, content_type = "text/plain",
+        headers(("X-Log-Next-Offset" = u64, description = "Offset of the next read"))),
         (status = 404, body = ErrorBody)))]
 pub(crate) async fn logs(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> Result<String, ApiError> {
-    let r = state
+    ApiQuery(query): ApiQuery<LogsQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let (text, next) = state
         .store
-        .get_reservation(&id, &Scope::of(&caller.0))
+        .read_logs(&id, &Scope::of(&caller.0), query.offset, LOGS_PAGE_BYTES)
         .await?;
-    let mut out = format!(
-        "{} reserved {} x {} on node {} (GPUs {}) at {}/h\n",
-        r.created_at.to_rfc3339(),
-        r.gpu_count,
-        r.gpu_type,
-        r.node.as_deref().unwrap_or("-"),
-        r.gpus.join(", "),
-        r.price_per_hour
-    );
-    if let Some(t) = r.started_at {
-        out.push_str(&format!("{} running\n", t.to_rfc3339()));
-    }
-    if let Some(t) = r.ended_at {
-        out.push_str(&format!(
-            "{} {} ({}), charged {}\n",
-            t.to_rfc3339(),
-            r.status,
-            r.end_reason.as_deref().unwrap_or("-"),
-            r.charged
-        ));
-    } else if r.status.is_terminal() || r.status.as_str() == "stopping" {
-        out.push_str(&format!("{}\n", r.status));
-    }
-    Ok(out)
+    let headers = [
+        (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_owned()),
+        (
+            HeaderName::from_static("x-log-next-offset"),
+            next.to_string(),
+        ),
+    ];
+    Ok((headers, text))
 }

@@ -121,6 +121,17 @@ impl TestApp {
 
     /// Joins an agent with these GPUs (the fake NVML, say) and the sim executor.
     pub async fn add_node_with(&mut self, name: &str, gpus: Arc<dyn gpurent_agent::GpuBackend>) {
+        self.add_node_running(name, gpus, Arc::new(SimExecutor::new()))
+            .await;
+    }
+
+    /// Joins an agent with these GPUs and this executor.
+    pub async fn add_node_running(
+        &mut self,
+        name: &str,
+        gpus: Arc<dyn gpurent_agent::GpuBackend>,
+        executor: Arc<dyn gpurent_agent::Executor>,
+    ) {
         let (status, token) = self
             .admin()
             .post("/api/v1/nodes/join-token", &json!({}))
@@ -134,7 +145,7 @@ impl TestApp {
             tries: 3,
             delay: Duration::from_millis(100),
         };
-        let agent = Agent::new(config, gpus, Arc::new(SimExecutor::new()));
+        let agent = Agent::new(config, gpus, executor);
         let (stop, stopped) = watch::channel(false);
         self.agents.push((stop, tokio::spawn(agent.run(stopped))));
         self._dirs.push(dir);
@@ -317,6 +328,22 @@ impl Client {
             .header("content-type", content_type)
             .body(body);
         Self::decode(r.send().await.expect("send")).await
+    }
+
+    /// A text answer and one of its headers.
+    pub async fn get_text(&self, path: &str, header: &str) -> (StatusCode, String, Option<String>) {
+        let response = self
+            .request(reqwest::Method::GET, path)
+            .send()
+            .await
+            .expect("send");
+        let status = response.status();
+        let value = response
+            .headers()
+            .get(header)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        (status, response.text().await.expect("body"), value)
     }
 
     pub async fn reserve(&self, body: Value) -> (StatusCode, Value) {

@@ -9,6 +9,7 @@ mod app;
 mod concurrency;
 mod idempotency;
 mod lifecycle;
+mod logs;
 mod openapi;
 mod telemetry;
 mod validation;

@@ -16,6 +16,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "telemetry",
         include_str!("../../migrations/0002_telemetry.sql"),
     ),
+    (3, "logs", include_str!("../../migrations/0003_logs.sql")),
 ];
 
 /// An arbitrary constant naming gpurent's migration lock.

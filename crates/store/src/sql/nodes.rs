@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_billing::charge_for_seconds;
 use gpurent_types::agent::{
-    Assignment, GpuInfo, InstanceReport, InstanceState, NodeTelemetry, SyncRequest,
+    Assignment, GpuInfo, InstanceReport, InstanceState, LogChunk, NodeTelemetry, SyncRequest,
 };
 use gpurent_types::api::{Gpu, Node};
 use gpurent_types::{GpuType, Money, ReservationStatus};
@@ -219,6 +219,49 @@ async fn finish(
     Ok(true)
 }
 
+/// The most output kept per reservation.
+const LOG_CAP_BYTES: i64 = 16 * 1024 * 1024;
+
+/// Stores a chunk of output if it continues the stored copy exactly; a repeat (an agent that
+/// did not see the last answer) or a chunk past a gap is dropped.
+async fn append_log(conn: &mut AnyConnection, node_id: &str, chunk: &LogChunk) -> Result<()> {
+    let row = sqlx::query("SELECT node_id, log_bytes FROM reservations WHERE id = $1")
+        .bind(&chunk.reservation_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(row) = row else { return Ok(()) };
+    let owner: Option<String> = row.try_get("node_id")?;
+    let stored: i64 = row.try_get("log_bytes")?;
+    let offset = i64::try_from(chunk.offset).unwrap_or(i64::MAX);
+    let length = i64::try_from(chunk.length).unwrap_or(i64::MAX);
+    if owner.as_deref() != Some(node_id)
+        || offset != stored
+        || length <= 0
+        || stored >= LOG_CAP_BYTES
+    {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO reservation_logs (reservation_id, byte_offset, length, data) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (reservation_id, byte_offset) DO NOTHING",
+    )
+    .bind(&chunk.reservation_id)
+    .bind(offset)
+    .bind(length)
+    .bind(&chunk.data)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE reservations SET log_bytes = log_bytes + $1 WHERE id = $2 AND log_bytes = $3",
+    )
+    .bind(length)
+    .bind(&chunk.reservation_id)
+    .bind(offset)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
 /// Gives a reservation's GPU memory back.
 pub(crate) async fn release_gpus(conn: &mut AnyConnection, reservation_id: &str) -> Result<()> {
     let allocations =
@@ -262,11 +305,31 @@ impl SqlStore {
         let at = ts(now);
         let gpus = &report.gpus;
         let mut tx = self.pool.begin().await?;
-        let mut reports: Vec<&InstanceReport> = report.instances.iter().collect();
-        reports.sort_by(|a, b| a.reservation_id.cmp(&b.reservation_id));
+        // Reservation rows in id order (see above): each one's output, then its report.
+        let mut by_reservation: BTreeMap<&str, (Vec<&LogChunk>, Vec<&InstanceReport>)> =
+            BTreeMap::new();
+        for chunk in &report.logs {
+            by_reservation
+                .entry(&chunk.reservation_id)
+                .or_default()
+                .0
+                .push(chunk);
+        }
+        for instance in &report.instances {
+            by_reservation
+                .entry(&instance.reservation_id)
+                .or_default()
+                .1
+                .push(instance);
+        }
         let mut changed = false;
-        for report in reports {
-            changed |= apply_report(&mut tx, node_id, report, at).await?;
+        for (chunks, reports) in by_reservation.values() {
+            for chunk in chunks {
+                append_log(&mut tx, node_id, chunk).await?;
+            }
+            for report in reports {
+                changed |= apply_report(&mut tx, node_id, report, at).await?;
+            }
         }
         let known: HashSet<String> =
             sqlx::query_scalar::<_, String>("SELECT uuid FROM gpus WHERE node_id = $1")
@@ -425,7 +488,7 @@ impl NodeStore for SqlStore {
             .await?
             .ok_or_else(|| StoreError::not_found("node", node_id))?;
         let rows = sqlx::query(
-            "SELECT id, status, epoch, gpus, vram_mb, image, command, env FROM reservations
+            "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_bytes FROM reservations
              WHERE node_id = $1 AND status IN ('pending', 'starting', 'running', 'stopping')
              ORDER BY created_at, id",
         )
@@ -452,6 +515,7 @@ impl NodeStore for SqlStore {
                     command: serde_json::from_str(&command).map_err(corrupt)?,
                     env: serde_json::from_str::<BTreeMap<String, String>>(&env).map_err(corrupt)?,
                     run: status != "stopping",
+                    log_offset: u64::try_from(r.try_get::<i64, _>("log_bytes")?).unwrap_or(0),
                 })
             })
             .collect::<Result<Vec<_>>>()?;

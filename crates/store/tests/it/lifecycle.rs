@@ -40,6 +40,7 @@ fn report(id: &str, state: InstanceState) -> SyncRequest {
         known_version: None,
         wait_ms: None,
         telemetry: None,
+        logs: vec![],
     }
 }
 
