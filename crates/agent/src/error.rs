@@ -11,6 +11,8 @@ pub enum AgentError {
         #[source]
         source: reqwest::Error,
     },
+    #[error("the control plane did not answer within {after:?}")]
+    SyncTimedOut { after: std::time::Duration },
     #[error("the control plane refused {what}: {status} {message}")]
     Refused {
         what: &'static str,

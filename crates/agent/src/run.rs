@@ -134,8 +134,18 @@ impl Agent {
                 telemetry: self.telemetry().await,
                 logs: self.new_output(&desired, &actual).await,
             };
+            // A control plane that does not answer at all must not hold the agent past its
+            // lease: the call (retries included) gets what is left of the lease, at least two
+            // heartbeats.
+            let budget = self
+                .config
+                .lease
+                .saturating_sub(last_contact.elapsed())
+                .max(self.config.heartbeat * 2);
             let response = tokio::select! {
-                r = self.client.sync(&identity.node_token, &request) => r,
+                r = tokio::time::timeout(budget, self.client.sync(&identity.node_token, &request)) => {
+                    r.unwrap_or(Err(AgentError::SyncTimedOut { after: budget }))
+                }
                 _ = stop.changed() => break,
             };
             match response {

@@ -146,6 +146,10 @@ pub struct NodeArgs {
     /// Memory (GiB) each reserved GPU brings to its instance.
     #[arg(long, default_value_t = 16)]
     pub memory_per_gpu_gb: u64,
+    /// Out of touch with the control plane for longer than this, the agent stops its
+    /// instances (self-fencing), so work rescheduled elsewhere never runs twice.
+    #[arg(long, default_value_t = 30)]
+    pub lease_secs: u64,
     /// The cgroup v2 directory the process executor puts instances under.
     #[arg(long, default_value = "/sys/fs/cgroup/gpurent")]
     pub cgroup_root: PathBuf,

@@ -18,6 +18,7 @@ pub async fn run(args: AgentArgs, server: &str) -> anyhow::Result<()> {
     let (gpus, executor) = backends(&args.node, &name, &args.data_dir, false).await?;
     let mut config = AgentConfig::new(server, args.data_dir.clone(), &name);
     config.join_token = args.join_token.clone();
+    config.lease = std::time::Duration::from_secs(args.node.lease_secs);
     let agent = Agent::new(config, gpus, executor);
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(agent.run(stopped));

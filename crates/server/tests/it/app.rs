@@ -23,6 +23,7 @@ pub struct TestAppBuilder {
     backend: Backend,
     nodes: Vec<String>,
     manual_clock: bool,
+    lease: Duration,
 }
 
 type RunningAgent = (
@@ -35,6 +36,7 @@ pub struct TestApp {
     pub base: String,
     pub store: Arc<SqlStore>,
     pub clock: Option<ManualClock>,
+    lease: Duration,
     agents: Vec<RunningAgent>,
     _dirs: Vec<tempfile::TempDir>,
     _db: TestDatabase,
@@ -46,6 +48,7 @@ impl TestApp {
             backend,
             nodes: Vec::new(),
             manual_clock: false,
+            lease: Duration::from_secs(30),
         }
     }
 }
@@ -54,6 +57,12 @@ impl TestAppBuilder {
     /// One node with these simulated GPUs, e.g. `"4xRTX4090"`.
     pub fn with_sim_gpus(mut self, spec: &str) -> Self {
         self.nodes.push(spec.to_owned());
+        self
+    }
+
+    /// How long agents keep running without the control plane before fencing themselves.
+    pub fn with_agent_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
         self
     }
 
@@ -101,6 +110,7 @@ impl TestAppBuilder {
             base,
             store,
             clock: manual,
+            lease: self.lease,
             agents: Vec::new(),
             _dirs: Vec::new(),
             _db: db,
@@ -141,6 +151,7 @@ impl TestApp {
         let mut config = AgentConfig::new(&self.base, dir.path().to_owned(), name);
         config.join_token = token["token"].as_str().map(str::to_owned);
         config.heartbeat = Duration::from_millis(300);
+        config.lease = self.lease;
         config.retry = RetryPolicy {
             tries: 3,
             delay: Duration::from_millis(100),
