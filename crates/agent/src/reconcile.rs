@@ -81,6 +81,7 @@ pub fn reports(desired: &[Assignment], actual: &[Observed]) -> Vec<InstanceRepor
                 state,
                 exit_code,
                 message,
+                ports: Vec::new(),
             };
             match have.get(a.reservation_id.as_str()) {
                 Some(o) if o.epoch == a.epoch => Some(match &o.state {
@@ -116,6 +117,7 @@ mod tests {
             env: Default::default(),
             run,
             log_offset: 0,
+            ports: vec![],
         }
     }
 

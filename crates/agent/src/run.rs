@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpurent_types::agent::{Assignment, LogChunk, NodeTelemetry, RegisterNode, SyncRequest};
+use gpurent_types::agent::{
+    Assignment, InstanceReport, InstanceState, LogChunk, NodeTelemetry, PublishedPort,
+    RegisterNode, SyncRequest,
+};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -117,10 +120,15 @@ impl Agent {
         let mut known_version = None;
         let mut desired: Vec<Assignment> = Vec::new();
         let mut failures: BTreeMap<String, Observed> = BTreeMap::new();
+        // Published ports by (reservation, epoch): asked of the executor once.
+        let mut published: BTreeMap<(String, i64), Vec<PublishedPort>> = BTreeMap::new();
         let mut last_contact = Instant::now();
         let mut fenced = false;
         while !*stop.borrow() {
             let actual = self.observe(&failures).await?;
+            let mut instances = reconcile::reports(&desired, &actual);
+            self.add_ports(&desired, &mut instances, &mut published)
+                .await;
             let request = SyncRequest {
                 // The inventory only until the control plane has it; telemetry every time.
                 gpus: if known_version.is_none() {
@@ -128,7 +136,7 @@ impl Agent {
                 } else {
                     Vec::new()
                 },
-                instances: reconcile::reports(&desired, &actual),
+                instances,
                 known_version,
                 wait_ms: Some(heartbeat_ms),
                 telemetry: self.telemetry().await,
@@ -187,6 +195,39 @@ impl Agent {
         }
         tracing::info!("agent stopped");
         Ok(())
+    }
+
+    /// Running instances say where their ports are published.
+    async fn add_ports(
+        &self,
+        desired: &[Assignment],
+        reports: &mut [InstanceReport],
+        published: &mut BTreeMap<(String, i64), Vec<PublishedPort>>,
+    ) {
+        published.retain(|(id, epoch), _| {
+            desired
+                .iter()
+                .any(|a| &a.reservation_id == id && a.epoch == *epoch)
+        });
+        for report in reports
+            .iter_mut()
+            .filter(|r| r.state == InstanceState::Running)
+        {
+            let Some(a) = desired
+                .iter()
+                .find(|a| a.reservation_id == report.reservation_id && !a.ports.is_empty())
+            else {
+                continue;
+            };
+            let key = (a.reservation_id.clone(), a.epoch);
+            if !published.contains_key(&key) {
+                let ports = self.executor.published_ports(a).await;
+                if ports.len() == a.ports.len() {
+                    published.insert(key.clone(), ports);
+                }
+            }
+            report.ports = published.get(&key).cloned().unwrap_or_default();
+        }
     }
 
     /// Output the control plane does not have yet, for every instance it knows of.

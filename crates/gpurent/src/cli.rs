@@ -249,6 +249,9 @@ pub struct ReserveArgs {
     /// Environment variables, K=V.
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
+    /// A port of the instance to publish on its node (Docker executor); repeatable.
+    #[arg(long = "port", short = 'p', value_name = "PORT")]
+    pub ports: Vec<u16>,
     /// Makes a retried reservation happen once.
     #[arg(long)]
     pub idempotency_key: Option<String>,

@@ -15,6 +15,7 @@ pub const MAX_HOURS: f64 = 8760.0;
 const MAX_ARGS: usize = 256;
 const MAX_ENV: usize = 128;
 const MAX_TEXT: usize = 8192;
+const MAX_PORTS: usize = 16;
 
 fn invalid(msg: impl Into<String>) -> ApiError {
     ApiError::Invalid(msg.into())
@@ -99,6 +100,14 @@ pub fn reservation(
             )));
         }
     }
+    let mut ports = body.ports.clone();
+    ports.sort_unstable();
+    ports.dedup();
+    if ports.len() != body.ports.len() || ports.len() > MAX_PORTS || ports.contains(&0) {
+        return Err(invalid(format!(
+            "ports must be at most {MAX_PORTS} distinct numbers from 1 to 65535"
+        )));
+    }
     Ok(NewReservation {
         tenant_id: tenant_id.to_owned(),
         gpu_type,
@@ -109,6 +118,7 @@ pub fn reservation(
         image: body.image.clone(),
         command: body.command.clone(),
         env: body.env.clone(),
+        ports: body.ports.clone(),
         idempotency_key,
         request_hash: request_hash(body),
     })

@@ -71,6 +71,7 @@ pub struct NewReservation {
     pub image: Option<String>,
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
+    pub ports: Vec<u16>,
     /// With `request_hash`: a retried request with the same key returns the first reservation.
     pub idempotency_key: Option<String>,
     pub request_hash: String,

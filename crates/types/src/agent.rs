@@ -101,6 +101,9 @@ pub struct Assignment {
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub run: bool,
+    /// Ports of the instance to publish on the node.
+    #[serde(default)]
+    pub ports: Vec<u16>,
     /// Bytes of the instance's output the control plane has; the agent sends what follows.
     #[serde(default)]
     pub log_offset: u64,
@@ -126,6 +129,16 @@ pub struct InstanceReport {
     pub state: InstanceState,
     pub exit_code: Option<i32>,
     pub message: Option<String>,
+    /// Where the instance's ports are reachable on the node, once running.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PublishedPort>,
+}
+
+/// An instance's port and the node's port that reaches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PublishedPort {
+    pub container_port: u16,
+    pub host_port: u16,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

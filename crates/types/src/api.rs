@@ -102,6 +102,9 @@ pub struct CreateReservation {
     pub command: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Ports of the instance to publish on the node (Docker executor), e.g. `[8888]`.
+    #[serde(default)]
+    pub ports: Vec<u16>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -121,6 +124,9 @@ pub struct Reservation {
     pub node: Option<String>,
     /// UUIDs of its GPUs.
     pub gpus: Vec<String>,
+    /// Where its published ports are reachable on its node, once it runs.
+    #[serde(default)]
+    pub ports: Vec<crate::agent::PublishedPort>,
     pub image: Option<String>,
     pub command: Vec<String>,
     pub created_at: DateTime<Utc>,

@@ -9,13 +9,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bollard::models::{ContainerCreateBody, ContainerSummaryStateEnum, DeviceRequest, HostConfig};
+use bollard::models::{
+    ContainerCreateBody, ContainerSummaryStateEnum, DeviceRequest, HostConfig, PortBinding,
+};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
     LogsOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 use bollard::Docker;
-use gpurent_types::agent::Assignment;
+use gpurent_types::agent::{Assignment, PublishedPort};
 
 use super::{Executor, ResourcesPerGpu};
 use crate::reconcile::{Observed, ObservedState};
@@ -159,12 +161,31 @@ impl Executor for DockerExecutor {
             (LABEL_RESERVATION.to_owned(), id.clone()),
             (LABEL_EPOCH.to_owned(), a.epoch.to_string()),
         ]);
+        let exposed: Vec<String> = a.ports.iter().map(|p| format!("{p}/tcp")).collect();
+        let mut host_config = self.host_config(a);
+        if !exposed.is_empty() {
+            // Each port on a free port of the node, chosen by the Engine.
+            let bindings = exposed
+                .iter()
+                .map(|p| {
+                    (
+                        p.clone(),
+                        Some(vec![PortBinding {
+                            host_ip: Some("0.0.0.0".to_owned()),
+                            host_port: Some(String::new()),
+                        }]),
+                    )
+                })
+                .collect();
+            host_config.port_bindings = Some(bindings);
+        }
         let body = ContainerCreateBody {
             image: Some(image),
+            exposed_ports: (!exposed.is_empty()).then_some(exposed),
             cmd: (!a.command.is_empty()).then(|| a.command.clone()),
             env: Some(env),
             labels: Some(labels),
-            host_config: Some(self.host_config(a)),
+            host_config: Some(host_config),
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
@@ -273,6 +294,39 @@ impl Executor for DockerExecutor {
         let start = usize::try_from(offset).unwrap_or(usize::MAX).min(all.len());
         let end = start.saturating_add(max).min(all.len());
         Ok(Some(all[start..end].to_vec()))
+    }
+
+    async fn published_ports(&self, a: &Assignment) -> Vec<PublishedPort> {
+        if a.ports.is_empty() {
+            return Vec::new();
+        }
+        let Ok(inspect) = self
+            .docker
+            .inspect_container(
+                &container_name(&a.reservation_id),
+                None::<InspectContainerOptions>,
+            )
+            .await
+        else {
+            return Vec::new();
+        };
+        let map = inspect
+            .network_settings
+            .and_then(|n| n.ports)
+            .unwrap_or_default();
+        a.ports
+            .iter()
+            .filter_map(|&p| {
+                let bindings = map.get(&format!("{p}/tcp"))?.as_ref()?;
+                let host_port = bindings
+                    .iter()
+                    .find_map(|b| b.host_port.as_deref()?.parse().ok())?;
+                Some(PublishedPort {
+                    container_port: p,
+                    host_port,
+                })
+            })
+            .collect()
     }
 
     async fn owner_of(&self, pid: u32) -> Option<String> {

@@ -8,7 +8,7 @@ mod process;
 mod sim;
 
 use async_trait::async_trait;
-use gpurent_types::agent::Assignment;
+use gpurent_types::agent::{Assignment, PublishedPort};
 
 pub use cgroup::{CgroupLimits, CgroupRoot};
 pub use docker::DockerExecutor;
@@ -43,6 +43,19 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
     ) -> Result<Option<Vec<u8>>, AgentError> {
         let _ = (reservation_id, offset, max);
         Ok(None)
+    }
+
+    /// Where the instance's ports are reachable on the node. Processes share the node's
+    /// network, so by default a port is published as itself.
+    async fn published_ports(&self, assignment: &Assignment) -> Vec<PublishedPort> {
+        assignment
+            .ports
+            .iter()
+            .map(|&p| PublishedPort {
+                container_port: p,
+                host_port: p,
+            })
+            .collect()
     }
 
     /// The reservation whose instance runs the process `pid`, if any (for telemetry).

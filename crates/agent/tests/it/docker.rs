@@ -51,6 +51,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
         env: [("MODEL".to_owned(), "llama".to_owned())].into(),
         run: true,
         log_offset: 0,
+        ports: vec![],
     }
 }
 
@@ -172,4 +173,25 @@ async fn a_new_agent_adopts_running_containers() {
         }]
     );
     second.stop(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn ports_are_published_on_free_node_ports() {
+    let Some(e) = docker().await else { return };
+    let id = unique("ports");
+    let mut a = assignment(&id, "sleep 300");
+    a.ports = vec![8888, 6006];
+    e.start(&a).await.unwrap();
+    wait_for(&e, &id, ObservedState::Running).await;
+    let published = e.published_ports(&a).await;
+    assert_eq!(
+        published
+            .iter()
+            .map(|p| p.container_port)
+            .collect::<Vec<_>>(),
+        vec![8888, 6006]
+    );
+    assert!(published.iter().all(|p| p.host_port > 0), "{published:?}");
+    assert_ne!(published[0].host_port, published[1].host_port);
+    e.stop(&id).await.unwrap();
 }

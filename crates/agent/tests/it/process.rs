@@ -20,6 +20,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
         env: [("MODEL".to_owned(), "llama".to_owned())].into(),
         run: true,
         log_offset: 0,
+        ports: vec![],
     }
 }
 

@@ -66,13 +66,22 @@ fn reservation_rows(rs: &[Reservation]) -> Vec<Vec<String>> {
                 r.charged.to_string(),
                 opt_time(r.started_at),
                 opt_time(r.ended_at),
+                if r.ports.is_empty() {
+                    "-".to_owned()
+                } else {
+                    r.ports
+                        .iter()
+                        .map(|p| format!("{}->{}", p.host_port, p.container_port))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                },
             ]
         })
         .collect()
 }
 
-const RESERVATION_HEADER: [&str; 8] = [
-    "ID", "STATUS", "GPUS", "NODE", "PRICE/H", "CHARGED", "STARTED", "ENDED",
+const RESERVATION_HEADER: [&str; 9] = [
+    "ID", "STATUS", "GPUS", "NODE", "PRICE/H", "CHARGED", "STARTED", "ENDED", "PORTS",
 ];
 
 pub async fn run(
@@ -81,9 +90,12 @@ pub async fn run(
     token: Option<String>,
     json: bool,
 ) -> Result<(), CliError> {
-    let token = token
-        .filter(|t| !t.trim().is_empty())
-        .or_else(default_token);
+    // An explicitly empty token means none: no fallback to the admin's.
+    let token = match token {
+        Some(t) if t.trim().is_empty() => None,
+        Some(t) => Some(t),
+        None => default_token(),
+    };
     let api = ApiClient::new(server, token);
     match command {
         Command::Users(UsersCommand::Create { name, role, credit }) => {
@@ -267,6 +279,7 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
         image: args.image,
         command: args.command,
         env,
+        ports: args.ports,
     };
     let r: Reservation = api
         .post(

@@ -58,20 +58,7 @@ pub(crate) async fn register(
             "name must be 1-64 characters of letters, digits and - _ .".into(),
         ));
     }
-    if body.gpus.len() > MAX_GPUS_PER_NODE {
-        return Err(ApiError::Invalid(format!(
-            "at most {MAX_GPUS_PER_NODE} GPUs per node"
-        )));
-    }
-    if body
-        .gpus
-        .iter()
-        .any(|g| g.uuid.is_empty() || g.uuid.len() > 128 || g.vram_mb == 0)
-    {
-        return Err(ApiError::Invalid(
-            "every GPU needs a UUID and its memory size".into(),
-        ));
-    }
+    validate_gpus(&body.gpus)?;
     let node_token = new_token("gpn");
     let node_id = state
         .store

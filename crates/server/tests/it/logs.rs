@@ -75,3 +75,36 @@ async fn output_reaches_the_owner(backend: Backend) {
     app.shutdown().await;
 }
 both_stores!(output, output_reaches_the_owner);
+
+async fn published_ports_are_shown_once_running(backend: Backend) {
+    let mut app = TestApp::with(backend).start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let executor = ProcessExecutor::new(dir.path(), None, ResourcesPerGpu::default()).unwrap();
+    app.add_node_running(
+        "proc-node",
+        Arc::new(SimGpus::parse("1xRTX4090", "proc-node").unwrap()),
+        Arc::new(executor),
+    )
+    .await;
+    let t = app.tenant("pia", "10").await;
+    let (status, bad) = t
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "hours": 1, "ports": [80, 80]}))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    let (_, r) = t.client.reserve(json!({"gpu_type": "rtx4090", "hours": 1, "ports": [8888], "command": ["sleep", "300"]})).await;
+    assert_eq!(r["ports"], json!([]));
+    let id = r["id"].as_str().unwrap().to_owned();
+    let running = app.wait_status(&t.client, &id, "running").await;
+    // Processes share the node's network: a port is published as itself.
+    assert_eq!(
+        running["ports"],
+        json!([{"container_port": 8888, "host_port": 8888}])
+    );
+    t.client
+        .post(&format!("/api/v1/reservations/{id}/stop"), &json!({}))
+        .await;
+    app.wait_status(&t.client, &id, "stopped").await;
+    app.shutdown().await;
+}
+both_stores!(ports, published_ports_are_shown_once_running);

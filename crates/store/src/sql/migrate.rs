@@ -17,6 +17,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/0002_telemetry.sql"),
     ),
     (3, "logs", include_str!("../../migrations/0003_logs.sql")),
+    (4, "ports", include_str!("../../migrations/0004_ports.sql")),
 ];
 
 /// An arbitrary constant naming gpurent's migration lock.

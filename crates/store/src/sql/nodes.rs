@@ -102,13 +102,16 @@ async fn apply_report(
             set_status(conn, &report.reservation_id, status, R::Starting).await
         }
         (R::Pending | R::Starting, S::Running) => {
+            let published =
+                serde_json::to_string(&report.ports).unwrap_or_else(|_| "[]".to_owned());
             let n = sqlx::query(
-                "UPDATE reservations SET status = 'running', started_at = $1
+                "UPDATE reservations SET status = 'running', started_at = $1, published = $4
                  WHERE id = $2 AND status = $3",
             )
             .bind(now)
             .bind(&report.reservation_id)
             .bind(status.as_str())
+            .bind(published)
             .execute(&mut *conn)
             .await?
             .rows_affected();
@@ -488,7 +491,7 @@ impl NodeStore for SqlStore {
             .await?
             .ok_or_else(|| StoreError::not_found("node", node_id))?;
         let rows = sqlx::query(
-            "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_bytes FROM reservations
+            "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_bytes, ports FROM reservations
              WHERE node_id = $1 AND status IN ('pending', 'starting', 'running', 'stopping')
              ORDER BY created_at, id",
         )
@@ -515,6 +518,8 @@ impl NodeStore for SqlStore {
                     command: serde_json::from_str(&command).map_err(corrupt)?,
                     env: serde_json::from_str::<BTreeMap<String, String>>(&env).map_err(corrupt)?,
                     run: status != "stopping",
+                    ports: serde_json::from_str(&r.try_get::<String, _>("ports")?)
+                        .map_err(corrupt)?,
                     log_offset: u64::try_from(r.try_get::<i64, _>("log_bytes")?).unwrap_or(0),
                 })
             })

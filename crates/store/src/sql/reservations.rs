@@ -241,9 +241,9 @@ impl SqlStore {
         let inserted = sqlx::query(
             "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
                 bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
-                created_at, charged, idempotency_key, request_hash)
+                created_at, charged, idempotency_key, request_hash, ports)
              VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13, $14,
-                $15, 0, $16, $17)",
+                $15, 0, $16, $17, $18)",
         )
         .bind(&id)
         .bind(&new.tenant_id)
@@ -262,6 +262,7 @@ impl SqlStore {
         .bind(ts(now))
         .bind(&new.idempotency_key)
         .bind(&new.request_hash)
+        .bind(to_json(&new.ports))
         .execute(&mut *tx)
         .await;
         if let Err(e) = inserted {

@@ -10,7 +10,7 @@ use crate::{Result, StoreError};
 
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
-    r.created_at, r.started_at, r.ended_at, r.end_reason, r.charged, n.name AS node_name
+    r.created_at, r.started_at, r.ended_at, r.end_reason, r.charged, r.published, n.name AS node_name
     FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id";
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
@@ -22,6 +22,7 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
     let tier: String = row.try_get("tier")?;
     let gpus: String = row.try_get("gpus")?;
     let command: String = row.try_get("command")?;
+    let published: String = row.try_get("published")?;
     let vram_mb: Option<i64> = row.try_get("vram_mb")?;
     let duration_s: i64 = row.try_get("duration_s")?;
     let opt_ts =
@@ -40,6 +41,7 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
         hours,
         node: row.try_get("node_name")?,
         gpus: serde_json::from_str(&gpus).map_err(corrupt)?,
+        ports: serde_json::from_str(&published).map_err(corrupt)?,
         image: row.try_get("image")?,
         command: serde_json::from_str(&command).map_err(corrupt)?,
         created_at: from_ts(row.try_get("created_at")?)?,

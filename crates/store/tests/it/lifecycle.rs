@@ -20,6 +20,7 @@ fn request(tenant: &str, count: u32) -> NewReservation {
         image: None,
         command: vec!["sleep".into(), "infinity".into()],
         env: Default::default(),
+        ports: vec![],
         idempotency_key: None,
         request_hash: "h".into(),
     }
@@ -33,6 +34,7 @@ fn report(id: &str, state: InstanceState) -> SyncRequest {
         state,
         exit_code: None,
         message: None,
+        ports: vec![],
     };
     SyncRequest {
         gpus: vec![],
