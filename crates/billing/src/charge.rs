@@ -11,6 +11,17 @@ pub fn charge_for_seconds(price_per_hour: Money, seconds: u64) -> Money {
     Money::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
 }
 
+/// What is still owed for `seconds` of running when `already` has been charged: the charge for
+/// the whole time minus what was charged before, never negative. Charging in periods this way
+/// adds up exactly to the charge for the whole time, whatever the periods were.
+pub fn charge_due(price_per_hour: Money, seconds: u64, already: Money) -> Money {
+    let total = charge_for_seconds(price_per_hour, seconds);
+    total
+        .checked_sub(already)
+        .filter(|d| !d.is_negative())
+        .unwrap_or(Money::ZERO)
+}
+
 /// The hourly price of `share_mb` of a GPU's `gpu_mb` of memory, proportional to the whole GPU's
 /// price and rounded up to the micro-unit so that shares never undercut the whole GPU.
 pub fn share_price_per_hour(whole_gpu_price: Money, share_mb: u64, gpu_mb: u64) -> Money {
@@ -66,6 +77,25 @@ mod tests {
             let split: i64 = pieces.iter().map(|s| charge_for_seconds(price, *s).micros()).sum();
             prop_assert!(split <= whole);
             prop_assert!(whole - split < i64::try_from(pieces.len()).unwrap_or(i64::MAX));
+        }
+
+        /// Settling at any sequence of times, then at the end, charges exactly the whole time.
+        #[test]
+        fn settlements_add_up_to_the_whole(
+            price in 0i64..100_000_000,
+            mut times in proptest::collection::vec(0u64..1_000_000, 0..30),
+            end in 0u64..1_000_000,
+        ) {
+            let price = Money::from_micros(price);
+            times.push(end);
+            times.sort_unstable();
+            let mut charged = Money::ZERO;
+            for t in &times {
+                let due = charge_due(price, *t, charged);
+                prop_assert!(!due.is_negative());
+                charged = charged.checked_add(due).unwrap_or(charged);
+            }
+            prop_assert_eq!(charged, charge_for_seconds(price, end.max(*times.last().unwrap_or(&0))));
         }
 
         #[test]

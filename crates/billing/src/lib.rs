@@ -3,5 +3,5 @@
 mod charge;
 mod price_list;
 
-pub use charge::{charge_for_seconds, share_price_per_hour};
+pub use charge::{charge_due, charge_for_seconds, share_price_per_hour};
 pub use price_list::PriceList;

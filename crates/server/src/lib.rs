@@ -36,8 +36,11 @@ pub struct ServerConfig {
     pub prices: PriceList,
     /// A node not heard from for this long is `unreachable` and gets no new reservations.
     pub node_ttl: Duration,
-    /// How often reservations are checked for expiry.
+    /// How often reservations are checked for expiry and settlement.
     pub maintenance_interval: Duration,
+    /// Running reservations are charged this often (and stopped when the tenant cannot pay
+    /// for the next period).
+    pub settlement_period: Duration,
     /// The longest an agent's sync may be held waiting for new desired state.
     pub max_sync_wait: Duration,
     /// Largest accepted request body.
@@ -50,6 +53,7 @@ impl Default for ServerConfig {
             prices: PriceList::defaults(),
             node_ttl: Duration::from_secs(15),
             maintenance_interval: Duration::from_secs(1),
+            settlement_period: Duration::from_secs(60),
             max_sync_wait: Duration::from_secs(10),
             max_body_bytes: 64 * 1024,
         }

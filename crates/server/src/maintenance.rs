@@ -1,4 +1,5 @@
-//! The periodic work of the control plane: expiring reservations whose time is up.
+//! The periodic work of the control plane: settling running reservations every period and
+//! expiring those whose time is up.
 
 use tokio::sync::watch;
 
@@ -6,7 +7,15 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
-    let nodes = state.store.expire_due(state.now()).await?;
+    let now = state.now();
+    let settled = state
+        .store
+        .settle_due(now, state.config.settlement_period)
+        .await?;
+    for node in settled.stopped_on {
+        state.wake.wake(&node);
+    }
+    let nodes = state.store.expire_due(now).await?;
     for node in nodes {
         state.wake.wake(&node);
     }

@@ -18,7 +18,7 @@ use gpurent_types::Money;
 
 pub use error::StoreError;
 pub use model::{AuthUser, Backend, LedgerCheck, NewNode, NewReservation, NewUser, Scope, Want};
-pub use sql::SqlStore;
+pub use sql::{Settled, SqlStore};
 
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
@@ -144,6 +144,10 @@ pub trait ReservationStore: Send + Sync {
     /// Marks running reservations whose time is up as stopping (billing ends at their end
     /// time, not when noticed). Returns the nodes whose desired state changed.
     async fn expire_due(&self, now: DateTime<Utc>) -> Result<Vec<String>>;
+
+    /// Charges every running reservation whose last settlement is `period` old or more, and
+    /// stops those whose tenant cannot pay for the next period.
+    async fn settle_due(&self, now: DateTime<Utc>, period: std::time::Duration) -> Result<Settled>;
 
     /// Consistency of GPU allocations: every allocated byte owned by a live reservation and
     /// every live placed reservation holding its GPUs. Empty when consistent.

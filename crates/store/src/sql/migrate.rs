@@ -18,6 +18,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
     (3, "logs", include_str!("../../migrations/0003_logs.sql")),
     (4, "ports", include_str!("../../migrations/0004_ports.sql")),
+    (
+        5,
+        "settlement",
+        include_str!("../../migrations/0005_settlement.sql"),
+    ),
 ];
 
 /// An arbitrary constant naming gpurent's migration lock.

@@ -6,6 +6,7 @@ mod migrate;
 mod nodes;
 mod reservations;
 mod rows;
+mod settlement;
 mod users;
 
 use std::str::FromStr;
@@ -14,6 +15,8 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, ConnectOptions, Executor};
+
+pub use settlement::Settled;
 
 use crate::{Backend, Result, StoreError};
 

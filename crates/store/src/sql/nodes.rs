@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use gpurent_billing::charge_for_seconds;
+use gpurent_billing::{charge_due, charge_for_seconds};
 use gpurent_types::agent::{
     Assignment, GpuInfo, InstanceReport, InstanceState, LogChunk, NodeTelemetry, SyncRequest,
 };
@@ -105,7 +105,8 @@ async fn apply_report(
             let published =
                 serde_json::to_string(&report.ports).unwrap_or_else(|_| "[]".to_owned());
             let n = sqlx::query(
-                "UPDATE reservations SET status = 'running', started_at = $1, published = $4
+                "UPDATE reservations SET status = 'running', started_at = $1, settled_until = $1,
+                    published = $4
                  WHERE id = $2 AND status = $3",
             )
             .bind(now)
@@ -140,8 +141,9 @@ async fn set_status(
     Ok(n == 1)
 }
 
-/// Ends a reservation whose instance is gone: its final status, the exact charge for the
-/// seconds it ran (transfer id `charge:<id>`, so at most once), and its GPUs freed.
+/// Ends a reservation whose instance is gone: its final status, the rest of the exact charge
+/// for the seconds it ran (transfer id `charge:<id>:final`, so at most once), and its GPUs
+/// freed.
 async fn finish(
     conn: &mut AnyConnection,
     id: &str,
@@ -150,7 +152,8 @@ async fn finish(
     now: i64,
 ) -> Result<bool> {
     let row = sqlx::query(
-        "SELECT tenant_id, price_per_hour, started_at, stop_requested_at, end_reason, duration_s
+        "SELECT tenant_id, price_per_hour, started_at, stop_requested_at, end_reason, duration_s,
+                charged
          FROM reservations WHERE id = $1",
     )
     .bind(id)
@@ -162,6 +165,7 @@ async fn finish(
     let stop_requested_at: Option<i64> = row.try_get("stop_requested_at")?;
     let mut end_reason: Option<String> = row.try_get("end_reason")?;
     let duration_s: i64 = row.try_get("duration_s")?;
+    let already = Money::from_micros(row.try_get("charged")?);
     // Never past its hours: a workload that ended after them, before the expiry pass noticed,
     // expired.
     let deadline = started_at.map(|s| s.saturating_add(duration_s.saturating_mul(1_000_000)));
@@ -185,7 +189,10 @@ async fn finish(
     };
     // Billing ends when the stop was asked for (or the time was up), not when the agent got to it.
     let seconds = started_at.map_or(0, |s| (ended_at - s).max(0) / 1_000_000);
-    let charge = charge_for_seconds(price, u64::try_from(seconds).unwrap_or(0));
+    let seconds = u64::try_from(seconds).unwrap_or(0);
+    // Periodic settlements charged part of it already; this is the exact remainder.
+    let due = charge_due(price, seconds, already);
+    let charge = charge_for_seconds(price, seconds).max(already);
 
     let n = sqlx::query(
         "UPDATE reservations SET status = $1, ended_at = $2, end_reason = $3, charged = $4
@@ -204,14 +211,14 @@ async fn finish(
         return Ok(false);
     }
     let account = ledger::user_account(&tenant_id);
-    let transfer_id = format!("charge:{id}");
+    let transfer_id = format!("charge:{id}:final");
     ledger::transfer(
         conn,
         Transfer {
             id: &transfer_id,
             debit: &account,
             credit: PLATFORM_REVENUE,
-            amount: charge.micros(),
+            amount: due.micros(),
             reservation_id: Some(id),
             at: now,
         },

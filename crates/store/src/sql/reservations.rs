@@ -520,6 +520,14 @@ impl ReservationStore for SqlStore {
         Ok(nodes)
     }
 
+    async fn settle_due(
+        &self,
+        now: DateTime<Utc>,
+        period: std::time::Duration,
+    ) -> Result<crate::Settled> {
+        SqlStore::settle_due(self, now, period).await
+    }
+
     async fn allocation_problems(&self) -> Result<Vec<String>> {
         let mut problems = Vec::new();
         let gpus = sqlx::query(
