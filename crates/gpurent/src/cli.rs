@@ -66,6 +66,9 @@ pub enum Command {
     /// Nodes (admin).
     #[command(subcommand)]
     Nodes(NodesCommand),
+    /// Checks of the platform's books (admin).
+    #[command(subcommand)]
+    Admin(AdminCommand),
     /// Print the OpenAPI document of the HTTP API.
     Openapi,
     /// Benchmarks (see BENCHMARKS.md).
@@ -215,6 +218,12 @@ pub enum CreditCommand {
         #[arg(long)]
         idempotency_key: Option<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Recompute every balance from the transfers; exit 1 when the ledger is broken.
+    LedgerCheck,
 }
 
 #[derive(Debug, Subcommand)]

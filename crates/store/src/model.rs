@@ -81,7 +81,7 @@ pub struct NewReservation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerCheck {
     pub transfers: i64,
-    /// Sum of all account balances; zero when money was neither created nor destroyed.
+    /// Sum of all cached account balances; zero when money was neither created nor destroyed.
     pub sum: i64,
     /// Accounts whose cached balance differs from their transfers: (account, cached, derived).
     pub mismatched: Vec<(String, i64, i64)>,

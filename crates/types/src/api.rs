@@ -177,3 +177,21 @@ pub struct Gpu {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub telemetry: Option<crate::agent::GpuSample>,
 }
+
+/// The ledger recomputed from its transfers (`gpurent admin ledger-check`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LedgerReport {
+    /// Every account's cached balance equals its transfers, and all balances sum to zero.
+    pub ok: bool,
+    pub transfers: i64,
+    /// Sum of all balances: zero when money was neither created nor destroyed.
+    pub sum: Money,
+    pub mismatched: Vec<LedgerMismatch>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LedgerMismatch {
+    pub account: String,
+    pub cached: Money,
+    pub derived: Money,
+}

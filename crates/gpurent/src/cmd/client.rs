@@ -4,13 +4,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gpurent_types::api::{
-    Balance, CreateReservation, CreateUser, CreditGranted, GrantCredit, JoinToken, Node, Offer,
-    Reservation, ReservationStopped, User, UserCreated,
+    Balance, CreateReservation, CreateUser, CreditGranted, GrantCredit, JoinToken, LedgerReport,
+    Node, Offer, Reservation, ReservationStopped, User, UserCreated,
 };
 use gpurent_types::{Money, Role, Tier};
 
 use crate::api_client::{ApiClient, CliError};
-use crate::cli::{Command, CreditCommand, NodesCommand, ReserveArgs, UsersCommand};
+use crate::cli::{AdminCommand, Command, CreditCommand, NodesCommand, ReserveArgs, UsersCommand};
 use crate::output::{print_json, print_line, print_table};
 
 /// Without --token, the admin token of a local `gpurent up` is used when there is one, and
@@ -239,6 +239,30 @@ pub async fn run(
                 ],
                 &rows,
             );
+        }
+        Command::Admin(AdminCommand::LedgerCheck) => {
+            let report: LedgerReport = api.get("/api/v1/admin/ledger-check").await?;
+            if json {
+                print_json(&report)?;
+            } else {
+                print_line(&format!(
+                    "{}: {} transfers, balances sum to {}, {} mismatched accounts",
+                    if report.ok { "ok" } else { "BROKEN" },
+                    report.transfers,
+                    report.sum,
+                    report.mismatched.len()
+                ));
+                for m in &report.mismatched {
+                    print_line(&format!(
+                        "  {}: cached {} but transfers say {}",
+                        m.account, m.cached, m.derived
+                    ));
+                }
+            }
+            if !report.ok {
+                // Exit 1 with the report already printed: not an error of the command.
+                std::process::exit(1);
+            }
         }
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());

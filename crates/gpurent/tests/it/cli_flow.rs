@@ -175,3 +175,52 @@ fn usage_errors_are_json_errors_with_json() {
     );
     assert_eq!((human.code, human.stdout.as_str()), (2, ""));
 }
+
+#[tokio::test]
+async fn ledger_check_finds_a_tampered_balance() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let args = [
+        "up",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--sim-gpus",
+        "1xRTX4090",
+    ];
+    let up = Daemon::start(&args, &dir.path().join("up1.log"));
+    let admin = read_token(&data);
+    cli(
+        &up.url,
+        Some(&admin),
+        true,
+        &["users", "create", "bob", "--credit", "10"],
+    );
+    let check = cli(&up.url, Some(&admin), true, &["admin", "ledger-check"]);
+    assert_eq!(check.code, 0, "{check:?}");
+    assert_eq!(check.json()["ok"], true);
+    assert!(up.terminate().success());
+
+    // Someone edits a balance behind the ledger's back.
+    let url = format!("sqlite://{}?mode=rw", data.join("gpurent.db").display());
+    let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE accounts SET balance = balance + 1000000 WHERE id LIKE 'user:%' AND balance > 0",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    drop(conn);
+
+    let up = Daemon::start(&args, &dir.path().join("up2.log"));
+    let check = cli(&up.url, Some(&admin), true, &["admin", "ledger-check"]);
+    assert_eq!(check.code, 1, "{check:?}");
+    let report = check.json();
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["sum"], "1.00");
+    assert_eq!(report["mismatched"][0]["cached"], "11.00");
+    assert_eq!(report["mismatched"][0]["derived"], "10.00");
+}

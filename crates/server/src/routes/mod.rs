@@ -1,5 +1,6 @@
 //! The HTTP routes, each registered once with its OpenAPI description (utoipa-axum).
 
+mod admin;
 mod agent;
 mod health;
 mod nodes;
@@ -43,6 +44,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
                 .routes(routes!(agent::sync))
                 .layer(DefaultBodyLimit::max(AGENT_BODY_LIMIT)),
         )
+        .routes(routes!(admin::ledger_check))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
 }

@@ -223,7 +223,7 @@ impl UserStore for SqlStore {
             let id: String = row.try_get("id")?;
             let cached: i64 = row.try_get("balance")?;
             let derived: i64 = row.try_get("derived")?;
-            check.sum += derived;
+            check.sum += cached;
             if cached != derived {
                 check.mismatched.push((id, cached, derived));
             }
