@@ -84,6 +84,17 @@ pub enum BenchCommand {
     Running(BenchRunningArgs),
     /// CPU and memory an agent costs, with telemetry at its heartbeat.
     Agent(BenchAgentArgs),
+    /// One settlement period of many running reservations.
+    Settle(BenchSettleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchSettleArgs {
+    /// sqlite://PATH or postgres://... (default: a fresh SQLite file).
+    #[arg(long)]
+    pub database_url: Option<String>,
+    #[arg(long, default_value_t = 100_000)]
+    pub reservations: usize,
 }
 
 #[derive(Debug, Args)]

@@ -74,6 +74,10 @@ fn main() -> ExitCode {
         Command::Bench(cli::BenchCommand::Running(args)) => {
             report_daemon(runtime.block_on(cmd::bench_running::run(args, json)))
         }
+        Command::Bench(cli::BenchCommand::Settle(args)) => {
+            init_logging();
+            report_daemon(runtime.block_on(cmd::bench_settle::run(args, json)))
+        }
         Command::Bench(cli::BenchCommand::Agent(args)) => {
             report_daemon(runtime.block_on(cmd::bench_agent::run(args, json)))
         }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyPool, ConnectOptions, Executor};
+use sqlx::{AnyConnection, AnyPool, ConnectOptions, Executor};
 
 pub use settlement::Settled;
 
@@ -121,5 +121,88 @@ where
             }
             result => return result,
         }
+    }
+}
+
+/// Rows per multi-row statement (SQLite allows 32,766 parameters, PostgreSQL 65,535).
+const ROWS_PER_STATEMENT: usize = 500;
+
+/// Runs `head`, then `(…), (…)` rows of `width` parameters each, then `tail`, in chunks small
+/// enough for either database's parameter limit; returns the rows affected.
+pub(crate) async fn multi_row<F>(
+    conn: &mut AnyConnection,
+    rows: usize,
+    width: usize,
+    head: &str,
+    tail: &str,
+    mut bind: F,
+) -> Result<u64>
+where
+    F: for<'q> FnMut(
+        usize,
+        sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+{
+    let mut affected = 0;
+    let mut start = 0;
+    while start < rows {
+        let end = (start + ROWS_PER_STATEMENT).min(rows);
+        let mut sql = String::from(head);
+        for (n, _) in (start..end).enumerate() {
+            sql.push_str(if n == 0 { "(" } else { ", (" });
+            for c in 0..width {
+                if c > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!("${}", n * width + c + 1));
+            }
+            sql.push(')');
+        }
+        sql.push_str(tail);
+        let mut query = sqlx::query(&sql);
+        for i in start..end {
+            query = bind(i, query);
+        }
+        affected += query.execute(&mut *conn).await?.rows_affected();
+        start = end;
+    }
+    Ok(affected)
+}
+
+impl SqlStore {
+    /// Benchmarks only: `n` running reservations of one tenant on one node, started at
+    /// `started_at`, written in bulk (no GPUs are allocated to them).
+    pub async fn seed_running_reservations(
+        &self,
+        tenant_id: &str,
+        node_id: &str,
+        n: usize,
+        price_per_hour: gpurent_types::Money,
+        started_at: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let at = ts(started_at);
+        let ids: Vec<String> = (0..n).map(|_| new_id()).collect();
+        multi_row(
+            &mut tx,
+            n,
+            5,
+            "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, tier,
+                price_per_hour, duration_s, node_id, gpus, epoch, command, env, created_at,
+                started_at, settled_until, charged) SELECT v.column1, v.column2, 'running',
+                'RTX4090', 1, 'on-demand', v.column3, 86400, v.column4, '[]', 1, '[]', '{}',
+                v.column5, v.column5, v.column5, 0 FROM (VALUES ",
+            ") AS v",
+            |i, q| {
+                q.bind(ids[i].clone())
+                    .bind(tenant_id.to_owned())
+                    .bind(price_per_hour.micros())
+                    .bind(node_id.to_owned())
+                    .bind(at)
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 }

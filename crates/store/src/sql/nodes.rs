@@ -190,26 +190,32 @@ async fn finish(
     // Billing ends when the stop was asked for (or the time was up), not when the agent got to it.
     let seconds = started_at.map_or(0, |s| (ended_at - s).max(0) / 1_000_000);
     let seconds = u64::try_from(seconds).unwrap_or(0);
-    // Periodic settlements charged part of it already; this is the exact remainder.
-    let due = charge_due(price, seconds, already);
-    let charge = charge_for_seconds(price, seconds).max(already);
 
-    let n = sqlx::query(
-        "UPDATE reservations SET status = $1, ended_at = $2, end_reason = $3, charged = $4
-         WHERE id = $5 AND status = $6",
+    // The status compare-and-set locks the row; `charged` is read again under that lock, so a
+    // settlement that committed meanwhile is not charged a second time.
+    let charged: Option<i64> = sqlx::query_scalar(
+        "UPDATE reservations SET status = $1, ended_at = $2, end_reason = $3
+         WHERE id = $4 AND status = $5 RETURNING charged",
     )
     .bind(status.as_str())
     .bind(ended_at)
     .bind(&reason)
-    .bind(charge.micros())
     .bind(id)
     .bind(from.as_str())
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if n == 0 {
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(charged) = charged else {
         return Ok(false);
-    }
+    };
+    let already = Money::from_micros(charged).max(already);
+    // Periodic settlements charged part of it already; this is the exact remainder.
+    let due = charge_due(price, seconds, already);
+    let charge = charge_for_seconds(price, seconds).max(already);
+    sqlx::query("UPDATE reservations SET charged = $1 WHERE id = $2")
+        .bind(charge.micros())
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
     let account = ledger::user_account(&tenant_id);
     let transfer_id = format!("charge:{id}:final");
     ledger::transfer(

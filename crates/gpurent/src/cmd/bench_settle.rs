@@ -1,0 +1,144 @@
+//! `gpurent bench settle`: one settlement period of many running reservations, timed, then
+//! checked (every reservation charged, the ledger balanced).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use gpurent_store::prelude::*;
+use gpurent_store::{NewNode, NewUser, SqlStore};
+use gpurent_types::agent::GpuInfo;
+use gpurent_types::{Money, Role};
+use serde::Serialize;
+
+use crate::cli::BenchSettleArgs;
+use crate::output::{print_json, print_table};
+
+#[derive(Debug, Serialize)]
+struct SettleResult {
+    backend: String,
+    reservations: usize,
+    seconds: f64,
+    per_second: f64,
+    ledger_ok: bool,
+}
+
+pub async fn run(args: BenchSettleArgs, json: bool) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("gpurent-bench-settle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let url = args
+        .database_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}/bench.db", dir.display()));
+    let backend = if url.starts_with("sqlite") {
+        "sqlite"
+    } else {
+        "postgres"
+    };
+    let store = SqlStore::connect(&url).await.context("open the store")?;
+    let start = chrono::Utc::now();
+    store.ensure_admin("bench-admin", start).await?;
+    let admin = store.authenticate("bench-admin").await?.context("admin")?;
+    store
+        .create_join_token(
+            "bench-join",
+            &admin.id,
+            start + chrono::Duration::days(1),
+            start,
+        )
+        .await?;
+    let node = store
+        .register_node(
+            NewNode {
+                join_token_hash: "bench-join".into(),
+                node_token_hash: "bench-node".into(),
+                name: "bench-node".into(),
+                executor: "sim".into(),
+                gpu_backend: "sim".into(),
+                gpus: vec![GpuInfo::basic(
+                    0,
+                    "GPU-bench".into(),
+                    "RTX4090".into(),
+                    24_564,
+                )],
+            },
+            start,
+        )
+        .await?;
+    let tenant = store
+        .create_user(
+            NewUser {
+                name: "bench".into(),
+                role: Role::Tenant,
+                token_hash: "bench-tenant".into(),
+                credit: Money::units(1_000_000_000),
+            },
+            start,
+        )
+        .await?;
+    eprintln!(
+        "bench: seeding {} running reservations ({backend})",
+        args.reservations
+    );
+    store
+        .seed_running_reservations(
+            &tenant.id,
+            &node,
+            args.reservations,
+            Money::from_micros(2_500_000),
+            start,
+        )
+        .await?;
+
+    let now = start + chrono::Duration::seconds(61);
+    let t0 = Instant::now();
+    let settled = store.settle_due(now, Duration::from_secs(60)).await?;
+    let elapsed = t0.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        settled.reservations == args.reservations,
+        "settled {} of {}",
+        settled.reservations,
+        args.reservations
+    );
+    let ledger = store.ledger_check().await?;
+    let balance = store.balance(&tenant.id).await?;
+    // 61 s at 2.50/h each.
+    let expected = 1_000_000_000 * 1_000_000 - 42_361 * i64::try_from(args.reservations)?;
+    anyhow::ensure!(
+        balance.micros() == expected,
+        "balance {balance} is not the expected one"
+    );
+    store.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    #[allow(clippy::cast_precision_loss)]
+    let result = SettleResult {
+        backend: backend.to_owned(),
+        reservations: args.reservations,
+        seconds: elapsed,
+        per_second: args.reservations as f64 / elapsed,
+        ledger_ok: ledger.ok(),
+    };
+    if json {
+        return print_json(&result).map_err(|e| anyhow::anyhow!(e));
+    }
+    print_table(
+        &[
+            "backend",
+            "reservations",
+            "seconds",
+            "reservations/s",
+            "ledger",
+        ],
+        &[vec![
+            result.backend.clone(),
+            result.reservations.to_string(),
+            format!("{:.3}", result.seconds),
+            format!("{:.0}", result.per_second),
+            if result.ledger_ok {
+                "ok".into()
+            } else {
+                "BROKEN".into()
+            },
+        ]],
+    );
+    Ok(())
+}
