@@ -19,8 +19,6 @@ use crate::{Backend, Result, StoreError};
 const MICROS: i64 = 1_000_000;
 /// Reservations settled per transaction.
 const BATCH: i64 = 5_000;
-/// Rows per multi-row statement (SQLite allows 32,766 parameters, PostgreSQL 65,535).
-
 /// An arbitrary constant naming the settlement lock: one settler at a time across replicas.
 const PG_SETTLEMENT_LOCK: i64 = 0x0067_7073_6574_746c;
 
