@@ -1,24 +1,16 @@
 //! Periodic settlement: running reservations are charged every period for the whole seconds
 //! they ran since the last settlement, and stopped when the tenant's balance cannot pay for
-//! the next period. Reservations are settled in batches, each one transaction of a few
-//! multi-row statements, so that a period of 100,000 running reservations settles in about a
-//! second.
-
-use std::collections::BTreeMap;
+//! the next period. One transaction of set-based statements settles every reservation that is
+//! due, so that a period of 100,000 running reservations settles in about a second.
 
 use chrono::{DateTime, Utc};
-use gpurent_billing::{charge_due, charge_for_seconds};
-use gpurent_types::Money;
-use sqlx::Row;
 
-use super::ledger::{self, PLATFORM_REVENUE};
+use super::ledger::PLATFORM_REVENUE;
 use super::nodes::bump_version;
-use super::{multi_row, retry_transient, ts, SqlStore};
+use super::{retry_transient, ts, SqlStore};
 use crate::{Backend, Result, StoreError};
 
 const MICROS: i64 = 1_000_000;
-/// Reservations settled per transaction.
-const BATCH: i64 = 5_000;
 /// An arbitrary constant naming the settlement lock: one settler at a time across replicas.
 const PG_SETTLEMENT_LOCK: i64 = 0x0067_7073_6574_746c;
 
@@ -28,17 +20,6 @@ pub struct Settled {
     pub reservations: usize,
     /// Nodes whose reservations were stopped for want of credit (their agents must be woken).
     pub stopped_on: Vec<String>,
-}
-
-struct Due {
-    id: String,
-    account: String,
-    node: Option<String>,
-    price: Money,
-    already: Money,
-    due: Money,
-    end: i64,
-    period: i64,
 }
 
 impl SqlStore {
@@ -51,184 +32,152 @@ impl SqlStore {
         let period_micros = i64::try_from(period.as_micros())
             .unwrap_or(i64::MAX)
             .max(MICROS);
-        let mut settled = Settled::default();
-        loop {
-            let batch = retry_transient("settle", || self.settle_batch(now, period_micros)).await?;
-            settled.reservations += batch.reservations;
-            for node in batch.stopped_on {
-                if !settled.stopped_on.contains(&node) {
-                    settled.stopped_on.push(node);
-                }
-            }
-            if i64::try_from(batch.reservations).unwrap_or(i64::MAX) < BATCH {
-                return Ok(settled);
-            }
-        }
+        // Everything due is settled in one transaction.
+        retry_transient("settle", || self.settle_set(now, period_micros)).await
     }
 
-    /// One batch in one transaction: charge each reservation up to now (never past its hours)
-    /// under the transfer id `charge:<id>:p<period number>`, move the balances, and stop the
-    /// reservations of tenants who cannot pay for their next period.
-    async fn settle_batch(&self, now: DateTime<Utc>, period_micros: i64) -> Result<Settled> {
+    /// One transaction of set-based statements: what each due reservation owes is computed
+    /// by the database itself (the same floor(seconds × price / 3600) as
+    /// `gpurent_billing::charge_for_seconds`, checked against it by the tests and the
+    /// settlement benchmark), charged under the transfer id `charge:<id>:p<period number>`,
+    /// and the reservations of tenants who cannot pay for their next period are stopped.
+    async fn settle_set(&self, now: DateTime<Utc>, period_micros: i64) -> Result<Settled> {
         let at = ts(now);
+        let cutoff = at.saturating_sub(period_micros);
+        let period_s = period_micros / MICROS;
         let clock = std::time::Instant::now();
         let mut tx = self.pool.begin().await?;
-        let lock = if self.backend == Backend::Postgres {
+        if self.backend == Backend::Postgres {
             sqlx::query("SELECT pg_advisory_xact_lock($1)")
                 .bind(PG_SETTLEMENT_LOCK)
                 .execute(&mut *tx)
                 .await?;
-            " FOR UPDATE"
-        } else {
-            ""
-        };
-        let rows = sqlx::query(&format!(
-            "SELECT id, tenant_id, node_id, price_per_hour, started_at, duration_s, charged
-             FROM reservations
-             WHERE status = 'running' AND settled_until <= $2 - $1
-             ORDER BY id LIMIT $3{lock}"
-        ))
-        .bind(period_micros)
-        .bind(at)
-        .bind(BATCH)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut due = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let started: i64 = row.try_get::<Option<i64>, _>("started_at")?.unwrap_or(at);
-            let duration_s: i64 = row.try_get("duration_s")?;
-            let price = Money::from_micros(row.try_get("price_per_hour")?);
-            let already = Money::from_micros(row.try_get("charged")?);
-            let end = at
-                .min(started.saturating_add(duration_s.saturating_mul(MICROS)))
-                .max(started);
-            let ran = end - started;
-            let tenant: String = row.try_get("tenant_id")?;
-            due.push(Due {
-                id: row.try_get("id")?,
-                account: ledger::user_account(&tenant),
-                node: row.try_get("node_id")?,
-                price,
-                already,
-                due: charge_due(price, u64::try_from(ran / MICROS).unwrap_or(0), already),
-                end,
-                period: ran / period_micros,
-            });
+            // Reservations first, as in every transaction (see `sync_once`).
+            sqlx::query("SELECT id FROM reservations WHERE status = 'running' AND settled_until <= $1 ORDER BY id FOR UPDATE")
+                .bind(cutoff)
+                .execute(&mut *tx)
+                .await?;
         }
-        if due.is_empty() {
-            return Ok(Settled::default());
-        }
-        tracing::debug!(ms = clock.elapsed().as_millis(), "settlement: read");
-
-        // Reservations first, as in every transaction (see `sync_once`).
-        multi_row(
-            &mut tx,
-            due.len(),
-            3,
-            "UPDATE reservations SET charged = v.column2, settled_until = v.column3 FROM (VALUES ",
-            ") AS v WHERE reservations.id = v.column1",
-            |i, q| {
-                let d = &due[i];
-                q.bind(d.id.clone())
-                    .bind(d.already.checked_add(d.due).unwrap_or(d.already).micros())
-                    .bind(d.end)
-            },
+        sqlx::query(
+            "CREATE TEMP TABLE IF NOT EXISTS settling (
+                id TEXT PRIMARY KEY, account TEXT NOT NULL, node_id TEXT, price BIGINT NOT NULL,
+                old_charged BIGINT NOT NULL, new_charged BIGINT NOT NULL, end_at BIGINT NOT NULL,
+                period BIGINT NOT NULL)",
         )
+        .execute(&mut *tx)
         .await?;
-
-        tracing::debug!(
-            ms = clock.elapsed().as_millis(),
-            "settlement: reservations updated"
-        );
-        let charged: Vec<&Due> = due.iter().filter(|d| d.due > Money::ZERO).collect();
-        let inserted = multi_row(&mut tx, charged.len(), 6, "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id, created_at) VALUES ", " ON CONFLICT (id) DO NOTHING", |i, q| {
-            let d = charged[i];
-            q.bind(format!("charge:{}:p{}", d.id, d.period))
-                .bind(d.account.clone())
-                .bind(PLATFORM_REVENUE)
-                .bind(d.due.micros())
-                .bind(d.id.clone())
-                .bind(at)
-        })
-        .await?;
-        if inserted != charged.len() as u64 {
-            // A period charged twice would mean the rows above were not what they seemed.
-            return Err(StoreError::Corrupt(format!(
-                "settlement found {} of {} period charges already recorded",
-                charged.len() as u64 - inserted,
-                charged.len()
-            )));
-        }
-
-        tracing::debug!(
-            ms = clock.elapsed().as_millis(),
-            "settlement: transfers inserted"
-        );
-        // Balances: platform revenue first, then the tenants in id order (see ledger.rs).
-        let mut by_account: BTreeMap<&str, i64> = BTreeMap::new();
-        for d in &charged {
-            *by_account.entry(d.account.as_str()).or_default() += d.due.micros();
-        }
-        let total: i64 = by_account.values().sum();
-        sqlx::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
-            .bind(total)
-            .bind(PLATFORM_REVENUE)
+        sqlx::query("DELETE FROM settling")
             .execute(&mut *tx)
             .await?;
-        let accounts: Vec<(&str, i64)> = by_account.into_iter().collect();
-        multi_row(
-            &mut tx,
-            accounts.len(),
-            2,
-            "UPDATE accounts SET balance = accounts.balance - v.column2 FROM (VALUES ",
-            ") AS v WHERE accounts.id = v.column1",
-            |i, q| q.bind(accounts[i].0.to_owned()).bind(accounts[i].1),
+        let count = sqlx::query(
+            "INSERT INTO settling (id, account, node_id, price, old_charged, new_charged, end_at, period)
+             SELECT id, 'user:' || tenant_id, node_id, price_per_hour, charged,
+                    CASE WHEN owed > charged THEN owed ELSE charged END, e, (e - started_at) / $2
+             FROM (SELECT id, tenant_id, node_id, price_per_hour, charged, started_at, e,
+                          ((e - started_at) / 1000000) * price_per_hour / 3600 AS owed
+                   FROM (SELECT id, tenant_id, node_id, price_per_hour, charged, started_at,
+                                CASE WHEN $1 < started_at + duration_s * 1000000 THEN $1
+                                     ELSE started_at + duration_s * 1000000 END AS e
+                         FROM reservations
+                         WHERE status = 'running' AND settled_until <= $3) a) b",
         )
+        .bind(at)
+        .bind(period_micros)
+        .bind(cutoff)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if count == 0 {
+            return Ok(Settled::default());
+        }
+        tracing::debug!(
+            ms = clock.elapsed().as_millis(),
+            count,
+            "settlement: computed"
+        );
+        sqlx::query(
+            "UPDATE reservations SET charged = s.new_charged, settled_until = s.end_at
+             FROM settling s WHERE reservations.id = s.id",
+        )
+        .execute(&mut *tx)
         .await?;
+        let charges: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM settling WHERE new_charged > old_charged")
+                .fetch_one(&mut *tx)
+                .await?;
+        let inserted = sqlx::query(
+            "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id, created_at)
+             SELECT 'charge:' || id || ':p' || period, account, $1, new_charged - old_charged, id, $2
+             FROM settling WHERE new_charged > old_charged
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(PLATFORM_REVENUE)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if i64::try_from(inserted).unwrap_or(i64::MAX) != charges {
+            // A period charged twice would mean the rows above were not what they seemed.
+            return Err(StoreError::Corrupt(format!(
+                "settlement found {} of {charges} period charges already recorded",
+                charges - i64::try_from(inserted).unwrap_or(0)
+            )));
+        }
+        // Balances: platform revenue first, then the tenants (see ledger.rs).
+        sqlx::query(
+            "UPDATE accounts SET balance = balance
+                + (SELECT CAST(COALESCE(SUM(new_charged - old_charged), 0) AS BIGINT) FROM settling)
+             WHERE id = $1",
+        )
+        .bind(PLATFORM_REVENUE)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE accounts SET balance = accounts.balance - t.total
+             FROM (SELECT account, CAST(SUM(new_charged - old_charged) AS BIGINT) AS total
+                   FROM settling GROUP BY account) t
+             WHERE accounts.id = t.account",
+        )
+        .execute(&mut *tx)
+        .await?;
+        tracing::debug!(ms = clock.elapsed().as_millis(), "settlement: charged");
 
         // Prepaid: a tenant whose balance cannot pay for the next period of its reservations
         // has them stopped now; billing stops with them.
-        let period_s = u64::try_from(period_micros / MICROS).unwrap_or(0);
-        let mut needed: BTreeMap<&str, i64> = BTreeMap::new();
-        for d in &due {
-            *needed.entry(d.account.as_str()).or_default() +=
-                charge_for_seconds(d.price, period_s).micros();
-        }
-        let mut broke = Vec::new();
-        for (account, need) in &needed {
-            let balance = ledger::balance_of(&mut tx, account).await?.unwrap_or(0);
-            if balance < *need {
-                broke.push(*account);
-            }
-        }
-        let stopping: Vec<&Due> = due
-            .iter()
-            .filter(|d| broke.contains(&d.account.as_str()))
-            .collect();
-        multi_row(&mut tx, stopping.len(), 2, "UPDATE reservations SET status = 'stopping', end_reason = 'insufficient_credit', stop_requested_at = v.column2 FROM (VALUES ", ") AS v WHERE reservations.id = v.column1 AND reservations.status = 'running'", |i, q| {
-            q.bind(stopping[i].id.clone()).bind(stopping[i].end)
-        })
-        .await?;
-        let mut nodes: Vec<String> = stopping.iter().filter_map(|d| d.node.clone()).collect();
+        let mut nodes: Vec<String> = sqlx::query_scalar::<_, Option<String>>(
+            "UPDATE reservations SET status = 'stopping', end_reason = 'insufficient_credit',
+                stop_requested_at = s.end_at
+             FROM settling s
+             WHERE reservations.id = s.id AND reservations.status = 'running'
+               AND s.account IN (
+                   SELECT a.id FROM accounts a
+                   JOIN (SELECT account, CAST(SUM(price * $1 / 3600) AS BIGINT) AS need
+                         FROM settling GROUP BY account) n ON n.account = a.id
+                   WHERE a.balance < n.need)
+             RETURNING reservations.node_id",
+        )
+        .bind(period_s)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
+        let stopped = nodes.len();
         nodes.sort();
         nodes.dedup();
         for node in &nodes {
             bump_version(&mut tx, node).await?;
         }
-        tracing::debug!(
-            ms = clock.elapsed().as_millis(),
-            "settlement: balances moved"
-        );
         tx.commit().await?;
         tracing::debug!(ms = clock.elapsed().as_millis(), "settlement: committed");
-        if !stopping.is_empty() {
+        if stopped > 0 {
             tracing::info!(
-                reservations = stopping.len(),
+                reservations = stopped,
                 "stopped: not enough credit for the next period"
             );
         }
         Ok(Settled {
-            reservations: due.len(),
+            reservations: usize::try_from(count).unwrap_or(usize::MAX),
             stopped_on: nodes,
         })
     }
