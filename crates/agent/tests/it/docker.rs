@@ -2,13 +2,13 @@
 //! GPURENT_TEST_DOCKER=1) and a local image (`gpurent-test/busybox`, imported from Debian's
 //! busybox-static; no registry is needed).
 
-use std::time::Duration;
-
 use gpurent_agent::executor::docker::{container_name, LABEL_EPOCH, LABEL_RESERVATION};
 use gpurent_agent::executor::{DockerExecutor, ResourcesPerGpu};
 use gpurent_agent::reconcile::{Observed, ObservedState};
 use gpurent_agent::Executor;
 use gpurent_types::agent::Assignment;
+
+use crate::support::{state_of, wait_for};
 
 const IMAGE: &str = "gpurent-test/busybox:latest";
 
@@ -53,28 +53,6 @@ fn assignment(id: &str, script: &str) -> Assignment {
         log_offset: 0,
         ports: vec![],
     }
-}
-
-async fn state_of(e: &DockerExecutor, id: &str) -> Option<ObservedState> {
-    e.list()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|o| o.reservation_id == id)
-        .map(|o| o.state)
-}
-
-async fn wait_for(e: &DockerExecutor, id: &str, want: ObservedState) {
-    for _ in 0..200 {
-        if state_of(e, id).await == Some(want.clone()) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "{id} never reached {want:?}; now {:?}",
-        state_of(e, id).await
-    );
 }
 
 #[tokio::test]

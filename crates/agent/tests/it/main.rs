@@ -6,3 +6,4 @@
 
 mod docker;
 mod process;
+mod support;

@@ -9,6 +9,8 @@ use gpurent_agent::reconcile::{Observed, ObservedState};
 use gpurent_agent::Executor;
 use gpurent_types::agent::Assignment;
 
+use crate::support::{state_of, wait_for};
+
 fn assignment(id: &str, script: &str) -> Assignment {
     Assignment {
         reservation_id: id.to_owned(),
@@ -28,28 +30,6 @@ fn executor(dir: &Path) -> ProcessExecutor {
     ProcessExecutor::new(dir, None, ResourcesPerGpu::default())
         .unwrap()
         .with_grace(Duration::from_secs(2))
-}
-
-async fn state_of(e: &ProcessExecutor, id: &str) -> Option<ObservedState> {
-    e.list()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|o| o.reservation_id == id)
-        .map(|o| o.state)
-}
-
-async fn wait_for(e: &ProcessExecutor, id: &str, want: ObservedState) {
-    for _ in 0..200 {
-        if state_of(e, id).await == Some(want.clone()) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!(
-        "{id} never reached {want:?}; now {:?}",
-        state_of(e, id).await
-    );
 }
 
 fn alive(pid: i32) -> bool {

@@ -12,6 +12,7 @@ use gpurent_types::agent::GpuInfo;
 use gpurent_types::{Money, Role, SystemClock};
 use serde::Serialize;
 
+use super::bench_common::percentile_ms;
 use crate::cli::BenchArgs;
 use crate::output::{print_json, print_table};
 
@@ -154,15 +155,7 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         bail!("no requests were made");
     }
     latencies.sort();
-    let pct = |p: f64| {
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
-        latencies[i].as_secs_f64() * 1000.0
-    };
+    let pct = |p: f64| percentile_ms(&latencies, p);
     let sent = u32::try_from(latencies.len()).unwrap_or(u32::MAX);
     let created = sent - errors;
     let result = BenchResult {

@@ -4,16 +4,13 @@
 //! are read from /proc/PID.
 
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use gpurent_server::{hash_token, RunningServer, ServerConfig};
 use gpurent_store::prelude::*;
-use gpurent_store::SqlStore;
-use gpurent_types::SystemClock;
 use serde::Serialize;
 
+use super::bench_common::{control_plane, JOIN_TOKEN};
 use crate::cli::BenchAgentArgs;
 use crate::output::{print_json, print_table};
 
@@ -78,30 +75,7 @@ pub async fn run(args: BenchAgentArgs, json: bool) -> anyhow::Result<()> {
     let wide = dir.join("probe.json");
     std::fs::write(&wide, serde_json::to_vec(&widen_probe(&probe, args.gpus)?)?)?;
 
-    let store = Arc::new(SqlStore::connect(&format!("sqlite://{}/bench.db", dir.display())).await?);
-    let now = chrono::Utc::now();
-    store
-        .ensure_admin(&hash_token("gpr_bench_admin"), now)
-        .await?;
-    let admin = store
-        .authenticate(&hash_token("gpr_bench_admin"))
-        .await?
-        .context("admin")?;
-    store
-        .create_join_token(
-            &hash_token("gpj_bench"),
-            &admin.id,
-            now + chrono::Duration::hours(1),
-            now,
-        )
-        .await?;
-    let server = RunningServer::start(
-        "127.0.0.1:0".parse()?,
-        store.clone(),
-        Arc::new(SystemClock),
-        ServerConfig::default(),
-    )
-    .await?;
+    let (store, server) = control_plane(&dir).await?;
     let url = format!("http://{}", server.addr);
     let mut agent = tokio::process::Command::new(std::env::current_exe()?)
         .args([
@@ -109,7 +83,7 @@ pub async fn run(args: BenchAgentArgs, json: bool) -> anyhow::Result<()> {
             &url,
             "agent",
             "--join-token",
-            "gpj_bench",
+            JOIN_TOKEN,
             "--name",
             "bench-node",
             "--executor",

@@ -9,14 +9,15 @@ use anyhow::{bail, Context};
 use gpurent_agent::executor::{DockerExecutor, ProcessExecutor, ResourcesPerGpu, SimExecutor};
 use gpurent_agent::gpu::SimGpus;
 use gpurent_agent::{Agent, AgentConfig, Executor};
-use gpurent_server::{hash_token, RunningServer, ServerConfig};
+use gpurent_server::hash_token;
 use gpurent_store::prelude::*;
-use gpurent_store::{NewUser, SqlStore};
+use gpurent_store::NewUser;
 use gpurent_types::api::Reservation;
-use gpurent_types::{Money, Role, SystemClock};
+use gpurent_types::{Money, Role};
 use serde::Serialize;
 use tokio::sync::watch;
 
+use super::bench_common::{control_plane, percentile_ms, JOIN_TOKEN};
 use crate::cli::{BenchRunningArgs, ExecutorKind};
 use crate::output::{print_json, print_table};
 
@@ -32,24 +33,8 @@ struct RunningResult {
 
 pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("gpurent-bench-running-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let store = Arc::new(SqlStore::connect(&format!("sqlite://{}/bench.db", dir.display())).await?);
+    let (store, server) = control_plane(&dir).await?;
     let now = chrono::Utc::now();
-    store
-        .ensure_admin(&hash_token("gpr_bench_admin"), now)
-        .await?;
-    let admin = store
-        .authenticate(&hash_token("gpr_bench_admin"))
-        .await?
-        .context("admin")?;
-    store
-        .create_join_token(
-            &hash_token("gpj_bench"),
-            &admin.id,
-            now + chrono::Duration::hours(1),
-            now,
-        )
-        .await?;
     let tenant = "gpr_bench_tenant";
     store
         .create_user(
@@ -62,13 +47,6 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
             now,
         )
         .await?;
-    let server = RunningServer::start(
-        "127.0.0.1:0".parse()?,
-        store.clone(),
-        Arc::new(SystemClock),
-        ServerConfig::default(),
-    )
-    .await?;
     let base = format!("http://{}", server.addr);
 
     let resources = ResourcesPerGpu {
@@ -101,7 +79,7 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
         };
     let name = executor.name();
     let mut config = AgentConfig::new(&base, dir.join("agent"), "bench-node");
-    config.join_token = Some("gpj_bench".to_owned());
+    config.join_token = Some(JOIN_TOKEN.to_owned());
     let gpus = Arc::new(SimGpus::parse(
         &format!("{}xRTX4090", args.reservations.max(1)),
         "bench-node",
@@ -191,15 +169,7 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
 
     latencies.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let pct = |p: f64| {
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
-        ms(latencies[i])
-    };
+    let pct = |p: f64| percentile_ms(&latencies, p);
     #[allow(clippy::cast_precision_loss)]
     let mean = latencies.iter().map(|d| ms(*d)).sum::<f64>() / latencies.len().max(1) as f64;
     let result = RunningResult {

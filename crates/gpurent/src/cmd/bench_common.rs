@@ -1,0 +1,60 @@
+//! What the benchmarks share: a fresh control plane with a join token, and percentiles.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use gpurent_server::{hash_token, RunningServer, ServerConfig};
+use gpurent_store::prelude::*;
+use gpurent_store::SqlStore;
+use gpurent_types::SystemClock;
+
+/// The join token every benchmark's control plane accepts.
+pub const JOIN_TOKEN: &str = "gpj_bench";
+
+/// A control plane on a fresh SQLite file in `dir`, on an ephemeral loopback port, with an
+/// admin and the join token [`JOIN_TOKEN`].
+pub async fn control_plane(
+    dir: &std::path::Path,
+) -> anyhow::Result<(Arc<SqlStore>, RunningServer)> {
+    std::fs::create_dir_all(dir)?;
+    let store = Arc::new(SqlStore::connect(&format!("sqlite://{}/bench.db", dir.display())).await?);
+    let now = chrono::Utc::now();
+    store
+        .ensure_admin(&hash_token("gpr_bench_admin"), now)
+        .await?;
+    let admin = store
+        .authenticate(&hash_token("gpr_bench_admin"))
+        .await?
+        .context("admin")?;
+    store
+        .create_join_token(
+            &hash_token(JOIN_TOKEN),
+            &admin.id,
+            now + chrono::Duration::hours(1),
+            now,
+        )
+        .await?;
+    let server = RunningServer::start(
+        "127.0.0.1:0".parse()?,
+        store.clone(),
+        Arc::new(SystemClock),
+        ServerConfig::default(),
+    )
+    .await?;
+    Ok((store, server))
+}
+
+/// The `p` quantile (0 < p <= 1) of sorted durations, in milliseconds.
+pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i].as_secs_f64() * 1000.0
+}
