@@ -9,7 +9,7 @@ use gpurent_agent::reconcile::{Observed, ObservedState};
 use gpurent_agent::Executor;
 use gpurent_types::agent::Assignment;
 
-use crate::support::{state_of, wait_for};
+use crate::support::{read_pid, state_of, wait_for};
 
 fn assignment(id: &str, script: &str) -> Assignment {
     Assignment {
@@ -100,19 +100,8 @@ async fn stop_ends_the_whole_process_group_even_when_it_ignores_sigterm() {
     .await
     .unwrap();
     wait_for(&e, "stubborn", ObservedState::Running).await;
-    let pid_file = dir.path().join("instances/stubborn/child.pid");
-    let mut child = 0;
-    for _ in 0..100 {
-        if let Some(p) = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-        {
-            child = p;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(child > 0 && alive(child));
+    let child = read_pid(&dir.path().join("instances/stubborn/child.pid")).await;
+    assert!(alive(child));
     e.stop("stubborn").await.unwrap();
     for _ in 0..50 {
         if !alive(child) {
@@ -159,19 +148,11 @@ async fn gpu_processes_are_attributed_to_their_reservation() {
     ))
     .await
     .unwrap();
-    let pid_file = dir.path().join("instances/owner/child.pid");
-    let mut child = 0u32;
-    for _ in 0..100 {
-        if let Some(p) = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-        {
-            child = p;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(e.owner_of(child).await.as_deref(), Some("owner"));
+    let child = read_pid(&dir.path().join("instances/owner/child.pid")).await;
+    assert_eq!(
+        e.owner_of(u32::try_from(child).unwrap()).await.as_deref(),
+        Some("owner")
+    );
     assert_eq!(e.owner_of(std::process::id()).await, None);
     e.stop("owner").await.unwrap();
 }

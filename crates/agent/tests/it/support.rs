@@ -27,3 +27,17 @@ pub async fn wait_for(e: &dyn Executor, id: &str, want: ObservedState) {
         state_of(e, id).await
     );
 }
+
+/// The process id a workload wrote to `path`, once it has.
+pub async fn read_pid(path: &std::path::Path) -> i32 {
+    for _ in 0..200 {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no process id in {} after 4 s", path.display());
+}
