@@ -3,5 +3,6 @@
 // A failing test panics; that is what these are for.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod billing_model;
 mod lifecycle;
 mod support;

@@ -1,0 +1,282 @@
+//! Model-based property test of billing: random schedules of reservations, agent reports
+//! (duplicated and out of order), stop requests, expiry passes, settlement ticks and
+//! control-plane restarts (the store closed and reopened) must leave every reservation charged
+//! exactly floor(seconds running × price / 3600) as an independent model computes it, the
+//! tenant's balance down by exactly the sum, and the ledger balanced. On SQLite and PostgreSQL.
+
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use chrono::Duration;
+use gpurent_billing::{charge_for_seconds, PriceList};
+use gpurent_store::prelude::*;
+use gpurent_store::{Backend, NewReservation, Scope, SqlStore, Want};
+use gpurent_types::agent::{InstanceReport, InstanceState, SyncRequest};
+use gpurent_types::{GpuType, Money, Tier};
+use proptest::prelude::*;
+
+use crate::support::{t0, Fixture};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Reserve,
+    Running(usize),
+    Stop(usize),
+    Gone(usize),
+    Exit(usize, i32),
+    Expire,
+    Settle,
+    Advance(u32),
+    Restart,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => Just(Op::Reserve),
+        3 => (0usize..6).prop_map(Op::Running),
+        2 => (0usize..6).prop_map(Op::Stop),
+        2 => (0usize..6).prop_map(Op::Gone),
+        1 => ((0usize..6), (0i32..2)).prop_map(|(i, c)| Op::Exit(i, c)),
+        1 => Just(Op::Expire),
+        2 => Just(Op::Settle),
+        4 => (1u32..2000).prop_map(Op::Advance),
+        1 => Just(Op::Restart),
+    ]
+}
+
+/// The model of one reservation, in whole seconds since t0.
+#[derive(Debug, Clone)]
+struct Model {
+    id: String,
+    price: Money,
+    duration: i64,
+    start: Option<i64>,
+    stop_at: Option<i64>,
+    end: Option<i64>,
+}
+
+impl Model {
+    fn charge(&self) -> Money {
+        match (self.start, self.end) {
+            (Some(s), Some(e)) => {
+                charge_for_seconds(self.price, u64::try_from((e - s).max(0)).unwrap_or(0))
+            }
+            _ => Money::ZERO,
+        }
+    }
+
+    /// The agent says the instance is gone (stopped, exited or failed): it ends.
+    fn gone(&mut self, now: i64) {
+        if self.end.is_some() {
+            return;
+        }
+        let mut end = self.stop_at.map_or(now, |t| t.min(now));
+        if let Some(s) = self.start {
+            end = end.min(s + self.duration);
+        }
+        self.end = Some(end);
+    }
+}
+
+fn report(id: &str, state: InstanceState, exit_code: Option<i32>) -> SyncRequest {
+    SyncRequest {
+        gpus: vec![],
+        instances: vec![InstanceReport {
+            reservation_id: id.to_owned(),
+            epoch: 1,
+            state,
+            exit_code,
+            message: None,
+            ports: vec![],
+        }],
+        known_version: None,
+        wait_ms: None,
+        telemetry: None,
+        logs: vec![],
+    }
+}
+
+async fn run(backend: Backend, ops: Vec<Op>) {
+    let f = Fixture::new(backend).await;
+    let node = f.node("n", "NVIDIA GeForce RTX 4090", 6).await;
+    let tenant = f.user("payer", "100000").await;
+    let mut store: Arc<SqlStore> = f.store.clone();
+    let prices = PriceList::defaults();
+    let mut now = 0i64;
+    let at = |s: i64| t0() + Duration::seconds(s);
+    let mut models: Vec<Model> = Vec::new();
+    let mut reserved = 0;
+    for op in ops {
+        match op {
+            Op::Reserve => {
+                let new = NewReservation {
+                    tenant_id: tenant.clone(),
+                    gpu_type: GpuType::parse("rtx4090").unwrap(),
+                    want: Want::Whole { count: 1 },
+                    duration_s: 3600,
+                    tier: Tier::OnDemand,
+                    bid: None,
+                    image: None,
+                    command: vec![],
+                    env: Default::default(),
+                    ports: vec![],
+                    idempotency_key: Some(format!("k{reserved}")),
+                    request_hash: "h".into(),
+                };
+                reserved += 1;
+                // The node must look alive at this time.
+                store
+                    .sync_node(
+                        &node,
+                        &report("none", InstanceState::Running, None),
+                        at(now),
+                    )
+                    .await
+                    .unwrap();
+                if let Ok((r, _)) = store
+                    .reserve(new, &prices, at(now) - Duration::seconds(10), at(now))
+                    .await
+                {
+                    models.push(Model {
+                        id: r.id,
+                        price: r.price_per_hour,
+                        duration: 3600,
+                        start: None,
+                        stop_at: None,
+                        end: None,
+                    });
+                }
+            }
+            Op::Running(i) => {
+                let Some(m) = models.get_mut(i) else { continue };
+                store
+                    .sync_node(&node, &report(&m.id, InstanceState::Running, None), at(now))
+                    .await
+                    .unwrap();
+                if m.start.is_none() && m.end.is_none() && m.stop_at.is_none() {
+                    m.start = Some(now);
+                }
+            }
+            Op::Stop(i) => {
+                let Some(m) = models.get_mut(i) else { continue };
+                store
+                    .request_stop(&m.id, &Scope::All, at(now))
+                    .await
+                    .unwrap();
+                if m.end.is_none() && m.stop_at.is_none() {
+                    m.stop_at = Some(match m.start {
+                        Some(s) if now >= s + m.duration => s + m.duration,
+                        _ => now,
+                    });
+                }
+            }
+            Op::Gone(i) | Op::Exit(i, _) => {
+                let Some(m) = models.get_mut(i) else { continue };
+                let (state, code) = match op {
+                    Op::Exit(_, c) => (InstanceState::Exited, Some(c)),
+                    _ => (InstanceState::Stopped, None),
+                };
+                store
+                    .sync_node(&node, &report(&m.id, state, code), at(now))
+                    .await
+                    .unwrap();
+                m.gone(now);
+            }
+            Op::Expire => {
+                store.expire_due(at(now)).await.unwrap();
+                for m in models
+                    .iter_mut()
+                    .filter(|m| m.end.is_none() && m.stop_at.is_none())
+                {
+                    if let Some(s) = m.start.filter(|s| now >= s + m.duration) {
+                        m.stop_at = Some(s + m.duration);
+                    }
+                }
+            }
+            Op::Settle => {
+                store
+                    .settle_due(at(now), StdDuration::from_secs(60))
+                    .await
+                    .unwrap();
+            }
+            Op::Advance(s) => now += i64::from(s),
+            Op::Restart => {
+                let url = f._db.url.clone();
+                store.close().await;
+                store = Arc::new(SqlStore::connect(&url).await.unwrap());
+            }
+        }
+    }
+    // Wind everything down: stop what is left and let the agent confirm, twice.
+    now += 1;
+    for m in &mut models {
+        store
+            .request_stop(&m.id, &Scope::All, at(now))
+            .await
+            .unwrap();
+        if m.end.is_none() && m.stop_at.is_none() {
+            m.stop_at = Some(match m.start {
+                Some(s) if now >= s + m.duration => s + m.duration,
+                _ => now,
+            });
+        }
+        for _ in 0..2 {
+            store
+                .sync_node(
+                    &node,
+                    &report(&m.id, InstanceState::Stopped, None),
+                    at(now + 5),
+                )
+                .await
+                .unwrap();
+        }
+        m.gone(now + 5);
+    }
+
+    let mut total = Money::ZERO;
+    for m in &models {
+        let r = store.get_reservation(&m.id, &Scope::All).await.unwrap();
+        assert!(r.status.is_terminal(), "{} is {}", m.id, r.status);
+        assert_eq!(
+            r.charged,
+            m.charge(),
+            "reservation {} ({:?}): {r:?}",
+            m.id,
+            m
+        );
+        total = total.checked_add(m.charge()).unwrap();
+    }
+    let balance = store.balance(&tenant).await.unwrap();
+    assert_eq!(Money::units(100_000).checked_sub(balance), Some(total));
+    let ledger = store.ledger_check().await.unwrap();
+    assert!(ledger.ok(), "{ledger:?}");
+    let problems = store.allocation_problems().await.unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
+    store.close().await;
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn charges_match_the_model_on_sqlite(ops in proptest::collection::vec(op(), 1..60)) {
+        runtime().block_on(run(Backend::Sqlite, ops));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    #[test]
+    fn charges_match_the_model_on_postgres(ops in proptest::collection::vec(op(), 1..60)) {
+        runtime().block_on(run(Backend::Postgres, ops));
+    }
+}
