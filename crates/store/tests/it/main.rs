@@ -4,5 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod billing_model;
+mod concurrent_settlement;
 mod lifecycle;
 mod support;
