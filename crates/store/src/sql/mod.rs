@@ -78,6 +78,16 @@ impl SqlStore {
         Ok(store)
     }
 
+    /// A transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`), waiting
+    /// for it under the busy timeout: a deferred transaction that reads and then writes fails
+    /// outright when another process (a second replica or tool) wrote in between.
+    pub(crate) async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+        Ok(match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        })
+    }
+
     /// Closes the pool, waiting for connections in use.
     pub async fn close(&self) {
         self.pool.close().await;
@@ -180,7 +190,7 @@ impl SqlStore {
         price_per_hour: gpurent_types::Money,
         started_at: DateTime<Utc>,
     ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let at = ts(started_at);
         let ids: Vec<String> = (0..n).map(|_| new_id()).collect();
         multi_row(

@@ -320,7 +320,7 @@ impl SqlStore {
     ) -> Result<()> {
         let at = ts(now);
         let gpus = &report.gpus;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         // Reservation rows in id order (see above): each one's output, then its report.
         let mut by_reservation: BTreeMap<&str, (Vec<&LogChunk>, Vec<&InstanceReport>)> =
             BTreeMap::new();
@@ -406,7 +406,7 @@ impl NodeStore for SqlStore {
 
     async fn register_node(&self, node: NewNode, now: DateTime<Utc>) -> Result<String> {
         let at = ts(now);
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let valid: Option<i64> = sqlx::query_scalar(
             "SELECT expires_at FROM join_tokens WHERE token_hash = $1 AND expires_at > $2",
         )
@@ -497,7 +497,7 @@ impl NodeStore for SqlStore {
     }
 
     async fn desired_state(&self, node_id: &str) -> Result<(i64, Vec<Assignment>)> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let version: i64 = sqlx::query_scalar("SELECT desired_version FROM nodes WHERE id = $1")
             .bind(node_id)
             .fetch_optional(&mut *tx)

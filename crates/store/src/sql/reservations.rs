@@ -66,7 +66,7 @@ impl SqlStore {
         live_since: i64,
         now: DateTime<Utc>,
     ) -> Result<Attempt> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         if let Some(key) = &new.idempotency_key {
             let earlier = sqlx::query(
                 "SELECT id, request_hash FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2",
@@ -450,7 +450,7 @@ impl ReservationStore for SqlStore {
         scope: &Scope,
         now: DateTime<Utc>,
     ) -> Result<(Reservation, Option<String>)> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let current = fetch_reservation(&mut tx, id, scope).await?;
         let stoppable = matches!(
             current.status,
@@ -484,7 +484,7 @@ impl ReservationStore for SqlStore {
     }
 
     async fn expire_due(&self, now: DateTime<Utc>) -> Result<Vec<String>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let due = sqlx::query(
             "SELECT id, node_id FROM reservations
              WHERE status = 'running' AND started_at + duration_s * 1000000 <= $1 ORDER BY id",

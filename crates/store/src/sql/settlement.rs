@@ -46,7 +46,7 @@ impl SqlStore {
         let cutoff = at.saturating_sub(period_micros);
         let period_s = period_micros / MICROS;
         let clock = std::time::Instant::now();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         if self.backend == Backend::Postgres {
             sqlx::query("SELECT pg_advisory_xact_lock($1)")
                 .bind(PG_SETTLEMENT_LOCK)

@@ -83,7 +83,7 @@ impl UserStore for SqlStore {
     async fn create_user(&self, new: NewUser, now: DateTime<Utc>) -> Result<User> {
         let id = new_id();
         let at = ts(now);
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let inserted = sqlx::query(
             "INSERT INTO users (id, name, role, created_at) VALUES ($1, $2, $3, $4)
              ON CONFLICT (name) DO NOTHING",
@@ -163,7 +163,7 @@ impl UserStore for SqlStore {
         now: DateTime<Utc>,
     ) -> Result<Money> {
         let account = ledger::user_account(user_id);
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         if ledger::balance_of(&mut tx, &account).await?.is_none() {
             return Err(StoreError::not_found("user", user_id));
         }
