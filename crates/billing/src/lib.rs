@@ -4,4 +4,4 @@ mod charge;
 mod price_list;
 
 pub use charge::{charge_due, charge_for_seconds, share_price_per_hour};
-pub use price_list::PriceList;
+pub use price_list::{PriceList, PriceListError};

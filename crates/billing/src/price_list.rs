@@ -27,7 +27,75 @@ const DEFAULTS: [(&str, i64); 12] = [
     ("B200", 12_000_000),
 ];
 
+/// A price file, as an owner writes it:
+///
+/// ```toml
+/// # Price of one whole GPU for one hour, by model (names as `gpurent offers` shows them).
+/// [gpu]
+/// "RTX 4090" = "2.20"
+/// "H100-80GB" = "6.50"
+///
+/// # Models not listed cost this much per GB of memory per hour.
+/// per_gb_hour = "0.08"
+/// ```
+///
+/// Models it does not name keep their defaults.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriceFile {
+    #[serde(default)]
+    gpu: BTreeMap<String, String>,
+    per_gb_hour: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PriceListError {
+    #[error("the price file is not valid TOML: {0}")]
+    Toml(#[source] toml::de::Error),
+    #[error("price of {what} is {value:?}: {reason}")]
+    Price {
+        what: String,
+        value: String,
+        reason: String,
+    },
+}
+
+fn price(what: &str, value: &str) -> Result<Money, PriceListError> {
+    let fail = |reason: String| PriceListError::Price {
+        what: what.to_owned(),
+        value: value.to_owned(),
+        reason,
+    };
+    let money: Money = value
+        .parse()
+        .map_err(|e: gpurent_types::MoneyError| fail(e.to_string()))?;
+    if money <= Money::ZERO || money > Money::units(1_000_000) {
+        return Err(fail(
+            "a price must be more than 0 and at most 1000000".to_owned(),
+        ));
+    }
+    Ok(money)
+}
+
 impl PriceList {
+    /// The defaults, overridden by a price file (see [`PriceFile`] for its format).
+    pub fn from_toml(text: &str) -> Result<Self, PriceListError> {
+        let file: PriceFile = toml::from_str(text).map_err(PriceListError::Toml)?;
+        let mut list = PriceList::defaults();
+        for (model, value) in &file.gpu {
+            let gpu_type = GpuType::parse(model).map_err(|e| PriceListError::Price {
+                what: model.clone(),
+                value: value.clone(),
+                reason: e.to_string(),
+            })?;
+            list = list.with_price(&gpu_type, price(model, value)?);
+        }
+        if let Some(value) = &file.per_gb_hour {
+            list.per_gb_hour_fallback = price("per_gb_hour", value)?;
+        }
+        Ok(list)
+    }
+
     pub fn defaults() -> Self {
         let per_gpu_hour = DEFAULTS
             .iter()
@@ -64,6 +132,46 @@ impl PriceList {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_price_file_overrides_the_defaults() {
+        let list = PriceList::from_toml(
+            "per_gb_hour = \"0.05\"\n[gpu]\n\"RTX 4090\" = \"2.20\"\n\"rtx-3090\" = \"1\"\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            list.price_per_gpu_hour(&t("RTX4090"), 24_564).to_string(),
+            "2.20"
+        );
+        assert_eq!(
+            list.price_per_gpu_hour(&t("RTX 3090"), 24_576).to_string(),
+            "1.00"
+        );
+        assert_eq!(
+            list.price_per_gpu_hour(&t("H200"), 143_771).to_string(),
+            "9.00"
+        );
+        assert_eq!(
+            list.price_per_gpu_hour(&t("T4"), 15_360).to_string(),
+            "0.75"
+        );
+    }
+
+    #[test]
+    fn a_bad_price_file_says_what_is_wrong() {
+        let cases = [
+            ("[gpu]\n\"RTX 4090\" = \"-1\"", "RTX 4090"),
+            ("[gpu]\n\"RTX 4090\" = \"2.5.0\"", "RTX 4090"),
+            ("[gpu]\n\"RTX;4090\" = \"2.50\"", "RTX;4090"),
+            ("per_gb_hour = \"0\"", "per_gb_hour"),
+            ("colour = \"blue\"", "colour"),
+            ("[gpu", "TOML"),
+        ];
+        for (text, mentions) in cases {
+            let err = PriceList::from_toml(text).map(|_| ()).unwrap_err();
+            assert!(err.to_string().contains(mentions), "{text}: {err}");
+        }
+    }
 
     fn t(name: &str) -> GpuType {
         GpuType::parse(name).unwrap_or_else(|e| panic!("{e}"))

@@ -175,6 +175,10 @@ pub struct UpArgs {
     pub data_dir: PathBuf,
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// A TOML price file ([gpu] "MODEL" = "PRICE PER HOUR"; per_gb_hour = "..."); models it
+    /// does not name keep their defaults.
+    #[arg(long)]
+    pub prices: Option<PathBuf>,
     #[command(flatten)]
     pub node: NodeArgs,
 }
@@ -188,6 +192,9 @@ pub struct ServerArgs {
     pub database_url: Option<String>,
     #[arg(long, default_value = "./gpurent-data")]
     pub data_dir: PathBuf,
+    /// A TOML price file (see `gpurent up --help`).
+    #[arg(long)]
+    pub prices: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

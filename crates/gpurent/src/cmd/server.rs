@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
+use gpurent_billing::PriceList;
 use gpurent_server::{bootstrap_admin, RunningServer, ServerConfig};
 use gpurent_store::SqlStore;
 use gpurent_types::SystemClock;
@@ -16,7 +17,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", args.data_dir.join("gpurent.db").display()));
-    let server = start(&url, &args.data_dir, args.listen).await?;
+    let server = start(&url, &args.data_dir, args.listen, args.prices.as_deref()).await?;
     print_line(&format!("gpurent ready: {}", super::local_url(server.addr)));
     super::shutdown_signal().await?;
     let store = server.state.store.clone();
@@ -30,7 +31,17 @@ pub async fn start(
     database_url: &str,
     data_dir: &std::path::Path,
     listen: std::net::SocketAddr,
+    prices: Option<&std::path::Path>,
 ) -> anyhow::Result<RunningServer> {
+    let prices = match prices {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the price file {}", path.display()))?;
+            PriceList::from_toml(&text)
+                .with_context(|| format!("in the price file {}", path.display()))?
+        }
+        None => PriceList::defaults(),
+    };
     let store = SqlStore::connect(database_url)
         .await
         .with_context(|| format!("cannot open the store at {}", redact(database_url)))?;
@@ -38,8 +49,16 @@ pub async fn start(
     if let Some(path) = bootstrap_admin(&store, &*clock, data_dir).await? {
         tracing::info!("admin token written to {}", path.display());
     }
-    let server =
-        RunningServer::start(listen, Arc::new(store), clock, ServerConfig::default()).await?;
+    let server = RunningServer::start(
+        listen,
+        Arc::new(store),
+        clock,
+        ServerConfig {
+            prices,
+            ..ServerConfig::default()
+        },
+    )
+    .await?;
     Ok(server)
 }
 

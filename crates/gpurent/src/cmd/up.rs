@@ -17,7 +17,8 @@ const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     super::ensure_dir(&args.data_dir)?;
     let url = format!("sqlite://{}", args.data_dir.join("gpurent.db").display());
-    let server = super::server::start(&url, &args.data_dir, args.listen).await?;
+    let server =
+        super::server::start(&url, &args.data_dir, args.listen, args.prices.as_deref()).await?;
     let base = super::local_url(server.addr);
     let store = server.state.store.clone();
 

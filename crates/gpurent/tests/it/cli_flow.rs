@@ -224,3 +224,48 @@ async fn ledger_check_finds_a_tampered_balance() {
     assert_eq!(report["mismatched"][0]["cached"], "11.00");
     assert_eq!(report["mismatched"][0]["derived"], "10.00");
 }
+
+#[test]
+fn owners_set_their_prices_in_a_price_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let prices = dir.path().join("prices.toml");
+    std::fs::write(&prices, "[gpu]\n\"RTX 4090\" = \"1.99\"\n").unwrap();
+    let data = dir.path().join("data");
+    let up = Daemon::start(
+        &[
+            "up",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--sim-gpus",
+            "1xRTX4090",
+            "--prices",
+            prices.to_str().unwrap(),
+        ],
+        &dir.path().join("up.log"),
+    );
+    let offers = cli(&up.url, Some(&read_token(&data)), true, &["offers"]).json();
+    assert_eq!(offers[0]["price_per_hour"], "1.99");
+    assert!(up.terminate().success());
+
+    std::fs::write(&prices, "[gpu]\n\"RTX 4090\" = \"cheap\"\n").unwrap();
+    let out = std::process::Command::new(crate::support::BIN)
+        .args([
+            "up",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--prices",
+            prices.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("RTX 4090") && stderr.contains("cheap"),
+        "{stderr}"
+    );
+}
