@@ -48,6 +48,18 @@ pub enum Command {
     Balance,
     /// GPUs you can rent now, per type, with prices.
     Offers,
+    /// What you were charged, per reservation and per day (UTC).
+    Usage {
+        /// Start, YYYY-MM-DD or RFC 3339 (default: the beginning).
+        #[arg(long)]
+        from: Option<String>,
+        /// End, exclusive (default: now).
+        #[arg(long)]
+        to: Option<String>,
+        /// Whose usage (admin).
+        #[arg(long)]
+        user: Option<String>,
+    },
     /// Reserve GPUs.
     Reserve(ReserveArgs),
     /// Show one reservation.

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_billing::PriceList;
 use gpurent_types::agent::{Assignment, SyncRequest};
-use gpurent_types::api::{Node, Offer, Reservation, User};
+use gpurent_types::api::{Node, Offer, Reservation, Usage, User};
 use gpurent_types::Money;
 
 pub use error::StoreError;
@@ -63,6 +63,9 @@ pub trait UserStore: Send + Sync {
     ) -> Result<Money>;
 
     async fn balance(&self, user_id: &str) -> Result<Money>;
+
+    /// The charges to a user in [from, to), per reservation and per UTC day.
+    async fn usage(&self, user_id: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Usage>;
 
     /// Recomputes every balance from the transfers and checks that they sum to zero.
     async fn ledger_check(&self) -> Result<LedgerCheck>;

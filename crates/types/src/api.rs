@@ -195,3 +195,27 @@ pub struct LedgerMismatch {
     pub cached: Money,
     pub derived: Money,
 }
+
+/// What a tenant was charged in a time window, per reservation and per day (UTC).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct Usage {
+    pub user_id: String,
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub total: Money,
+    pub reservations: Vec<ReservationUsage>,
+    pub days: Vec<DayUsage>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct ReservationUsage {
+    pub reservation_id: String,
+    pub charged: Money,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct DayUsage {
+    /// YYYY-MM-DD, UTC.
+    pub date: String,
+    pub charged: Money,
+}

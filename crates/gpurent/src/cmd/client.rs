@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use gpurent_types::api::{
     Balance, CreateReservation, CreateUser, CreditGranted, GrantCredit, JoinToken, LedgerReport,
-    Node, Offer, Reservation, ReservationStopped, User, UserCreated,
+    Node, Offer, Reservation, ReservationStopped, Usage, User, UserCreated,
 };
 use gpurent_types::{Money, Role, Tier};
 
@@ -174,6 +174,34 @@ pub async fn run(
             print_table(&["GPU", "VRAM GB", "AVAILABLE", "PRICE/H"], &rows);
         }
         Command::Reserve(args) => reserve(&api, args, json).await?,
+        Command::Usage { from, to, user } => {
+            let mut query = Vec::new();
+            for (k, v) in [("from", from), ("to", to), ("user_id", user)] {
+                if let Some(v) = v {
+                    query.push(format!("{k}={}", segment(&v)));
+                }
+            }
+            let u: Usage = api
+                .get(&format!("/api/v1/usage?{}", query.join("&")))
+                .await?;
+            if json {
+                return print_json(&u);
+            }
+            let rows: Vec<Vec<String>> = u
+                .days
+                .iter()
+                .map(|d| vec![d.date.clone(), d.charged.to_string()])
+                .collect();
+            print_table(&["DAY (UTC)", "CHARGED"], &rows);
+            print_line("");
+            let rows: Vec<Vec<String>> = u
+                .reservations
+                .iter()
+                .map(|r| vec![r.reservation_id.clone(), r.charged.to_string()])
+                .collect();
+            print_table(&["RESERVATION", "CHARGED"], &rows);
+            print_line(&format!("total {}", u.total));
+        }
         Command::Get { id } => {
             let r: Reservation = api
                 .get(&format!("/api/v1/reservations/{}", segment(&id)))

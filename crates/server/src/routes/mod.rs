@@ -5,6 +5,7 @@ mod agent;
 mod health;
 mod nodes;
 mod reservations;
+mod usage;
 mod users;
 
 use axum::extract::DefaultBodyLimit;
@@ -30,6 +31,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(users::get_user))
         .routes(routes!(users::grant_credit))
         .routes(routes!(users::balance))
+        .routes(routes!(usage::usage))
         .routes(routes!(reservations::offers))
         .routes(routes!(reservations::create, reservations::list))
         .routes(routes!(reservations::get))

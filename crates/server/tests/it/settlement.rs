@@ -51,6 +51,40 @@ async fn running_reservations_are_charged_every_period(backend: Backend) {
     assert_eq!(done["charged"], "0.090972"); // 131 s: the final settlement is the exact remainder
     let (_, b) = t.client.get("/api/v1/balance").await;
     assert_eq!(b["balance"], "99.909028");
+
+    // The statement: the three charges add up per reservation and per day.
+    let (status, usage) = t
+        .client
+        .get("/api/v1/usage?from=2026-03-01&to=2026-03-02")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{usage}");
+    assert_eq!(usage["total"], "0.090972");
+    assert_eq!(
+        usage["reservations"],
+        json!([{"reservation_id": id, "charged": "0.090972"}])
+    );
+    assert_eq!(
+        usage["days"],
+        json!([{"date": "2026-03-01", "charged": "0.090972"}])
+    );
+    let (_, none) = t
+        .client
+        .get("/api/v1/usage?from=2026-03-02&to=2026-03-03")
+        .await;
+    assert_eq!(none["total"], "0.00");
+    let (status, _) = t.client.get("/api/v1/usage?from=yesterday").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let other = app.tenant("nosy", "1").await;
+    let (status, _) = other
+        .client
+        .get(&format!("/api/v1/usage?user_id={}", t.id))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, by_admin) = app
+        .admin()
+        .get(&format!("/api/v1/usage?user_id={}", t.id))
+        .await;
+    assert_eq!(by_admin["total"], "0.090972");
     app.assert_consistent().await;
     app.shutdown().await;
 }

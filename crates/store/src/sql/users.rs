@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use gpurent_types::api::User;
+use gpurent_types::api::{DayUsage, ReservationUsage, Usage, User};
 use gpurent_types::{Money, Role};
 use sqlx::Row;
 
@@ -199,6 +199,54 @@ impl UserStore for SqlStore {
             .await?
             .map(Money::from_micros)
             .ok_or_else(|| StoreError::not_found("user", user_id))
+    }
+
+    async fn usage(&self, user_id: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Usage> {
+        let account = ledger::user_account(user_id);
+        let rows = sqlx::query(
+            "SELECT reservation_id, amount, created_at FROM transfers
+             WHERE debit_account = $1 AND reservation_id IS NOT NULL
+               AND created_at >= $2 AND created_at < $3
+             ORDER BY created_at",
+        )
+        .bind(&account)
+        .bind(ts(from))
+        .bind(ts(to))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut by_reservation: std::collections::BTreeMap<String, i64> = Default::default();
+        let mut by_day: std::collections::BTreeMap<String, i64> = Default::default();
+        let mut total = 0i64;
+        for row in rows {
+            let reservation: String = row.try_get("reservation_id")?;
+            let amount: i64 = row.try_get("amount")?;
+            let day = from_ts(row.try_get("created_at")?)?
+                .format("%Y-%m-%d")
+                .to_string();
+            *by_reservation.entry(reservation).or_default() += amount;
+            *by_day.entry(day).or_default() += amount;
+            total += amount;
+        }
+        Ok(Usage {
+            user_id: user_id.to_owned(),
+            from,
+            to,
+            total: Money::from_micros(total),
+            reservations: by_reservation
+                .into_iter()
+                .map(|(reservation_id, m)| ReservationUsage {
+                    reservation_id,
+                    charged: Money::from_micros(m),
+                })
+                .collect(),
+            days: by_day
+                .into_iter()
+                .map(|(date, m)| DayUsage {
+                    date,
+                    charged: Money::from_micros(m),
+                })
+                .collect(),
+        })
     }
 
     async fn ledger_check(&self) -> Result<LedgerCheck> {

@@ -1,0 +1,69 @@
+//! Usage statements: what a tenant was charged, per reservation and per day.
+
+use axum::extract::State;
+use axum::Json;
+use chrono::{DateTime, NaiveDate, Utc};
+use gpurent_types::api::{ErrorBody, Usage};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::ApiQuery;
+use crate::state::AppState;
+
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+pub(crate) struct UsageQuery {
+    /// Start (inclusive): `YYYY-MM-DD` (midnight UTC) or RFC 3339. Default: the beginning.
+    from: Option<String>,
+    /// End (exclusive), same forms. Default: now (inclusive).
+    to: Option<String>,
+    /// Whose usage (admin only; default: the caller).
+    user_id: Option<String>,
+}
+
+fn instant(name: &str, value: &str) -> Result<DateTime<Utc>, ApiError> {
+    if let Ok(date) = NaiveDate::parse_from_str(value, "%Y-%m-%d") {
+        return Ok(date.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc());
+    }
+    DateTime::parse_from_rfc3339(value)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| {
+            ApiError::Invalid(format!(
+                "{name}: {value:?} is not YYYY-MM-DD or an RFC 3339 time"
+            ))
+        })
+}
+
+/// What the caller (or, for an admin, any user) was charged in a time window.
+#[utoipa::path(get, path = "/api/v1/usage", tag = "users", security(("bearer" = [])), params(UsageQuery),
+    responses((status = 200, body = Usage), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn usage(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(query): ApiQuery<UsageQuery>,
+) -> Result<Json<Usage>, ApiError> {
+    let user_id = match query.user_id {
+        Some(id) if id != caller.0.id && !caller.is_admin() => {
+            return Err(gpurent_store::StoreError::NotFound { what: "user", id }.into())
+        }
+        Some(id) => id,
+        None => caller.0.id.clone(),
+    };
+    let from = query
+        .from
+        .as_deref()
+        .map(|v| instant("from", v))
+        .transpose()?
+        .unwrap_or(DateTime::UNIX_EPOCH);
+    let to = query
+        .to
+        .as_deref()
+        .map(|v| instant("to", v))
+        .transpose()?
+        .unwrap_or_else(|| state.now() + chrono::Duration::microseconds(1));
+    if to < from {
+        return Err(ApiError::Invalid("to is before from".into()));
+    }
+    // An unknown user is a 404, not an empty statement.
+    state.store.get_user(&user_id).await?;
+    Ok(Json(state.store.usage(&user_id, from, to).await?))
+}
