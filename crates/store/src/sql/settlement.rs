@@ -123,6 +123,10 @@ impl SqlStore {
                 charges - i64::try_from(inserted).unwrap_or(0)
             )));
         }
+        tracing::debug!(
+            ms = clock.elapsed().as_millis(),
+            "settlement: transfers inserted"
+        );
         // Balances: platform revenue first, then the tenants (see ledger.rs).
         sqlx::query(
             "UPDATE accounts SET balance = balance
