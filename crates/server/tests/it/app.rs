@@ -129,6 +129,24 @@ impl TestApp {
         self.add_node_with(name, gpus).await;
     }
 
+    /// Joins an agent with one simulated RTX 4090 and the process executor (no cgroup limits,
+    /// this grace before SIGKILL); returns the executor's data dir.
+    pub async fn add_process_node(&mut self, name: &str, grace: Duration) -> std::path::PathBuf {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().to_owned();
+        let executor = gpurent_agent::executor::ProcessExecutor::new(
+            &path,
+            None,
+            gpurent_agent::executor::ResourcesPerGpu::default(),
+        )
+        .expect("process executor")
+        .with_grace(grace);
+        let gpus = Arc::new(SimGpus::parse("1xRTX4090", name).expect("spec"));
+        self.add_node_running(name, gpus, Arc::new(executor)).await;
+        self._dirs.push(dir);
+        path
+    }
+
     /// Joins an agent with these GPUs (the fake NVML, say) and the sim executor.
     pub async fn add_node_with(&mut self, name: &str, gpus: Arc<dyn gpurent_agent::GpuBackend>) {
         self.add_node_running(name, gpus, Arc::new(SimExecutor::new()))

@@ -1,11 +1,8 @@
 //! Self-fencing: an agent that cannot reach the control plane for longer than its lease stops
 //! its tenants' work, so work rescheduled elsewhere never runs twice.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use gpurent_agent::executor::{ProcessExecutor, ResourcesPerGpu};
-use gpurent_agent::gpu::SimGpus;
 use gpurent_store::Backend;
 use serde_json::json;
 
@@ -21,21 +18,12 @@ async fn an_agent_cut_off_past_its_lease_stops_its_instances() {
         .with_agent_lease(Duration::from_secs(1))
         .start()
         .await;
-    let dir = tempfile::tempdir().unwrap();
-    let executor = ProcessExecutor::new(dir.path(), None, ResourcesPerGpu::default())
-        .unwrap()
-        .with_grace(Duration::from_secs(1));
-    app.add_node_running(
-        "lonely",
-        Arc::new(SimGpus::parse("1xRTX4090", "lonely").unwrap()),
-        Arc::new(executor),
-    )
-    .await;
+    let dir = app.add_process_node("lonely", Duration::from_secs(1)).await;
     let t = app.tenant("tia", "10").await;
     let (_, r) = t.client.reserve(json!({"gpu_type": "rtx4090", "hours": 1, "command": ["sh", "-c", "echo $$ > \"$HOME/pid\"; exec sleep 300"]})).await;
     let id = r["id"].as_str().unwrap().to_owned();
     app.wait_status(&t.client, &id, "running").await;
-    let pid_file = dir.path().join("instances").join(&id).join("pid");
+    let pid_file = dir.join("instances").join(&id).join("pid");
     let mut pid = 0;
     for _ in 0..100 {
         if let Some(p) = std::fs::read_to_string(&pid_file)

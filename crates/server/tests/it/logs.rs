@@ -1,10 +1,6 @@
 //! The instance's output reaches `GET /reservations/{id}/logs`, shipped by the real agent
 //! from a real process, in order, exactly once, and only to its owner.
 
-use std::sync::Arc;
-
-use gpurent_agent::executor::{ProcessExecutor, ResourcesPerGpu};
-use gpurent_agent::gpu::SimGpus;
 use gpurent_store::Backend;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -14,14 +10,8 @@ use crate::both_stores;
 
 async fn output_reaches_the_owner(backend: Backend) {
     let mut app = TestApp::with(backend).start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let executor = ProcessExecutor::new(dir.path(), None, ResourcesPerGpu::default()).unwrap();
-    app.add_node_running(
-        "proc-node",
-        Arc::new(SimGpus::parse("1xRTX4090", "proc-node").unwrap()),
-        Arc::new(executor),
-    )
-    .await;
+    app.add_process_node("proc-node", std::time::Duration::from_secs(10))
+        .await;
     let ann = app.tenant("ann", "10").await;
     let script = "echo hello; echo 'héllo wörld' >&2; i=0; while [ $i -lt 200 ]; do echo line $i; i=$((i+1)); done; sleep 300";
     let (status, r) = ann
@@ -78,14 +68,8 @@ both_stores!(output, output_reaches_the_owner);
 
 async fn published_ports_are_shown_once_running(backend: Backend) {
     let mut app = TestApp::with(backend).start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let executor = ProcessExecutor::new(dir.path(), None, ResourcesPerGpu::default()).unwrap();
-    app.add_node_running(
-        "proc-node",
-        Arc::new(SimGpus::parse("1xRTX4090", "proc-node").unwrap()),
-        Arc::new(executor),
-    )
-    .await;
+    app.add_process_node("proc-node", std::time::Duration::from_secs(10))
+        .await;
     let t = app.tenant("pia", "10").await;
     let (status, bad) = t
         .client

@@ -65,6 +65,17 @@ impl Model {
         }
     }
 
+    /// A stop is asked for: billing ends now, or at the end of its hours if those are up.
+    fn stop(&mut self, now: i64) {
+        if self.end.is_some() || self.stop_at.is_some() {
+            return;
+        }
+        self.stop_at = Some(match self.start {
+            Some(s) if now >= s + self.duration => s + self.duration,
+            _ => now,
+        });
+    }
+
     /// The agent says the instance is gone (stopped, exited or failed): it ends.
     fn gone(&mut self, now: i64) {
         if self.end.is_some() {
@@ -163,12 +174,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     .request_stop(&m.id, &Scope::All, at(now))
                     .await
                     .unwrap();
-                if m.end.is_none() && m.stop_at.is_none() {
-                    m.stop_at = Some(match m.start {
-                        Some(s) if now >= s + m.duration => s + m.duration,
-                        _ => now,
-                    });
-                }
+                m.stop(now);
             }
             Op::Gone(i) | Op::Exit(i, _) => {
                 let Some(m) = models.get_mut(i) else { continue };
@@ -214,12 +220,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
             .request_stop(&m.id, &Scope::All, at(now))
             .await
             .unwrap();
-        if m.end.is_none() && m.stop_at.is_none() {
-            m.stop_at = Some(match m.start {
-                Some(s) if now >= s + m.duration => s + m.duration,
-                _ => now,
-            });
-        }
+        m.stop(now);
         for _ in 0..2 {
             store
                 .sync_node(
