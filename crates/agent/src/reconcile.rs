@@ -117,6 +117,7 @@ mod tests {
             env: Default::default(),
             run,
             log_offset: 0,
+            stop_grace_s: None,
             ports: vec![],
         }
     }

@@ -107,6 +107,10 @@ pub struct Assignment {
     /// Bytes of the instance's output the control plane has; the agent sends what follows.
     #[serde(default)]
     pub log_offset: u64,
+    /// Seconds between SIGTERM and SIGKILL when this instance is stopped (a preempted spot
+    /// instance gets its notice this way); `None`: the agent's default.
+    #[serde(default)]
+    pub stop_grace_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

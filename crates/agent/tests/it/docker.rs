@@ -51,6 +51,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
         env: [("MODEL".to_owned(), "llama".to_owned())].into(),
         run: true,
         log_offset: 0,
+        stop_grace_s: None,
         ports: vec![],
     }
 }

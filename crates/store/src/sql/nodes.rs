@@ -534,6 +534,7 @@ impl NodeStore for SqlStore {
                     ports: serde_json::from_str(&r.try_get::<String, _>("ports")?)
                         .map_err(corrupt)?,
                     log_offset: u64::try_from(r.try_get::<i64, _>("log_bytes")?).unwrap_or(0),
+                    stop_grace_s: None,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
