@@ -22,18 +22,6 @@ pub fn charge_due(price_per_hour: Money, seconds: u64, already: Money) -> Money 
         .unwrap_or(Money::ZERO)
 }
 
-/// The hourly price of `share_mb` of a GPU's `gpu_mb` of memory, proportional to the whole GPU's
-/// price and rounded up to the micro-unit so that shares never undercut the whole GPU.
-pub fn share_price_per_hour(whole_gpu_price: Money, share_mb: u64, gpu_mb: u64) -> Money {
-    if gpu_mb == 0 || share_mb >= gpu_mb {
-        return whole_gpu_price;
-    }
-    let num = i128::from(whole_gpu_price.micros()) * i128::from(share_mb);
-    let den = i128::from(gpu_mb);
-    let micros = (num + den - 1) / den;
-    Money::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,17 +38,6 @@ mod tests {
             charge_for_seconds(price.checked_mul(4).unwrap_or_default(), 72 * 3600),
             Money::units(720)
         );
-    }
-
-    #[test]
-    fn shares_are_proportional() {
-        let whole = Money::from_micros(2_500_000);
-        assert_eq!(
-            share_price_per_hour(whole, 12 * 1024, 24 * 1024).micros(),
-            1_250_000
-        );
-        assert_eq!(share_price_per_hour(whole, 24 * 1024, 24 * 1024), whole);
-        assert_eq!(share_price_per_hour(whole, 1, 3).micros(), 833_334);
     }
 
     proptest! {

@@ -2,6 +2,10 @@
 
 mod charge;
 mod price_list;
+mod quote;
+mod rate;
 
-pub use charge::{charge_due, charge_for_seconds, share_price_per_hour};
-pub use price_list::{PriceList, PriceListError};
+pub use charge::{charge_due, charge_for_seconds};
+pub use price_list::{PriceList, PriceListError, Stepped};
+pub use quote::{Quote, QuoteError, Size};
+pub use rate::Rate;

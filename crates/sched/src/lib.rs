@@ -3,8 +3,10 @@
 //! with a compare-and-set, so a placement computed from a stale view can never double-book.
 
 mod best_fit;
+mod preempt;
 
 pub use best_fit::place;
+pub use preempt::{choose_victims, Victim};
 
 /// One candidate GPU as the placer sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

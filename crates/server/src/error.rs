@@ -17,8 +17,6 @@ pub enum ApiError {
     Malformed(String),
     #[error("{0}")]
     Invalid(String),
-    #[error("{0}")]
-    UnsupportedTier(String),
     #[error("request body is larger than {limit} bytes")]
     TooLarge { limit: usize },
     #[error("{0}")]
@@ -38,7 +36,6 @@ impl ApiError {
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::Malformed(_) => (StatusCode::BAD_REQUEST, "malformed_request"),
             ApiError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_value"),
-            ApiError::UnsupportedTier(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unsupported_tier"),
             ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UnsupportedMediaType(_) => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
@@ -55,6 +52,7 @@ impl ApiError {
                 StoreError::InsufficientCredit { .. } => {
                     (StatusCode::PAYMENT_REQUIRED, "insufficient_credit")
                 }
+                StoreError::Price(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_price"),
                 StoreError::IdempotencyMismatch => {
                     (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
                 }

@@ -60,16 +60,11 @@ pub fn reservation(
         return Err(invalid("hours must be at least one second (0.0003)"));
     }
     let tier = body.tier.unwrap_or_default();
-    match tier {
-        Tier::OnDemand => {}
-        Tier::Spot | Tier::Reserved => {
-            return Err(ApiError::UnsupportedTier(format!(
-                "tier {tier} is not offered yet; use on-demand"
-            )))
-        }
-    }
     if body.bid.is_some() && tier != Tier::Spot {
         return Err(invalid("bid is only for the spot tier"));
+    }
+    if body.bid.is_some_and(|b| b <= Money::ZERO) {
+        return Err(invalid("bid must be more than 0"));
     }
     if let Some(image) = &body.image {
         if image.is_empty() || image.len() > 255 || image.chars().any(char::is_whitespace) {

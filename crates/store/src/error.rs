@@ -14,6 +14,8 @@ pub enum StoreError {
     UnknownGpuType { wanted: String, known: String },
     #[error("not enough credit: this needs {needed} and the balance is {balance}")]
     InsufficientCredit { needed: Money, balance: Money },
+    #[error(transparent)]
+    Price(#[from] gpurent_billing::QuoteError),
     #[error("this Idempotency-Key was already used with a different request")]
     IdempotencyMismatch,
     #[error("the join token is unknown or expired")]

@@ -120,7 +120,7 @@ pub trait ReservationStore: Send + Sync {
         prices: &PriceList,
         live_since: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<(Reservation, Option<String>)>;
+    ) -> Result<(Reservation, Vec<String>)>;
 
     async fn get_reservation(&self, id: &str, scope: &Scope) -> Result<Reservation>;
 

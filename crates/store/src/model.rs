@@ -85,10 +85,12 @@ pub struct LedgerCheck {
     pub sum: i64,
     /// Accounts whose cached balance differs from their transfers: (account, cached, derived).
     pub mismatched: Vec<(String, i64, i64)>,
+    /// Holds and host earnings that do not match the reservations they belong to.
+    pub problems: Vec<String>,
 }
 
 impl LedgerCheck {
     pub fn ok(&self) -> bool {
-        self.sum == 0 && self.mismatched.is_empty()
+        self.sum == 0 && self.mismatched.is_empty() && self.problems.is_empty()
     }
 }

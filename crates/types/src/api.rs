@@ -77,6 +77,23 @@ pub struct Offer {
     pub available: u32,
     /// Price of one whole GPU for one hour (on-demand).
     pub price_per_hour: Money,
+    /// The lowest spot bid for one whole GPU for one hour.
+    pub spot_min_bid: Money,
+    /// The stepped tier for one whole GPU: this per hour for the first `stepped_first_hours`,
+    /// then `stepped_then_per_hour`.
+    pub stepped_price_per_hour: Money,
+    pub stepped_first_hours: u32,
+    pub stepped_then_per_hour: Money,
+    /// Shares of a GPU (`vram_gb`): per GB of memory per hour.
+    pub share_price_per_gb_hour: Money,
+    /// Reserved blocks: percent off the on-demand price by the block's length.
+    pub reserved_discounts: Vec<ReservedDiscount>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct ReservedDiscount {
+    pub min_hours: u32,
+    pub percent: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -187,6 +204,9 @@ pub struct LedgerReport {
     /// Sum of all balances: zero when money was neither created nor destroyed.
     pub sum: Money,
     pub mismatched: Vec<LedgerMismatch>,
+    /// Holds and host earnings that disagree with the reservations they belong to.
+    #[serde(default)]
+    pub problems: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

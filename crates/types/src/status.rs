@@ -59,7 +59,12 @@ string_enum!(
 
 string_enum!(
     /// How a reservation is priced and whether it may be preempted.
-    Tier, "tier" { OnDemand => "on-demand", Spot => "spot", Reserved => "reserved" }
+    Tier, "tier" {
+        OnDemand => "on-demand",
+        Stepped => "stepped",
+        Spot => "spot",
+        Reserved => "reserved"
+    }
 );
 
 string_enum!(

@@ -286,6 +286,9 @@ pub async fn run(
                         m.account, m.cached, m.derived
                     ));
                 }
+                for p in &report.problems {
+                    print_line(&format!("  {p}"));
+                }
             }
             if !report.ok {
                 // Exit 1 with the report already printed: not an error of the command.

@@ -52,10 +52,16 @@ fn the_contract_flow_through_the_cli() {
         cli(&url, t, true, &["balance"]).json(),
         json!({"balance": "100.00", "currency": "USD"})
     );
-    assert_eq!(
-        cli(&url, t, true, &["offers"]).json(),
-        json!([{"gpu_type": "RTX4090", "vram_gb": 24, "available": 2, "price_per_hour": "2.50"}])
-    );
+    let offers = cli(&url, t, true, &["offers"]).json();
+    for (field, value) in [
+        ("gpu_type", json!("RTX4090")),
+        ("vram_gb", json!(24)),
+        ("available", json!(2)),
+        ("price_per_hour", json!("2.50")),
+        ("spot_min_bid", json!("1.00")),
+    ] {
+        assert_eq!(offers[0][field], value, "{field} in {offers}");
+    }
 
     let r = cli(
         &url,

@@ -31,5 +31,6 @@ pub(crate) async fn ledger_check(
                 derived: Money::from_micros(derived),
             })
             .collect(),
+        problems: check.problems,
     }))
 }

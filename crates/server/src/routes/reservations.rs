@@ -44,12 +44,12 @@ pub(crate) async fn create(
     ApiJson(body): ApiJson<CreateReservation>,
 ) -> Result<(StatusCode, Json<Reservation>), ApiError> {
     let new = validate::reservation(&caller.0.id, &body, idempotency_key(&headers)?)?;
-    let (reservation, node) = state
+    let (reservation, nodes) = state
         .store
         .reserve(new, &state.config.prices, state.live_since(), state.now())
         .await?;
-    if let Some(node) = node {
-        state.wake.wake(&node);
+    for node in &nodes {
+        state.wake.wake(node);
     }
     Ok((StatusCode::CREATED, Json(reservation)))
 }

@@ -46,7 +46,7 @@ async fn retried_requests_happen_once(backend: Backend) {
         )
     );
 
-    // Credit grants too.
+    // Credit grants too (2.50 of the balance is held for the reservation above).
     let admin = app.admin();
     let path = format!("/api/v1/users/{}/credit", t.id);
     for _ in 0..3 {
@@ -55,7 +55,7 @@ async fn retried_requests_happen_once(backend: Backend) {
             .await;
         assert_eq!(
             (status, g["balance"].as_str()),
-            (StatusCode::OK, Some("105.00"))
+            (StatusCode::OK, Some("102.50"))
         );
     }
     let (status, _) = admin

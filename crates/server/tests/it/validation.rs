@@ -75,10 +75,28 @@ async fn bad_requests_are_refused_cleanly(backend: Backend) {
             "tier",
         ),
         (
-            json!({"gpu_type": "rtx4090", "hours": 1, "tier": "spot"}),
+            json!({"gpu_type": "rtx4090", "hours": 1, "tier": "spot", "bid": "0.10"}),
             StatusCode::UNPROCESSABLE_ENTITY,
-            "unsupported_tier",
-            "spot",
+            "invalid_price",
+            "lowest spot price for this request, 1.00/h",
+        ),
+        (
+            json!({"gpu_type": "rtx4090", "hours": 1, "tier": "spot", "bid": "3"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_price",
+            "above the on-demand price 2.50/h",
+        ),
+        (
+            json!({"gpu_type": "rtx4090", "hours": 1, "tier": "spot", "bid": "-1"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_value",
+            "bid",
+        ),
+        (
+            json!({"gpu_type": "rtx4090", "hours": 23, "tier": "reserved"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_price",
+            "at least 24 hours",
         ),
         (
             json!({"gpu_type": "rtx4090", "hours": 1, "bid": 2.5}),

@@ -13,6 +13,54 @@ pub(crate) fn user_account(user_id: &str) -> String {
     format!("user:{user_id}")
 }
 
+/// Money of a tenant set aside for its reservations: a first hour held at reservation, or the
+/// unused part of a prepaid reserved block.
+pub(crate) fn hold_account(user_id: &str) -> String {
+    format!("hold:{user_id}")
+}
+
+/// What a host has earned from the work on its nodes.
+pub(crate) fn earnings_account(user_id: &str) -> String {
+    format!("earnings:{user_id}")
+}
+
+/// The accounts every user has.
+pub(crate) fn accounts_of(user_id: &str) -> [String; 3] {
+    [
+        earnings_account(user_id),
+        hold_account(user_id),
+        user_account(user_id),
+    ]
+}
+
+/// The host's part of a reservation's charges so far: rounded down once on the total, so the
+/// settlements and the final charge add up to exactly this.
+pub(crate) fn host_part(charged: i64, share_bps: i64) -> i64 {
+    i64::try_from(i128::from(charged) * i128::from(share_bps) / 10_000).unwrap_or(i64::MAX)
+}
+
+/// What a transfer is for; the statements count `Charge` transfers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Credit,
+    Hold,
+    Release,
+    Charge,
+    Earning,
+}
+
+impl Kind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Kind::Credit => "credit",
+            Kind::Hold => "hold",
+            Kind::Release => "release",
+            Kind::Charge => "charge",
+            Kind::Earning => "earning",
+        }
+    }
+}
+
 pub(crate) struct Transfer<'a> {
     pub id: &'a str,
     pub debit: &'a str,
@@ -20,6 +68,9 @@ pub(crate) struct Transfer<'a> {
     pub amount: i64,
     pub reservation_id: Option<&'a str>,
     pub at: i64,
+    pub kind: Kind,
+    /// The node that earned it (host earnings).
+    pub node_id: Option<&'a str>,
 }
 
 /// Records the transfer unless one with its id exists. True when it was recorded now.
@@ -28,8 +79,9 @@ pub(crate) async fn transfer(conn: &mut AnyConnection, t: Transfer<'_>) -> Resul
         return Ok(false);
     }
     let inserted = sqlx::query(
-        "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
+        "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id, created_at,
+            kind, node_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
     )
     .bind(t.id)
     .bind(t.debit)
@@ -37,6 +89,8 @@ pub(crate) async fn transfer(conn: &mut AnyConnection, t: Transfer<'_>) -> Resul
     .bind(t.amount)
     .bind(t.reservation_id)
     .bind(t.at)
+    .bind(t.kind.as_str())
+    .bind(t.node_id)
     .execute(&mut *conn)
     .await?
     .rows_affected();
@@ -44,7 +98,7 @@ pub(crate) async fn transfer(conn: &mut AnyConnection, t: Transfer<'_>) -> Resul
         return Ok(false);
     }
     // Accounts are locked in id order, so that transactions moving money between overlapping
-    // accounts cannot deadlock ("platform:*" sorts before every "user:*").
+    // accounts cannot deadlock ("earnings:*" < "hold:*" < "platform:*" < "user:*").
     let mut moves = [(t.debit, -t.amount), (t.credit, t.amount)];
     moves.sort_by_key(|(account, _)| *account);
     for (account, delta) in moves {
@@ -64,4 +118,57 @@ pub(crate) async fn balance_of(conn: &mut AnyConnection, account: &str) -> Resul
             .fetch_optional(&mut *conn)
             .await?,
     )
+}
+
+/// Moves `amount` from `debit` to `credit` only if `debit` holds at least that much; false (and
+/// nothing moved) when it does not. The guard is in the UPDATE itself, so two transactions
+/// cannot both spend the same money.
+pub(crate) async fn transfer_covered(conn: &mut AnyConnection, t: Transfer<'_>) -> Result<bool> {
+    if t.amount <= 0 {
+        return Ok(true);
+    }
+    // In id order like every transfer; the credit side is undone with the transaction.
+    let debit_first = t.debit < t.credit;
+    if !debit_first {
+        add(conn, t.credit, t.amount).await?;
+    }
+    let covered = sqlx::query("UPDATE accounts SET balance = balance - $1 WHERE id = $2 AND balance >= $1")
+        .bind(t.amount)
+        .bind(t.debit)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+        == 1;
+    if !covered {
+        return Ok(false);
+    }
+    if debit_first {
+        add(conn, t.credit, t.amount).await?;
+    }
+    let inserted = sqlx::query(
+        "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id, created_at,
+            kind, node_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(t.id)
+    .bind(t.debit)
+    .bind(t.credit)
+    .bind(t.amount)
+    .bind(t.reservation_id)
+    .bind(t.at)
+    .bind(t.kind.as_str())
+    .bind(t.node_id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(inserted == 1)
+}
+
+async fn add(conn: &mut AnyConnection, account: &str, delta: i64) -> Result<()> {
+    sqlx::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
+        .bind(delta)
+        .bind(account)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }

@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "settlement",
         include_str!("../../migrations/0005_settlement.sql"),
     ),
+    (6, "tiers", include_str!("../../migrations/0006_tiers.sql")),
 ];
 
 /// An arbitrary constant naming gpurent's migration lock.

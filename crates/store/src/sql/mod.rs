@@ -181,7 +181,7 @@ where
 
 impl SqlStore {
     /// Benchmarks only: `n` running reservations of one tenant on one node, started at
-    /// `started_at`, written in bulk (no GPUs are allocated to them).
+    /// `started_at`, written in bulk (no GPUs are allocated to them; hosts get 80%).
     pub async fn seed_running_reservations(
         &self,
         tenant_id: &str,
@@ -199,9 +199,9 @@ impl SqlStore {
             5,
             "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, tier,
                 price_per_hour, duration_s, node_id, gpus, epoch, command, env, created_at,
-                started_at, settled_until, charged) SELECT v.column1, v.column2, 'running',
-                'RTX4090', 1, 'on-demand', v.column3, 86400, v.column4, '[]', 1, '[]', '{}',
-                v.column5, v.column5, v.column5, 0 FROM (VALUES ",
+                started_at, settled_until, charged, host_share_bps) SELECT v.column1, v.column2,
+                'running', 'RTX4090', 1, 'on-demand', v.column3, 86400, v.column4, '[]', 1, '[]',
+                '{}', v.column5, v.column5, v.column5, 0, 8000 FROM (VALUES ",
             ") AS v",
             |i, q| {
                 q.bind(ids[i].clone())

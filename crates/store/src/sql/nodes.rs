@@ -4,15 +4,15 @@ use std::collections::{BTreeMap, HashSet};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use gpurent_billing::{charge_due, charge_for_seconds};
+use gpurent_billing::Rate;
 use gpurent_types::agent::{
     Assignment, GpuInfo, InstanceReport, InstanceState, LogChunk, NodeTelemetry, SyncRequest,
 };
 use gpurent_types::api::{Gpu, Node};
-use gpurent_types::{GpuType, Money, ReservationStatus};
+use gpurent_types::{GpuType, Money, ReservationStatus, Tier};
 use sqlx::{AnyConnection, Row};
 
-use super::ledger::{self, Transfer, PLATFORM_REVENUE};
+use super::ledger::{self, Kind, Transfer, PLATFORM_REVENUE};
 use super::{from_ts, gib, new_id, retry_transient, ts, SqlStore};
 use crate::{NewNode, NodeStore, Result, StoreError};
 
@@ -142,8 +142,8 @@ async fn set_status(
 }
 
 /// Ends a reservation whose instance is gone: its final status, the rest of the exact charge
-/// for the seconds it ran (transfer id `charge:<id>:final`, so at most once), and its GPUs
-/// freed.
+/// for the seconds it ran (transfer id `charge:<id>:final`, so at most once), what it still
+/// held given back, the host's share of the charge, and its GPUs freed.
 async fn finish(
     conn: &mut AnyConnection,
     id: &str,
@@ -152,20 +152,25 @@ async fn finish(
     now: i64,
 ) -> Result<bool> {
     let row = sqlx::query(
-        "SELECT tenant_id, price_per_hour, started_at, stop_requested_at, end_reason, duration_s,
-                charged
-         FROM reservations WHERE id = $1",
+        "SELECT r.tenant_id, r.tier, r.price_per_hour, r.price_step_s, r.price_after, r.started_at,
+                r.stop_requested_at, r.end_reason, r.duration_s, r.charged, r.node_id,
+                r.host_share_bps, n.owner_id
+         FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1",
     )
     .bind(id)
     .fetch_one(&mut *conn)
     .await?;
     let tenant_id: String = row.try_get("tenant_id")?;
-    let price = Money::from_micros(row.try_get("price_per_hour")?);
+    let tier: String = row.try_get("tier")?;
+    let prepaid_block = tier == Tier::Reserved.as_str();
+    let rate = rate_of(&row)?;
     let started_at: Option<i64> = row.try_get("started_at")?;
     let stop_requested_at: Option<i64> = row.try_get("stop_requested_at")?;
     let mut end_reason: Option<String> = row.try_get("end_reason")?;
     let duration_s: i64 = row.try_get("duration_s")?;
-    let already = Money::from_micros(row.try_get("charged")?);
+    let node_id: Option<String> = row.try_get("node_id")?;
+    let share_bps: i64 = row.try_get("host_share_bps")?;
+    let owner: Option<String> = row.try_get("owner_id")?;
     // Never past its hours: a workload that ended after them, before the expiry pass noticed,
     // expired.
     let deadline = started_at.map(|s| s.saturating_add(duration_s.saturating_mul(1_000_000)));
@@ -177,6 +182,7 @@ async fn finish(
 
     let (status, reason) = match (&end_reason, report.state) {
         (Some(r), _) if r == "expired" => (ReservationStatus::Expired, r.clone()),
+        (Some(r), _) if r == "preempted" => (ReservationStatus::Preempted, r.clone()),
         (Some(r), _) => (ReservationStatus::Stopped, r.clone()),
         (None, InstanceState::Exited) if report.exit_code == Some(0) => {
             (ReservationStatus::Stopped, "exited".to_owned())
@@ -191,11 +197,11 @@ async fn finish(
     let seconds = started_at.map_or(0, |s| (ended_at - s).max(0) / 1_000_000);
     let seconds = u64::try_from(seconds).unwrap_or(0);
 
-    // The status compare-and-set locks the row; `charged` is read again under that lock, so a
-    // settlement that committed meanwhile is not charged a second time.
-    let charged: Option<i64> = sqlx::query_scalar(
+    // The status compare-and-set locks the row; `charged` and `held` are read again under that
+    // lock, so a settlement that committed meanwhile is not charged a second time.
+    let locked = sqlx::query(
         "UPDATE reservations SET status = $1, ended_at = $2, end_reason = $3
-         WHERE id = $4 AND status = $5 RETURNING charged",
+         WHERE id = $4 AND status = $5 RETURNING charged, held",
     )
     .bind(status.as_str())
     .bind(ended_at)
@@ -204,35 +210,94 @@ async fn finish(
     .bind(from.as_str())
     .fetch_optional(&mut *conn)
     .await?;
-    let Some(charged) = charged else {
+    let Some(locked) = locked else {
         return Ok(false);
     };
-    let already = Money::from_micros(charged).max(already);
+    let already = Money::from_micros(locked.try_get("charged")?);
+    let held: i64 = locked.try_get("held")?;
+    // A prepaid block is spent when its tenant ends it early or its workload ends; only an end
+    // the platform caused gives back the unused part.
+    let platform_ended = matches!(reason.as_str(), "failed_to_start" | "stopped_by_agent");
+    let billed_s = if prepaid_block && !platform_ended {
+        u64::try_from(duration_s).unwrap_or(0)
+    } else {
+        seconds
+    };
     // Periodic settlements charged part of it already; this is the exact remainder.
-    let due = charge_due(price, seconds, already);
-    let charge = charge_for_seconds(price, seconds).max(already);
-    sqlx::query("UPDATE reservations SET charged = $1 WHERE id = $2")
-        .bind(charge.micros())
+    let total = rate.charge_for_seconds(billed_s).max(already);
+    let due = total.micros() - already.micros();
+    sqlx::query("UPDATE reservations SET charged = $1, held = 0 WHERE id = $2")
+        .bind(total.micros())
         .bind(id)
         .execute(&mut *conn)
         .await?;
-    let account = ledger::user_account(&tenant_id);
-    let transfer_id = format!("charge:{id}:final");
-    ledger::transfer(
-        conn,
-        Transfer {
-            id: &transfer_id,
-            debit: &account,
-            credit: PLATFORM_REVENUE,
-            amount: due.micros(),
-            reservation_id: Some(id),
-            at: now,
-        },
-    )
-    .await?;
+    let (user, hold) = (
+        ledger::user_account(&tenant_id),
+        ledger::hold_account(&tenant_id),
+    );
+    // A block is paid out of its hold; everything else out of the balance, after the hold of
+    // its first hour (if no settlement released it yet) goes back.
+    let (pay_from, released) = if prepaid_block {
+        (&hold, held - due)
+    } else {
+        (&user, held)
+    };
+    let moves = [
+        (format!("release:{id}"), &hold, &user, released, Kind::Release),
+        (format!("charge:{id}:final"), pay_from, &PLATFORM_REVENUE.to_owned(), due, Kind::Charge),
+    ];
+    for (transfer_id, debit, credit, amount, kind) in &moves {
+        ledger::transfer(
+            conn,
+            Transfer {
+                id: transfer_id,
+                debit,
+                credit,
+                amount: *amount,
+                reservation_id: Some(id),
+                at: now,
+                kind: *kind,
+                node_id: None,
+            },
+        )
+        .await?;
+    }
+    if let Some(owner) = &owner {
+        let earned = ledger::host_part(total.micros(), share_bps)
+            - ledger::host_part(already.micros(), share_bps);
+        ledger::transfer(
+            conn,
+            Transfer {
+                id: &format!("earn:{id}:final"),
+                debit: PLATFORM_REVENUE,
+                credit: &ledger::earnings_account(owner),
+                amount: earned,
+                reservation_id: Some(id),
+                at: now,
+                kind: Kind::Earning,
+                node_id: node_id.as_deref(),
+            },
+        )
+        .await?;
+    }
     release_gpus(conn, id).await?;
-    tracing::info!(reservation_id = id, status = %status, seconds, charged = %charge, "reservation ended");
+    tracing::info!(reservation_id = id, status = %status, seconds, charged = %total, "reservation ended");
     Ok(true)
+}
+
+/// The reservation's charge rate from its price columns.
+fn rate_of(row: &sqlx::any::AnyRow) -> Result<Rate> {
+    let first = Money::from_micros(row.try_get("price_per_hour")?);
+    let step: Option<i64> = row.try_get("price_step_s")?;
+    let after: Option<i64> = row.try_get("price_after")?;
+    Ok(match (step, after) {
+        (Some(step), Some(after)) => Rate {
+            first,
+            step_s: u64::try_from(step).unwrap_or(0),
+            then: Money::from_micros(after),
+        },
+        _ => Rate::flat(first),
+    })
 }
 
 /// The most output kept per reservation.
@@ -407,21 +472,22 @@ impl NodeStore for SqlStore {
     async fn register_node(&self, node: NewNode, now: DateTime<Utc>) -> Result<String> {
         let at = ts(now);
         let mut tx = self.begin().await?;
-        let valid: Option<i64> = sqlx::query_scalar(
-            "SELECT expires_at FROM join_tokens WHERE token_hash = $1 AND expires_at > $2",
+        // The node belongs to whoever made its join token: its earnings go to them.
+        let owner: Option<String> = sqlx::query_scalar(
+            "SELECT created_by FROM join_tokens WHERE token_hash = $1 AND expires_at > $2",
         )
         .bind(&node.join_token_hash)
         .bind(at)
         .fetch_optional(&mut *tx)
         .await?;
-        if valid.is_none() {
+        let Some(owner) = owner else {
             return Err(StoreError::InvalidJoinToken);
-        }
+        };
         let id = new_id();
         let inserted = sqlx::query(
             "INSERT INTO nodes (id, name, token_hash, executor, gpu_backend, desired_version,
-                                last_seen_at, created_at)
-             VALUES ($1, $2, $3, $4, $5, 1, $6, $6) ON CONFLICT (name) DO NOTHING",
+                                last_seen_at, created_at, owner_id)
+             VALUES ($1, $2, $3, $4, $5, 1, $6, $6, $7) ON CONFLICT (name) DO NOTHING",
         )
         .bind(&id)
         .bind(&node.name)
@@ -429,6 +495,7 @@ impl NodeStore for SqlStore {
         .bind(&node.executor)
         .bind(&node.gpu_backend)
         .bind(at)
+        .bind(&owner)
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -504,7 +571,8 @@ impl NodeStore for SqlStore {
             .await?
             .ok_or_else(|| StoreError::not_found("node", node_id))?;
         let rows = sqlx::query(
-            "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_bytes, ports FROM reservations
+            "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_bytes, ports,
+                stop_grace_s FROM reservations
              WHERE node_id = $1 AND status IN ('pending', 'starting', 'running', 'stopping')
              ORDER BY created_at, id",
         )
@@ -534,7 +602,9 @@ impl NodeStore for SqlStore {
                     ports: serde_json::from_str(&r.try_get::<String, _>("ports")?)
                         .map_err(corrupt)?,
                     log_offset: u64::try_from(r.try_get::<i64, _>("log_bytes")?).unwrap_or(0),
-                    stop_grace_s: None,
+                    stop_grace_s: r
+                        .try_get::<Option<i64>, _>("stop_grace_s")?
+                        .map(|g| u64::try_from(g).unwrap_or(0)),
                 })
             })
             .collect::<Result<Vec<_>>>()?;

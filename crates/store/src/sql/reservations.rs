@@ -4,14 +4,14 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use gpurent_billing::{charge_for_seconds, share_price_per_hour, PriceList};
-use gpurent_sched::{GpuSlot, NoFit, Request};
-use gpurent_types::api::{Offer, Reservation};
-use gpurent_types::{GpuType, Money, ReservationStatus};
+use gpurent_billing::{PriceList, Size};
+use gpurent_sched::{choose_victims, GpuSlot, Placement, Request, Victim};
+use gpurent_types::api::{Offer, Reservation, ReservedDiscount};
+use gpurent_types::{GpuType, Money, ReservationStatus, Tier};
 use sqlx::{AnyConnection, Row};
 
-use super::ledger;
-use super::nodes::{adjust_pool, bump_version};
+use super::ledger::{self, Kind, Transfer};
+use super::nodes::{adjust_pool, bump_version, release_gpus};
 use super::rows::{reservation_from_row, RESERVATION_COLUMNS};
 use super::{gib, new_id, retry_transient, ts, SqlStore};
 use crate::{Backend, NewReservation, ReservationStore, Result, Scope, StoreError, Want};
@@ -54,67 +54,60 @@ struct Candidate {
 }
 
 enum Attempt {
-    Done(Box<Reservation>, Option<String>),
+    /// The reservation, and the nodes whose agents must be woken.
+    Done(Box<Reservation>, Vec<String>),
     LostRace,
 }
 
-impl SqlStore {
-    async fn try_reserve(
-        &self,
-        new: &NewReservation,
-        prices: &PriceList,
-        live_since: i64,
-        now: DateTime<Utc>,
-    ) -> Result<Attempt> {
-        let mut tx = self.begin().await?;
-        if let Some(key) = &new.idempotency_key {
-            let earlier = sqlx::query(
-                "SELECT id, request_hash FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2",
-            )
-            .bind(&new.tenant_id)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(row) = earlier {
-                let hash: Option<String> = row.try_get("request_hash")?;
-                if hash.as_deref() != Some(new.request_hash.as_str()) {
-                    return Err(StoreError::IdempotencyMismatch);
-                }
-                let id: String = row.try_get("id")?;
-                let r = fetch_reservation(&mut tx, &id, &Scope::All).await?;
-                return Ok(Attempt::Done(Box::new(r), None));
-            }
-        }
+/// A placement found: the candidate GPUs read and which of them (and how much of each) to take.
+struct Found {
+    candidates: Vec<Candidate>,
+    placement: Placement,
+}
 
-        if self.backend == Backend::Postgres {
-            // Placements of one GPU type queue behind each other instead of all choosing the
-            // same GPU and losing the compare-and-set to each other. The lock is released at
-            // commit or rollback and never expires; the compare-and-set below stays the
-            // guarantee that a GPU is never given twice.
-            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                .bind(new.gpu_type.key())
-                .execute(&mut *tx)
-                .await?;
-        }
-        let whole_only = i64::from(matches!(new.want, Want::Whole { .. }));
-        let rows =
-            match new.want {
-                Want::Whole { count } => {
-                    // Best fit, answered by the index: the live node with the fewest whole free
-                    // GPUs of the type that still has enough.
-                    let node: Option<String> = sqlx::query_scalar(
-                        "SELECT p.node_id FROM gpu_pools p JOIN nodes n ON n.id = p.node_id
+fn size_of(want: Want, gpu_vram_mb: u64) -> Size {
+    match want {
+        Want::Whole { count } => Size::Whole { count, gpu_vram_mb },
+        Want::Share { vram_mb } => Size::Share {
+            vram_mb,
+            gpu_vram_mb,
+        },
+    }
+}
+
+fn request_of(want: Want) -> Request {
+    match want {
+        Want::Whole { count } => Request::Whole { count },
+        Want::Share { vram_mb } => Request::Share { vram_mb },
+    }
+}
+
+impl SqlStore {
+    /// Reads the candidate GPUs for `new` and places it; `None` when nothing fits.
+    async fn find_placement(
+        &self,
+        conn: &mut AnyConnection,
+        new: &NewReservation,
+        live_since: i64,
+    ) -> Result<Option<Found>> {
+        let rows = match new.want {
+            Want::Whole { count } => {
+                // Best fit, answered by the index: the live node with the fewest whole free
+                // GPUs of the type that still has enough.
+                let node: Option<String> = sqlx::query_scalar(
+                    "SELECT p.node_id FROM gpu_pools p JOIN nodes n ON n.id = p.node_id
                      WHERE p.type_key = $1 AND p.whole_free >= $2 AND n.last_seen_at >= $3
                      ORDER BY p.whole_free, p.node_id LIMIT 1",
-                    )
-                    .bind(new.gpu_type.key())
-                    .bind(i64::from(count))
-                    .bind(live_since)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    match node {
-                        None => Vec::new(),
-                        Some(node) => sqlx::query(
+                )
+                .bind(new.gpu_type.key())
+                .bind(i64::from(count))
+                .bind(live_since)
+                .fetch_optional(&mut *conn)
+                .await?;
+                match node {
+                    None => Vec::new(),
+                    Some(node) => {
+                        sqlx::query(
                             "SELECT uuid, node_id, type_name, type_key, vram_mb, free_mb FROM gpus
                              WHERE node_id = $1 AND type_key = $2 AND free_mb = vram_mb
                              ORDER BY idx LIMIT $3",
@@ -122,29 +115,27 @@ impl SqlStore {
                         .bind(&node)
                         .bind(new.gpu_type.key())
                         .bind(i64::from(count))
-                        .fetch_all(&mut *tx)
-                        .await?,
+                        .fetch_all(&mut *conn)
+                        .await?
                     }
                 }
-                Want::Share { vram_mb } => {
-                    // The tightest fits first: shared GPUs have less free than whole ones.
-                    sqlx::query(
-                        "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb
+            }
+            Want::Share { vram_mb } => {
+                // The tightest fits first: shared GPUs have less free than whole ones.
+                sqlx::query(
+                    "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb
                      FROM gpus g JOIN nodes n ON n.id = g.node_id
                      WHERE g.type_key = $1 AND g.free_mb >= $2 AND n.last_seen_at >= $3
                      ORDER BY g.free_mb, g.uuid LIMIT $4",
-                    )
-                    .bind(new.gpu_type.key())
-                    .bind(i64::try_from(vram_mb).unwrap_or(i64::MAX))
-                    .bind(live_since)
-                    .bind(SHARE_CANDIDATES)
-                    .fetch_all(&mut *tx)
-                    .await?
-                }
-            };
-        if rows.is_empty() {
-            return Err(self.no_capacity_reason(&mut tx, new, live_since).await?);
-        }
+                )
+                .bind(new.gpu_type.key())
+                .bind(i64::try_from(vram_mb).unwrap_or(i64::MAX))
+                .bind(live_since)
+                .bind(SHARE_CANDIDATES)
+                .fetch_all(&mut *conn)
+                .await?
+            }
+        };
         let mut node_numbers: BTreeMap<String, u32> = BTreeMap::new();
         let mut candidates = Vec::with_capacity(rows.len());
         let mut slots = Vec::with_capacity(rows.len());
@@ -166,46 +157,240 @@ impl SqlStore {
             });
             candidates.push(c);
         }
-        let request = match new.want {
-            Want::Whole { count } => Request::Whole { count },
-            Want::Share { vram_mb } => Request::Share { vram_mb },
+        Ok(gpurent_sched::place(&slots, &request_of(new.want))
+            .ok()
+            .filter(|p| !p.gpus.is_empty())
+            .map(|placement| Found {
+                candidates,
+                placement,
+            }))
+    }
+
+    /// Makes room for `new` by preempting spot instances of lower priority on one node (the
+    /// set that loses the least per hour). Their billing stops now; their GPUs go to `new` at
+    /// once and their agent gives them `spot_grace_s` seconds of notice. Returns the victims'
+    /// node, or `None` when preempting cannot make room.
+    async fn preempt_for(
+        &self,
+        conn: &mut AnyConnection,
+        new: &NewReservation,
+        prices: &PriceList,
+        live_since: i64,
+        now: i64,
+    ) -> Result<Option<String>> {
+        let priority = if new.tier == Tier::Spot {
+            let vram: Option<i64> =
+                sqlx::query_scalar("SELECT MAX(vram_mb) FROM gpus WHERE type_key = $1")
+                    .bind(new.gpu_type.key())
+                    .fetch_one(&mut *conn)
+                    .await?;
+            let Some(vram) = vram else { return Ok(None) };
+            let size = size_of(new.want, u64::try_from(vram).unwrap_or(0));
+            prices
+                .quote(&new.gpu_type, size, new.duration_s, new.tier, new.bid)?
+                .priority
+        } else {
+            i64::MAX
         };
-        let placement = gpurent_sched::place(&slots, &request).map_err(|e| match e {
-            NoFit::NotEnoughOnOneNode { .. } | NoFit::NoShare { .. } | NoFit::Empty => {
-                StoreError::NoCapacity(format!("{e} for type {}", new.gpu_type))
+        let held = sqlx::query(
+            "SELECT r.id, r.priority, r.price_per_hour, COALESCE(r.started_at, r.created_at) AS since,
+                    a.gpu_uuid, a.vram_mb
+             FROM reservations r JOIN allocations a ON a.reservation_id = r.id
+                  JOIN gpus g ON g.uuid = a.gpu_uuid JOIN nodes n ON n.id = g.node_id
+             WHERE r.tier = 'spot' AND r.status IN ('pending', 'starting', 'running')
+               AND r.priority < $1 AND g.type_key = $2 AND n.last_seen_at >= $3
+             ORDER BY r.id, a.gpu_uuid",
+        )
+        .bind(priority)
+        .bind(new.gpu_type.key())
+        .bind(live_since)
+        .fetch_all(&mut *conn)
+        .await?;
+        if held.is_empty() {
+            return Ok(None);
+        }
+        let gpu_rows = sqlx::query(
+            "SELECT uuid, node_id, vram_mb, free_mb FROM gpus
+             WHERE type_key = $1 AND node_id IN (
+                SELECT r.node_id FROM reservations r
+                WHERE r.tier = 'spot' AND r.status IN ('pending', 'starting', 'running')
+                  AND r.priority < $2)
+             ORDER BY node_id, idx",
+        )
+        .bind(new.gpu_type.key())
+        .bind(priority)
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut nodes: Vec<String> = Vec::new();
+        let mut slot_of: BTreeMap<String, usize> = BTreeMap::new();
+        let mut slots = Vec::with_capacity(gpu_rows.len());
+        for row in &gpu_rows {
+            let node: String = row.try_get("node_id")?;
+            let n = nodes.iter().position(|x| *x == node).unwrap_or_else(|| {
+                nodes.push(node);
+                nodes.len() - 1
+            });
+            slot_of.insert(row.try_get("uuid")?, slots.len());
+            slots.push(GpuSlot {
+                node: u32::try_from(n).unwrap_or(u32::MAX),
+                vram_mb: u64::try_from(row.try_get::<i64, _>("vram_mb")?).unwrap_or(0),
+                free_mb: u64::try_from(row.try_get::<i64, _>("free_mb")?).unwrap_or(0),
+            });
+        }
+        let mut ids: Vec<String> = Vec::new();
+        let mut victims: Vec<Victim> = Vec::new();
+        for row in &held {
+            let id: String = row.try_get("id")?;
+            let uuid: String = row.try_get("gpu_uuid")?;
+            let Some(&slot) = slot_of.get(&uuid) else {
+                continue;
+            };
+            let mb = u64::try_from(row.try_get::<i64, _>("vram_mb")?).unwrap_or(0);
+            if ids.last() != Some(&id) {
+                ids.push(id);
+                victims.push(Victim {
+                    priority: row.try_get::<Option<i64>, _>("priority")?.unwrap_or(i64::MAX),
+                    value: row.try_get("price_per_hour")?,
+                    started_at: row.try_get("since")?,
+                    holds: Vec::new(),
+                });
             }
-        })?;
+            if let Some(v) = victims.last_mut() {
+                v.holds.push((slot, mb));
+            }
+        }
+        let Some(chosen) =
+            choose_victims(&slots, &victims, &request_of(new.want), priority).filter(|c| !c.is_empty())
+        else {
+            return Ok(None);
+        };
+        let node = victims[chosen[0]]
+            .holds
+            .first()
+            .and_then(|&(slot, _)| nodes.get(usize::try_from(slots[slot].node).unwrap_or(usize::MAX)))
+            .cloned();
+        for &v in &chosen {
+            let id = &ids[v];
+            let n = sqlx::query(
+                "UPDATE reservations SET status = 'stopping', end_reason = 'preempted',
+                    stop_requested_at = $1, stop_grace_s = $2
+                 WHERE id = $3 AND status IN ('pending', 'starting', 'running')",
+            )
+            .bind(now)
+            .bind(i64::try_from(prices.spot_grace_s).unwrap_or(i64::MAX))
+            .bind(id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            if n != 1 {
+                // It ended meanwhile; the placement below finds what it freed, or not.
+                continue;
+            }
+            release_gpus(conn, id).await?;
+            tracing::info!(reservation_id = %id, by_tenant = %new.tenant_id, "spot instance preempted");
+        }
+        Ok(node)
+    }
+
+    async fn try_reserve(
+        &self,
+        new: &NewReservation,
+        prices: &PriceList,
+        live_since: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Attempt> {
+        let at = ts(now);
+        let mut tx = self.begin().await?;
+        if let Some(key) = &new.idempotency_key {
+            let earlier = sqlx::query(
+                "SELECT id, request_hash FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2",
+            )
+            .bind(&new.tenant_id)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(row) = earlier {
+                let hash: Option<String> = row.try_get("request_hash")?;
+                if hash.as_deref() != Some(new.request_hash.as_str()) {
+                    return Err(StoreError::IdempotencyMismatch);
+                }
+                let id: String = row.try_get("id")?;
+                let r = fetch_reservation(&mut tx, &id, &Scope::All).await?;
+                return Ok(Attempt::Done(Box::new(r), Vec::new()));
+            }
+        }
+
+        if self.backend == Backend::Postgres {
+            // Placements of one GPU type queue behind each other instead of all choosing the
+            // same GPU and losing the compare-and-set to each other. The lock is released at
+            // commit or rollback and never expires; the compare-and-set below stays the
+            // guarantee that a GPU is never given twice.
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind(new.gpu_type.key())
+                .execute(&mut *tx)
+                .await?;
+        }
+        let whole_only = i64::from(matches!(new.want, Want::Whole { .. }));
+        let mut woken = Vec::new();
+        let mut found = self.find_placement(&mut tx, new, live_since).await?;
+        if found.is_none() {
+            // Full: work that outranks some spot instances takes their GPUs.
+            if let Some(node) = self.preempt_for(&mut tx, new, prices, live_since, at).await? {
+                woken.push(node);
+                found = self.find_placement(&mut tx, new, live_since).await?;
+            }
+        }
+        let Some(Found {
+            candidates,
+            placement,
+        }) = found
+        else {
+            return Err(self.no_capacity_reason(&mut tx, new, live_since).await?);
+        };
         let Some(&(first, _)) = placement.gpus.first() else {
             return Err(StoreError::NoCapacity("empty placement".to_owned()));
         };
         let first = &candidates[first];
         let node_id = first.node_id.clone();
         let gpu_vram = u64::try_from(first.vram_mb).unwrap_or(0);
-        let unit = prices.price_per_gpu_hour(&new.gpu_type, gpu_vram);
-        let (price, gpu_count, vram_mb) = match new.want {
-            Want::Whole { count } => (
-                unit.checked_mul(i64::from(count))
-                    .unwrap_or(Money::from_micros(i64::MAX)),
-                count,
-                None,
-            ),
-            Want::Share { vram_mb } => (
-                share_price_per_hour(unit, vram_mb, gpu_vram),
-                1,
-                Some(vram_mb),
-            ),
+        let quote = prices.quote(
+            &new.gpu_type,
+            size_of(new.want, gpu_vram),
+            new.duration_s,
+            new.tier,
+            new.bid,
+        )?;
+        let (gpu_count, vram_mb) = match new.want {
+            Want::Whole { count } => (count, None),
+            Want::Share { vram_mb } => (1, Some(vram_mb)),
         };
 
-        // Prepaid: the balance must cover the first hour (or all of a shorter reservation).
-        let account = ledger::user_account(&new.tenant_id);
-        let balance = Money::from_micros(
-            ledger::balance_of(&mut tx, &account)
-                .await?
-                .ok_or_else(|| StoreError::not_found("user", &new.tenant_id))?,
-        );
-        let needed = charge_for_seconds(price, new.duration_s.min(3600));
-        if balance < needed || balance <= Money::ZERO {
-            return Err(StoreError::InsufficientCredit { needed, balance });
+        // Prepaid: the first hour (or all of a shorter reservation, or the whole of a reserved
+        // block) moves into the tenant's hold, only if the balance covers it.
+        let id = new_id();
+        let covered = ledger::transfer_covered(
+            &mut tx,
+            Transfer {
+                id: &format!("hold:{id}"),
+                debit: &ledger::user_account(&new.tenant_id),
+                credit: &ledger::hold_account(&new.tenant_id),
+                amount: quote.hold.micros(),
+                reservation_id: Some(&id),
+                at,
+                kind: Kind::Hold,
+                node_id: None,
+            },
+        )
+        .await?;
+        let balance = ledger::balance_of(&mut tx, &ledger::user_account(&new.tenant_id))
+            .await?
+            .map(Money::from_micros)
+            .ok_or_else(|| StoreError::not_found("user", &new.tenant_id))?;
+        if !covered || (quote.hold == Money::ZERO && balance <= Money::ZERO) {
+            return Err(StoreError::InsufficientCredit {
+                needed: quote.hold,
+                balance,
+            });
         }
 
         // The compare-and-set: memory only moves if it is still free. Losing means another
@@ -232,18 +417,20 @@ impl SqlStore {
             }
         }
 
-        let id = new_id();
         let gpu_uuids: Vec<&str> = placement
             .gpus
             .iter()
             .map(|&(i, _)| candidates[i].uuid.as_str())
             .collect();
+        let duration_s = i64::try_from(new.duration_s).unwrap_or(i64::MAX);
+        let stepped = quote.rate.step_s < new.duration_s;
         let inserted = sqlx::query(
             "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
                 bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
-                created_at, charged, idempotency_key, request_hash, ports)
+                created_at, charged, idempotency_key, request_hash, ports, price_step_s,
+                price_after, held, host_share_bps, priority)
              VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13, $14,
-                $15, 0, $16, $17, $18)",
+                $15, 0, $16, $17, $18, $19, $20, $21, $22, $23)",
         )
         .bind(&id)
         .bind(&new.tenant_id)
@@ -251,18 +438,23 @@ impl SqlStore {
         .bind(i64::from(gpu_count))
         .bind(vram_mb.map(|v| i64::try_from(v).unwrap_or(i64::MAX)))
         .bind(new.tier.as_str())
-        .bind(new.bid.map(Money::micros))
-        .bind(price.micros())
-        .bind(i64::try_from(new.duration_s).unwrap_or(i64::MAX))
+        .bind((new.tier == Tier::Spot).then_some(quote.price_per_hour.micros()))
+        .bind(quote.price_per_hour.micros())
+        .bind(duration_s)
         .bind(&node_id)
         .bind(to_json(&gpu_uuids))
         .bind(&new.image)
         .bind(to_json(&new.command))
         .bind(to_json(&new.env))
-        .bind(ts(now))
+        .bind(at)
         .bind(&new.idempotency_key)
         .bind(&new.request_hash)
         .bind(to_json(&new.ports))
+        .bind(stepped.then(|| i64::try_from(quote.rate.step_s).unwrap_or(i64::MAX)))
+        .bind(stepped.then_some(quote.rate.then.micros()))
+        .bind(quote.hold.micros())
+        .bind(i64::from(prices.host_share_bps))
+        .bind(quote.preemptible().then_some(quote.priority))
         .execute(&mut *tx)
         .await;
         if let Err(e) = inserted {
@@ -284,11 +476,17 @@ impl SqlStore {
             .execute(&mut *tx)
             .await?;
         }
-        bump_version(&mut tx, &node_id).await?;
+        if !woken.contains(&node_id) {
+            woken.push(node_id.clone());
+        }
+        woken.sort();
+        for node in &woken {
+            bump_version(&mut tx, node).await?;
+        }
         let reservation = fetch_reservation(&mut tx, &id, &Scope::All).await?;
         tx.commit().await?;
-        tracing::info!(reservation_id = %id, node_id = %node_id, tenant_id = %new.tenant_id, "reserved");
-        Ok(Attempt::Done(Box::new(reservation), Some(node_id)))
+        tracing::info!(reservation_id = %id, node_id = %node_id, tenant_id = %new.tenant_id, tier = %new.tier, "reserved");
+        Ok(Attempt::Done(Box::new(reservation), woken))
     }
 
     async fn no_capacity_reason(
@@ -360,12 +558,33 @@ impl ReservationStore for SqlStore {
             .map(|r| {
                 let name: String = r.try_get("type_name")?;
                 let vram_mb: i64 = r.try_get("vram_mb")?;
-                let vram_mb = u64::try_from(vram_mb).unwrap_or(0);
+                let gpu_vram_mb = u64::try_from(vram_mb).unwrap_or(0);
                 let gpu_type = GpuType::from_driver_name(&name);
+                let one = Size::Whole {
+                    count: 1,
+                    gpu_vram_mb,
+                };
+                let stepped = prices.stepped_rate(one)?;
                 Ok(Offer {
-                    vram_gb: gib(i64::try_from(vram_mb).unwrap_or(i64::MAX)),
+                    vram_gb: gib(vram_mb),
                     available: u32::try_from(r.try_get::<i64, _>("available")?).unwrap_or(0),
-                    price_per_hour: prices.price_per_gpu_hour(&gpu_type, vram_mb),
+                    price_per_hour: prices.on_demand_per_hour(&gpu_type, one)?,
+                    spot_min_bid: prices.spot_min_bid(&gpu_type, one)?,
+                    stepped_price_per_hour: stepped.first,
+                    stepped_first_hours: u32::try_from(stepped.step_s / 3600).unwrap_or(u32::MAX),
+                    stepped_then_per_hour: stepped.then,
+                    share_price_per_gb_hour: prices.on_demand_per_hour(
+                        &gpu_type,
+                        Size::Share {
+                            vram_mb: 1024,
+                            gpu_vram_mb,
+                        },
+                    )?,
+                    reserved_discounts: prices
+                        .reserved_discounts()
+                        .iter()
+                        .map(|&(min_hours, percent)| ReservedDiscount { min_hours, percent })
+                        .collect(),
                     gpu_type: name,
                 })
             })
@@ -378,13 +597,13 @@ impl ReservationStore for SqlStore {
         prices: &PriceList,
         live_since: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<(Reservation, Option<String>)> {
+    ) -> Result<(Reservation, Vec<String>)> {
         for _ in 0..PLACEMENT_ATTEMPTS {
             let attempt = retry_transient("reserve", || {
                 self.try_reserve(&new, prices, ts(live_since), now)
             });
             match attempt.await? {
-                Attempt::Done(r, node) => return Ok((*r, node)),
+                Attempt::Done(r, nodes) => return Ok((*r, nodes)),
                 Attempt::LostRace => continue,
             }
         }
@@ -580,6 +799,7 @@ impl ReservationStore for SqlStore {
         let unplaced: Vec<String> = sqlx::query_scalar(
             "SELECT r.id FROM reservations r
              WHERE r.status IN ('pending', 'starting', 'running', 'stopping')
+               AND NOT (r.status = 'stopping' AND r.end_reason = 'preempted')
                AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.reservation_id = r.id)",
         )
         .fetch_all(&self.pool)

@@ -37,10 +37,12 @@ impl SqlStore {
     }
 
     /// One transaction of set-based statements: what each due reservation owes is computed
-    /// by the database itself (the same floor(seconds × price / 3600) as
-    /// `gpurent_billing::charge_for_seconds`, checked against it by the tests and the
-    /// settlement benchmark), charged under the transfer id `charge:<id>:p<period number>`,
-    /// and the reservations of tenants who cannot pay for their next period are stopped.
+    /// by the database itself (the same expression as `gpurent_billing::Rate::charge_for_seconds`,
+    /// checked against it by the tests and the settlement benchmark), charged under the
+    /// transfer id `charge:<id>:p<period number>`, the first hour held at reservation is given
+    /// back (`release:<id>`), each node's owner is paid its share of the period's charges
+    /// (`earn:<node>:<time>`), and the reservations of tenants who cannot pay for their next
+    /// period are stopped. Reserved blocks are paid from their hold and never stopped.
     async fn settle_set(&self, now: DateTime<Utc>, period_micros: i64) -> Result<Settled> {
         let at = ts(now);
         let cutoff = at.saturating_sub(period_micros);
@@ -58,28 +60,44 @@ impl SqlStore {
                 .execute(&mut *tx)
                 .await?;
         }
-        sqlx::query(
+        for table in [
             "CREATE TEMP TABLE IF NOT EXISTS settling (
-                id TEXT PRIMARY KEY, account TEXT NOT NULL, node_id TEXT, price BIGINT NOT NULL,
-                old_charged BIGINT NOT NULL, new_charged BIGINT NOT NULL, end_at BIGINT NOT NULL,
-                period BIGINT NOT NULL)",
-        )
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("DELETE FROM settling")
-            .execute(&mut *tx)
-            .await?;
+                id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, account TEXT NOT NULL, node_id TEXT,
+                block BIGINT NOT NULL, rate_now BIGINT NOT NULL, old_charged BIGINT NOT NULL,
+                new_charged BIGINT NOT NULL, held BIGINT NOT NULL, bps BIGINT NOT NULL,
+                end_at BIGINT NOT NULL, period BIGINT NOT NULL)",
+            "CREATE TEMP TABLE IF NOT EXISTS earning (
+                node_id TEXT NOT NULL, account TEXT NOT NULL, amount BIGINT NOT NULL)",
+        ] {
+            sqlx::query(table).execute(&mut *tx).await?;
+        }
+        for table in ["settling", "earning"] {
+            sqlx::query(&format!("DELETE FROM {table}"))
+                .execute(&mut *tx)
+                .await?;
+        }
         let count = sqlx::query(
-            "INSERT INTO settling (id, account, node_id, price, old_charged, new_charged, end_at, period)
-             SELECT id, 'user:' || tenant_id, node_id, price_per_hour, charged,
-                    CASE WHEN owed > charged THEN owed ELSE charged END, e, (e - started_at) / $2
-             FROM (SELECT id, tenant_id, node_id, price_per_hour, charged, started_at, e,
-                          ((e - started_at) / 1000000) * price_per_hour / 3600 AS owed
-                   FROM (SELECT id, tenant_id, node_id, price_per_hour, charged, started_at,
-                                CASE WHEN $1 < started_at + duration_s * 1000000 THEN $1
-                                     ELSE started_at + duration_s * 1000000 END AS e
-                         FROM reservations
-                         WHERE status = 'running' AND settled_until <= $3) a) b",
+            "INSERT INTO settling (id, tenant_id, account, node_id, block, rate_now, old_charged,
+                new_charged, held, bps, end_at, period)
+             SELECT id, tenant_id,
+                    CASE WHEN block = 1 THEN 'hold:' ELSE 'user:' END || tenant_id,
+                    node_id, block, CASE WHEN secs < step THEN price ELSE after END, charged,
+                    CASE WHEN owed > charged THEN owed ELSE charged END, held, host_share_bps, e,
+                    (e - started_at) / $2
+             FROM (SELECT id, tenant_id, node_id, block, price, step, after, charged, held,
+                          host_share_bps, started_at, e, secs,
+                          (CASE WHEN secs <= step THEN secs * price
+                                ELSE step * price + (secs - step) * after END) / 3600 AS owed
+                   FROM (SELECT id, tenant_id, node_id, charged, held, host_share_bps, started_at,
+                                CASE WHEN tier = 'reserved' THEN 1 ELSE 0 END AS block,
+                                price_per_hour AS price,
+                                COALESCE(price_step_s, duration_s) AS step,
+                                COALESCE(price_after, price_per_hour) AS after, e,
+                                (e - started_at) / 1000000 AS secs
+                         FROM (SELECT *, CASE WHEN $1 < started_at + duration_s * 1000000 THEN $1
+                                              ELSE started_at + duration_s * 1000000 END AS e
+                               FROM reservations
+                               WHERE status = 'running' AND settled_until <= $3) a) b) c",
         )
         .bind(at)
         .bind(period_micros)
@@ -96,7 +114,8 @@ impl SqlStore {
             "settlement: computed"
         );
         sqlx::query(
-            "UPDATE reservations SET charged = s.new_charged, settled_until = s.end_at
+            "UPDATE reservations SET charged = s.new_charged, settled_until = s.end_at,
+                held = CASE WHEN s.block = 1 THEN s.held - (s.new_charged - s.old_charged) ELSE 0 END
              FROM settling s WHERE reservations.id = s.id",
         )
         .execute(&mut *tx)
@@ -106,8 +125,10 @@ impl SqlStore {
                 .fetch_one(&mut *tx)
                 .await?;
         let inserted = sqlx::query(
-            "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id, created_at)
-             SELECT 'charge:' || id || ':p' || period, account, $1, new_charged - old_charged, id, $2
+            "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id,
+                created_at, kind)
+             SELECT 'charge:' || id || ':p' || period, account, $1, new_charged - old_charged, id, $2,
+                'charge'
              FROM settling WHERE new_charged > old_charged
              ON CONFLICT (id) DO NOTHING",
         )
@@ -123,25 +144,64 @@ impl SqlStore {
                 charges - i64::try_from(inserted).unwrap_or(0)
             )));
         }
+        // The first hour held at reservation goes back to the balance at the first settlement.
+        sqlx::query(
+            "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id,
+                created_at, kind)
+             SELECT 'release:' || id, 'hold:' || tenant_id, 'user:' || tenant_id, held, id, $1,
+                'release'
+             FROM settling WHERE block = 0 AND held > 0",
+        )
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        // Host earnings, one transfer per node: the owner's share of each reservation's charges
+        // so far, rounded down on the running total, minus what was paid before.
+        sqlx::query(
+            "INSERT INTO earning (node_id, account, amount)
+             SELECT e.node_id, 'earnings:' || n.owner_id, e.amount
+             FROM (SELECT node_id,
+                          CAST(SUM(new_charged * bps / 10000 - old_charged * bps / 10000) AS BIGINT)
+                              AS amount
+                   FROM settling WHERE node_id IS NOT NULL GROUP BY node_id) e
+             JOIN nodes n ON n.id = e.node_id
+             WHERE e.amount > 0 AND n.owner_id IS NOT NULL",
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO transfers (id, debit_account, credit_account, amount, created_at, kind,
+                node_id)
+             SELECT 'earn:' || node_id || ':' || $1, $2, account, amount, $1, 'earning', node_id
+             FROM earning",
+        )
+        .bind(at)
+        .bind(PLATFORM_REVENUE)
+        .execute(&mut *tx)
+        .await?;
         tracing::debug!(
             ms = clock.elapsed().as_millis(),
             "settlement: transfers inserted"
         );
-        // Balances: platform revenue first, then the tenants (see ledger.rs).
+        // Every balance the transfers above moved, in one statement.
         sqlx::query(
-            "UPDATE accounts SET balance = balance
-                + (SELECT CAST(COALESCE(SUM(new_charged - old_charged), 0) AS BIGINT) FROM settling)
-             WHERE id = $1",
+            "UPDATE accounts SET balance = accounts.balance + m.delta
+             FROM (SELECT account, CAST(SUM(delta) AS BIGINT) AS delta FROM (
+                       SELECT account, old_charged - new_charged AS delta FROM settling
+                       UNION ALL
+                       SELECT $1 AS account, new_charged - old_charged AS delta FROM settling
+                       UNION ALL
+                       SELECT 'hold:' || tenant_id, -held FROM settling WHERE block = 0 AND held > 0
+                       UNION ALL
+                       SELECT 'user:' || tenant_id, held FROM settling WHERE block = 0 AND held > 0
+                       UNION ALL
+                       SELECT account, amount FROM earning
+                       UNION ALL
+                       SELECT $1, -amount FROM earning) x
+                   GROUP BY account) m
+             WHERE accounts.id = m.account AND m.delta <> 0",
         )
         .bind(PLATFORM_REVENUE)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "UPDATE accounts SET balance = accounts.balance - t.total
-             FROM (SELECT account, CAST(SUM(new_charged - old_charged) AS BIGINT) AS total
-                   FROM settling GROUP BY account) t
-             WHERE accounts.id = t.account",
-        )
         .execute(&mut *tx)
         .await?;
         tracing::debug!(ms = clock.elapsed().as_millis(), "settlement: charged");
@@ -152,11 +212,11 @@ impl SqlStore {
             "UPDATE reservations SET status = 'stopping', end_reason = 'insufficient_credit',
                 stop_requested_at = s.end_at
              FROM settling s
-             WHERE reservations.id = s.id AND reservations.status = 'running'
+             WHERE reservations.id = s.id AND reservations.status = 'running' AND s.block = 0
                AND s.account IN (
                    SELECT a.id FROM accounts a
-                   JOIN (SELECT account, CAST(SUM(price * $1 / 3600) AS BIGINT) AS need
-                         FROM settling GROUP BY account) n ON n.account = a.id
+                   JOIN (SELECT account, CAST(SUM(rate_now * $1 / 3600) AS BIGINT) AS need
+                         FROM settling WHERE block = 0 GROUP BY account) n ON n.account = a.id
                    WHERE a.balance < n.need)
              RETURNING reservations.node_id",
         )

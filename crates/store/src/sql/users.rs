@@ -1,12 +1,14 @@
 //! Users, API tokens, credit grants and the ledger check.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_types::api::{DayUsage, ReservationUsage, Usage, User};
 use gpurent_types::{Money, Role};
 use sqlx::Row;
 
-use super::ledger::{self, Transfer, PLATFORM_CREDIT};
+use super::ledger::{self, Kind, Transfer, PLATFORM_CREDIT};
 use super::{from_ts, new_id, ts, SqlStore};
 use crate::{AuthUser, Backend, LedgerCheck, NewUser, Result, StoreError, UserStore};
 
@@ -107,11 +109,13 @@ impl UserStore for SqlStore {
             .bind(at)
             .execute(&mut *tx)
             .await?;
+        for account in ledger::accounts_of(&id) {
+            sqlx::query("INSERT INTO accounts (id, balance) VALUES ($1, 0)")
+                .bind(&account)
+                .execute(&mut *tx)
+                .await?;
+        }
         let account = ledger::user_account(&id);
-        sqlx::query("INSERT INTO accounts (id, balance) VALUES ($1, 0)")
-            .bind(&account)
-            .execute(&mut *tx)
-            .await?;
         let transfer_id = format!("grant:{id}:initial");
         ledger::transfer(
             &mut tx,
@@ -122,6 +126,8 @@ impl UserStore for SqlStore {
                 amount: new.credit.micros(),
                 reservation_id: None,
                 at,
+                kind: Kind::Credit,
+                node_id: None,
             },
         )
         .await?;
@@ -183,6 +189,8 @@ impl UserStore for SqlStore {
                 amount: amount.micros(),
                 reservation_id: None,
                 at: ts(now),
+                kind: Kind::Credit,
+                node_id: None,
             },
         )
         .await?;
@@ -202,16 +210,17 @@ impl UserStore for SqlStore {
     }
 
     async fn usage(&self, user_id: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Usage> {
-        let account = ledger::user_account(user_id);
+        // Charges come out of the balance, or out of the hold for prepaid blocks.
         let rows = sqlx::query(
             "SELECT reservation_id, amount, created_at FROM transfers
-             WHERE debit_account = $1 AND reservation_id IS NOT NULL
+             WHERE debit_account IN ($1, $4) AND kind = 'charge'
                AND created_at >= $2 AND created_at < $3
              ORDER BY created_at",
         )
-        .bind(&account)
+        .bind(ledger::user_account(user_id))
         .bind(ts(from))
         .bind(ts(to))
+        .bind(ledger::hold_account(user_id))
         .fetch_all(&self.pool)
         .await?;
         let mut by_reservation: std::collections::BTreeMap<String, i64> = Default::default();
@@ -266,15 +275,82 @@ impl UserStore for SqlStore {
             transfers,
             sum: 0,
             mismatched: Vec::new(),
+            problems: Vec::new(),
         };
+        let mut holds: BTreeMap<String, i64> = BTreeMap::new();
         for row in rows {
             let id: String = row.try_get("id")?;
             let cached: i64 = row.try_get("balance")?;
             let derived: i64 = row.try_get("derived")?;
             check.sum += cached;
             if cached != derived {
-                check.mismatched.push((id, cached, derived));
+                check.mismatched.push((id.clone(), cached, derived));
             }
+            if id.starts_with("hold:") && cached != 0 {
+                holds.insert(id, cached);
+            }
+        }
+        // A tenant's hold is what its reservations keep there, no more and no less.
+        let kept = sqlx::query(
+            "SELECT tenant_id, CAST(SUM(held) AS BIGINT) AS kept FROM reservations
+             WHERE held <> 0 GROUP BY tenant_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for row in kept {
+            let account = ledger::hold_account(&row.try_get::<String, _>("tenant_id")?);
+            let kept: i64 = row.try_get("kept")?;
+            let held = holds.remove(&account).unwrap_or(0);
+            if held != kept {
+                check.problems.push(format!(
+                    "{account} holds {} but its reservations keep {}",
+                    Money::from_micros(held),
+                    Money::from_micros(kept)
+                ));
+            }
+        }
+        for (account, held) in holds {
+            check.problems.push(format!(
+                "{account} holds {} for no reservation",
+                Money::from_micros(held)
+            ));
+        }
+        // Each node's owner earned exactly its share of every charge for work on the node.
+        let mut owed: BTreeMap<String, i64> = BTreeMap::new();
+        let charged = sqlx::query(
+            "SELECT node_id, charged, host_share_bps FROM reservations
+             WHERE charged > 0 AND host_share_bps > 0 AND node_id IS NOT NULL",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for row in charged {
+            *owed.entry(row.try_get("node_id")?).or_default() +=
+                ledger::host_part(row.try_get("charged")?, row.try_get("host_share_bps")?);
+        }
+        let earned = sqlx::query(
+            "SELECT node_id, CAST(SUM(amount) AS BIGINT) AS earned FROM transfers
+             WHERE kind = 'earning' GROUP BY node_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for row in earned {
+            let node: Option<String> = row.try_get("node_id")?;
+            let node = node.unwrap_or_default();
+            let earned: i64 = row.try_get("earned")?;
+            let due = owed.remove(&node).unwrap_or(0);
+            if earned != due {
+                check.problems.push(format!(
+                    "node {node} earned {} but its share of the charges is {}",
+                    Money::from_micros(earned),
+                    Money::from_micros(due)
+                ));
+            }
+        }
+        for (node, due) in owed.into_iter().filter(|(_, due)| *due != 0) {
+            check.problems.push(format!(
+                "node {node} earned nothing but its share of the charges is {}",
+                Money::from_micros(due)
+            ));
         }
         Ok(check)
     }

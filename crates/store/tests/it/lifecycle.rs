@@ -58,7 +58,7 @@ async fn reserve_run_stop_charge(backend: Backend) {
         .reserve(request(&alice, 2), &prices, t0(), t0())
         .await
         .expect("reserve");
-    assert_eq!(woken.as_deref(), Some(node.as_str()));
+    assert_eq!(woken, vec![node.clone()]);
     assert_eq!(r.status, ReservationStatus::Pending);
     assert_eq!(r.price_per_hour.to_string(), "5.00");
     assert_eq!(r.gpus.len(), 2);
