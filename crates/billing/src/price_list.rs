@@ -340,7 +340,10 @@ mod tests {
             ("colour = \"blue\"", "colour"),
             ("[gpu", "TOML"),
             ("[spot]\nmin_bid_percent = 0", "spot.min_bid_percent"),
-            ("[reserved]\ndiscounts = [{ min_hours = 24, percent = 100 }]", "reserved"),
+            (
+                "[reserved]\ndiscounts = [{ min_hours = 24, percent = 100 }]",
+                "reserved",
+            ),
             ("[stepped]\nfirst_hours = 0", "stepped.first_hours"),
             ("[shares]\nper_gb_hour = \"x\"", "shares.per_gb_hour"),
             ("[stepped]\nsteps = 3", "steps"),

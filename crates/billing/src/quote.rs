@@ -23,9 +23,8 @@ impl Size {
     /// 24,564 MiB is 24), shares as asked.
     pub fn gb(self) -> u64 {
         match self {
-            Size::Whole { count, gpu_vram_mb } => {
-                u64::from(count).saturating_mul(((gpu_vram_mb + MIB_PER_GB / 2) / MIB_PER_GB).max(1))
-            }
+            Size::Whole { count, gpu_vram_mb } => u64::from(count)
+                .saturating_mul(((gpu_vram_mb + MIB_PER_GB / 2) / MIB_PER_GB).max(1)),
             Size::Share { vram_mb, .. } => vram_mb.div_ceil(MIB_PER_GB),
         }
     }
@@ -46,7 +45,9 @@ impl Size {
 pub enum QuoteError {
     #[error("the bid {bid}/h is below the lowest spot price for this request, {min}/h")]
     BidTooLow { bid: Money, min: Money },
-    #[error("the bid {bid}/h is above the on-demand price {on_demand}/h; reserve on-demand instead")]
+    #[error(
+        "the bid {bid}/h is above the on-demand price {on_demand}/h; reserve on-demand instead"
+    )]
     BidTooHigh { bid: Money, on_demand: Money },
     #[error("a bid is only for the spot tier")]
     BidNotSpot,
@@ -248,7 +249,10 @@ mod tests {
     #[test]
     fn golden_72h_on_four_a100s() {
         let (q, cost) = total(Tier::OnDemand, FOUR, None);
-        assert_eq!((q.price_per_hour.to_string(), cost.to_string()), ("16.00".into(), "1152.00".into()));
+        assert_eq!(
+            (q.price_per_hour.to_string(), cost.to_string()),
+            ("16.00".into(), "1152.00".into())
+        );
         assert_eq!(q.hold.to_string(), "16.00");
 
         // 320 GB at 2.00 for 3 hours, then 1.20 for 69.
@@ -259,21 +263,36 @@ mod tests {
 
         // 72 h is a 24 h+ block: 20% off, prepaid in full.
         let (q, cost) = total(Tier::Reserved, FOUR, None);
-        assert_eq!((q.discount_percent, q.price_per_hour.to_string()), (20, "12.80".into()));
+        assert_eq!(
+            (q.discount_percent, q.price_per_hour.to_string()),
+            (20, "12.80".into())
+        );
         assert_eq!(cost.to_string(), "921.60");
         assert_eq!(q.hold, cost);
 
         // Spot at the lowest bid (40% of on-demand), and at a bid of 8.00.
         let (q, cost) = total(Tier::Spot, FOUR, None);
-        assert_eq!((q.price_per_hour.to_string(), cost.to_string()), ("6.40".into(), "460.80".into()));
+        assert_eq!(
+            (q.price_per_hour.to_string(), cost.to_string()),
+            ("6.40".into(), "460.80".into())
+        );
         assert_eq!(q.priority, 1_600_000);
         let (q, cost) = total(Tier::Spot, FOUR, Some(Money::units(8)));
-        assert_eq!((q.price_per_hour.to_string(), cost.to_string()), ("8.00".into(), "576.00".into()));
+        assert_eq!(
+            (q.price_per_hour.to_string(), cost.to_string()),
+            ("8.00".into(), "576.00".into())
+        );
 
         // The per-GB base tier: four 40 GB shares' worth, one share of 40 GB for 72 h.
-        let share = Size::Share { vram_mb: 40 * 1024, gpu_vram_mb: A100_MB };
+        let share = Size::Share {
+            vram_mb: 40 * 1024,
+            gpu_vram_mb: A100_MB,
+        };
         let (q, cost) = total(Tier::OnDemand, share, None);
-        assert_eq!((q.price_per_hour.to_string(), cost.to_string()), ("20.00".into(), "1440.00".into()));
+        assert_eq!(
+            (q.price_per_hour.to_string(), cost.to_string()),
+            ("20.00".into(), "1440.00".into())
+        );
     }
 
     #[test]
@@ -282,20 +301,44 @@ mod tests {
         let q = |tier, hours: u64, bid| list.quote(&a100(), FOUR, hours * 3600, tier, bid);
         assert_eq!(
             q(Tier::Spot, 1, Some(Money::units(1))),
-            Err(QuoteError::BidTooLow { bid: Money::units(1), min: Money::from_micros(6_400_000) })
+            Err(QuoteError::BidTooLow {
+                bid: Money::units(1),
+                min: Money::from_micros(6_400_000)
+            })
         );
-        assert!(matches!(q(Tier::Spot, 1, Some(Money::units(17))), Err(QuoteError::BidTooHigh { .. })));
-        assert_eq!(q(Tier::OnDemand, 1, Some(Money::units(9))), Err(QuoteError::BidNotSpot));
-        assert_eq!(q(Tier::Reserved, 23, None), Err(QuoteError::ReservedTooShort { min_hours: 24 }));
-        assert_eq!(q(Tier::Reserved, 24 * 7, None).map(|q| q.discount_percent), Ok(30));
-        assert_eq!(q(Tier::Reserved, 24 * 365, None).map(|q| q.discount_percent), Ok(40));
+        assert!(matches!(
+            q(Tier::Spot, 1, Some(Money::units(17))),
+            Err(QuoteError::BidTooHigh { .. })
+        ));
+        assert_eq!(
+            q(Tier::OnDemand, 1, Some(Money::units(9))),
+            Err(QuoteError::BidNotSpot)
+        );
+        assert_eq!(
+            q(Tier::Reserved, 23, None),
+            Err(QuoteError::ReservedTooShort { min_hours: 24 })
+        );
+        assert_eq!(
+            q(Tier::Reserved, 24 * 7, None).map(|q| q.discount_percent),
+            Ok(30)
+        );
+        assert_eq!(
+            q(Tier::Reserved, 24 * 365, None).map(|q| q.discount_percent),
+            Ok(40)
+        );
     }
 
     #[test]
     fn spot_priority_is_per_whole_gpu() {
         let list = PriceList::defaults();
-        let one = Size::Whole { count: 1, gpu_vram_mb: A100_MB };
-        let half = Size::Share { vram_mb: 40 * 1024, gpu_vram_mb: A100_MB };
+        let one = Size::Whole {
+            count: 1,
+            gpu_vram_mb: A100_MB,
+        };
+        let half = Size::Share {
+            vram_mb: 40 * 1024,
+            gpu_vram_mb: A100_MB,
+        };
         let p = |size, bid| {
             list.quote(&a100(), size, 3600, Tier::Spot, Some(bid))
                 .map(|q| q.priority)

@@ -32,11 +32,19 @@ pub fn choose_victims(
         if v.priority >= priority {
             continue;
         }
-        let Some(node) = v.holds.first().and_then(|&(g, _)| gpus.get(g)).map(|g| g.node) else {
+        let Some(node) = v
+            .holds
+            .first()
+            .and_then(|&(g, _)| gpus.get(g))
+            .map(|g| g.node)
+        else {
             continue;
         };
         // Every GPU a victim holds must be on that one node.
-        if v.holds.iter().all(|&(g, _)| gpus.get(g).is_some_and(|s| s.node == node)) {
+        if v.holds
+            .iter()
+            .all(|&(g, _)| gpus.get(g).is_some_and(|s| s.node == node))
+        {
             by_node.entry(node).or_default().push(i);
         }
     }
@@ -44,7 +52,13 @@ pub fn choose_victims(
     for (node, mut candidates) in by_node {
         let node_gpus: Vec<usize> = (0..gpus.len()).filter(|&g| gpus[g].node == node).collect();
         // The lowest bids first, then the newest.
-        candidates.sort_by_key(|&i| (victims[i].priority, std::cmp::Reverse(victims[i].started_at), i));
+        candidates.sort_by_key(|&i| {
+            (
+                victims[i].priority,
+                std::cmp::Reverse(victims[i].started_at),
+                i,
+            )
+        });
         let mut chosen = Vec::new();
         let mut fits = false;
         for &v in &candidates {
@@ -66,7 +80,10 @@ pub fn choose_victims(
                 chosen = without;
             }
         }
-        let loss: i64 = chosen.iter().map(|&i| victims[i].value).fold(0, i64::saturating_add);
+        let loss: i64 = chosen
+            .iter()
+            .map(|&i| victims[i].value)
+            .fold(0, i64::saturating_add);
         if best.as_ref().is_none_or(|(l, _)| loss < *l) {
             chosen.sort_unstable();
             best = Some((loss, chosen));
@@ -101,11 +118,20 @@ mod tests {
     use proptest::prelude::*;
 
     fn gpu(node: u32, free_mb: u64) -> GpuSlot {
-        GpuSlot { node, vram_mb: 1000, free_mb }
+        GpuSlot {
+            node,
+            vram_mb: 1000,
+            free_mb,
+        }
     }
 
     fn victim(priority: i64, value: i64, holds: Vec<(usize, u64)>) -> Victim {
-        Victim { priority, value, started_at: 0, holds }
+        Victim {
+            priority,
+            value,
+            started_at: 0,
+            holds,
+        }
     }
 
     #[test]
@@ -121,9 +147,15 @@ mod tests {
         let one = Request::Whole { count: 1 };
         // One GPU is free already on node 1, but the caller asks only when nothing fits; with
         // that free GPU node 1 needs no victim at all.
-        assert_eq!(choose_victims(&gpus, &victims, &one, i64::MAX), Some(vec![]));
+        assert_eq!(
+            choose_victims(&gpus, &victims, &one, i64::MAX),
+            Some(vec![])
+        );
         let two = Request::Whole { count: 2 };
-        assert_eq!(choose_victims(&gpus, &victims, &two, i64::MAX), Some(vec![2]));
+        assert_eq!(
+            choose_victims(&gpus, &victims, &two, i64::MAX),
+            Some(vec![2])
+        );
         // A spot bid of 3 may only preempt bids below 3.
         let three = Request::Whole { count: 3 };
         assert_eq!(choose_victims(&gpus, &victims, &three, 3), None);
@@ -136,8 +168,14 @@ mod tests {
     fn equal_bids_do_not_preempt() {
         let gpus = [gpu(0, 0)];
         let victims = [victim(4, 4, vec![(0, 1000)])];
-        assert_eq!(choose_victims(&gpus, &victims, &Request::Whole { count: 1 }, 4), None);
-        assert_eq!(choose_victims(&gpus, &victims, &Request::Whole { count: 1 }, 5), Some(vec![0]));
+        assert_eq!(
+            choose_victims(&gpus, &victims, &Request::Whole { count: 1 }, 4),
+            None
+        );
+        assert_eq!(
+            choose_victims(&gpus, &victims, &Request::Whole { count: 1 }, 5),
+            Some(vec![0])
+        );
     }
 
     proptest! {

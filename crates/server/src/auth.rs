@@ -50,6 +50,18 @@ impl Caller {
         }
     }
 
+    pub fn require_role(&self, roles: &[Role]) -> Result<(), ApiError> {
+        if roles.contains(&self.0.role) {
+            Ok(())
+        } else {
+            let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+            Err(ApiError::Forbidden(format!(
+                "this needs one of the roles: {}",
+                names.join(", ")
+            )))
+        }
+    }
+
     pub fn is_admin(&self) -> bool {
         self.0.role == Role::Admin
     }

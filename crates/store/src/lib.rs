@@ -13,7 +13,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_billing::PriceList;
 use gpurent_types::agent::{Assignment, SyncRequest};
-use gpurent_types::api::{Node, Offer, Reservation, Usage, User};
+use gpurent_types::api::{
+    InvoiceLine, Node, NodeEarnings, Offer, Reservation, SpotStats, Usage, User,
+};
 use gpurent_types::Money;
 
 pub use error::StoreError;
@@ -22,15 +24,18 @@ pub use sql::{Settled, SqlStore};
 
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
-    pub use crate::{NodeStore, ReservationStore, Store, UserStore};
+    pub use crate::{NodeStore, ReservationStore, StatementStore, Store, UserStore};
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// Everything the control plane keeps. Supertraits group it by subject.
-pub trait Store: UserStore + NodeStore + ReservationStore + std::fmt::Debug {}
+pub trait Store:
+    UserStore + NodeStore + ReservationStore + StatementStore + std::fmt::Debug
+{
+}
 
-impl<T: UserStore + NodeStore + ReservationStore + std::fmt::Debug> Store for T {}
+impl<T: UserStore + NodeStore + ReservationStore + StatementStore + std::fmt::Debug> Store for T {}
 
 /// Users, API tokens and the ledger of prepaid credit.
 #[async_trait]
@@ -63,6 +68,9 @@ pub trait UserStore: Send + Sync {
     ) -> Result<Money>;
 
     async fn balance(&self, user_id: &str) -> Result<Money>;
+
+    /// A user's three accounts: (balance, held for reservations, earned as a host).
+    async fn accounts(&self, user_id: &str) -> Result<(Money, Money, Money)>;
 
     /// The charges to a user in [from, to), per reservation and per UTC day.
     async fn usage(&self, user_id: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Usage>;
@@ -101,8 +109,10 @@ pub trait NodeStore: Send + Sync {
     /// What the node should run now, with the version it has.
     async fn desired_state(&self, node_id: &str) -> Result<(i64, Vec<Assignment>)>;
 
-    /// Nodes seen at or after `live_since` are `ready`, others `unreachable`.
-    async fn list_nodes(&self, live_since: DateTime<Utc>) -> Result<Vec<Node>>;
+    /// Nodes (of `owner`, or all) seen at or after `live_since` are `ready`, others
+    /// `unreachable`.
+    async fn list_nodes(&self, live_since: DateTime<Utc>, owner: Option<&str>)
+        -> Result<Vec<Node>>;
 }
 
 /// Offers and reservations.
@@ -155,4 +165,27 @@ pub trait ReservationStore: Send + Sync {
     /// Consistency of GPU allocations: every allocated byte owned by a live reservation and
     /// every live placed reservation holding its GPUs. Empty when consistent.
     async fn allocation_problems(&self) -> Result<Vec<String>>;
+}
+
+/// Statements read from the ledger.
+#[async_trait]
+pub trait StatementStore: Send + Sync {
+    /// The charges to a tenant in [from, to), one line per reservation, in start order.
+    async fn invoice_lines(
+        &self,
+        user_id: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<InvoiceLine>>;
+
+    /// What a host's nodes earned in [from, to), per node.
+    async fn earnings(
+        &self,
+        user_id: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<NodeEarnings>>;
+
+    /// How the spot instances that ran have ended.
+    async fn spot_stats(&self) -> Result<SpotStats>;
 }

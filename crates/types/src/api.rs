@@ -64,8 +64,16 @@ pub struct CreditGranted {
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Balance {
+    /// What the user may spend.
     pub balance: Money,
     pub currency: String,
+    /// Set aside for the user's reservations: a first hour not yet settled, or the unused
+    /// part of a prepaid reserved block.
+    #[serde(default)]
+    pub held: Money,
+    /// Earned as the owner of nodes.
+    #[serde(default)]
+    pub earnings: Money,
 }
 
 /// What can be rented now, per GPU type.
@@ -173,6 +181,8 @@ pub struct JoinToken {
 pub struct Node {
     pub id: String,
     pub name: String,
+    /// The user whose join token registered it: its earnings go to them.
+    pub owner_id: Option<String>,
     /// `ready` while heartbeats arrive, `unreachable` when they stopped.
     pub status: String,
     pub executor: String,
@@ -238,4 +248,64 @@ pub struct DayUsage {
     /// YYYY-MM-DD, UTC.
     pub date: String,
     pub charged: Money,
+}
+
+/// A monthly invoice: what a tenant was charged in one calendar month (UTC), per reservation.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Invoice {
+    /// `GR-YYYYMM-<first 8 characters of the user id>`.
+    pub number: String,
+    pub user_id: String,
+    pub user_name: String,
+    /// `YYYY-MM`.
+    pub month: String,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+    pub currency: String,
+    pub lines: Vec<InvoiceLine>,
+    pub total: Money,
+}
+
+/// One reservation's charges within an invoice's month.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct InvoiceLine {
+    pub reservation_id: String,
+    pub gpu_type: String,
+    pub gpu_count: u32,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub vram_gb: Option<u32>,
+    pub tier: Tier,
+    pub price_per_hour: Money,
+    pub started_at: Option<DateTime<Utc>>,
+    pub ended_at: Option<DateTime<Utc>>,
+    pub amount: Money,
+}
+
+/// What a host earned from its nodes in a time window.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct Earnings {
+    pub user_id: String,
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub total: Money,
+    pub nodes: Vec<NodeEarnings>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct NodeEarnings {
+    pub node_id: String,
+    pub node: String,
+    pub earned: Money,
+}
+
+/// How spot instances ended: those that ran to their end or their tenant's stop, against those
+/// the platform interrupted (preempted, or stopped by their node).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct SpotStats {
+    pub ended: u64,
+    pub completed: u64,
+    pub preempted: u64,
+    pub interrupted: u64,
+    /// completed / ended; absent before any spot instance ended.
+    pub success_rate: Option<f64>,
 }

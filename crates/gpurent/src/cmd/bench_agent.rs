@@ -102,7 +102,7 @@ pub async fn run(args: BenchAgentArgs, json: bool) -> anyhow::Result<()> {
     let mut ready = false;
     for _ in 0..100 {
         let nodes = store
-            .list_nodes(chrono::Utc::now() - chrono::Duration::seconds(10))
+            .list_nodes(chrono::Utc::now() - chrono::Duration::seconds(10), None)
             .await?;
         if nodes
             .first()

@@ -154,6 +154,12 @@ pub async fn run(
                 return print_json(&b);
             }
             print_line(&format!("{} {}", b.balance, b.currency));
+            if b.held != Money::ZERO {
+                print_line(&format!("held for reservations: {}", b.held));
+            }
+            if b.earnings != Money::ZERO {
+                print_line(&format!("earned as a host: {}", b.earnings));
+            }
         }
         Command::Offers => {
             let offers: Vec<Offer> = api.get("/api/v1/offers").await?;

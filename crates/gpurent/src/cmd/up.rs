@@ -52,7 +52,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
 
     let deadline = tokio::time::Instant::now() + AGENT_READY_TIMEOUT;
     loop {
-        let nodes = store.list_nodes(server.state.live_since()).await?;
+        let nodes = store.list_nodes(server.state.live_since(), None).await?;
         if nodes.iter().any(|n| n.name == name && n.status == "ready") {
             break;
         }

@@ -50,7 +50,7 @@ fn the_contract_flow_through_the_cli() {
 
     assert_eq!(
         cli(&url, t, true, &["balance"]).json(),
-        json!({"balance": "100.00", "currency": "USD"})
+        json!({"balance": "100.00", "currency": "USD", "held": "0.00", "earnings": "0.00"})
     );
     let offers = cli(&url, t, true, &["offers"]).json();
     for (field, value) in [

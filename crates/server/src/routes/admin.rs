@@ -1,8 +1,8 @@
-//! Administration: checks of the platform's own books.
+//! Administration: checks of the platform's own books and the spot success rate.
 
 use axum::extract::State;
 use axum::Json;
-use gpurent_types::api::{ErrorBody, LedgerMismatch, LedgerReport};
+use gpurent_types::api::{ErrorBody, LedgerMismatch, LedgerReport, SpotStats};
 use gpurent_types::Money;
 
 use crate::auth::Caller;
@@ -33,4 +33,15 @@ pub(crate) async fn ledger_check(
             .collect(),
         problems: check.problems,
     }))
+}
+
+/// How spot instances ended: the spot success rate (admin).
+#[utoipa::path(get, path = "/api/v1/admin/spot", tag = "users", security(("bearer" = [])),
+    responses((status = 200, body = SpotStats), (status = 403, body = ErrorBody)))]
+pub(crate) async fn spot_stats(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<SpotStats>, ApiError> {
+    caller.require_admin()?;
+    Ok(Json(state.store.spot_stats().await?))
 }

@@ -5,6 +5,7 @@ mod agent;
 mod health;
 mod nodes;
 mod reservations;
+mod statements;
 mod usage;
 mod users;
 
@@ -32,6 +33,8 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(users::grant_credit))
         .routes(routes!(users::balance))
         .routes(routes!(usage::usage))
+        .routes(routes!(statements::invoice))
+        .routes(routes!(statements::earnings))
         .routes(routes!(reservations::offers))
         .routes(routes!(reservations::create, reservations::list))
         .routes(routes!(reservations::get))
@@ -47,6 +50,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
                 .layer(DefaultBodyLimit::max(AGENT_BODY_LIMIT)),
         )
         .routes(routes!(admin::ledger_check))
+        .routes(routes!(admin::spot_stats))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
 }

@@ -20,7 +20,7 @@ pub(crate) struct UsageQuery {
     user_id: Option<String>,
 }
 
-fn instant(name: &str, value: &str) -> Result<DateTime<Utc>, ApiError> {
+pub(crate) fn instant(name: &str, value: &str) -> Result<DateTime<Utc>, ApiError> {
     if let Ok(date) = NaiveDate::parse_from_str(value, "%Y-%m-%d") {
         return Ok(date.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc());
     }
@@ -41,29 +41,45 @@ pub(crate) async fn usage(
     caller: Caller,
     ApiQuery(query): ApiQuery<UsageQuery>,
 ) -> Result<Json<Usage>, ApiError> {
-    let user_id = match query.user_id {
+    let user_id = whose(&state, &caller, query.user_id).await?;
+    let (from, to) = window(&state, query.from.as_deref(), query.to.as_deref())?;
+    Ok(Json(state.store.usage(&user_id, from, to).await?))
+}
+
+/// Whose statement: the caller's own, or for an admin anyone's. Another user's, or an
+/// unknown one, is a 404, not an empty statement.
+pub(crate) async fn whose(
+    state: &AppState,
+    caller: &Caller,
+    user_id: Option<String>,
+) -> Result<String, ApiError> {
+    let user_id = match user_id {
         Some(id) if id != caller.0.id && !caller.is_admin() => {
             return Err(gpurent_store::StoreError::NotFound { what: "user", id }.into())
         }
         Some(id) => id,
         None => caller.0.id.clone(),
     };
-    let from = query
-        .from
-        .as_deref()
+    state.store.get_user(&user_id).await?;
+    Ok(user_id)
+}
+
+/// [from, to): from the beginning to now by default.
+pub(crate) fn window(
+    state: &AppState,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> Result<(DateTime<Utc>, DateTime<Utc>), ApiError> {
+    let from = from
         .map(|v| instant("from", v))
         .transpose()?
         .unwrap_or(DateTime::UNIX_EPOCH);
-    let to = query
-        .to
-        .as_deref()
+    let to = to
         .map(|v| instant("to", v))
         .transpose()?
         .unwrap_or_else(|| state.now() + chrono::Duration::microseconds(1));
     if to < from {
         return Err(ApiError::Invalid("to is before from".into()));
     }
-    // An unknown user is a 404, not an empty statement.
-    state.store.get_user(&user_id).await?;
-    Ok(Json(state.store.usage(&user_id, from, to).await?))
+    Ok((from, to))
 }

@@ -102,17 +102,19 @@ pub(crate) async fn grant_credit(
     }))
 }
 
-/// The caller's balance.
+/// The caller's balance, what is held for its reservations and what it earned as a host.
 #[utoipa::path(get, path = "/api/v1/balance", tag = "users", security(("bearer" = [])),
     responses((status = 200, body = Balance), (status = 401, body = ErrorBody)))]
 pub(crate) async fn balance(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<Json<Balance>, ApiError> {
-    let balance = state.store.balance(&caller.0.id).await?;
+    let (balance, held, earnings) = state.store.accounts(&caller.0.id).await?;
     Ok(Json(Balance {
         balance,
         currency: "USD".to_owned(),
+        held,
+        earnings,
     }))
 }
 

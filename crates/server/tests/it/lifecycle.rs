@@ -61,7 +61,10 @@ async fn reserve_run_stop_is_charged_to_the_second(backend: Backend) {
     assert_eq!(done["charged"], "0.0625"); // 90 s at 2.50/h
     assert_eq!(done["end_reason"], "stopped_by_user");
     let (_, balance) = alice.client.get("/api/v1/balance").await;
-    assert_eq!(balance, json!({"balance": "99.9375", "currency": "USD"}));
+    assert_eq!(
+        balance,
+        json!({"balance": "99.9375", "currency": "USD", "held": "0.00", "earnings": "0.00"})
+    );
 
     // Stopping again changes nothing and charges nothing.
     let (status, again) = alice

@@ -21,12 +21,19 @@ async fn h200_inventory_and_telemetry_reach_the_control_plane() {
     let t = app.tenant("tom", "100").await;
     let (_, offers) = t.client.get("/api/v1/offers").await;
     assert_eq!(
-        (&offers[0]["gpu_type"], &offers[0]["vram_gb"], &offers[0]["available"]),
+        (
+            &offers[0]["gpu_type"],
+            &offers[0]["vram_gb"],
+            &offers[0]["available"]
+        ),
         (&json!("H200"), &json!(140), &json!(1))
     );
     // The per-GB tiers count the GB shown: 140 at 2.00/GB/h.
     assert_eq!(
-        (&offers[0]["price_per_hour"], &offers[0]["stepped_price_per_hour"]),
+        (
+            &offers[0]["price_per_hour"],
+            &offers[0]["stepped_price_per_hour"]
+        ),
         (&json!("9.00"), &json!("280.00"))
     );
 

@@ -132,13 +132,14 @@ pub(crate) async fn transfer_covered(conn: &mut AnyConnection, t: Transfer<'_>) 
     if !debit_first {
         add(conn, t.credit, t.amount).await?;
     }
-    let covered = sqlx::query("UPDATE accounts SET balance = balance - $1 WHERE id = $2 AND balance >= $1")
-        .bind(t.amount)
-        .bind(t.debit)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-        == 1;
+    let covered =
+        sqlx::query("UPDATE accounts SET balance = balance - $1 WHERE id = $2 AND balance >= $1")
+            .bind(t.amount)
+            .bind(t.debit)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+            == 1;
     if !covered {
         return Ok(false);
     }

@@ -7,6 +7,7 @@ mod nodes;
 mod reservations;
 mod rows;
 mod settlement;
+mod statements;
 mod users;
 
 use std::str::FromStr;

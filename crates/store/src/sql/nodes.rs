@@ -243,8 +243,20 @@ async fn finish(
         (&user, held)
     };
     let moves = [
-        (format!("release:{id}"), &hold, &user, released, Kind::Release),
-        (format!("charge:{id}:final"), pay_from, &PLATFORM_REVENUE.to_owned(), due, Kind::Charge),
+        (
+            format!("release:{id}"),
+            &hold,
+            &user,
+            released,
+            Kind::Release,
+        ),
+        (
+            format!("charge:{id}:final"),
+            pay_from,
+            &PLATFORM_REVENUE.to_owned(),
+            due,
+            Kind::Charge,
+        ),
     ];
     for (transfer_id, debit, credit, amount, kind) in &moves {
         ledger::transfer(
@@ -611,10 +623,16 @@ impl NodeStore for SqlStore {
         Ok((version, assignments))
     }
 
-    async fn list_nodes(&self, live_since: DateTime<Utc>) -> Result<Vec<Node>> {
+    async fn list_nodes(
+        &self,
+        live_since: DateTime<Utc>,
+        owner: Option<&str>,
+    ) -> Result<Vec<Node>> {
         let nodes = sqlx::query(
-            "SELECT id, name, executor, gpu_backend, last_seen_at, telemetry FROM nodes ORDER BY name",
+            "SELECT id, name, executor, gpu_backend, last_seen_at, telemetry, owner_id FROM nodes
+             WHERE $1 = '' OR owner_id = $1 ORDER BY name",
         )
+        .bind(owner.unwrap_or(""))
         .fetch_all(&self.pool)
         .await?;
         let gpus = sqlx::query(
@@ -658,6 +676,7 @@ impl NodeStore for SqlStore {
                 }
                 Ok(Node {
                     gpus,
+                    owner_id: n.try_get("owner_id")?,
                     driver_version: telemetry.driver_version.clone(),
                     cuda_version: telemetry.cuda_version.clone(),
                     id,

@@ -90,24 +90,24 @@ impl SqlStore {
         new: &NewReservation,
         live_since: i64,
     ) -> Result<Option<Found>> {
-        let rows = match new.want {
-            Want::Whole { count } => {
-                // Best fit, answered by the index: the live node with the fewest whole free
-                // GPUs of the type that still has enough.
-                let node: Option<String> = sqlx::query_scalar(
-                    "SELECT p.node_id FROM gpu_pools p JOIN nodes n ON n.id = p.node_id
+        let rows =
+            match new.want {
+                Want::Whole { count } => {
+                    // Best fit, answered by the index: the live node with the fewest whole free
+                    // GPUs of the type that still has enough.
+                    let node: Option<String> = sqlx::query_scalar(
+                        "SELECT p.node_id FROM gpu_pools p JOIN nodes n ON n.id = p.node_id
                      WHERE p.type_key = $1 AND p.whole_free >= $2 AND n.last_seen_at >= $3
                      ORDER BY p.whole_free, p.node_id LIMIT 1",
-                )
-                .bind(new.gpu_type.key())
-                .bind(i64::from(count))
-                .bind(live_since)
-                .fetch_optional(&mut *conn)
-                .await?;
-                match node {
-                    None => Vec::new(),
-                    Some(node) => {
-                        sqlx::query(
+                    )
+                    .bind(new.gpu_type.key())
+                    .bind(i64::from(count))
+                    .bind(live_since)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                    match node {
+                        None => Vec::new(),
+                        Some(node) => sqlx::query(
                             "SELECT uuid, node_id, type_name, type_key, vram_mb, free_mb FROM gpus
                              WHERE node_id = $1 AND type_key = $2 AND free_mb = vram_mb
                              ORDER BY idx LIMIT $3",
@@ -116,26 +116,25 @@ impl SqlStore {
                         .bind(new.gpu_type.key())
                         .bind(i64::from(count))
                         .fetch_all(&mut *conn)
-                        .await?
+                        .await?,
                     }
                 }
-            }
-            Want::Share { vram_mb } => {
-                // The tightest fits first: shared GPUs have less free than whole ones.
-                sqlx::query(
-                    "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb
+                Want::Share { vram_mb } => {
+                    // The tightest fits first: shared GPUs have less free than whole ones.
+                    sqlx::query(
+                        "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb
                      FROM gpus g JOIN nodes n ON n.id = g.node_id
                      WHERE g.type_key = $1 AND g.free_mb >= $2 AND n.last_seen_at >= $3
                      ORDER BY g.free_mb, g.uuid LIMIT $4",
-                )
-                .bind(new.gpu_type.key())
-                .bind(i64::try_from(vram_mb).unwrap_or(i64::MAX))
-                .bind(live_since)
-                .bind(SHARE_CANDIDATES)
-                .fetch_all(&mut *conn)
-                .await?
-            }
-        };
+                    )
+                    .bind(new.gpu_type.key())
+                    .bind(i64::try_from(vram_mb).unwrap_or(i64::MAX))
+                    .bind(live_since)
+                    .bind(SHARE_CANDIDATES)
+                    .fetch_all(&mut *conn)
+                    .await?
+                }
+            };
         let mut node_numbers: BTreeMap<String, u32> = BTreeMap::new();
         let mut candidates = Vec::with_capacity(rows.len());
         let mut slots = Vec::with_capacity(rows.len());
@@ -249,7 +248,9 @@ impl SqlStore {
             if ids.last() != Some(&id) {
                 ids.push(id);
                 victims.push(Victim {
-                    priority: row.try_get::<Option<i64>, _>("priority")?.unwrap_or(i64::MAX),
+                    priority: row
+                        .try_get::<Option<i64>, _>("priority")?
+                        .unwrap_or(i64::MAX),
                     value: row.try_get("price_per_hour")?,
                     started_at: row.try_get("since")?,
                     holds: Vec::new(),
@@ -259,15 +260,17 @@ impl SqlStore {
                 v.holds.push((slot, mb));
             }
         }
-        let Some(chosen) =
-            choose_victims(&slots, &victims, &request_of(new.want), priority).filter(|c| !c.is_empty())
+        let Some(chosen) = choose_victims(&slots, &victims, &request_of(new.want), priority)
+            .filter(|c| !c.is_empty())
         else {
             return Ok(None);
         };
         let node = victims[chosen[0]]
             .holds
             .first()
-            .and_then(|&(slot, _)| nodes.get(usize::try_from(slots[slot].node).unwrap_or(usize::MAX)))
+            .and_then(|&(slot, _)| {
+                nodes.get(usize::try_from(slots[slot].node).unwrap_or(usize::MAX))
+            })
             .cloned();
         for &v in &chosen {
             let id = &ids[v];
@@ -335,7 +338,10 @@ impl SqlStore {
         let mut found = self.find_placement(&mut tx, new, live_since).await?;
         if found.is_none() {
             // Full: work that outranks some spot instances takes their GPUs.
-            if let Some(node) = self.preempt_for(&mut tx, new, prices, live_since, at).await? {
+            if let Some(node) = self
+                .preempt_for(&mut tx, new, prices, live_since, at)
+                .await?
+            {
                 woken.push(node);
                 found = self.find_placement(&mut tx, new, live_since).await?;
             }

@@ -209,6 +209,18 @@ impl UserStore for SqlStore {
             .ok_or_else(|| StoreError::not_found("user", user_id))
     }
 
+    async fn accounts(&self, user_id: &str) -> Result<(Money, Money, Money)> {
+        let mut conn = self.pool.acquire().await?;
+        let [earnings, hold, user] = ledger::accounts_of(user_id);
+        let mut get = async |account: &str| {
+            ledger::balance_of(&mut conn, account)
+                .await?
+                .map(Money::from_micros)
+                .ok_or_else(|| StoreError::not_found("user", user_id))
+        };
+        Ok((get(&user).await?, get(&hold).await?, get(&earnings).await?))
+    }
+
     async fn usage(&self, user_id: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Usage> {
         // Charges come out of the balance, or out of the hold for prepaid blocks.
         let rows = sqlx::query(
