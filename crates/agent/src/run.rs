@@ -312,13 +312,15 @@ impl Agent {
                 }
                 true
             }
-            Action::Stop { reservation_id, .. } => match self.executor.stop(reservation_id).await {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(%reservation_id, error = %e, "stop failed; retrying next heartbeat");
-                    false
+            Action::Stop { reservation_id, .. } => {
+                match self.executor.stop(reservation_id, None).await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!(%reservation_id, error = %e, "stop failed; retrying next heartbeat");
+                        false
+                    }
                 }
-            },
+            }
         }
     }
 
@@ -329,7 +331,7 @@ impl Agent {
         match self.executor.list().await {
             Ok(instances) => {
                 for o in instances {
-                    if let Err(e) = self.executor.stop(&o.reservation_id).await {
+                    if let Err(e) = self.executor.stop(&o.reservation_id, None).await {
                         tracing::error!(reservation_id = %o.reservation_id, error = %e, "could not stop while fencing");
                     }
                 }
