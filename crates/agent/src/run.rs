@@ -312,15 +312,17 @@ impl Agent {
                 }
                 true
             }
-            Action::Stop { reservation_id, .. } => {
-                match self.executor.stop(reservation_id, None).await {
-                    Ok(()) => true,
-                    Err(e) => {
-                        tracing::warn!(%reservation_id, error = %e, "stop failed; retrying next heartbeat");
-                        false
-                    }
+            Action::Stop {
+                reservation_id,
+                grace,
+                ..
+            } => match self.executor.stop(reservation_id, *grace).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(%reservation_id, error = %e, "stop failed; retrying next heartbeat");
+                    false
                 }
-            }
+            },
         }
     }
 
