@@ -9,6 +9,7 @@ pub mod gpu;
 mod identity;
 pub mod reconcile;
 mod run;
+mod stops;
 
 pub use client::{ControlPlane, RetryPolicy};
 pub use error::AgentError;

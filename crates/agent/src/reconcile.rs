@@ -2,6 +2,7 @@
 //! `reports(desired, actual)` what to tell the control plane. No I/O, tested exhaustively.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use gpurent_types::agent::{Assignment, InstanceReport, InstanceState};
 
@@ -25,11 +26,20 @@ pub enum ObservedState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     Start(Assignment),
-    Stop { reservation_id: String, epoch: i64 },
+    Stop {
+        reservation_id: String,
+        epoch: i64,
+        /// Between SIGTERM and SIGKILL; None: the executor's default.
+        grace: Option<Duration>,
+    },
 }
 
 /// The actions that converge `actual` to `desired`. An assignment with an older epoch than
 /// what runs is stale and ignored (fencing); instances nobody wants are stopped.
+///
+/// A start waits while one of its GPUs belongs to an instance still being stopped (a
+/// preempted spot instance in its grace period): its GPUs are given to the preemptor at
+/// once, but the preemptor starts only once the preempted instance is gone.
 pub fn plan(desired: &[Assignment], actual: &[Observed]) -> Vec<Action> {
     let wanted: BTreeMap<&str, &Assignment> = desired
         .iter()
@@ -41,25 +51,41 @@ pub fn plan(desired: &[Assignment], actual: &[Observed]) -> Vec<Action> {
         .collect();
     let mut actions = Vec::new();
     for o in actual {
+        // The assignment's grace applies to its own instance, not to an orphan or to an
+        // earlier epoch's.
         let stop = match wanted.get(o.reservation_id.as_str()) {
-            None => true,
-            Some(a) if a.epoch < o.epoch => false,
-            Some(a) => a.epoch > o.epoch || !a.run,
+            None => Some(None),
+            Some(a) if a.epoch < o.epoch => None,
+            Some(a) if a.epoch > o.epoch => Some(None),
+            Some(a) if !a.run => Some(a.stop_grace_s.map(Duration::from_secs)),
+            Some(_) => None,
         };
         // A failed start left nothing to stop; forgetting it is enough.
-        if stop && !matches!(o.state, ObservedState::Failed(_)) {
+        if let Some(grace) = stop.filter(|_| !matches!(o.state, ObservedState::Failed(_))) {
             actions.push(Action::Stop {
                 reservation_id: o.reservation_id.clone(),
                 epoch: o.epoch,
+                grace,
             });
         }
     }
+    // GPUs of instances that are to stop but still there.
+    let stopping: Vec<&str> = desired
+        .iter()
+        .filter(|b| {
+            !b.run
+                && have
+                    .get(b.reservation_id.as_str())
+                    .is_some_and(|o| !matches!(o.state, ObservedState::Failed(_)))
+        })
+        .flat_map(|b| b.gpus.iter().map(String::as_str))
+        .collect();
     for a in desired.iter().filter(|a| a.run) {
         let start = match have.get(a.reservation_id.as_str()) {
             None => true,
             Some(o) => a.epoch > o.epoch,
         };
-        if start {
+        if start && !a.gpus.iter().any(|g| stopping.contains(&g.as_str())) {
             actions.push(Action::Start(a.clone()));
         }
     }
@@ -134,7 +160,13 @@ mod tests {
         Action::Stop {
             reservation_id: id.to_owned(),
             epoch,
+            grace: None,
         }
+    }
+
+    fn on_gpus(mut a: Assignment, gpus: &[&str]) -> Assignment {
+        a.gpus = gpus.iter().map(|g| (*g).to_owned()).collect();
+        a
     }
 
     #[test]
@@ -164,6 +196,74 @@ mod tests {
         );
         assert_eq!(plan(&[assignment("a", 1, true)], &actual), vec![]);
         assert_eq!(plan(&[assignment("a", 1, false)], &actual), vec![]);
+    }
+
+    #[test]
+    fn a_stop_carries_the_grace_of_its_assignment() {
+        let mut spot = assignment("spot", 2, false);
+        spot.stop_grace_s = Some(30);
+        let mut replaced = assignment("replaced", 3, false);
+        replaced.stop_grace_s = Some(30);
+        let actual = [
+            observed("spot", 2, ObservedState::Running),
+            // An earlier epoch's instance and an orphan get the executor's default.
+            observed("replaced", 2, ObservedState::Running),
+            observed("orphan", 1, ObservedState::Running),
+        ];
+        assert_eq!(
+            plan(&[spot, replaced], &actual),
+            vec![
+                Action::Stop {
+                    reservation_id: "spot".into(),
+                    epoch: 2,
+                    grace: Some(Duration::from_secs(30)),
+                },
+                stop("replaced", 2),
+                stop("orphan", 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_preemptor_starts_once_the_preempted_instance_is_gone() {
+        let mut spot = on_gpus(assignment("spot", 1, false), &["GPU-0"]);
+        spot.stop_grace_s = Some(30);
+        let preemptor = on_gpus(assignment("pre", 1, true), &["GPU-0", "GPU-1"]);
+        let elsewhere = on_gpus(assignment("other", 1, true), &["GPU-2"]);
+        let desired = [spot, preemptor.clone(), elsewhere.clone()];
+        // In its grace period: stopped, and the preemptor waits; other GPUs do not.
+        let grace = [observed("spot", 1, ObservedState::Running)];
+        assert_eq!(
+            plan(&desired, &grace),
+            vec![
+                Action::Stop {
+                    reservation_id: "spot".into(),
+                    epoch: 1,
+                    grace: Some(Duration::from_secs(30)),
+                },
+                Action::Start(elsewhere.clone()),
+            ]
+        );
+        // Gone, or never started at all: the preemptor starts.
+        let started = [observed("other", 1, ObservedState::Running)];
+        assert_eq!(
+            plan(&desired, &started),
+            vec![Action::Start(preemptor.clone())]
+        );
+        let failed = [
+            observed("spot", 1, ObservedState::Failed("no image".into())),
+            observed("other", 1, ObservedState::Running),
+        ];
+        assert_eq!(plan(&desired, &failed), vec![Action::Start(preemptor)]);
+        // Shares of one GPU both run: neither waits for the other.
+        let shares = [
+            on_gpus(assignment("s1", 1, true), &["GPU-0"]),
+            on_gpus(assignment("s2", 1, true), &["GPU-0"]),
+        ];
+        assert_eq!(
+            plan(&shares, &[observed("s1", 1, ObservedState::Running)]),
+            vec![Action::Start(shares[1].clone())]
+        );
     }
 
     #[test]
@@ -224,7 +324,7 @@ mod tests {
             let mut after: BTreeMap<String, Observed> = actual.iter().map(|o| (o.reservation_id.clone(), o.clone())).collect();
             for action in plan(&desired, &actual) {
                 match action {
-                    Action::Stop { reservation_id, epoch } => {
+                    Action::Stop { reservation_id, epoch, .. } => {
                         let removed = after.remove(&reservation_id);
                         prop_assert_eq!(removed.map(|o| o.epoch), Some(epoch));
                     }
@@ -246,6 +346,68 @@ mod tests {
                 if o.state == ObservedState::Running {
                     let wanted = desired.iter().any(|a| a.reservation_id == o.reservation_id && (a.run || a.epoch < o.epoch));
                     prop_assert!(wanted, "unwanted instance left running: {o:?}");
+                }
+            }
+        }
+
+        /// With GPUs shared between assignments: no instance is started on a GPU of an
+        /// instance that is being stopped but still there, and such a start is only deferred:
+        /// once the stops are done, it happens.
+        #[test]
+        fn no_start_on_the_gpus_of_an_instance_being_stopped(
+            desired in proptest::collection::btree_map(
+                0u8..6,
+                (1i64..4, any::<bool>(), proptest::collection::btree_set(0u8..3, 1..3)),
+                0..6,
+            ),
+            actual in proptest::collection::btree_map(0u8..6, (1i64..4, arb_state()), 0..6),
+        ) {
+            let desired: Vec<Assignment> = desired
+                .iter()
+                .map(|(id, (e, run, gpus))| {
+                    let mut a = assignment(&id.to_string(), *e, *run);
+                    a.gpus = gpus.iter().map(|g| format!("GPU-{g}")).collect();
+                    a
+                })
+                .collect();
+            let mut after: BTreeMap<String, Observed> = actual
+                .iter()
+                .map(|(id, (e, s))| (id.to_string(), observed(&id.to_string(), *e, s.clone())))
+                .collect();
+            // The instance of a `run == false` assignment, still there, that holds a GPU of `a`.
+            let blocker = |a: &Assignment, now: &BTreeMap<String, Observed>| {
+                desired
+                    .iter()
+                    .find(|b| {
+                        !b.run
+                            && b.gpus.iter().any(|g| a.gpus.contains(g))
+                            && now.get(&b.reservation_id).is_some_and(|o| !matches!(o.state, ObservedState::Failed(_)))
+                    })
+                    .map(|b| (b.clone(), now[&b.reservation_id].clone()))
+            };
+            for _round in 0..2 {
+                let now: Vec<Observed> = after.values().cloned().collect();
+                for action in plan(&desired, &now) {
+                    match action {
+                        Action::Stop { reservation_id, .. } => {
+                            after.remove(&reservation_id);
+                        }
+                        Action::Start(a) => {
+                            let blocked = blocker(&a, &after);
+                            prop_assert!(blocked.is_none(), "{} started over {blocked:?}", a.reservation_id);
+                            after.insert(a.reservation_id.clone(), observed(&a.reservation_id, a.epoch, ObservedState::Running));
+                        }
+                    }
+                }
+            }
+            // Whatever still waits is held by an instance that is not being stopped: one of a
+            // newer epoch than its (stale) assignment.
+            let now: Vec<Observed> = after.values().cloned().collect();
+            for action in plan(&desired, &now) {
+                if let Action::Start(a) = action {
+                    let blocked = blocker(&a, &after);
+                    let stale = blocked.as_ref().is_some_and(|(b, o)| o.epoch > b.epoch);
+                    prop_assert!(stale, "{} never started; held by {blocked:?}", a.reservation_id);
                 }
             }
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpurent_types::agent::{
-    Assignment, InstanceReport, InstanceState, LogChunk, NodeTelemetry, PublishedPort,
+    Assignment, GpuInfo, InstanceReport, InstanceState, LogChunk, NodeTelemetry, PublishedPort,
     RegisterNode, SyncRequest,
 };
 use tokio::sync::watch;
@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::client::{ControlPlane, RetryPolicy};
 use crate::reconcile::{self, Action, Observed, ObservedState};
+use crate::stops::Stops;
 use crate::{AgentError, Executor, GpuBackend, NodeIdentity};
 
 /// Output shipped with one sync, for one instance and for all.
@@ -104,9 +105,9 @@ impl Agent {
         Ok(identity)
     }
 
-    /// Runs until `stop` turns true. Instances keep running when the agent stops, so a
-    /// restarted agent adopts them.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) -> Result<(), AgentError> {
+    /// Runs until `shutdown` turns true. Instances keep running when the agent stops, so a
+    /// restarted agent adopts them; stops already begun are finished first.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), AgentError> {
         let identity = self.identity().await?;
         let inventory = self.gpus.discover()?;
         tracing::info!(
@@ -116,6 +117,22 @@ impl Agent {
             gpus = inventory.len(),
             "agent running"
         );
+        let mut stops = Stops::new(Arc::clone(&self.executor));
+        let outcome = self
+            .sync_loop(&identity, inventory, &mut stops, &mut shutdown)
+            .await;
+        stops.wait_all().await;
+        tracing::info!("agent stopped");
+        outcome
+    }
+
+    async fn sync_loop(
+        &self,
+        identity: &NodeIdentity,
+        inventory: Vec<GpuInfo>,
+        stops: &mut Stops,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), AgentError> {
         let heartbeat_ms = u64::try_from(self.config.heartbeat.as_millis()).unwrap_or(u64::MAX);
         let mut known_version = None;
         let mut desired: Vec<Assignment> = Vec::new();
@@ -124,9 +141,13 @@ impl Agent {
         let mut published: BTreeMap<(String, i64), Vec<PublishedPort>> = BTreeMap::new();
         let mut last_contact = Instant::now();
         let mut fenced = false;
-        while !*stop.borrow() {
+        while !*shutdown.borrow() {
+            stops.reap();
             let actual = self.observe(&failures).await?;
             let mut instances = reconcile::reports(&desired, &actual);
+            // An instance being stopped is reported once it is gone, not as it goes down
+            // (when it may look exited for a moment).
+            instances.retain(|r| !stops.contains(&r.reservation_id));
             self.add_ports(&desired, &mut instances, &mut published)
                 .await;
             let request = SyncRequest {
@@ -150,12 +171,20 @@ impl Agent {
                 .lease
                 .saturating_sub(last_contact.elapsed())
                 .max(self.config.heartbeat * 2);
-            let response = tokio::select! {
-                r = tokio::time::timeout(budget, self.client.sync(&identity.node_token, &request)) => {
-                    r.unwrap_or(Err(AgentError::SyncTimedOut { after: budget }))
+            let sync =
+                tokio::time::timeout(budget, self.client.sync(&identity.node_token, &request));
+            tokio::pin!(sync);
+            // None: a stop worked and is reported at once, by a new sync instead of this long
+            // poll (the control plane took this one's report when it came). A failed stop
+            // waits for the next heartbeat rather than retrying in a tight loop.
+            let response = loop {
+                tokio::select! {
+                    r = &mut sync => break Some(r.unwrap_or(Err(AgentError::SyncTimedOut { after: budget }))),
+                    _ = shutdown.changed() => return Ok(()),
+                    stopped = stops.finished(), if !stops.is_empty() => if stopped { break None },
                 }
-                _ = stop.changed() => break,
             };
+            let Some(response) = response else { continue };
             match response {
                 Ok(response) => {
                     last_contact = Instant::now();
@@ -168,32 +197,29 @@ impl Agent {
                             .any(|a| &a.reservation_id == id && a.epoch == f.epoch)
                     });
                     let actual = self.observe(&failures).await?;
-                    let actions = reconcile::plan(&desired, &actual);
-                    let mut all_ok = true;
-                    for action in &actions {
-                        all_ok &= self.act(action, &mut failures).await;
+                    let mut started = false;
+                    for action in reconcile::plan(&desired, &actual) {
+                        started |= self.act(action, stops, &mut failures).await;
                     }
-                    if !actions.is_empty() && all_ok {
+                    if started {
                         // Report the outcome at once rather than after the next long poll.
                         known_version = None;
                     }
-                    // A failed stop is retried at the next heartbeat, not in a tight loop.
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot sync with the control plane");
                     if !fenced && last_contact.elapsed() > self.config.lease {
-                        self.fence().await;
+                        self.fence(stops).await;
                         fenced = true;
                         desired.clear();
                     }
                     tokio::select! {
                         _ = tokio::time::sleep(self.config.heartbeat) => {}
-                        _ = stop.changed() => break,
+                        _ = shutdown.changed() => return Ok(()),
                     }
                 }
             }
         }
-        tracing::info!("agent stopped");
         Ok(())
     }
 
@@ -294,12 +320,20 @@ impl Agent {
         Ok(actual)
     }
 
-    /// Carries out one action; false when a stop failed and must be tried again.
-    async fn act(&self, action: &Action, failures: &mut BTreeMap<String, Observed>) -> bool {
+    /// Carries out one action; true when it started an instance (or failed to). Stops go on
+    /// in the background; a start waits while an earlier epoch of its reservation is being
+    /// stopped (the next plan after that stop asks for it again).
+    async fn act(
+        &self,
+        action: Action,
+        stops: &mut Stops,
+        failures: &mut BTreeMap<String, Observed>,
+    ) -> bool {
         match action {
+            Action::Start(a) if stops.contains(&a.reservation_id) => false,
             Action::Start(a) => {
                 failures.remove(&a.reservation_id);
-                if let Err(e) = self.executor.start(a).await {
+                if let Err(e) = self.executor.start(&a).await {
                     tracing::warn!(reservation_id = %a.reservation_id, error = %e, "start failed");
                     failures.insert(
                         a.reservation_id.clone(),
@@ -312,26 +346,26 @@ impl Agent {
                 }
                 true
             }
-            Action::Stop { reservation_id, .. } => match self.executor.stop(reservation_id).await {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(%reservation_id, error = %e, "stop failed; retrying next heartbeat");
-                    false
-                }
-            },
+            Action::Stop {
+                reservation_id,
+                grace,
+                ..
+            } => {
+                stops.start(&reservation_id, grace);
+                false
+            }
         }
     }
 
     /// Self-fencing: without the control plane, this node's work may have been rescheduled
-    /// elsewhere, so it must not keep running here.
-    async fn fence(&self) {
+    /// elsewhere, so it must not keep running here. Each instance gets the executor's default
+    /// grace, unless it is being stopped already.
+    async fn fence(&self, stops: &mut Stops) {
         tracing::error!(lease = ?self.config.lease, "lost the control plane for longer than the lease; stopping all instances");
         match self.executor.list().await {
             Ok(instances) => {
                 for o in instances {
-                    if let Err(e) = self.executor.stop(&o.reservation_id).await {
-                        tracing::error!(reservation_id = %o.reservation_id, error = %e, "could not stop while fencing");
-                    }
+                    stops.start(&o.reservation_id, None);
                 }
             }
             Err(e) => tracing::error!(error = %e, "could not list instances while fencing"),

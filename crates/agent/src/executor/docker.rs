@@ -33,7 +33,8 @@ pub struct DockerExecutor {
     resources: ResourcesPerGpu,
     /// Ask the Engine for the GPUs (needs the NVIDIA container toolkit); off for simulated GPUs.
     gpu_devices: bool,
-    /// Seconds between SIGTERM and SIGKILL when a container is stopped.
+    /// Seconds between SIGTERM and SIGKILL when a container is stopped and its assignment does
+    /// not say.
     grace_s: i32,
 }
 
@@ -55,6 +56,9 @@ fn is_not_found(e: &bollard::errors::Error) -> bool {
         }
     )
 }
+
+/// How long past the grace period a stop request may take (the kill and the Engine's answer).
+const STOP_SLACK: Duration = Duration::from_secs(30);
 
 /// The container of a reservation.
 pub fn container_name(reservation_id: &str) -> String {
@@ -150,7 +154,7 @@ impl Executor for DockerExecutor {
         })?;
         let name = container_name(id);
         // A container left by an earlier epoch of this reservation goes first.
-        self.stop(id).await?;
+        self.stop(id, None).await?;
         let visible = a.gpus.join(",");
         let mut env: Vec<String> = a.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         env.push(format!("NVIDIA_VISIBLE_DEVICES={visible}"));
@@ -201,12 +205,20 @@ impl Executor for DockerExecutor {
         Ok(())
     }
 
-    async fn stop(&self, id: &str) -> Result<(), AgentError> {
+    async fn stop(&self, id: &str, grace: Option<Duration>) -> Result<(), AgentError> {
         let name = container_name(id);
-        let stop = StopContainerOptionsBuilder::default()
-            .t(self.grace_s)
-            .build();
-        match self.docker.stop_container(&name, Some(stop)).await {
+        let grace_s = grace.map_or(self.grace_s, |g| {
+            i32::try_from(g.as_secs()).unwrap_or(i32::MAX)
+        });
+        let stop = StopContainerOptionsBuilder::default().t(grace_s).build();
+        // The Engine answers only once the container is down, up to the grace period later:
+        // the request may take that long (the client's timeout, 2 minutes, could be shorter).
+        let wait = Duration::from_secs(u64::try_from(grace_s).unwrap_or(0)) + STOP_SLACK;
+        let docker = self
+            .docker
+            .clone()
+            .with_timeout(wait.max(self.docker.timeout()));
+        match docker.stop_container(&name, Some(stop)).await {
             Ok(()) => {}
             Err(e) if is_not_found(&e) => return Ok(()),
             // 304: already stopped.

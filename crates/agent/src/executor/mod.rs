@@ -7,6 +7,8 @@ pub mod docker;
 mod process;
 mod sim;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use gpurent_types::agent::{Assignment, PublishedPort};
 
@@ -26,8 +28,9 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
     /// Starts the workload of an assignment.
     async fn start(&self, assignment: &Assignment) -> Result<(), AgentError>;
 
-    /// Stops and removes a reservation's workload; stopping what is gone is not an error.
-    async fn stop(&self, reservation_id: &str) -> Result<(), AgentError>;
+    /// Stops and removes a reservation's workload: SIGTERM, then SIGKILL once `grace` is over
+    /// (None: the executor's default). Stopping what is gone is not an error.
+    async fn stop(&self, reservation_id: &str, grace: Option<Duration>) -> Result<(), AgentError>;
 
     /// Every instance this executor runs for gpurent on this node, including ones started
     /// before the agent restarted.

@@ -107,7 +107,8 @@ impl ProcessExecutor {
         })
     }
 
-    /// How long a stopped instance gets between SIGTERM and SIGKILL.
+    /// How long a stopped instance gets between SIGTERM and SIGKILL when its assignment does
+    /// not say.
     pub fn with_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
@@ -243,7 +244,8 @@ impl Executor for ProcessExecutor {
         Ok(())
     }
 
-    async fn stop(&self, id: &str) -> Result<(), AgentError> {
+    async fn stop(&self, id: &str, grace: Option<Duration>) -> Result<(), AgentError> {
+        let grace = grace.unwrap_or(self.grace);
         let dir = self.instance_dir(id);
         let file: Option<InstanceFile> = std::fs::read(dir.join("instance.json"))
             .ok()
@@ -256,7 +258,7 @@ impl Executor for ProcessExecutor {
                     let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
                 }
             }
-            let deadline = tokio::time::Instant::now() + self.grace;
+            let deadline = tokio::time::Instant::now() + grace;
             while self.group_alive(f) && tokio::time::Instant::now() < deadline {
                 self.reap();
                 tokio::time::sleep(Duration::from_millis(50)).await;

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use gpurent_types::agent::Assignment;
@@ -46,7 +47,8 @@ impl Executor for SimExecutor {
         Ok(())
     }
 
-    async fn stop(&self, reservation_id: &str) -> Result<(), AgentError> {
+    /// Nothing runs, so nothing needs a grace period: the instance goes at once.
+    async fn stop(&self, reservation_id: &str, _grace: Option<Duration>) -> Result<(), AgentError> {
         let mut instances = self.instances.lock().unwrap_or_else(|p| p.into_inner());
         if instances.remove(reservation_id).is_some() {
             tracing::info!(reservation_id, "sim instance stopped");

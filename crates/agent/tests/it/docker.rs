@@ -2,6 +2,8 @@
 //! GPURENT_TEST_DOCKER=1) and a local image (`gpurent-test/busybox`, imported from Debian's
 //! busybox-static; no registry is needed).
 
+use std::time::{Duration, Instant};
+
 use gpurent_agent::executor::docker::{container_name, LABEL_EPOCH, LABEL_RESERVATION};
 use gpurent_agent::executor::{DockerExecutor, ResourcesPerGpu};
 use gpurent_agent::reconcile::{Observed, ObservedState};
@@ -99,7 +101,7 @@ async fn containers_are_confined_and_labelled() {
     );
     assert!(env.contains(&"MODEL=llama".to_owned()));
 
-    e.stop(&id).await.unwrap();
+    e.stop(&id, None).await.unwrap();
     assert_eq!(state_of(&e, &id).await, None);
     assert!(
         e.docker()
@@ -109,7 +111,7 @@ async fn containers_are_confined_and_labelled() {
         "stop must remove the container"
     );
     // Stopping what is gone is fine.
-    e.stop(&id).await.unwrap();
+    e.stop(&id, None).await.unwrap();
 }
 
 #[tokio::test]
@@ -118,7 +120,7 @@ async fn exit_codes_are_reported() {
     let id = unique("exit");
     e.start(&assignment(&id, "exit 3")).await.unwrap();
     wait_for(&e, &id, ObservedState::Exited(3)).await;
-    e.stop(&id).await.unwrap();
+    e.stop(&id, None).await.unwrap();
     let mut no_image = assignment(&unique("noimage"), "true");
     no_image.image = None;
     let err = e.start(&no_image).await.unwrap_err();
@@ -151,7 +153,7 @@ async fn a_new_agent_adopts_running_containers() {
             state: ObservedState::Running
         }]
     );
-    second.stop(&id).await.unwrap();
+    second.stop(&id, None).await.unwrap();
 }
 
 #[tokio::test]
@@ -172,5 +174,49 @@ async fn ports_are_published_on_free_node_ports() {
     );
     assert!(published.iter().all(|p| p.host_port > 0), "{published:?}");
     assert_ne!(published[0].host_port, published[1].host_port);
-    e.stop(&id).await.unwrap();
+    e.stop(&id, None).await.unwrap();
+}
+
+/// The container's output so far (empty once it is removed).
+async fn output_of(e: &DockerExecutor, id: &str) -> String {
+    let bytes = e.read_output(id, 0, 1 << 20).await.ok().flatten();
+    String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned()
+}
+
+/// The grace period of the assignment overrides the executor's (1 s here): the container's
+/// main process is told by SIGTERM and killed once the grace period is over.
+#[tokio::test]
+async fn stop_gives_the_container_its_grace_period_then_kills_it() {
+    let Some(e) = docker().await else { return };
+    let id = unique("grace");
+    e.start(&assignment(
+        &id,
+        "trap 'echo got-term' TERM; echo ready; while true; do sleep 0.1; done",
+    ))
+    .await
+    .unwrap();
+    wait_for(&e, &id, ObservedState::Running).await;
+    for _ in 0..200 {
+        if output_of(&e, &id).await.contains("ready") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let began = Instant::now();
+    // The output goes with the container: it is read while the stop waits.
+    let told = async {
+        for _ in 0..100 {
+            if output_of(&e, &id).await.contains("got-term") {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        false
+    };
+    let (stopped, told) = tokio::join!(e.stop(&id, Some(Duration::from_secs(3))), told);
+    let took = began.elapsed();
+    stopped.unwrap();
+    assert!(told, "the container was not told by SIGTERM");
+    assert!(took >= Duration::from_millis(2500), "killed after {took:?}");
+    assert_eq!(state_of(&e, &id).await, None);
 }

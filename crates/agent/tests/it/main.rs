@@ -1,9 +1,10 @@
 //! The agent's executors against the real operating system: processes, process groups and,
-//! where the cgroup v2 tree is writable, cgroups.
+//! where the cgroup v2 tree is writable, cgroups; and the agent's loop with them.
 
 // A failing test panics; that is what these are for.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agent;
 mod docker;
 mod process;
 mod support;

@@ -2,7 +2,7 @@
 //! environment isolation and, where possible, cgroup v2 limits.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpurent_agent::executor::{ProcessExecutor, ResourcesPerGpu};
 use gpurent_agent::reconcile::{Observed, ObservedState};
@@ -67,7 +67,7 @@ async fn runs_with_its_gpus_and_only_its_environment() {
             state: ObservedState::Running
         }]
     );
-    e.stop("r1").await.unwrap();
+    e.stop("r1", None).await.unwrap();
     assert_eq!(state_of(&e, "r1").await, None);
     assert!(!dir.path().join("instances/r1").exists());
 }
@@ -85,7 +85,7 @@ async fn exit_codes_are_reported() {
     wait_for(&e, "bad", ObservedState::Exited(3)).await;
     wait_for(&e, "missing", ObservedState::Exited(127)).await;
     for id in ["ok", "bad", "missing"] {
-        e.stop(id).await.unwrap();
+        e.stop(id, None).await.unwrap();
     }
     assert!(e.list().await.unwrap().is_empty());
 }
@@ -103,7 +103,7 @@ async fn stop_ends_the_whole_process_group_even_when_it_ignores_sigterm() {
     wait_for(&e, "stubborn", ObservedState::Running).await;
     let child = read_pid(&dir.path().join("instances/stubborn/child.pid")).await;
     assert!(alive(child));
-    e.stop("stubborn").await.unwrap();
+    e.stop("stubborn", None).await.unwrap();
     for _ in 0..50 {
         if !alive(child) {
             break;
@@ -114,6 +114,41 @@ async fn stop_ends_the_whole_process_group_even_when_it_ignores_sigterm() {
         !alive(child),
         "the workload's child process survived the stop"
     );
+}
+
+/// A preempted spot instance's notice: SIGTERM, then SIGKILL once the grace period of its
+/// assignment is over (which overrides the executor's default).
+#[tokio::test]
+async fn stop_gives_the_workload_its_grace_period_then_kills_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = ProcessExecutor::new(dir.path(), None, ResourcesPerGpu::default())
+        .unwrap()
+        .with_grace(Duration::from_secs(60));
+    let marker = dir.path().join("got-term");
+    let mut a = assignment(
+        "spot",
+        r#"trap 'echo got-term > "$MARKER"' TERM; echo $$ > "$MARKER.pid"; while true; do sleep 0.1; done"#,
+    );
+    a.env
+        .insert("MARKER".into(), marker.to_string_lossy().into_owned());
+    e.start(&a).await.unwrap();
+    // Written once the trap is set.
+    let shell = read_pid(&dir.path().join("got-term.pid")).await;
+    let began = Instant::now();
+    e.stop("spot", Some(Duration::from_secs(2))).await.unwrap();
+    let took = began.elapsed();
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap_or_default().trim(),
+        "got-term",
+        "the workload was not told by SIGTERM"
+    );
+    assert!(took >= Duration::from_millis(1500), "killed after {took:?}");
+    assert!(
+        took < Duration::from_secs(30),
+        "the executor's default grace was used: {took:?}"
+    );
+    assert!(!alive(shell), "the workload outlived its grace period");
+    assert_eq!(state_of(&e, "spot").await, None);
 }
 
 #[tokio::test]
@@ -135,7 +170,7 @@ async fn a_restarted_agent_adopts_running_instances() {
             state: ObservedState::Running
         }]
     );
-    second.stop("long").await.unwrap();
+    second.stop("long", None).await.unwrap();
     assert!(second.list().await.unwrap().is_empty());
 }
 
@@ -155,7 +190,7 @@ async fn gpu_processes_are_attributed_to_their_reservation() {
         Some("owner")
     );
     assert_eq!(e.owner_of(std::process::id()).await, None);
-    e.stop("owner").await.unwrap();
+    e.stop("owner", None).await.unwrap();
 }
 
 /// Real cgroup v2 limits: only where the cgroup v2 tree is mounted and writable (as on GPU
@@ -198,6 +233,6 @@ async fn cgroup_limits_are_applied_where_cgroup_v2_is_writable() {
     );
     let output = std::fs::read_to_string(e.output_path("limited")).unwrap_or_default();
     assert!(output.contains("/gpurent-test/limited"), "{output}");
-    e.stop("limited").await.unwrap();
+    e.stop("limited", None).await.unwrap();
     assert!(!cg.exists());
 }
