@@ -24,6 +24,7 @@ pub struct TestAppBuilder {
     nodes: Vec<String>,
     manual_clock: bool,
     lease: Duration,
+    prices: Option<String>,
 }
 
 type RunningAgent = (
@@ -49,6 +50,7 @@ impl TestApp {
             nodes: Vec::new(),
             manual_clock: false,
             lease: Duration::from_secs(30),
+            prices: None,
         }
     }
 }
@@ -63,6 +65,12 @@ impl TestAppBuilder {
     /// How long agents keep running without the control plane before fencing themselves.
     pub fn with_agent_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self
+    }
+
+    /// Prices from this price file (see `gpurent_billing::PriceList::from_toml`).
+    pub fn with_prices(mut self, toml: &str) -> Self {
+        self.prices = Some(toml.to_owned());
         self
     }
 
@@ -92,10 +100,13 @@ impl TestAppBuilder {
             .ensure_admin(&hash_token(ADMIN_TOKEN), clock.now())
             .await
             .expect("admin");
-        let config = ServerConfig {
+        let mut config = ServerConfig {
             maintenance_interval: Duration::from_millis(100),
             ..ServerConfig::default()
         };
+        if let Some(toml) = &self.prices {
+            config.prices = gpurent_billing::PriceList::from_toml(toml).expect("price file");
+        }
         let server = RunningServer::start(
             "127.0.0.1:0".parse().expect("addr"),
             store.clone(),
@@ -160,10 +171,25 @@ impl TestApp {
         gpus: Arc<dyn gpurent_agent::GpuBackend>,
         executor: Arc<dyn gpurent_agent::Executor>,
     ) {
-        let (status, token) = self
-            .admin()
-            .post("/api/v1/nodes/join-token", &json!({}))
+        let admin = self.admin();
+        self.join(&admin, name, gpus, executor).await;
+    }
+
+    /// Joins a simulated agent with a join token of `owner` (a host), whose node it becomes.
+    pub async fn add_node_owned(&mut self, owner: &Client, name: &str, spec: &str) {
+        let gpus = Arc::new(SimGpus::parse(spec, name).expect("spec"));
+        self.join(owner, name, gpus, Arc::new(SimExecutor::new()))
             .await;
+    }
+
+    async fn join(
+        &mut self,
+        owner: &Client,
+        name: &str,
+        gpus: Arc<dyn gpurent_agent::GpuBackend>,
+        executor: Arc<dyn gpurent_agent::Executor>,
+    ) {
+        let (status, token) = owner.post("/api/v1/nodes/join-token", &json!({})).await;
         assert_eq!(status, StatusCode::CREATED, "{token}");
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = AgentConfig::new(&self.base, dir.path().to_owned(), name);
@@ -206,9 +232,17 @@ impl TestApp {
 
     /// A tenant with this much credit.
     pub async fn tenant(&self, name: &str, credit: &str) -> Tenant {
+        self.user(name, "tenant", credit).await
+    }
+
+    /// A user of this role with this much credit.
+    pub async fn user(&self, name: &str, role: &str, credit: &str) -> Tenant {
         let (status, body) = self
             .admin()
-            .post("/api/v1/users", &json!({"name": name, "credit": credit}))
+            .post(
+                "/api/v1/users",
+                &json!({"name": name, "role": role, "credit": credit}),
+            )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
         Tenant {
@@ -222,6 +256,18 @@ impl TestApp {
             .as_ref()
             .expect("built with_manual_clock")
             .advance(by);
+    }
+
+    /// Waits until every node has sent a heartbeat since the manual clock last moved (until
+    /// then a jump of the clock makes them look unreachable).
+    pub async fn wait_nodes_ready(&self) {
+        self.eventually("every node to be ready", || async {
+            let (_, nodes) = self.admin().get("/api/v1/nodes").await;
+            nodes
+                .as_array()
+                .is_some_and(|ns| ns.iter().all(|n| n["status"] == "ready"))
+        })
+        .await;
     }
 
     pub async fn maintenance_tick(&self) {

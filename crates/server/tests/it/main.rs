@@ -14,6 +14,7 @@ mod logs;
 mod openapi;
 mod settlement;
 mod telemetry;
+mod tiers;
 mod validation;
 
 /// Runs an async test body once per store backend.
