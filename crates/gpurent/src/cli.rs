@@ -60,6 +60,29 @@ pub enum Command {
         #[arg(long)]
         user: Option<String>,
     },
+    /// A monthly invoice (UTC calendar month), as JSON or CSV.
+    Invoice {
+        /// YYYY-MM.
+        month: String,
+        /// Print CSV (one row per reservation and a total row) instead of a table.
+        #[arg(long)]
+        csv: bool,
+        /// Whose invoice (admin).
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// What your nodes earned, per node (hosts).
+    Earnings {
+        /// Start, YYYY-MM-DD or RFC 3339 (default: the beginning).
+        #[arg(long)]
+        from: Option<String>,
+        /// End, exclusive (default: now).
+        #[arg(long)]
+        to: Option<String>,
+        /// Whose earnings (admin).
+        #[arg(long)]
+        user: Option<String>,
+    },
     /// Reserve GPUs.
     Reserve(ReserveArgs),
     /// Show one reservation.
@@ -75,7 +98,7 @@ pub enum Command {
         #[arg(long, short)]
         follow: bool,
     },
-    /// Nodes (admin).
+    /// Nodes (admin: all; hosts: their own).
     #[command(subcommand)]
     Nodes(NodesCommand),
     /// Checks of the platform's books (admin).
@@ -254,6 +277,8 @@ pub enum CreditCommand {
 pub enum AdminCommand {
     /// Recompute every balance from the transfers; exit 1 when the ledger is broken.
     LedgerCheck,
+    /// How spot instances ended: the spot success rate.
+    Spot,
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gpurent_types::api::{
-    Balance, CreateReservation, CreateUser, CreditGranted, GrantCredit, JoinToken, LedgerReport,
-    Node, Offer, Reservation, ReservationStopped, Usage, User, UserCreated,
+    Balance, CreateReservation, CreateUser, CreditGranted, Earnings, GrantCredit, Invoice,
+    JoinToken, LedgerReport, Node, Offer, Reservation, ReservationStopped, SpotStats, Usage, User,
+    UserCreated,
 };
 use gpurent_types::{Money, Role, Tier};
 
@@ -174,10 +175,41 @@ pub async fn run(
                         o.vram_gb.to_string(),
                         o.available.to_string(),
                         o.price_per_hour.to_string(),
+                        o.spot_min_bid.to_string(),
+                        format!(
+                            "{} then {}",
+                            o.stepped_price_per_hour, o.stepped_then_per_hour
+                        ),
+                        o.share_price_per_gb_hour.to_string(),
                     ]
                 })
                 .collect::<Vec<_>>();
-            print_table(&["GPU", "VRAM GB", "AVAILABLE", "PRICE/H"], &rows);
+            print_table(
+                &[
+                    "GPU",
+                    "VRAM GB",
+                    "AVAILABLE",
+                    "PRICE/H",
+                    "SPOT FROM/H",
+                    "STEPPED/H",
+                    "SHARE/GB/H",
+                ],
+                &rows,
+            );
+            if let Some(o) = offers.first() {
+                let blocks: Vec<String> = o
+                    .reserved_discounts
+                    .iter()
+                    .map(|d| format!("{}% off from {} h", d.percent, d.min_hours))
+                    .collect();
+                if !blocks.is_empty() {
+                    print_line(&format!("reserved blocks: {}", blocks.join(", ")));
+                }
+                print_line(&format!(
+                    "stepped: the first rate for {} h, then the second",
+                    o.stepped_first_hours
+                ));
+            }
         }
         Command::Reserve(args) => reserve(&api, args, json).await?,
         Command::Usage { from, to, user } => {
@@ -207,6 +239,81 @@ pub async fn run(
                 .collect();
             print_table(&["RESERVATION", "CHARGED"], &rows);
             print_line(&format!("total {}", u.total));
+        }
+        Command::Invoice { month, csv, user } => {
+            let mut path = format!("/api/v1/invoices/{}", segment(&month));
+            if let Some(user) = &user {
+                path.push_str(&format!("?user_id={}", segment(user)));
+            }
+            if csv {
+                let sep = if user.is_some() { '&' } else { '?' };
+                let (text, _) = api.get_text(&format!("{path}{sep}format=csv"), "").await?;
+                print!("{text}");
+                return Ok(());
+            }
+            let invoice: Invoice = api.get(&path).await?;
+            if json {
+                return print_json(&invoice);
+            }
+            print_line(&format!(
+                "invoice {} for {} ({}), {}",
+                invoice.number, invoice.user_name, invoice.user_id, invoice.month
+            ));
+            let rows: Vec<Vec<String>> = invoice
+                .lines
+                .iter()
+                .map(|l| {
+                    vec![
+                        l.reservation_id.clone(),
+                        match l.vram_gb {
+                            Some(gb) => format!("{} {gb} GB", l.gpu_type),
+                            None => format!("{}x {}", l.gpu_count, l.gpu_type),
+                        },
+                        l.tier.to_string(),
+                        l.price_per_hour.to_string(),
+                        l.amount.to_string(),
+                    ]
+                })
+                .collect();
+            print_table(&["RESERVATION", "GPUS", "TIER", "PRICE/H", "AMOUNT"], &rows);
+            print_line(&format!("total {} {}", invoice.total, invoice.currency));
+        }
+        Command::Earnings { from, to, user } => {
+            let mut query = Vec::new();
+            for (k, v) in [("from", from), ("to", to), ("user_id", user)] {
+                if let Some(v) = v {
+                    query.push(format!("{k}={}", segment(&v)));
+                }
+            }
+            let e: Earnings = api
+                .get(&format!("/api/v1/earnings?{}", query.join("&")))
+                .await?;
+            if json {
+                return print_json(&e);
+            }
+            let rows: Vec<Vec<String>> = e
+                .nodes
+                .iter()
+                .map(|n| vec![n.node.clone(), n.node_id.clone(), n.earned.to_string()])
+                .collect();
+            print_table(&["NODE", "ID", "EARNED"], &rows);
+            print_line(&format!("total {}", e.total));
+        }
+        Command::Admin(AdminCommand::Spot) => {
+            let stats: SpotStats = api.get("/api/v1/admin/spot").await?;
+            if json {
+                return print_json(&stats);
+            }
+            print_line(&format!(
+                "{} spot instances ended: {} completed, {} preempted, {} interrupted in all; success rate {}",
+                stats.ended,
+                stats.completed,
+                stats.preempted,
+                stats.interrupted,
+                stats
+                    .success_rate
+                    .map_or("n/a".to_owned(), |r| format!("{:.4}%", r * 100.0))
+            ));
         }
         Command::Get { id } => {
             let r: Reservation = api

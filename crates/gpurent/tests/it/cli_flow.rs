@@ -109,6 +109,25 @@ fn the_contract_flow_through_the_cli() {
         Money::from_micros(100_000_000 - charge).to_string()
     );
 
+    // The month's invoice says the same, as JSON and as CSV (a header, the line, the total).
+    let month = started.format("%Y-%m").to_string();
+    let invoice = cli(&url, t, true, &["invoice", &month]).json();
+    assert_eq!(invoice["total"], done["charged"], "{invoice}");
+    let csv = cli(&url, t, false, &["invoice", &month, "--csv"]);
+    assert_eq!(csv.code, 0, "{csv:?}");
+    let rows: Vec<&str> = csv.stdout.lines().collect();
+    assert_eq!(rows.len(), 3, "{csv:?}");
+    assert!(rows[1].contains(&id), "{csv:?}");
+    // The node belongs to the admin who made its join token: 80% of the charge.
+    let earned = cli(&url, Some(&admin), true, &["earnings"]).json();
+    assert_eq!(
+        earned["total"],
+        Money::from_micros(charge * 8 / 10).to_string(),
+        "{earned}"
+    );
+    let spot = cli(&url, Some(&admin), true, &["admin", "spot"]).json();
+    assert_eq!(spot["ended"], 0, "{spot}");
+
     // Errors: one JSON document on stdout and a non-zero exit.
     let missing = cli(&url, t, true, &["get", "no-such-id"]);
     assert_eq!(missing.code, 1);
