@@ -12,6 +12,12 @@ pub fn print_line(s: &str) {
     let _ = writeln!(out, "{s}");
 }
 
+/// Text as it came (a CSV document, a log), without adding a newline.
+pub fn print_raw(s: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(s.as_bytes());
+}
+
 pub fn print_json<T: Serialize>(value: &T) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| CliError::new("bad_response", e.to_string()))?;

@@ -12,7 +12,7 @@ use gpurent_types::{Money, Role, Tier};
 
 use crate::api_client::{ApiClient, CliError};
 use crate::cli::{AdminCommand, Command, CreditCommand, NodesCommand, ReserveArgs, UsersCommand};
-use crate::output::{print_json, print_line, print_table};
+use crate::output::{print_json, print_line, print_raw, print_table};
 
 /// Without --token, the admin token of a local `gpurent up` is used when there is one, and
 /// the CLI says so on stderr.
@@ -248,7 +248,7 @@ pub async fn run(
             if csv {
                 let sep = if user.is_some() { '&' } else { '?' };
                 let (text, _) = api.get_text(&format!("{path}{sep}format=csv"), "").await?;
-                print!("{text}");
+                print_raw(&text);
                 return Ok(());
             }
             let invoice: Invoice = api.get(&path).await?;
