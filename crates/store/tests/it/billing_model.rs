@@ -1,14 +1,16 @@
-//! Model-based property test of billing: random schedules of reservations, agent reports
-//! (duplicated and out of order), stop requests, expiry passes, settlement ticks and
-//! control-plane restarts (the store closed and reopened) must leave every reservation charged
-//! exactly floor(seconds running × price / 3600) as an independent model computes it, the
-//! tenant's balance down by exactly the sum, and the ledger balanced. On SQLite and PostgreSQL.
+//! Model-based property test of billing: random schedules of reservations on every tier, agent
+//! reports (duplicated and out of order), stop requests, expiry passes, settlement ticks,
+//! preemptions and control-plane restarts (the store closed and reopened) must leave every
+//! reservation charged exactly what an independent model computes (the rate over the seconds
+//! it ran; a reserved block in full unless the platform ended it), the tenant's balance down by
+//! exactly the sum with nothing left held, the node's owner paid exactly its share, and the
+//! ledger balanced. On SQLite and PostgreSQL.
 
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use chrono::Duration;
-use gpurent_billing::{charge_for_seconds, PriceList};
+use gpurent_billing::{PriceList, Rate};
 use gpurent_store::prelude::*;
 use gpurent_store::{Backend, NewReservation, Scope, SqlStore, Want};
 use gpurent_types::agent::{InstanceReport, InstanceState, SyncRequest};
@@ -17,9 +19,17 @@ use proptest::prelude::*;
 
 use crate::support::{t0, Fixture};
 
+/// The tiers a schedule reserves on, with the hours each asks for.
+const TIERS: [(Tier, u64); 4] = [
+    (Tier::OnDemand, 1),
+    (Tier::Stepped, 4),
+    (Tier::Reserved, 24),
+    (Tier::Spot, 1),
+];
+
 #[derive(Debug, Clone)]
 enum Op {
-    Reserve,
+    Reserve(usize),
     Running(usize),
     Stop(usize),
     Gone(usize),
@@ -32,7 +42,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        2 => Just(Op::Reserve),
+        3 => (0usize..TIERS.len()).prop_map(Op::Reserve),
         3 => (0usize..6).prop_map(Op::Running),
         2 => (0usize..6).prop_map(Op::Stop),
         2 => (0usize..6).prop_map(Op::Gone),
@@ -48,21 +58,27 @@ fn op() -> impl Strategy<Value = Op> {
 #[derive(Debug, Clone)]
 struct Model {
     id: String,
-    price: Money,
+    tier: Tier,
+    rate: Rate,
     duration: i64,
     start: Option<i64>,
     stop_at: Option<i64>,
     end: Option<i64>,
+    /// Ended by the platform (its agent stopped it unasked): a block's unused part goes back.
+    platform_ended: bool,
 }
 
 impl Model {
     fn charge(&self) -> Money {
-        match (self.start, self.end) {
-            (Some(s), Some(e)) => {
-                charge_for_seconds(self.price, u64::try_from((e - s).max(0)).unwrap_or(0))
+        let seconds = match (self.start, self.end) {
+            _ if self.tier == Tier::Reserved && self.end.is_some() && !self.platform_ended => {
+                self.duration
             }
-            _ => Money::ZERO,
-        }
+            (Some(s), Some(e)) => (e - s).max(0),
+            _ => 0,
+        };
+        self.rate
+            .charge_for_seconds(u64::try_from(seconds).unwrap_or(0))
     }
 
     /// A stop is asked for: billing ends now, or at the end of its hours if those are up.
@@ -87,6 +103,11 @@ impl Model {
         }
         self.end = Some(end);
     }
+
+    /// An end the agent reported without being asked, before the hours were up.
+    fn unasked(&self, now: i64) -> bool {
+        self.stop_at.is_none() && self.start.is_none_or(|s| now < s + self.duration)
+    }
 }
 
 fn report(id: &str, state: InstanceState, exit_code: Option<i32>) -> SyncRequest {
@@ -109,7 +130,7 @@ fn report(id: &str, state: InstanceState, exit_code: Option<i32>) -> SyncRequest
 
 async fn run(backend: Backend, ops: Vec<Op>) {
     let f = Fixture::new(backend).await;
-    let node = f.node("n", "NVIDIA GeForce RTX 4090", 6).await;
+    let (node, owner) = f.node_owned("n", "NVIDIA GeForce RTX 4090", 6).await;
     let tenant = f.user("payer", "100000").await;
     let mut store: Arc<SqlStore> = f.store.clone();
     let prices = PriceList::defaults();
@@ -119,13 +140,14 @@ async fn run(backend: Backend, ops: Vec<Op>) {
     let mut reserved = 0;
     for op in ops {
         match op {
-            Op::Reserve => {
+            Op::Reserve(tier) => {
+                let (tier, hours) = TIERS[tier];
                 let new = NewReservation {
                     tenant_id: tenant.clone(),
                     gpu_type: GpuType::parse("rtx4090").unwrap(),
                     want: Want::Whole { count: 1 },
-                    duration_s: 3600,
-                    tier: Tier::OnDemand,
+                    duration_s: hours * 3600,
+                    tier,
                     bid: None,
                     image: None,
                     command: vec![],
@@ -148,14 +170,40 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     .reserve(new, &prices, at(now) - Duration::seconds(10), at(now))
                     .await
                 {
+                    let quote = prices
+                        .quote(
+                            &GpuType::parse("rtx4090").unwrap(),
+                            gpurent_billing::Size::Whole {
+                                count: 1,
+                                gpu_vram_mb: 24_576,
+                            },
+                            hours * 3600,
+                            tier,
+                            None,
+                        )
+                        .unwrap();
+                    assert_eq!(r.price_per_hour, quote.price_per_hour);
                     models.push(Model {
                         id: r.id,
-                        price: r.price_per_hour,
-                        duration: 3600,
+                        tier,
+                        rate: quote.rate,
+                        duration: i64::try_from(hours * 3600).unwrap(),
                         start: None,
                         stop_at: None,
                         end: None,
+                        platform_ended: false,
                     });
+                    // Work that outranks spot instances may have preempted some: billing
+                    // stopped for them now.
+                    for m in models.iter_mut().filter(|m| m.tier == Tier::Spot) {
+                        let r = store.get_reservation(&m.id, &Scope::All).await.unwrap();
+                        if r.end_reason.as_deref() == Some("preempted")
+                            && m.stop_at.is_none()
+                            && m.end.is_none()
+                        {
+                            m.stop_at = Some(now);
+                        }
+                    }
                 }
             }
             Op::Running(i) => {
@@ -186,6 +234,9 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     .sync_node(&node, &report(&m.id, state, code), at(now))
                     .await
                     .unwrap();
+                if m.end.is_none() && state == InstanceState::Stopped && m.unasked(now) {
+                    m.platform_ended = true;
+                }
                 m.gone(now);
             }
             Op::Expire => {
@@ -247,8 +298,16 @@ async fn run(backend: Backend, ops: Vec<Op>) {
         );
         total = total.checked_add(m.charge()).unwrap();
     }
-    let balance = store.balance(&tenant).await.unwrap();
+    let (balance, held, _) = store.accounts(&tenant).await.unwrap();
     assert_eq!(Money::units(100_000).checked_sub(balance), Some(total));
+    assert_eq!(held, Money::ZERO);
+    // The owner's share is rounded down once per reservation, on its total.
+    let share: i64 = models
+        .iter()
+        .map(|m| m.charge().micros() * 8_000 / 10_000)
+        .sum();
+    let (_, _, earned) = store.accounts(&owner).await.unwrap();
+    assert_eq!(earned, Money::from_micros(share));
     let ledger = store.ledger_check().await.unwrap();
     assert!(ledger.ok(), "{ledger:?}");
     let problems = store.allocation_problems().await.unwrap();

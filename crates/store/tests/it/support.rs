@@ -47,6 +47,11 @@ impl Fixture {
 
     /// A node with `count` GPUs of `model` (24 GiB each).
     pub async fn node(&self, name: &str, model: &str, count: u32) -> String {
+        self.node_owned(name, model, count).await.0
+    }
+
+    /// A node as `node` makes it, and the id of the user who owns it.
+    pub async fn node_owned(&self, name: &str, model: &str, count: u32) -> (String, String) {
         let admin = self.user(&format!("admin-of-{name}"), "0").await;
         self.store
             .create_join_token(
@@ -60,7 +65,8 @@ impl Fixture {
         let gpus = (0..count)
             .map(|i| GpuInfo::basic(i, format!("GPU-{name}-{i}"), model.to_owned(), 24_576))
             .collect();
-        self.store
+        let node = self
+            .store
             .register_node(
                 NewNode {
                     join_token_hash: format!("join-{name}"),
@@ -73,7 +79,8 @@ impl Fixture {
                 t0(),
             )
             .await
-            .expect("register node")
+            .expect("register node");
+        (node, admin)
     }
 }
 
