@@ -7,6 +7,8 @@ use axum::Json;
 use gpurent_store::StoreError;
 use gpurent_types::api::{ErrorBody, ErrorDetail};
 
+use crate::idempotency::IdempotencyError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{0}")]
@@ -27,6 +29,8 @@ pub enum ApiError {
     MethodNotAllowed(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Idempotency(#[from] IdempotencyError),
 }
 
 impl ApiError {
@@ -42,6 +46,7 @@ impl ApiError {
             }
             ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::Idempotency(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             ApiError::Store(e) => match e {
                 StoreError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
                 StoreError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),

@@ -6,6 +6,7 @@ mod auth;
 mod bootstrap;
 mod error;
 mod extract;
+mod idempotency;
 mod maintenance;
 mod openapi;
 mod routes;
@@ -27,6 +28,7 @@ use tokio::task::JoinHandle;
 pub use auth::{hash_token, new_token};
 pub use bootstrap::{bootstrap_admin, BootstrapError};
 pub use error::ApiError;
+pub use idempotency::IdempotencyError;
 pub use openapi::openapi_document;
 pub use state::AppState;
 

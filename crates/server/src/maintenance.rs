@@ -1,5 +1,5 @@
-//! The periodic work of the control plane: settling running reservations every period and
-//! expiring those whose time is up.
+//! The periodic work of the control plane: settling running reservations every period,
+//! expiring those whose time is up, and forgetting day-old idempotency keys.
 
 use tokio::sync::watch;
 
@@ -18,6 +18,13 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
     let nodes = state.store.expire_due(now).await?;
     for node in nodes {
         state.wake.wake(&node);
+    }
+    let pruned = state
+        .store
+        .prune_idempotency_keys(now - crate::idempotency::KEEP_KEYS)
+        .await?;
+    if pruned > 0 {
+        tracing::debug!(pruned, "forgot day-old idempotency keys");
     }
     Ok(())
 }

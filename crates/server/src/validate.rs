@@ -120,7 +120,7 @@ pub fn reservation(
 }
 
 /// Identifies a request body for idempotency: the same key with another body is refused.
-fn request_hash<T: serde::Serialize>(body: &T) -> String {
+pub(crate) fn request_hash<T: serde::Serialize>(body: &T) -> String {
     let json = serde_json::to_vec(body).unwrap_or_default();
     hex::encode(Sha256::digest(&json))
 }

@@ -19,7 +19,9 @@ use gpurent_types::api::{
 use gpurent_types::Money;
 
 pub use error::StoreError;
-pub use model::{AuthUser, Backend, LedgerCheck, NewNode, NewReservation, NewUser, Scope, Want};
+pub use model::{
+    AuthUser, Backend, IdempotencyClaim, LedgerCheck, NewNode, NewReservation, NewUser, Scope, Want,
+};
 pub use sql::{Settled, SqlStore};
 
 /// The store's traits, for `use gpurent_store::prelude::*`.
@@ -77,6 +79,31 @@ pub trait UserStore: Send + Sync {
 
     /// Recomputes every balance from the transfers and checks that they sum to zero.
     async fn ledger_check(&self) -> Result<LedgerCheck>;
+
+    /// Claims an `Idempotency-Key` (its hash, under `scope`: a route and a caller) for a request
+    /// with this body hash, or says what became of its first use.
+    async fn begin_idempotent(
+        &self,
+        scope: &str,
+        key_hash: &str,
+        request_hash: &str,
+        now: DateTime<Utc>,
+    ) -> Result<IdempotencyClaim>;
+
+    /// Records the answer of a request that claimed its key, for replays.
+    async fn finish_idempotent(
+        &self,
+        scope: &str,
+        key_hash: &str,
+        status: u16,
+        sealed_response: &str,
+    ) -> Result<()>;
+
+    /// Releases the key of a request that failed, so that a retry runs it again.
+    async fn abort_idempotent(&self, scope: &str, key_hash: &str) -> Result<()>;
+
+    /// Forgets keys claimed before `before`; returns how many.
+    async fn prune_idempotency_keys(&self, before: DateTime<Utc>) -> Result<u64>;
 }
 
 /// Nodes, their GPUs and the agent protocol's desired and actual state.

@@ -94,3 +94,20 @@ impl LedgerCheck {
         self.sum == 0 && self.mismatched.is_empty() && self.problems.is_empty()
     }
 }
+
+/// What an `Idempotency-Key` means for a request that presents it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdempotencyClaim {
+    /// First use: the key is now held for this request, which should run and then be finished
+    /// (or aborted when it failed).
+    Fresh,
+    /// The key's request ran: its answer's status and sealed body.
+    Replay {
+        status: u16,
+        sealed_response: String,
+    },
+    /// The first request with the key is still running.
+    InProgress,
+    /// The key was used with another request body.
+    Mismatch,
+}

@@ -1,35 +1,56 @@
 //! Nodes for admins: join tokens for new agents, and the inventory.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use gpurent_types::api::{ErrorBody, JoinToken, Node};
 use gpurent_types::Role;
 
 use crate::auth::{hash_token, new_token, Caller};
 use crate::error::ApiError;
+use crate::idempotency::{self, Idempotent};
 use crate::state::AppState;
+use crate::validate;
 
 /// How long a join token may be used to register agents.
 const JOIN_TOKEN_TTL: chrono::Duration = chrono::Duration::hours(24);
 
 /// Make a join token (admin or host) for `gpurent agent --join-token`. Valid for 24 hours;
 /// the nodes it registers belong to the caller, who earns the host share of their work.
+/// The request has no parameters: its body, if any, is ignored.
 #[utoipa::path(post, path = "/api/v1/nodes/join-token", tag = "nodes", security(("bearer" = [])),
-    responses((status = 201, body = JoinToken), (status = 403, body = ErrorBody)))]
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "A retried request with the same key returns the first join token")),
+    responses((status = 201, body = JoinToken), (status = 403, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn create_join_token(
     State(state): State<AppState>,
     caller: Caller,
-) -> Result<(StatusCode, Json<JoinToken>), ApiError> {
+    headers: HeaderMap,
+) -> Result<Idempotent<JoinToken>, ApiError> {
     caller.require_role(&[Role::Admin, Role::Host])?;
-    let token = new_token("gpj");
+    // Every join-token request is the same request: the body `{}`.
+    let request_hash = validate::request_hash(&serde_json::json!({}));
+    let store = state.store.clone();
     let now = state.now();
-    let expires_at = now + JOIN_TOKEN_TTL;
-    state
-        .store
-        .create_join_token(&hash_token(&token), &caller.0.id, expires_at, now)
-        .await?;
-    Ok((StatusCode::CREATED, Json(JoinToken { token, expires_at })))
+    let created_by = caller.0.id.clone();
+    let op = async move {
+        let token = new_token("gpj");
+        let expires_at = now + JOIN_TOKEN_TTL;
+        store
+            .create_join_token(&hash_token(&token), &created_by, expires_at, now)
+            .await?;
+        Ok((StatusCode::CREATED, JoinToken { token, expires_at }))
+    };
+    idempotency::once(
+        &state,
+        &headers,
+        "nodes.join_token",
+        &caller.0.id,
+        request_hash,
+        op,
+    )
+    .await
 }
 
 /// Nodes and their GPUs: all of them for an admin, a host's own for a host.

@@ -11,39 +11,56 @@ use gpurent_types::api::{
 use crate::auth::{hash_token, new_token, Caller};
 use crate::error::ApiError;
 use crate::extract::{idempotency_key, ApiJson, ApiPath};
+use crate::idempotency::{self, Idempotent};
 use crate::state::AppState;
 use crate::validate;
 
-/// Create a user (admin). The token in the answer is shown only this once.
+/// Create a user (admin). The token in the answer is shown only this once, or again to a
+/// retry with the same `Idempotency-Key`.
 #[utoipa::path(post, path = "/api/v1/users", tag = "users", request_body = CreateUser,
     security(("bearer" = [])),
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "A retried request with the same key returns the first answer, token included")),
     responses((status = 201, body = UserCreated), (status = 403, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn create_user(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<CreateUser>,
-) -> Result<(StatusCode, Json<UserCreated>), ApiError> {
+) -> Result<Idempotent<UserCreated>, ApiError> {
     caller.require_admin()?;
     let (name, role, credit) = validate::user(&body)?;
-    let token = new_token("gpr");
-    let new = NewUser {
-        name,
-        role,
-        token_hash: hash_token(&token),
-        credit,
-    };
-    let user = state.store.create_user(new, state.now()).await?;
-    tracing::info!(user_id = %user.id, role = %user.role, "user created");
-    Ok((
-        StatusCode::CREATED,
-        Json(UserCreated {
+    let request_hash = validate::request_hash(&body);
+    let store = state.store.clone();
+    let now = state.now();
+    let op = async move {
+        let token = new_token("gpr");
+        let new = NewUser {
+            name,
+            role,
+            token_hash: hash_token(&token),
+            credit,
+        };
+        let user = store.create_user(new, now).await?;
+        tracing::info!(user_id = %user.id, role = %user.role, "user created");
+        let created = UserCreated {
             id: user.id,
             name: user.name,
             role: user.role,
             token,
-        }),
-    ))
+        };
+        Ok((StatusCode::CREATED, created))
+    };
+    idempotency::once(
+        &state,
+        &headers,
+        "users.create",
+        &caller.0.id,
+        request_hash,
+        op,
+    )
+    .await
 }
 
 /// List users (admin).

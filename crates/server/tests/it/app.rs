@@ -391,6 +391,14 @@ impl Client {
         Self::decode(r.send().await.expect("send")).await
     }
 
+    /// A POST without a body, with an `Idempotency-Key`.
+    pub async fn post_empty_with_key(&self, path: &str, key: &str) -> (StatusCode, Value) {
+        let r = self
+            .request(reqwest::Method::POST, path)
+            .header("Idempotency-Key", key);
+        Self::decode(r.send().await.expect("send")).await
+    }
+
     /// A raw body with a content type, for malformed requests.
     pub async fn post_raw(
         &self,

@@ -24,6 +24,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/0005_settlement.sql"),
     ),
     (6, "tiers", include_str!("../../migrations/0006_tiers.sql")),
+    (
+        7,
+        "idempotency",
+        include_str!("../../migrations/0007_idempotency.sql"),
+    ),
 ];
 
 /// An arbitrary constant naming gpurent's migration lock.

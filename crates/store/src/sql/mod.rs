@@ -1,6 +1,7 @@
 //! The SQL implementation of the store, over sqlx's `Any` driver: the same statements run on
 //! SQLite and PostgreSQL (`$1` placeholders, BIGINT everywhere, `ON CONFLICT`).
 
+mod idempotency;
 mod ledger;
 mod migrate;
 mod nodes;

@@ -10,7 +10,9 @@ use sqlx::Row;
 
 use super::ledger::{self, Kind, Transfer, PLATFORM_CREDIT};
 use super::{from_ts, new_id, ts, SqlStore};
-use crate::{AuthUser, Backend, LedgerCheck, NewUser, Result, StoreError, UserStore};
+use crate::{
+    AuthUser, Backend, IdempotencyClaim, LedgerCheck, NewUser, Result, StoreError, UserStore,
+};
 
 const USER_COLUMNS: &str = "u.id, u.name, u.role, u.created_at, a.balance
     FROM users u JOIN accounts a ON a.id = 'user:' || u.id";
@@ -365,5 +367,34 @@ impl UserStore for SqlStore {
             ));
         }
         Ok(check)
+    }
+
+    async fn begin_idempotent(
+        &self,
+        scope: &str,
+        key_hash: &str,
+        request_hash: &str,
+        now: DateTime<Utc>,
+    ) -> Result<IdempotencyClaim> {
+        self.claim_key(scope, key_hash, request_hash, now).await
+    }
+
+    async fn finish_idempotent(
+        &self,
+        scope: &str,
+        key_hash: &str,
+        status: u16,
+        sealed_response: &str,
+    ) -> Result<()> {
+        self.finish_key(scope, key_hash, status, sealed_response)
+            .await
+    }
+
+    async fn abort_idempotent(&self, scope: &str, key_hash: &str) -> Result<()> {
+        self.abort_key(scope, key_hash).await
+    }
+
+    async fn prune_idempotency_keys(&self, before: DateTime<Utc>) -> Result<u64> {
+        self.prune_keys(before).await
     }
 }

@@ -5,5 +5,6 @@
 
 mod billing_model;
 mod concurrent_settlement;
+mod idempotency;
 mod lifecycle;
 mod support;
