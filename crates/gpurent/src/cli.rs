@@ -119,7 +119,7 @@ pub enum BenchCommand {
     Running(BenchRunningArgs),
     /// CPU and memory an agent costs, with telemetry at its heartbeat.
     Agent(BenchAgentArgs),
-    /// One settlement period of many running reservations.
+    /// Settlement periods of many running reservations.
     Settle(BenchSettleArgs),
 }
 
@@ -130,6 +130,9 @@ pub struct BenchSettleArgs {
     pub database_url: Option<String>,
     #[arg(long, default_value_t = 100_000)]
     pub reservations: usize,
+    /// Periods to settle, one minute apart (the first after the bulk load, then steady ones).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub periods: u16,
 }
 
 #[derive(Debug, Args)]

@@ -3,7 +3,7 @@
 
 use sqlx::AnyConnection;
 
-use crate::Result;
+use crate::{Result, StoreError};
 
 pub(crate) const PLATFORM_CREDIT: &str = "platform:credit";
 pub(crate) const PLATFORM_REVENUE: &str = "platform:revenue";
@@ -102,11 +102,7 @@ pub(crate) async fn transfer(conn: &mut AnyConnection, t: Transfer<'_>) -> Resul
     let mut moves = [(t.debit, -t.amount), (t.credit, t.amount)];
     moves.sort_by_key(|(account, _)| *account);
     for (account, delta) in moves {
-        sqlx::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
-            .bind(delta)
-            .bind(account)
-            .execute(&mut *conn)
-            .await?;
+        add(conn, account, delta).await?;
     }
     Ok(true)
 }
@@ -165,11 +161,17 @@ pub(crate) async fn transfer_covered(conn: &mut AnyConnection, t: Transfer<'_>) 
     Ok(inserted == 1)
 }
 
+/// Moves an account's balance; an account that does not exist is an error (and the
+/// transaction, with its transfer row, is abandoned).
 async fn add(conn: &mut AnyConnection, account: &str, delta: i64) -> Result<()> {
-    sqlx::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
+    let moved = sqlx::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
         .bind(delta)
         .bind(account)
         .execute(&mut *conn)
-        .await?;
+        .await?
+        .rows_affected();
+    if moved != 1 {
+        return Err(StoreError::Corrupt(format!("no account {account:?}")));
+    }
     Ok(())
 }

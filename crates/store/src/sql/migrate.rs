@@ -29,7 +29,16 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "idempotency",
         include_str!("../../migrations/0007_idempotency.sql"),
     ),
+    (
+        8,
+        "settlement_pages",
+        include_str!("../../migrations/0008_settlement_pages.sql"),
+    ),
 ];
+
+/// What follows this line in a migration runs on PostgreSQL only (storage settings SQLite
+/// does not have).
+const POSTGRES_ONLY: &str = "-- postgres only below\n";
 
 /// An arbitrary constant naming gpurent's migration lock.
 const PG_MIGRATION_LOCK: i64 = 0x0067_7075_7265_6e74;
@@ -64,7 +73,17 @@ pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<()> {
         if applied.is_some() {
             continue;
         }
-        sqlx::raw_sql(sql).execute(&mut *tx).await.map_err(fail)?;
+        let (shared, postgres) = sql.split_once(POSTGRES_ONLY).unwrap_or((sql, ""));
+        sqlx::raw_sql(shared)
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
+        if backend == Backend::Postgres && !postgres.trim().is_empty() {
+            sqlx::raw_sql(postgres)
+                .execute(&mut *tx)
+                .await
+                .map_err(fail)?;
+        }
         sqlx::query(
             "INSERT INTO gpurent_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
         )

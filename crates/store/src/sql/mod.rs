@@ -201,9 +201,9 @@ impl SqlStore {
             5,
             "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, tier,
                 price_per_hour, duration_s, node_id, gpus, epoch, command, env, created_at,
-                started_at, settled_until, charged, host_share_bps) SELECT v.column1, v.column2,
+                started_at, host_share_bps) SELECT v.column1, v.column2,
                 'running', 'RTX4090', 1, 'on-demand', v.column3, 86400, v.column4, '[]', 1, '[]',
-                '{}', v.column5, v.column5, v.column5, 0, 8000 FROM (VALUES ",
+                '{}', v.column5, v.column5, 8000 FROM (VALUES ",
             ") AS v",
             |i, q| {
                 q.bind(ids[i].clone())
@@ -213,6 +213,13 @@ impl SqlStore {
                     .bind(at)
             },
         )
+        .await?;
+        sqlx::query(
+            "INSERT INTO meters (reservation_id, charged, held, settled_until)
+             SELECT id, 0, 0, started_at FROM reservations WHERE tenant_id = $1 AND status = 'running'",
+        )
+        .bind(tenant_id)
+        .execute(&mut *tx)
         .await?;
         tx.commit().await?;
         Ok(())

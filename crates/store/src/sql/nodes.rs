@@ -105,8 +105,7 @@ async fn apply_report(
             let published =
                 serde_json::to_string(&report.ports).unwrap_or_else(|_| "[]".to_owned());
             let n = sqlx::query(
-                "UPDATE reservations SET status = 'running', started_at = $1, settled_until = $1,
-                    published = $4
+                "UPDATE reservations SET status = 'running', started_at = $1, published = $4
                  WHERE id = $2 AND status = $3",
             )
             .bind(now)
@@ -116,6 +115,14 @@ async fn apply_report(
             .execute(&mut *conn)
             .await?
             .rows_affected();
+            if n == 1 {
+                // Settled up to its start: the first settlement charges from here.
+                sqlx::query("UPDATE meters SET settled_until = $1 WHERE reservation_id = $2")
+                    .bind(now)
+                    .bind(&report.reservation_id)
+                    .execute(&mut *conn)
+                    .await?;
+            }
             Ok(n == 1)
         }
         (s, S::Stopped | S::Exited | S::Failed) if !s.is_terminal() => {
@@ -153,7 +160,7 @@ async fn finish(
 ) -> Result<bool> {
     let row = sqlx::query(
         "SELECT r.tenant_id, r.tier, r.price_per_hour, r.price_step_s, r.price_after, r.started_at,
-                r.stop_requested_at, r.end_reason, r.duration_s, r.charged, r.node_id,
+                r.stop_requested_at, r.end_reason, r.duration_s, r.node_id,
                 r.host_share_bps, n.owner_id
          FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1",
     )
@@ -197,24 +204,32 @@ async fn finish(
     let seconds = started_at.map_or(0, |s| (ended_at - s).max(0) / 1_000_000);
     let seconds = u64::try_from(seconds).unwrap_or(0);
 
-    // The status compare-and-set locks the row; `charged` and `held` are read again under that
-    // lock, so a settlement that committed meanwhile is not charged a second time.
-    let locked = sqlx::query(
+    // The status compare-and-set: only one ending wins.
+    let ended = sqlx::query(
         "UPDATE reservations SET status = $1, ended_at = $2, end_reason = $3
-         WHERE id = $4 AND status = $5 RETURNING charged, held",
+         WHERE id = $4 AND status = $5",
     )
     .bind(status.as_str())
     .bind(ended_at)
     .bind(&reason)
     .bind(id)
     .bind(from.as_str())
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(locked) = locked else {
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if ended != 1 {
         return Ok(false);
-    };
-    let already = Money::from_micros(locked.try_get("charged")?);
-    let held: i64 = locked.try_get("held")?;
+    }
+    // Closing the meter locks it and reads it under that lock, so a settlement that committed
+    // meanwhile is seen, and one that read it before cannot update it any more.
+    let meter = sqlx::query(
+        "UPDATE meters SET settled_until = NULL WHERE reservation_id = $1 RETURNING charged, held",
+    )
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let already = Money::from_micros(meter.try_get("charged")?);
+    let held: i64 = meter.try_get("held")?;
     // A prepaid block is spent when its tenant ends it early or its workload ends; only an end
     // the platform caused gives back the unused part.
     let platform_ended = matches!(reason.as_str(), "failed_to_start" | "stopped_by_agent");
@@ -226,7 +241,7 @@ async fn finish(
     // Periodic settlements charged part of it already; this is the exact remainder.
     let total = rate.charge_for_seconds(billed_s).max(already);
     let due = total.micros() - already.micros();
-    sqlx::query("UPDATE reservations SET charged = $1, held = 0 WHERE id = $2")
+    sqlx::query("UPDATE meters SET charged = $1, held = 0 WHERE reservation_id = $2")
         .bind(total.micros())
         .bind(id)
         .execute(&mut *conn)

@@ -433,10 +433,10 @@ impl SqlStore {
         let inserted = sqlx::query(
             "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
                 bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
-                created_at, charged, idempotency_key, request_hash, ports, price_step_s,
-                price_after, held, host_share_bps, priority)
+                created_at, idempotency_key, request_hash, ports, price_step_s,
+                price_after, host_share_bps, priority)
              VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13, $14,
-                $15, 0, $16, $17, $18, $19, $20, $21, $22, $23)",
+                $15, $16, $17, $18, $19, $20, $21, $22)",
         )
         .bind(&id)
         .bind(&new.tenant_id)
@@ -458,7 +458,6 @@ impl SqlStore {
         .bind(to_json(&new.ports))
         .bind(stepped.then(|| i64::try_from(quote.rate.step_s).unwrap_or(i64::MAX)))
         .bind(stepped.then_some(quote.rate.then.micros()))
-        .bind(quote.hold.micros())
         .bind(i64::from(prices.host_share_bps))
         .bind(quote.preemptible().then_some(quote.priority))
         .execute(&mut *tx)
@@ -472,6 +471,11 @@ impl SqlStore {
                 Err(e)
             };
         }
+        sqlx::query("INSERT INTO meters (reservation_id, charged, held) VALUES ($1, 0, $2)")
+            .bind(&id)
+            .bind(quote.hold.micros())
+            .execute(&mut *tx)
+            .await?;
         for &(i, mb) in &placement.gpus {
             sqlx::query(
                 "INSERT INTO allocations (reservation_id, gpu_uuid, vram_mb) VALUES ($1, $2, $3)",

@@ -10,8 +10,10 @@ use crate::{Result, StoreError};
 
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
-    r.created_at, r.started_at, r.ended_at, r.end_reason, r.charged, r.published, n.name AS node_name
-    FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id";
+    r.created_at, r.started_at, r.ended_at, r.end_reason, COALESCE(m.charged, 0) AS charged,
+    r.published, n.name AS node_name
+    FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id
+    LEFT JOIN meters m ON m.reservation_id = r.id";
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())

@@ -54,9 +54,8 @@ impl SqlStore {
                 .bind(PG_SETTLEMENT_LOCK)
                 .execute(&mut *tx)
                 .await?;
-            // Reservations first, as in every transaction (see `sync_once`).
-            sqlx::query("SELECT id FROM reservations WHERE status = 'running' AND settled_until <= $1 ORDER BY id FOR UPDATE")
-                .bind(cutoff)
+            // The joins of a large period hash in memory instead of sorting on disk.
+            sqlx::query("SET LOCAL work_mem = '64MB'")
                 .execute(&mut *tx)
                 .await?;
         }
@@ -65,7 +64,7 @@ impl SqlStore {
                 id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, account TEXT NOT NULL, node_id TEXT,
                 block BIGINT NOT NULL, rate_now BIGINT NOT NULL, old_charged BIGINT NOT NULL,
                 new_charged BIGINT NOT NULL, held BIGINT NOT NULL, bps BIGINT NOT NULL,
-                end_at BIGINT NOT NULL, period BIGINT NOT NULL)",
+                end_at BIGINT NOT NULL, period BIGINT NOT NULL, old_settled BIGINT NOT NULL)",
             "CREATE TEMP TABLE IF NOT EXISTS earning (
                 node_id TEXT NOT NULL, account TEXT NOT NULL, amount BIGINT NOT NULL)",
         ] {
@@ -78,26 +77,29 @@ impl SqlStore {
         }
         let count = sqlx::query(
             "INSERT INTO settling (id, tenant_id, account, node_id, block, rate_now, old_charged,
-                new_charged, held, bps, end_at, period)
+                new_charged, held, bps, end_at, period, old_settled)
              SELECT id, tenant_id,
                     CASE WHEN block = 1 THEN 'hold:' ELSE 'user:' END || tenant_id,
                     node_id, block, CASE WHEN secs < step THEN price ELSE after END, charged,
                     CASE WHEN owed > charged THEN owed ELSE charged END, held, host_share_bps, e,
-                    (e - started_at) / $2
+                    (e - started_at) / $2, settled_until
              FROM (SELECT id, tenant_id, node_id, block, price, step, after, charged, held,
-                          host_share_bps, started_at, e, secs,
+                          host_share_bps, started_at, e, secs, settled_until,
                           (CASE WHEN secs <= step THEN secs * price
                                 ELSE step * price + (secs - step) * after END) / 3600 AS owed
                    FROM (SELECT id, tenant_id, node_id, charged, held, host_share_bps, started_at,
-                                CASE WHEN tier = 'reserved' THEN 1 ELSE 0 END AS block,
+                                settled_until, CASE WHEN tier = 'reserved' THEN 1 ELSE 0 END AS block,
                                 price_per_hour AS price,
                                 COALESCE(price_step_s, duration_s) AS step,
                                 COALESCE(price_after, price_per_hour) AS after, e,
                                 (e - started_at) / 1000000 AS secs
-                         FROM (SELECT *, CASE WHEN $1 < started_at + duration_s * 1000000 THEN $1
-                                              ELSE started_at + duration_s * 1000000 END AS e
-                               FROM reservations
-                               WHERE status = 'running' AND settled_until <= $3) a) b) c",
+                         FROM (SELECT r.id, r.tenant_id, r.node_id, r.tier, r.price_per_hour,
+                                      r.price_step_s, r.price_after, r.duration_s, r.started_at,
+                                      r.host_share_bps, m.charged, m.held, m.settled_until,
+                                      CASE WHEN $1 < r.started_at + r.duration_s * 1000000 THEN $1
+                                           ELSE r.started_at + r.duration_s * 1000000 END AS e
+                               FROM meters m JOIN reservations r ON r.id = m.reservation_id
+                               WHERE r.status = 'running' AND m.settled_until <= $3) a) b) c",
         )
         .bind(at)
         .bind(period_micros)
@@ -108,18 +110,36 @@ impl SqlStore {
         if count == 0 {
             return Ok(Settled::default());
         }
+        if self.backend == Backend::Postgres {
+            // A temporary table has no statistics until analysed, and the joins below are
+            // planned as nested loops over 100,000 rows without them.
+            sqlx::query("ANALYZE settling").execute(&mut *tx).await?;
+        }
         tracing::debug!(
             ms = clock.elapsed().as_millis(),
             count,
             "settlement: computed"
         );
-        sqlx::query(
-            "UPDATE reservations SET charged = s.new_charged, settled_until = s.end_at,
+        // Meters before accounts. On PostgreSQL a reservation that ended since it was read (its
+        // meter closed: `settled_until` cleared) or was settled by another transaction is left
+        // out (the update re-reads a row changed meanwhile), and left to `finish`; SQLite has
+        // let no other writer in since this transaction began.
+        const UPDATE: &str = "UPDATE meters SET charged = s.new_charged, settled_until = s.end_at,
                 held = CASE WHEN s.block = 1 THEN s.held - (s.new_charged - s.old_charged) ELSE 0 END
-             FROM settling s WHERE reservations.id = s.id",
-        )
-        .execute(&mut *tx)
-        .await?;
+             FROM settling s
+             WHERE meters.reservation_id = s.id AND meters.settled_until = s.old_settled";
+        let count = if self.backend == Backend::Postgres {
+            let gone = sqlx::query(&format!(
+                "WITH u AS ({UPDATE} RETURNING meters.reservation_id AS id)
+                 DELETE FROM settling WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.id = settling.id)"
+            ))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            count - gone
+        } else {
+            sqlx::query(UPDATE).execute(&mut *tx).await?.rows_affected()
+        };
         let charges: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM settling WHERE new_charged > old_charged")
                 .fetch_one(&mut *tx)
@@ -204,6 +224,16 @@ impl SqlStore {
         .bind(PLATFORM_REVENUE)
         .execute(&mut *tx)
         .await?;
+        // Every account moved must exist (the transfers have no foreign keys on PostgreSQL).
+        let missing: Option<String> = sqlx::query_scalar(
+            "SELECT x.account FROM (SELECT account FROM settling UNION SELECT account FROM earning) x
+             WHERE NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = x.account) LIMIT 1",
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(account) = missing {
+            return Err(StoreError::Corrupt(format!("no account {account:?}")));
+        }
         tracing::debug!(ms = clock.elapsed().as_millis(), "settlement: charged");
 
         // Prepaid: a tenant whose balance cannot pay for the next period of its reservations

@@ -273,12 +273,16 @@ impl UserStore for SqlStore {
     }
 
     async fn ledger_check(&self) -> Result<LedgerCheck> {
+        // One pass over the transfers, both sides of each.
         let rows = sqlx::query(
-            "SELECT a.id, a.balance,
-                CAST(COALESCE((SELECT SUM(amount) FROM transfers WHERE credit_account = a.id), 0)
-                   - COALESCE((SELECT SUM(amount) FROM transfers WHERE debit_account = a.id), 0)
-                   AS BIGINT) AS derived
-             FROM accounts a ORDER BY a.id",
+            "SELECT a.id, a.balance, CAST(COALESCE(m.derived, 0) AS BIGINT) AS derived
+             FROM accounts a LEFT JOIN (
+                 SELECT account, SUM(delta) AS derived FROM (
+                     SELECT credit_account AS account, amount AS delta FROM transfers
+                     UNION ALL
+                     SELECT debit_account, -amount FROM transfers) x
+                 GROUP BY account) m ON m.account = a.id
+             ORDER BY a.id",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -304,10 +308,25 @@ impl UserStore for SqlStore {
                 holds.insert(id, cached);
             }
         }
+        // Money moved to or from an account nobody has.
+        let unknown: Vec<String> = sqlx::query_scalar(
+            "SELECT x.account FROM (SELECT debit_account AS account FROM transfers
+                                    UNION SELECT credit_account FROM transfers) x
+             WHERE NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = x.account)
+             ORDER BY x.account",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        check.problems.extend(
+            unknown
+                .into_iter()
+                .map(|a| format!("transfers move money of {a}, which is no account")),
+        );
         // A tenant's hold is what its reservations keep there, no more and no less.
         let kept = sqlx::query(
-            "SELECT tenant_id, CAST(SUM(held) AS BIGINT) AS kept FROM reservations
-             WHERE held <> 0 GROUP BY tenant_id",
+            "SELECT r.tenant_id, CAST(SUM(m.held) AS BIGINT) AS kept
+             FROM meters m JOIN reservations r ON r.id = m.reservation_id
+             WHERE m.held <> 0 GROUP BY r.tenant_id",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -332,8 +351,9 @@ impl UserStore for SqlStore {
         // Each node's owner earned exactly its share of every charge for work on the node.
         let mut owed: BTreeMap<String, i64> = BTreeMap::new();
         let charged = sqlx::query(
-            "SELECT node_id, charged, host_share_bps FROM reservations
-             WHERE charged > 0 AND host_share_bps > 0 AND node_id IS NOT NULL",
+            "SELECT r.node_id, m.charged, r.host_share_bps
+             FROM meters m JOIN reservations r ON r.id = m.reservation_id
+             WHERE m.charged > 0 AND r.host_share_bps > 0 AND r.node_id IS NOT NULL",
         )
         .fetch_all(&self.pool)
         .await?;

@@ -1,0 +1,33 @@
+-- Settlement writes each running reservation's meter every period and a transfer for each.
+-- Transfers are found by the account they debit and their time (statements), host earnings by
+-- the account they credit; the ledger check scans them all. One index less per transfer.
+DROP INDEX transfers_debit;
+DROP INDEX transfers_credit;
+CREATE INDEX transfers_debit_time ON transfers (debit_account, created_at);
+CREATE INDEX transfers_earnings ON transfers (credit_account, created_at) WHERE kind = 'earning';
+
+-- What settlement writes every period lives in a narrow table of its own: rewriting a few
+-- numbers does not copy a whole reservation row (its command, environment, GPU list) each time.
+-- One row per reservation from its creation on; settled_until is set while it runs and cleared
+-- (NULL) when it ends, so a settlement that read it before cannot charge it again.
+CREATE TABLE meters (
+    reservation_id  TEXT PRIMARY KEY REFERENCES reservations (id),
+    charged         BIGINT NOT NULL,
+    held            BIGINT NOT NULL,
+    settled_until   BIGINT
+);
+INSERT INTO meters (reservation_id, charged, held, settled_until)
+    SELECT id, charged, held, CASE WHEN status IN ('pending', 'starting', 'running', 'stopping')
+                                   THEN settled_until END
+    FROM reservations;
+ALTER TABLE reservations DROP COLUMN charged;
+ALTER TABLE reservations DROP COLUMN held;
+ALTER TABLE reservations DROP COLUMN settled_until;
+-- postgres only below
+-- Free room on every page lets PostgreSQL rewrite a meter in place (a HOT update).
+ALTER TABLE meters SET (fillfactor = 70);
+-- Each transfer's accounts are moved in the same transaction, which fails when one is missing
+-- (see ledger.rs and settlement.rs), and `ledger-check` names any transfer whose account does
+-- not exist; the foreign keys cost two lookups and two row locks per transfer on top.
+ALTER TABLE transfers DROP CONSTRAINT transfers_debit_account_fkey;
+ALTER TABLE transfers DROP CONSTRAINT transfers_credit_account_fkey;
