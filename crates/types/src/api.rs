@@ -161,6 +161,13 @@ pub struct Reservation {
     pub end_reason: Option<String>,
     /// What it has been charged so far.
     pub charged: Money,
+    /// What the tenant's hold keeps for it: its first hour until the first settlement, or
+    /// the unused part of a prepaid reserved block.
+    #[serde(default)]
+    pub held: Money,
+    /// A spot reservation's bid per hour (what it pays).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub bid: Option<Money>,
     /// The tenant who owns it.
     pub tenant_id: String,
 }

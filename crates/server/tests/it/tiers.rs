@@ -77,6 +77,11 @@ async fn holds_and_host_earnings(backend: Backend) {
     assert_eq!(invoice["lines"][0]["reservation_id"], json!(id));
     assert_eq!(invoice["lines"][0]["amount"], "0.090972");
     assert_eq!(invoice["lines"][0]["tier"], "on-demand");
+    // The price offered, reserved at and invoiced is one figure.
+    let (_, offers) = t.client.get("/api/v1/offers").await;
+    assert_eq!(offers[0]["price_per_hour"], "2.50");
+    assert_eq!(r["price_per_hour"], "2.50");
+    assert_eq!(invoice["lines"][0]["price_per_hour"], "2.50");
     let number = invoice["number"].as_str().unwrap_or_default().to_owned();
     assert!(number.starts_with("GR-202603-"), "{number}");
     let (status, csv, _) = t
@@ -143,6 +148,7 @@ async fn reserved_blocks_and_the_stepped_tier(backend: Backend) {
         (Some("reserved"), Some("2.00"))
     );
     let block = id(&r);
+    assert_eq!(r["held"], "48.00");
     assert_eq!(
         balance(&t.client).await,
         ("1002.00".into(), "48.00".into(), "0.00".into())
@@ -217,7 +223,10 @@ async fn spot_instances_are_preempted_by_higher_bids(backend: Backend) {
     // No bid: the lowest, 40% of 2.50.
     let (status, r) = s.client.reserve(spot(None)).await;
     assert_eq!(status, StatusCode::CREATED, "{r}");
-    assert_eq!(r["price_per_hour"], "1.00");
+    assert_eq!(
+        (r["price_per_hour"].as_str(), r["bid"].as_str()),
+        (Some("1.00"), Some("1.00"))
+    );
     let first = id(&r);
     app.wait_status(&s.client, &first, "running").await;
     app.advance(Duration::seconds(100));

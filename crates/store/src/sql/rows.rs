@@ -11,7 +11,7 @@ use crate::{Result, StoreError};
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
     r.created_at, r.started_at, r.ended_at, r.end_reason, COALESCE(m.charged, 0) AS charged,
-    r.published, n.name AS node_name
+    COALESCE(m.held, 0) AS held, r.bid, r.published, n.name AS node_name
     FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id
     LEFT JOIN meters m ON m.reservation_id = r.id";
 
@@ -51,5 +51,9 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
         ended_at: opt_ts("ended_at")?,
         end_reason: row.try_get("end_reason")?,
         charged: Money::from_micros(row.try_get("charged")?),
+        held: Money::from_micros(row.try_get("held")?),
+        bid: row
+            .try_get::<Option<i64>, _>("bid")?
+            .map(Money::from_micros),
     })
 }
