@@ -2,24 +2,19 @@
 
 use gpurent_types::Money;
 
-const SECONDS_PER_HOUR: i128 = 3600;
+use crate::rate::Rate;
 
 /// The charge for `seconds` of running at `price_per_hour`, rounded down to the micro-unit
 /// (a tenant is never charged for a fraction of a micro-unit they did not use).
 pub fn charge_for_seconds(price_per_hour: Money, seconds: u64) -> Money {
-    let micros = i128::from(price_per_hour.micros()) * i128::from(seconds) / SECONDS_PER_HOUR;
-    Money::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
+    Rate::flat(price_per_hour).charge_for_seconds(seconds)
 }
 
 /// What is still owed for `seconds` of running when `already` has been charged: the charge for
 /// the whole time minus what was charged before, never negative. Charging in periods this way
 /// adds up exactly to the charge for the whole time, whatever the periods were.
 pub fn charge_due(price_per_hour: Money, seconds: u64, already: Money) -> Money {
-    let total = charge_for_seconds(price_per_hour, seconds);
-    total
-        .checked_sub(already)
-        .filter(|d| !d.is_negative())
-        .unwrap_or(Money::ZERO)
+    Rate::flat(price_per_hour).charge_due(seconds, already)
 }
 
 #[cfg(test)]

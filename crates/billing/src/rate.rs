@@ -46,7 +46,6 @@ impl Rate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::charge_for_seconds;
     use proptest::prelude::*;
 
     #[test]
@@ -70,10 +69,16 @@ mod tests {
     }
 
     proptest! {
+        /// A step between two equal rates changes nothing.
         #[test]
-        fn a_flat_rate_is_the_plain_charge(price in 0i64..1_000_000_000, s in 0u64..40_000_000) {
+        fn a_step_to_the_same_rate_is_flat(
+            price in 0i64..1_000_000_000,
+            step_s in 0u64..100_000,
+            s in 0u64..40_000_000,
+        ) {
             let price = Money::from_micros(price);
-            prop_assert_eq!(Rate::flat(price).charge_for_seconds(s), charge_for_seconds(price, s));
+            let stepped = Rate { first: price, step_s, then: price };
+            prop_assert_eq!(stepped.charge_for_seconds(s), Rate::flat(price).charge_for_seconds(s));
         }
 
         #[test]

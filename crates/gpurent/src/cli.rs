@@ -49,17 +49,7 @@ pub enum Command {
     /// GPUs you can rent now, per type, with prices.
     Offers,
     /// What you were charged, per reservation and per day (UTC).
-    Usage {
-        /// Start, YYYY-MM-DD or RFC 3339 (default: the beginning).
-        #[arg(long)]
-        from: Option<String>,
-        /// End, exclusive (default: now).
-        #[arg(long)]
-        to: Option<String>,
-        /// Whose usage (admin).
-        #[arg(long)]
-        user: Option<String>,
-    },
+    Usage(Window),
     /// A monthly invoice (UTC calendar month), as JSON or CSV.
     Invoice {
         /// YYYY-MM.
@@ -72,17 +62,7 @@ pub enum Command {
         user: Option<String>,
     },
     /// What your nodes earned, per node (hosts).
-    Earnings {
-        /// Start, YYYY-MM-DD or RFC 3339 (default: the beginning).
-        #[arg(long)]
-        from: Option<String>,
-        /// End, exclusive (default: now).
-        #[arg(long)]
-        to: Option<String>,
-        /// Whose earnings (admin).
-        #[arg(long)]
-        user: Option<String>,
-    },
+    Earnings(Window),
     /// Reserve GPUs.
     Reserve(ReserveArgs),
     /// Show one reservation.
@@ -109,6 +89,38 @@ pub enum Command {
     /// Benchmarks (see BENCHMARKS.md).
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+/// A statement's time window and whose it is.
+#[derive(Debug, Args)]
+pub struct Window {
+    /// Start, YYYY-MM-DD or RFC 3339 (default: the beginning).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// End, exclusive (default: now).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Whose statement (admin; default: yours).
+    #[arg(long)]
+    pub user: Option<String>,
+}
+
+impl Window {
+    /// The query string of a statement request.
+    pub fn query(&self) -> String {
+        [
+            ("from", &self.from),
+            ("to", &self.to),
+            ("user_id", &self.user),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| {
+            v.as_ref()
+                .map(|v| format!("{k}={}", crate::cmd::client::segment(v)))
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+    }
 }
 
 #[derive(Debug, Subcommand)]

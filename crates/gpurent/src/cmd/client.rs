@@ -29,7 +29,7 @@ fn default_token() -> Option<String> {
 
 /// An id as one URL path segment: everything but unreserved characters percent-encoded, so
 /// that an id can never reach another endpoint.
-fn segment(id: &str) -> String {
+pub(crate) fn segment(id: &str) -> String {
     id.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
@@ -212,15 +212,9 @@ pub async fn run(
             }
         }
         Command::Reserve(args) => reserve(&api, args, json).await?,
-        Command::Usage { from, to, user } => {
-            let mut query = Vec::new();
-            for (k, v) in [("from", from), ("to", to), ("user_id", user)] {
-                if let Some(v) = v {
-                    query.push(format!("{k}={}", segment(&v)));
-                }
-            }
+        Command::Usage(window) => {
             let u: Usage = api
-                .get(&format!("/api/v1/usage?{}", query.join("&")))
+                .get(&format!("/api/v1/usage?{}", window.query()))
                 .await?;
             if json {
                 return print_json(&u);
@@ -278,15 +272,9 @@ pub async fn run(
             print_table(&["RESERVATION", "GPUS", "TIER", "PRICE/H", "AMOUNT"], &rows);
             print_line(&format!("total {} {}", invoice.total, invoice.currency));
         }
-        Command::Earnings { from, to, user } => {
-            let mut query = Vec::new();
-            for (k, v) in [("from", from), ("to", to), ("user_id", user)] {
-                if let Some(v) = v {
-                    query.push(format!("{k}={}", segment(&v)));
-                }
-            }
+        Command::Earnings(window) => {
             let e: Earnings = api
-                .get(&format!("/api/v1/earnings?{}", query.join("&")))
+                .get(&format!("/api/v1/earnings?{}", window.query()))
                 .await?;
             if json {
                 return print_json(&e);

@@ -78,23 +78,7 @@ pub(crate) async fn transfer(conn: &mut AnyConnection, t: Transfer<'_>) -> Resul
     if t.amount <= 0 {
         return Ok(false);
     }
-    let inserted = sqlx::query(
-        "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id, created_at,
-            kind, node_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
-    )
-    .bind(t.id)
-    .bind(t.debit)
-    .bind(t.credit)
-    .bind(t.amount)
-    .bind(t.reservation_id)
-    .bind(t.at)
-    .bind(t.kind.as_str())
-    .bind(t.node_id)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if inserted == 0 {
+    if insert(conn, &t, "ON CONFLICT (id) DO NOTHING").await? == 0 {
         return Ok(false);
     }
     // Accounts are locked in id order, so that transactions moving money between overlapping
@@ -142,11 +126,16 @@ pub(crate) async fn transfer_covered(conn: &mut AnyConnection, t: Transfer<'_>) 
     if debit_first {
         add(conn, t.credit, t.amount).await?;
     }
-    let inserted = sqlx::query(
-        "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id, created_at,
-            kind, node_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
+    Ok(insert(conn, &t, "").await? == 1)
+}
+
+/// Writes the transfer row; `on_conflict` is empty or an `ON CONFLICT` clause.
+async fn insert(conn: &mut AnyConnection, t: &Transfer<'_>, on_conflict: &str) -> Result<u64> {
+    Ok(sqlx::query(&format!(
+        "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id,
+            created_at, kind, node_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) {on_conflict}"
+    ))
     .bind(t.id)
     .bind(t.debit)
     .bind(t.credit)
@@ -157,8 +146,7 @@ pub(crate) async fn transfer_covered(conn: &mut AnyConnection, t: Transfer<'_>) 
     .bind(t.node_id)
     .execute(&mut *conn)
     .await?
-    .rows_affected();
-    Ok(inserted == 1)
+    .rows_affected())
 }
 
 /// Moves an account's balance; an account that does not exist is an error (and the

@@ -237,25 +237,32 @@ impl SqlStore {
         tracing::debug!(ms = clock.elapsed().as_millis(), "settlement: charged");
 
         // Prepaid: a tenant whose balance cannot pay for the next period of its reservations
-        // has them stopped now; billing stops with them.
-        let mut nodes: Vec<String> = sqlx::query_scalar::<_, Option<String>>(
-            "UPDATE reservations SET status = 'stopping', end_reason = 'insufficient_credit',
-                stop_requested_at = s.end_at
-             FROM settling s
-             WHERE reservations.id = s.id AND reservations.status = 'running' AND s.block = 0
-               AND s.account IN (
-                   SELECT a.id FROM accounts a
-                   JOIN (SELECT account, CAST(SUM(rate_now * $1 / 3600) AS BIGINT) AS need
-                         FROM settling WHERE block = 0 GROUP BY account) n ON n.account = a.id
-                   WHERE a.balance < n.need)
-             RETURNING reservations.node_id",
+        // has them stopped now; billing stops with them. Usually nobody is short, and the
+        // accounts are looked at first.
+        let short: Vec<String> = sqlx::query_scalar(
+            "SELECT a.id FROM accounts a
+             JOIN (SELECT account, CAST(SUM(rate_now * $1 / 3600) AS BIGINT) AS need
+                   FROM settling WHERE block = 0 GROUP BY account) n ON n.account = a.id
+             WHERE a.balance < n.need ORDER BY a.id",
         )
         .bind(period_s)
         .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .flatten()
-        .collect();
+        .await?;
+        let mut nodes: Vec<String> = Vec::new();
+        for account in &short {
+            let stopped: Vec<Option<String>> = sqlx::query_scalar(
+                "UPDATE reservations SET status = 'stopping', end_reason = 'insufficient_credit',
+                    stop_requested_at = s.end_at
+                 FROM settling s
+                 WHERE reservations.id = s.id AND reservations.status = 'running'
+                   AND s.block = 0 AND s.account = $1
+                 RETURNING reservations.node_id",
+            )
+            .bind(account)
+            .fetch_all(&mut *tx)
+            .await?;
+            nodes.extend(stopped.into_iter().flatten());
+        }
         let stopped = nodes.len();
         nodes.sort();
         nodes.dedup();
