@@ -9,8 +9,10 @@ mod statements;
 mod usage;
 mod users;
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{Method, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use tower_http::trace::TraceLayer;
@@ -68,6 +70,23 @@ pub(crate) fn router(state: AppState) -> Router {
             ApiError::MethodNotAllowed(format!("{method} {}", uri.path()))
         })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(run_to_completion))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// A request, once received, is handled to the end in a task of its own, even if its client
+/// goes away: an agent that drops a long poll, or a CLI stopped with Ctrl-C, must not cut a
+/// store transaction in half (on SQLite that would leave the one connection unusable).
+async fn run_to_completion(request: Request, next: Next) -> Response {
+    match tokio::spawn(next.run(request)).await {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::error!(error = %e, "request handler panicked");
+            ApiError::Store(gpurent_store::StoreError::Corrupt(
+                "the request's handler failed".to_owned(),
+            ))
+            .into_response()
+        }
+    }
 }

@@ -81,6 +81,13 @@ impl TestAppBuilder {
     }
 
     pub async fn start(self) -> TestApp {
+        // GPURENT_TEST_LOG=debug (an env filter) shows what the server and agents do.
+        if let Ok(filter) = std::env::var("GPURENT_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
         let db = TestDatabase::new(self.backend)
             .await
             .expect("test database");

@@ -94,3 +94,53 @@ async fn shares_never_exceed_a_gpu(backend: Backend) {
     app.shutdown().await;
 }
 both_stores!(shares, shares_never_exceed_a_gpu);
+
+/// Clients that hang up mid-request (a dropped long poll, a CLI stopped with Ctrl-C) never
+/// cut a store transaction in half: afterwards the store works and is consistent.
+async fn clients_that_hang_up_leave_nothing_broken(backend: Backend) {
+    let app = TestApp::with(backend)
+        .with_sim_gpus("4xRTX4090")
+        .start()
+        .await;
+    let t = app.tenant("impatient", "10000").await;
+    let requests = (0..400u64).map(|i| {
+        let client = t.client.clone();
+        async move {
+            // Give up after 0.3 to 4 ms: some requests never arrive, some are cut mid-way.
+            let patience = std::time::Duration::from_micros(300 + (i * 7919) % 3700);
+            let _ = tokio::time::timeout(
+                patience,
+                client.reserve(json!({"gpu_type": "rtx4090", "hours": 1, "vram_gb": 1})),
+            )
+            .await;
+        }
+    });
+    futures::future::join_all(requests).await;
+    // Whatever was cut off, the next requests are served.
+    let (status, r) = t
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "hours": 1, "vram_gb": 1}))
+        .await;
+    assert!(
+        status == StatusCode::CREATED || status == StatusCode::CONFLICT,
+        "{status}: {r}"
+    );
+    let (status, list) = t.client.get("/api/v1/reservations").await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    for r in list.as_array().cloned().unwrap_or_default() {
+        let (status, _) = t
+            .client
+            .post(
+                &format!(
+                    "/api/v1/reservations/{}/stop",
+                    r["id"].as_str().unwrap_or_default()
+                ),
+                &json!({}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    app.assert_consistent().await;
+    app.shutdown().await;
+}
+both_stores!(hang_ups, clients_that_hang_up_leave_nothing_broken);

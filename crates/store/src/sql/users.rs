@@ -273,6 +273,14 @@ impl UserStore for SqlStore {
     }
 
     async fn ledger_check(&self) -> Result<LedgerCheck> {
+        // Every figure from one snapshot, so that work going on meanwhile (a reservation ending
+        // between two of the queries) cannot look like a broken ledger.
+        let mut tx = self.pool.begin().await?;
+        if self.backend == Backend::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .execute(&mut *tx)
+                .await?;
+        }
         // One pass over the transfers, both sides of each.
         let rows = sqlx::query(
             "SELECT a.id, a.balance, CAST(COALESCE(m.derived, 0) AS BIGINT) AS derived
@@ -284,10 +292,10 @@ impl UserStore for SqlStore {
                  GROUP BY account) m ON m.account = a.id
              ORDER BY a.id",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
         let transfers: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM transfers")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *tx)
             .await?;
         let mut check = LedgerCheck {
             transfers,
@@ -315,7 +323,7 @@ impl UserStore for SqlStore {
              WHERE NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = x.account)
              ORDER BY x.account",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
         check.problems.extend(
             unknown
@@ -328,7 +336,7 @@ impl UserStore for SqlStore {
              FROM meters m JOIN reservations r ON r.id = m.reservation_id
              WHERE m.held <> 0 GROUP BY r.tenant_id",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
         for row in kept {
             let account = ledger::hold_account(&row.try_get::<String, _>("tenant_id")?);
@@ -355,7 +363,7 @@ impl UserStore for SqlStore {
              FROM meters m JOIN reservations r ON r.id = m.reservation_id
              WHERE m.charged > 0 AND r.host_share_bps > 0 AND r.node_id IS NOT NULL",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
         for row in charged {
             *owed.entry(row.try_get("node_id")?).or_default() +=
@@ -365,7 +373,7 @@ impl UserStore for SqlStore {
             "SELECT node_id, CAST(SUM(amount) AS BIGINT) AS earned FROM transfers
              WHERE kind = 'earning' GROUP BY node_id",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
         for row in earned {
             let node: Option<String> = row.try_get("node_id")?;
@@ -386,6 +394,7 @@ impl UserStore for SqlStore {
                 Money::from_micros(due)
             ));
         }
+        tx.commit().await?;
         Ok(check)
     }
 
