@@ -59,18 +59,27 @@ impl SqlStore {
                 .execute(&mut *tx)
                 .await?;
         }
+        // SQLite looks rows of `settling` up by id; PostgreSQL hashes them, and an index would
+        // only cost it time.
+        let id_key = match self.backend {
+            Backend::Sqlite => "PRIMARY KEY",
+            Backend::Postgres => "NOT NULL",
+        };
         for table in [
-            "CREATE TEMP TABLE IF NOT EXISTS settling (
-                id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, account TEXT NOT NULL, node_id TEXT,
+            &format!(
+                "CREATE TEMP TABLE IF NOT EXISTS settling (
+                id TEXT {id_key}, tenant_id TEXT NOT NULL, account TEXT NOT NULL, node_id TEXT,
                 block BIGINT NOT NULL, rate_now BIGINT NOT NULL, old_charged BIGINT NOT NULL,
                 new_charged BIGINT NOT NULL, held BIGINT NOT NULL, bps BIGINT NOT NULL,
-                end_at BIGINT NOT NULL, period BIGINT NOT NULL, old_settled BIGINT NOT NULL)",
+                end_at BIGINT NOT NULL, period BIGINT NOT NULL, old_settled BIGINT NOT NULL)"
+            ),
             "CREATE TEMP TABLE IF NOT EXISTS earning (
                 node_id TEXT NOT NULL, account TEXT NOT NULL, amount BIGINT NOT NULL)",
+            "CREATE TEMP TABLE IF NOT EXISTS short (account TEXT NOT NULL)",
         ] {
             sqlx::query(table).execute(&mut *tx).await?;
         }
-        for table in ["settling", "earning"] {
+        for table in ["settling", "earning", "short"] {
             sqlx::query(&format!("DELETE FROM {table}"))
                 .execute(&mut *tx)
                 .await?;
@@ -82,7 +91,7 @@ impl SqlStore {
                     CASE WHEN block = 1 THEN 'hold:' ELSE 'user:' END || tenant_id,
                     node_id, block, CASE WHEN secs < step THEN price ELSE after END, charged,
                     CASE WHEN owed > charged THEN owed ELSE charged END, held, host_share_bps, e,
-                    (e - started_at) / $2, settled_until
+                    (e - started_at) / $3, settled_until
              FROM (SELECT id, tenant_id, node_id, block, price, step, after, charged, held,
                           host_share_bps, started_at, e, secs, settled_until,
                           (CASE WHEN secs <= step THEN secs * price
@@ -99,21 +108,16 @@ impl SqlStore {
                                       CASE WHEN $1 < r.started_at + r.duration_s * 1000000 THEN $1
                                            ELSE r.started_at + r.duration_s * 1000000 END AS e
                                FROM meters m JOIN reservations r ON r.id = m.reservation_id
-                               WHERE r.status = 'running' AND m.settled_until <= $3) a) b) c",
+                               WHERE r.status = 'running' AND m.settled_until <= $2) a) b) c",
         )
         .bind(at)
-        .bind(period_micros)
         .bind(cutoff)
+        .bind(period_micros)
         .execute(&mut *tx)
         .await?
         .rows_affected();
         if count == 0 {
             return Ok(Settled::default());
-        }
-        if self.backend == Backend::Postgres {
-            // A temporary table has no statistics until analysed, and the joins below are
-            // planned as nested loops over 100,000 rows without them.
-            sqlx::query("ANALYZE settling").execute(&mut *tx).await?;
         }
         tracing::debug!(
             ms = clock.elapsed().as_millis(),
@@ -237,32 +241,34 @@ impl SqlStore {
         tracing::debug!(ms = clock.elapsed().as_millis(), "settlement: charged");
 
         // Prepaid: a tenant whose balance cannot pay for the next period of its reservations
-        // has them stopped now; billing stops with them. Usually nobody is short, and the
-        // accounts are looked at first.
-        let short: Vec<String> = sqlx::query_scalar(
-            "SELECT a.id FROM accounts a
+        // has them stopped now; billing stops with them. The accounts come first (usually none).
+        let short = sqlx::query(
+            "INSERT INTO short (account)
+             SELECT a.id FROM accounts a
              JOIN (SELECT account, CAST(SUM(rate_now * $1 / 3600) AS BIGINT) AS need
                    FROM settling WHERE block = 0 GROUP BY account) n ON n.account = a.id
-             WHERE a.balance < n.need ORDER BY a.id",
+             WHERE a.balance < n.need",
         )
         .bind(period_s)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut nodes: Vec<String> = Vec::new();
-        for account in &short {
-            let stopped: Vec<Option<String>> = sqlx::query_scalar(
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let mut nodes: Vec<String> = if short == 0 {
+            Vec::new()
+        } else {
+            sqlx::query_scalar::<_, Option<String>>(
                 "UPDATE reservations SET status = 'stopping', end_reason = 'insufficient_credit',
                     stop_requested_at = s.end_at
-                 FROM settling s
-                 WHERE reservations.id = s.id AND reservations.status = 'running'
-                   AND s.block = 0 AND s.account = $1
+                 FROM settling s JOIN short ON short.account = s.account
+                 WHERE reservations.id = s.id AND reservations.status = 'running' AND s.block = 0
                  RETURNING reservations.node_id",
             )
-            .bind(account)
             .fetch_all(&mut *tx)
-            .await?;
-            nodes.extend(stopped.into_iter().flatten());
-        }
+            .await?
+            .into_iter()
+            .flatten()
+            .collect()
+        };
         let stopped = nodes.len();
         nodes.sort();
         nodes.dedup();
