@@ -63,6 +63,7 @@ fn reservation_rows(rs: &[Reservation]) -> Vec<Vec<String>> {
                     None => format!("{}x {}", r.gpu_count, r.gpu_type),
                 },
                 r.node.clone().unwrap_or_else(|| "-".into()),
+                r.tier.to_string(),
                 r.price_per_hour.to_string(),
                 r.charged.to_string(),
                 opt_time(r.started_at),
@@ -81,8 +82,8 @@ fn reservation_rows(rs: &[Reservation]) -> Vec<Vec<String>> {
         .collect()
 }
 
-const RESERVATION_HEADER: [&str; 9] = [
-    "ID", "STATUS", "GPUS", "NODE", "PRICE/H", "CHARGED", "STARTED", "ENDED", "PORTS",
+const RESERVATION_HEADER: [&str; 10] = [
+    "ID", "STATUS", "GPUS", "NODE", "TIER", "PRICE/H", "CHARGED", "STARTED", "ENDED", "PORTS",
 ];
 
 pub async fn run(
