@@ -144,6 +144,7 @@ impl SqlStore {
         } else {
             sqlx::query(UPDATE).execute(&mut *tx).await?.rows_affected()
         };
+        tracing::debug!(ms = clock.elapsed().as_millis(), "settlement: meters");
         let charges: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM settling WHERE new_charged > old_charged")
                 .fetch_one(&mut *tx)
