@@ -36,9 +36,25 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
 ];
 
-/// What follows this line in a migration runs on PostgreSQL only (storage settings SQLite
-/// does not have).
-const POSTGRES_ONLY: &str = "-- postgres only below\n";
+/// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that
+/// runs on that database only (storage settings, or a table rebuild where SQLite cannot alter a
+/// constraint), up to the next such line.
+fn part_for(sql: &str, backend: Backend) -> String {
+    let mut out = String::new();
+    let mut applies = true;
+    for line in sql.lines() {
+        match line.trim() {
+            "-- postgres only below" => applies = backend == Backend::Postgres,
+            "-- sqlite only below" => applies = backend == Backend::Sqlite,
+            _ if applies => {
+                out.push_str(line);
+                out.push('\n');
+            }
+            _ => {}
+        }
+    }
+    out
+}
 
 /// An arbitrary constant naming gpurent's migration lock.
 const PG_MIGRATION_LOCK: i64 = 0x0067_7075_7265_6e74;
@@ -73,17 +89,10 @@ pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<()> {
         if applied.is_some() {
             continue;
         }
-        let (shared, postgres) = sql.split_once(POSTGRES_ONLY).unwrap_or((sql, ""));
-        sqlx::raw_sql(shared)
+        sqlx::raw_sql(&part_for(sql, backend))
             .execute(&mut *tx)
             .await
             .map_err(fail)?;
-        if backend == Backend::Postgres && !postgres.trim().is_empty() {
-            sqlx::raw_sql(postgres)
-                .execute(&mut *tx)
-                .await
-                .map_err(fail)?;
-        }
         sqlx::query(
             "INSERT INTO gpurent_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
         )
@@ -97,4 +106,16 @@ pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<()> {
         tracing::info!(version, name, "applied migration");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_database_gets_the_shared_part_and_its_own() {
+        let sql = "A;\n-- postgres only below\nP;\n-- sqlite only below\nS;\n";
+        assert_eq!(part_for(sql, Backend::Postgres), "A;\nP;\n");
+        assert_eq!(part_for(sql, Backend::Sqlite), "A;\nS;\n");
+    }
 }
