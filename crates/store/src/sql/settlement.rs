@@ -56,10 +56,18 @@ impl SqlStore {
                 .bind(PG_SETTLEMENT_LOCK)
                 .execute(&mut *tx)
                 .await?;
-            // The joins of a large period hash in memory instead of sorting on disk.
-            sqlx::query("SET LOCAL work_mem = '64MB'")
-                .execute(&mut *tx)
-                .await?;
+            // The joins of a large period hash in memory (instead of sorting on disk, or looking
+            // 100,000 rows up one by one: the planner's guess for a fresh period).
+            // A settlement lost in a crash is lost whole and done again from the meters at the
+            // next period (nothing outside this transaction depends on it), so its commit need
+            // not wait for the disk.
+            for setting in [
+                "SET LOCAL work_mem = '64MB'",
+                "SET LOCAL enable_nestloop = off",
+                "SET LOCAL synchronous_commit = off",
+            ] {
+                sqlx::query(setting).execute(&mut *tx).await?;
+            }
         }
         // The working table has no index: each statement below reads it once, and the meters
         // and reservations are looked up by their own primary keys (an index here cost SQLite
@@ -84,14 +92,14 @@ impl SqlStore {
                 .execute(&mut *tx)
                 .await?;
         }
-        let count = sqlx::query(
-            "INSERT INTO settling (id, tenant_id, account, node_id, block, rate_now, old_charged,
-                new_charged, held, bps, end_at, old_settled)
-             SELECT id, tenant_id,
-                    CASE WHEN block = 1 THEN 'hold:' ELSE 'user:' END || tenant_id,
-                    node_id, block, CASE WHEN secs < step THEN price ELSE after END, charged,
-                    CASE WHEN owed > charged THEN owed ELSE charged END, held, host_share_bps, e,
-                    settled_until
+        // What each due reservation owes now, computed by the database (the same expression as
+        // `Rate::charge_for_seconds`), in the columns of `settling`.
+        const DUE: &str = "SELECT id, tenant_id,
+                    CASE WHEN block = 1 THEN 'hold:' ELSE 'user:' END || tenant_id AS account,
+                    node_id, block, CASE WHEN secs < step THEN price ELSE after END AS rate_now,
+                    charged AS old_charged,
+                    CASE WHEN owed > charged THEN owed ELSE charged END AS new_charged, held,
+                    host_share_bps AS bps, e AS end_at, settled_until AS old_settled
              FROM (SELECT id, tenant_id, node_id, block, price, step, after, charged, held,
                           host_share_bps, started_at, e, secs, settled_until,
                           (CASE WHEN secs <= step THEN secs * price
@@ -108,41 +116,51 @@ impl SqlStore {
                                       CASE WHEN $1 < r.started_at + r.duration_s * 1000000 THEN $1
                                            ELSE r.started_at + r.duration_s * 1000000 END AS e
                                FROM meters m JOIN reservations r ON r.id = m.reservation_id
-                               WHERE r.status = 'running' AND m.settled_until <= $2) a) b) c",
-        )
-        .bind(at)
-        .bind(cutoff)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+                               WHERE r.status = 'running' AND m.settled_until <= $2) a) b) c";
+        const COLUMNS: &str = "id, tenant_id, account, node_id, block, rate_now, old_charged,
+            new_charged, held, bps, end_at, old_settled";
+        // Meters before accounts. On PostgreSQL one statement computes, updates the meters and
+        // keeps what it updated: a reservation that ended since it was read (its meter closed:
+        // `settled_until` cleared) or was settled by another transaction is left out (the update
+        // re-reads a row changed meanwhile), and left to `finish`. SQLite, which has let no
+        // other writer in since this transaction began, computes first and updates after.
+        const UPDATE: &str = "UPDATE meters SET charged = s.new_charged, settled_until = s.end_at,
+                held = CASE WHEN s.block = 1 THEN s.held - (s.new_charged - s.old_charged) ELSE 0 END
+             FROM {from} s
+             WHERE meters.reservation_id = s.id AND meters.settled_until = s.old_settled";
+        let count = if self.backend == Backend::Postgres {
+            let returning: Vec<String> = COLUMNS
+                .split(',')
+                .map(|c| format!("s.{}", c.trim()))
+                .collect();
+            sqlx::query(&format!(
+                "WITH s AS ({DUE}), u AS ({} RETURNING {})
+                 INSERT INTO settling ({COLUMNS}) SELECT {COLUMNS} FROM u",
+                UPDATE.replace("{from}", "s"),
+                returning.join(", ")
+            ))
+            .bind(at)
+            .bind(cutoff)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+        } else {
+            let count = sqlx::query(&format!("INSERT INTO settling ({COLUMNS}) {DUE}"))
+                .bind(at)
+                .bind(cutoff)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if count > 0 {
+                sqlx::query(&UPDATE.replace("{from}", "settling"))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            count
+        };
         if count == 0 {
             return Ok(Settled::default());
         }
-        tracing::debug!(
-            ms = clock.elapsed().as_millis(),
-            count,
-            "settlement: computed"
-        );
-        // Meters before accounts. On PostgreSQL a reservation that ended since it was read (its
-        // meter closed: `settled_until` cleared) or was settled by another transaction is left
-        // out (the update re-reads a row changed meanwhile), and left to `finish`; SQLite has
-        // let no other writer in since this transaction began.
-        const UPDATE: &str = "UPDATE meters SET charged = s.new_charged, settled_until = s.end_at,
-                held = CASE WHEN s.block = 1 THEN s.held - (s.new_charged - s.old_charged) ELSE 0 END
-             FROM settling s
-             WHERE meters.reservation_id = s.id AND meters.settled_until = s.old_settled";
-        let count = if self.backend == Backend::Postgres {
-            let gone = sqlx::query(&format!(
-                "WITH u AS ({UPDATE} RETURNING meters.reservation_id AS id)
-                 DELETE FROM settling WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.id = settling.id)"
-            ))
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            count - gone
-        } else {
-            sqlx::query(UPDATE).execute(&mut *tx).await?.rows_affected()
-        };
         tracing::debug!(ms = clock.elapsed().as_millis(), "settlement: meters");
         // Each period's charge has its own id: one already recorded (the rows above were not
         // what they seemed) fails the insert, and the whole settlement with it.
