@@ -3,7 +3,9 @@
 //! with a compare-and-set, so a placement computed from a stale view can never double-book.
 
 mod best_fit;
+pub mod cluster;
 mod preempt;
+pub mod trace;
 
 pub use best_fit::place;
 pub use preempt::{choose_victims, Victim};
