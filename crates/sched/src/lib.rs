@@ -4,8 +4,11 @@
 
 mod best_fit;
 pub mod cluster;
+pub mod policies;
 mod preempt;
+pub mod rng;
 pub mod trace;
+pub mod workload;
 
 pub use best_fit::place;
 pub use preempt::{choose_victims, Victim};
