@@ -4,6 +4,7 @@
 
 mod best_fit;
 pub mod cluster;
+pub mod experiment;
 pub mod policies;
 mod preempt;
 pub mod rng;
