@@ -144,3 +144,61 @@ fn nothing_fits_nothing_placed() {
         );
     }
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_pod() -> impl Strategy<Value = Pod> {
+        (
+            0u64..20_000,
+            prop_oneof![
+                Just(GpuDemand::None),
+                (1u32..1000).prop_map(GpuDemand::Share),
+                prop_oneof![Just(1u32), Just(2), Just(4), Just(8)].prop_map(GpuDemand::Whole),
+            ],
+            prop_oneof![Just(None), Just(Some(0b01u64)), Just(Some(0b10u64))],
+        )
+            .prop_map(|(cpu, gpu, models)| Pod {
+                cpu_milli: cpu,
+                memory_mib: cpu,
+                gpu,
+                models,
+            })
+    }
+
+    proptest! {
+        /// Whatever arrives, every policy's choice is a valid allocation: a gang on one node
+        /// on distinct GPUs of an allowed model, never over any capacity; and a pod is refused
+        /// only when no node fits it.
+        #[test]
+        fn policies_only_make_valid_placements(pods in proptest::collection::vec(arb_pod(), 1..80), seed in 0u64..1000) {
+            let rows = [
+                NodeRow { model: Some("T4".into()), ..row("a", 8) },
+                NodeRow { model: Some("A10".into()), ..row("b", 4) },
+                NodeRow { model: None, ..row("c", 0) },
+            ];
+            let workload = Workload::from_pods(&pods, 1.0);
+            for name in NAMES {
+                let mut c = Cluster::from_rows(&rows).unwrap();
+                let mut p = by_name(name, &workload, c.nodes.len()).unwrap();
+                let mut rng = SimRng::new(seed);
+                for pod in &pods {
+                    match schedule(&c, pod, p.as_mut(), &mut rng) {
+                        Some(a) => {
+                            let mut gpus = a.gpus.clone();
+                            gpus.sort_unstable();
+                            gpus.dedup();
+                            prop_assert_eq!(gpus.len(), pod.gpu.gpu_count() as usize);
+                            prop_assert!(c.nodes[a.node].accessible(pod));
+                            prop_assert!(c.allocate(pod, &a).is_ok(), "{}", name);
+                            p.placed(&c, &a, pod);
+                        }
+                        None => prop_assert!(c.nodes.iter().all(|n| !n.fits(pod)), "{}", name),
+                    }
+                    prop_assert!(c.check_invariants().is_ok());
+                }
+            }
+        }
+    }
+}
