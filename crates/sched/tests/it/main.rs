@@ -2,6 +2,8 @@
 //! the trace directory named by `GPURENT_TRACES` (ignored by default; run it in release).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// The full experiment prints its table for a person to read.
+#![allow(clippy::print_stdout)]
 
 use std::time::{Duration, Instant};
 
