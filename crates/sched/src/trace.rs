@@ -175,20 +175,25 @@ pub fn parse_nodes(text: &str) -> Result<Vec<NodeRow>, TraceError> {
 }
 
 /// Parses a pod list (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...,creation_time,
-/// deletion_time,...`); other columns (qos, phase, scheduled time) are ignored.
-pub fn parse_pods(text: &str) -> Result<Vec<PodRow>, TraceError> {
+/// deletion_time,...`); the last three may be absent; other columns (qos, phase, scheduled
+/// time) are ignored.
+pub fn parse_pods<'a>(text: &'a str) -> Result<Vec<PodRow>, TraceError> {
     let (header, lines) = data_lines(text)?;
     let cols = Columns::from_header(header);
-    let (name, cpu, mem, num, milli, spec, created, deleted) = (
+    let (name, cpu, mem, num, milli) = (
         cols.find("name")?,
         cols.find("cpu_milli")?,
         cols.find("memory_mib")?,
         cols.find("num_gpu")?,
         cols.find("gpu_milli")?,
-        cols.find("gpu_spec")?,
-        cols.find("creation_time")?,
-        cols.find("deletion_time")?,
     );
+    // Some pod lists of the trace (multigpu50) have only the five request columns.
+    let (spec, created, deleted) = (
+        cols.find("gpu_spec").ok(),
+        cols.find("creation_time").ok(),
+        cols.find("deletion_time").ok(),
+    );
+    let field = |f: &[&'a str], i: Option<usize>| i.map_or("", |i| f[i]);
     let mut rows = Vec::with_capacity(lines.len());
     for (line, row) in lines {
         let f = split_fields(line, row, cols.count)?;
@@ -208,10 +213,11 @@ pub fn parse_pods(text: &str) -> Result<Vec<PodRow>, TraceError> {
                 expected: "0 without GPUs, 1..=1000 for one GPU, 1000 for several",
             });
         }
-        let gpu_spec = if is_missing(f[spec]) {
+        let spec_text = field(&f, spec);
+        let gpu_spec = if is_missing(spec_text) {
             Vec::new()
         } else {
-            f[spec]
+            spec_text
                 .split('|')
                 .filter(|m| !m.is_empty())
                 .map(str::to_owned)
@@ -224,8 +230,8 @@ pub fn parse_pods(text: &str) -> Result<Vec<PodRow>, TraceError> {
             num_gpu,
             gpu_milli,
             gpu_spec,
-            creation_time: parse_time(line, "creation_time", f[created])?,
-            deletion_time: parse_time(line, "deletion_time", f[deleted])?,
+            creation_time: parse_time(line, "creation_time", field(&f, created))?,
+            deletion_time: parse_time(line, "deletion_time", field(&f, deleted))?,
         });
     }
     Ok(rows)
@@ -320,6 +326,15 @@ mod tests {
             }
         );
         assert_eq!(parse_pods(""), Err(TraceError::NoHeader));
+    }
+
+    #[test]
+    fn the_request_columns_alone_are_enough() {
+        let rows =
+            parse_pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1,2,8,1000\n").unwrap();
+        assert_eq!(rows[0].num_gpu, 8);
+        assert!(rows[0].gpu_spec.is_empty());
+        assert_eq!(rows[0].creation_time, None);
     }
 
     #[test]
