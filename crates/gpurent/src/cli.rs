@@ -89,6 +89,27 @@ pub enum Command {
     /// Benchmarks (see BENCHMARKS.md).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Replay a trace through the placement policies (the FGD paper's experiment), offline.
+    Sim(SimArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Node list CSV (`sn,cpu_milli,memory_mib,gpu,model`).
+    #[arg(long)]
+    pub nodes: PathBuf,
+    /// Pod list CSV (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...`).
+    #[arg(long)]
+    pub pods: PathBuf,
+    /// One policy (random, dot-product, gpu-clustering, gpu-packing, best-fit, fgd) or all.
+    #[arg(long, default_value = "all")]
+    pub policy: String,
+    /// The seed of the arrivals and of tie-breaks.
+    #[arg(long, default_value_t = 42, conflicts_with = "seeds")]
+    pub seed: u64,
+    /// Run N seeds, 42 to 42+N-1 as in the paper, and report the means.
+    #[arg(long)]
+    pub seeds: Option<u64>,
 }
 
 /// A statement's time window and whose it is.

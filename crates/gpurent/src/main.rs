@@ -81,6 +81,7 @@ fn main() -> ExitCode {
         Command::Bench(cli::BenchCommand::Agent(args)) => {
             report_daemon(runtime.block_on(cmd::bench_agent::run(args, json)))
         }
+        Command::Sim(args) => report_daemon(cmd::sim::run(&args, json)),
         command => {
             let result = runtime.block_on(cmd::client::run(command, &cli.server, cli.token, json));
             match result {

@@ -3,7 +3,13 @@
 //! with a compare-and-set, so a placement computed from a stale view can never double-book.
 
 mod best_fit;
+pub mod cluster;
+pub mod experiment;
+pub mod policies;
 mod preempt;
+pub mod rng;
+pub mod trace;
+pub mod workload;
 
 pub use best_fit::place;
 pub use preempt::{choose_victims, Victim};

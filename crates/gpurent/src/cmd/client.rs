@@ -400,7 +400,11 @@ pub async fn run(
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());
         }
-        Command::Up(_) | Command::Server(_) | Command::Agent(_) | Command::Bench(_) => {
+        Command::Up(_)
+        | Command::Server(_)
+        | Command::Agent(_)
+        | Command::Bench(_)
+        | Command::Sim(_) => {
             return Err(CliError::new(
                 "internal",
                 "daemon commands are not API commands",

@@ -8,6 +8,7 @@ pub mod bench_running;
 pub mod bench_settle;
 pub mod client;
 pub mod server;
+pub mod sim;
 pub mod up;
 
 use std::path::Path;

@@ -1,0 +1,192 @@
+//! The FGD paper's experiment: pods drawn from a pod list until their GPU request reaches 130% of
+//! the cluster's GPU capacity, placed one by one with no departures, what does not fit dropped;
+//! per policy the GPU allocation and fragmentation as the arrived request passes 100, 110, 130%.
+
+use std::time::Duration;
+
+use crate::cluster::{Cluster, ClusterError, Pod};
+use crate::policies::{self, schedule};
+use crate::rng::SimRng;
+use crate::workload::Workload;
+
+/// Arrived GPU request, as a fraction of capacity, at which the cluster is measured.
+pub const CHECKPOINTS: [f64; 3] = [1.0, 1.1, 1.3];
+/// The share of pods the target workload covers: all of them. The reference's harness sets 95%,
+/// which drops the rare shapes (8 whole GPUs are 0.5% of the default list) that FGD must keep
+/// whole nodes free for; with every shape FGD reproduces the paper's figure (95.46% at 130%
+/// arrived on the default list, seed 42, against 95.39% published), with 95% it falls to 90.9%.
+pub const POPULARITY: f64 = 1.0;
+
+/// The cluster measured when the arrived GPU request first reached `arrived` of capacity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub arrived: f64,
+    /// Allocated milli-GPU over capacity.
+    pub gpu_allocation_ratio: f64,
+    /// Fragmented milli-GPU over capacity.
+    pub fragmentation_ratio: f64,
+    /// Fragmented milli-GPU over unallocated milli-GPU.
+    pub fragmentation_of_free: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyRun {
+    pub policy: &'static str,
+    pub checkpoints: Vec<Checkpoint>,
+    pub placements: u64,
+    pub failed_placements: u64,
+    pub placements_per_sec: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ExperimentError {
+    #[error("the cluster has no GPU")]
+    NoGpu,
+    #[error("the pod list asks for no GPU, so it can never reach the target request")]
+    NoGpuRequest,
+    #[error("no policy named `{0}`")]
+    UnknownPolicy(String),
+    #[error("the policy `{policy}` made an invalid placement")]
+    InvalidPlacement {
+        policy: &'static str,
+        #[source]
+        source: ClusterError,
+    },
+}
+
+/// The arrival sequence for a seed, as indices into `pods`: the whole list plus copies drawn
+/// uniformly with replacement until the GPU request reaches `ratio` of `capacity`, shuffled,
+/// and cut after the pod that reaches it.
+pub fn arrivals(
+    pods: &[Pod],
+    capacity: u64,
+    ratio: f64,
+    seed: u64,
+) -> Result<Vec<usize>, ExperimentError> {
+    if capacity == 0 {
+        return Err(ExperimentError::NoGpu);
+    }
+    if pods.iter().all(|p| p.gpu.total_milli() == 0) {
+        return Err(ExperimentError::NoGpuRequest);
+    }
+    let target = ratio * capacity as f64;
+    let mut rng = SimRng::new(seed);
+    let mut order: Vec<usize> = (0..pods.len()).collect();
+    let mut total: u64 = pods.iter().map(|p| p.gpu.total_milli()).sum();
+    while (total as f64) < target {
+        let i = rng.below_usize(pods.len());
+        order.push(i);
+        total += pods[i].gpu.total_milli();
+    }
+    rng.shuffle(&mut order);
+    let mut arrived = 0u64;
+    let cut = order
+        .iter()
+        .position(|&i| {
+            arrived += pods[i].gpu.total_milli();
+            arrived as f64 >= target
+        })
+        .map_or(order.len(), |p| p + 1);
+    order.truncate(cut);
+    Ok(order)
+}
+
+/// Runs one policy over one arrival sequence on a fresh copy of the cluster. `clock` gives the
+/// time elapsed since any fixed instant, for the placement rate.
+pub fn run_policy(
+    cluster: &Cluster,
+    pods: &[Pod],
+    order: &[usize],
+    workload: &Workload,
+    name: &str,
+    seed: u64,
+    clock: &dyn Fn() -> Duration,
+) -> Result<PolicyRun, ExperimentError> {
+    let mut cluster = cluster.clone();
+    let mut policy = policies::by_name(name, workload, cluster.nodes.len())
+        .ok_or_else(|| ExperimentError::UnknownPolicy(name.to_owned()))?;
+    let policy_name = policy.name();
+    let capacity = cluster.gpu_capacity_milli();
+    if capacity == 0 {
+        return Err(ExperimentError::NoGpu);
+    }
+    // Ties are drawn from a stream of their own, so every policy sees the same arrivals.
+    let mut rng = SimRng::new(seed ^ 0x5EED_0F7E_B4EA_4E55);
+    let mut checkpoints = Vec::new();
+    let (mut placements, mut failed, mut arrived) = (0u64, 0u64, 0u64);
+    let mut busy = Duration::ZERO;
+    for &i in order {
+        let pod = &pods[i];
+        let start = clock();
+        let choice = schedule(&cluster, pod, policy.as_mut(), &mut rng);
+        match choice {
+            Some(a) => {
+                cluster
+                    .allocate(pod, &a)
+                    .map_err(|source| ExperimentError::InvalidPlacement {
+                        policy: policy_name,
+                        source,
+                    })?;
+                policy.placed(&cluster, &a, pod);
+                placements += 1;
+            }
+            None => failed += 1,
+        }
+        busy += clock().saturating_sub(start);
+        arrived += pod.gpu.total_milli();
+        while let Some(&mark) = CHECKPOINTS.get(checkpoints.len()) {
+            if (arrived as f64) < mark * capacity as f64 {
+                break;
+            }
+            checkpoints.push(measure(&cluster, workload, mark));
+        }
+    }
+    cluster
+        .check_invariants()
+        .map_err(|source| ExperimentError::InvalidPlacement {
+            policy: policy_name,
+            source,
+        })?;
+    let decisions = (placements + failed) as f64;
+    let secs = busy.as_secs_f64();
+    Ok(PolicyRun {
+        policy: policy_name,
+        checkpoints,
+        placements,
+        failed_placements: failed,
+        placements_per_sec: if secs > 0.0 { decisions / secs } else { 0.0 },
+    })
+}
+
+fn measure(cluster: &Cluster, workload: &Workload, arrived: f64) -> Checkpoint {
+    let capacity = cluster.gpu_capacity_milli() as f64;
+    let allocated = cluster.gpu_allocated_milli() as f64;
+    let frag = workload.cluster_frag(cluster);
+    let free = capacity - allocated;
+    Checkpoint {
+        arrived,
+        gpu_allocation_ratio: allocated / capacity,
+        fragmentation_ratio: frag / capacity,
+        fragmentation_of_free: if free > 0.0 { frag / free } else { 0.0 },
+    }
+}
+
+/// The whole experiment for one seed: the arrivals and target workload from the pod list, then
+/// each named policy.
+pub fn run(
+    cluster: &Cluster,
+    pods: &[Pod],
+    names: &[&str],
+    seed: u64,
+    clock: &dyn Fn() -> Duration,
+) -> Result<Vec<PolicyRun>, ExperimentError> {
+    let order = arrivals(pods, cluster.gpu_capacity_milli(), 1.3, seed)?;
+    let workload = Workload::from_pods(pods, POPULARITY);
+    names
+        .iter()
+        .map(|name| run_policy(cluster, pods, &order, &workload, name, seed, clock))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,117 @@
+//! Placement policies of the simulator: each scores the nodes that fit a pod, and the pod goes to
+//! the best-scored node, ties broken at random as kube-scheduler does.
+
+mod best_fit;
+mod clustering;
+mod dot_product;
+mod fgd;
+mod packing;
+mod random;
+
+pub use best_fit::BestFit;
+pub use clustering::GpuClustering;
+pub use dot_product::DotProduct;
+pub use fgd::Fgd;
+pub use packing::GpuPacking;
+pub use random::RandomFit;
+
+use crate::cluster::{Assignment, Cluster, GpuDemand, Pod};
+use crate::rng::SimRng;
+use crate::workload::Workload;
+
+/// Kube-scheduler's score range, which the reference policies quantise to.
+pub const MAX_SCORE: i64 = 100;
+/// Normalisation constants of the reference simulator: the largest node of the trace.
+pub const MAX_SPEC_CPU: f64 = 128_000.0;
+pub const MAX_SPEC_GPU: f64 = 8_000.0;
+
+/// A node's score for a pod, and for a share the GPU the policy would use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scored {
+    pub score: i64,
+    pub share_gpu: Option<usize>,
+}
+
+impl Scored {
+    pub fn new(score: i64) -> Self {
+        Scored {
+            score,
+            share_gpu: None,
+        }
+    }
+}
+
+pub trait Policy: std::fmt::Debug {
+    fn name(&self) -> &'static str;
+
+    /// Scores a node that fits the pod (higher is better).
+    fn score(&mut self, cluster: &Cluster, node: usize, pod: &Pod) -> Scored;
+
+    /// Told after each allocation, for policies that keep state per node.
+    fn placed(&mut self, _cluster: &Cluster, _assignment: &Assignment, _pod: &Pod) {}
+}
+
+/// The policy names `by_name` knows, in the order the paper lists them.
+pub const NAMES: [&str; 6] = [
+    "random",
+    "dot-product",
+    "gpu-clustering",
+    "gpu-packing",
+    "best-fit",
+    "fgd",
+];
+
+/// A fresh policy by name; `workload` is the expected workload FGD measures fragmentation with.
+pub fn by_name(name: &str, workload: &Workload, nodes: usize) -> Option<Box<dyn Policy>> {
+    Some(match name {
+        "random" => Box::new(RandomFit),
+        "dot-product" => Box::new(DotProduct),
+        "gpu-clustering" => Box::new(GpuClustering::new(nodes)),
+        "gpu-packing" => Box::new(GpuPacking),
+        "best-fit" => Box::new(BestFit),
+        "fgd" => Box::new(Fgd::new(workload.clone(), nodes)),
+        _ => return None,
+    })
+}
+
+/// Chooses a node and GPUs for the pod, or `None` when no node fits. Among equal best scores
+/// one is drawn uniformly (reservoir sampling), like kube-scheduler's host selection.
+pub fn schedule(
+    cluster: &Cluster,
+    pod: &Pod,
+    policy: &mut dyn Policy,
+    rng: &mut SimRng,
+) -> Option<Assignment> {
+    let mut best: Option<(usize, Scored)> = None;
+    let mut ties = 0u64;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        if !node.fits(pod) {
+            continue;
+        }
+        let s = policy.score(cluster, i, pod);
+        match best {
+            Some((_, b)) if s.score < b.score => {}
+            Some((_, b)) if s.score == b.score => {
+                ties += 1;
+                if rng.below(ties) == 0 {
+                    best = Some((i, s));
+                }
+            }
+            _ => {
+                best = Some((i, s));
+                ties = 1;
+            }
+        }
+    }
+    let (i, s) = best?;
+    let node = &cluster.nodes[i];
+    let gpus = match pod.gpu {
+        GpuDemand::None => Vec::new(),
+        GpuDemand::Share(m) => vec![s.share_gpu.or_else(|| node.best_fit_gpu(m))?],
+        GpuDemand::Whole(n) => node.lowest_free_gpus(n),
+    };
+    Some(Assignment { node: i, gpus })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,204 @@
+use super::*;
+use crate::cluster::{GpuDemand, Pod};
+use crate::trace::NodeRow;
+use crate::workload::Shape;
+
+fn row(name: &str, gpus: u32) -> NodeRow {
+    NodeRow {
+        name: name.into(),
+        cpu_milli: 64_000,
+        memory_mib: 1 << 20,
+        gpus,
+        model: Some("T4".into()),
+    }
+}
+
+fn pod(gpu: GpuDemand) -> Pod {
+    Pod {
+        cpu_milli: 1000,
+        memory_mib: 1,
+        gpu,
+        models: None,
+    }
+}
+
+fn share_workload() -> Workload {
+    Workload {
+        shapes: vec![(
+            Shape {
+                cpu_milli: 1000,
+                gpu: GpuDemand::Share(500),
+                models: None,
+            },
+            1.0,
+        )],
+    }
+}
+
+/// Node `a` has 8 idle GPUs; node `b` has 2, one of them with a 300-milli share on it.
+fn cluster_and(policy: &str) -> (Cluster, Box<dyn Policy>) {
+    let mut c = Cluster::from_rows(&[row("a", 8), row("b", 2)]).unwrap();
+    let mut p = by_name(policy, &share_workload(), c.nodes.len()).unwrap();
+    let share = pod(GpuDemand::Share(300));
+    let a = Assignment {
+        node: 1,
+        gpus: vec![0],
+    };
+    c.allocate(&share, &a).unwrap();
+    p.placed(&c, &a, &share);
+    (c, p)
+}
+
+fn place(policy: &str, gpu: GpuDemand) -> Assignment {
+    let (c, mut p) = cluster_and(policy);
+    schedule(&c, &pod(gpu), p.as_mut(), &mut SimRng::new(1)).unwrap()
+}
+
+#[test]
+fn best_fit_fills_the_fuller_node_and_gpu() {
+    let a = place("best-fit", GpuDemand::Share(500));
+    assert_eq!((a.node, a.gpus), (1, vec![0]));
+    assert_eq!(place("best-fit", GpuDemand::Whole(1)).node, 1);
+}
+
+#[test]
+fn fgd_keeps_a_gpu_usable_for_the_expected_shares() {
+    // Putting 500 on the GPU with 700 free would strand 200; on the idle GPU of `b` or any of
+    // `a` it strands nothing: FGD never picks GPU 0 of `b`.
+    for seed in 0..20 {
+        let (c, mut p) = cluster_and("fgd");
+        let a = schedule(
+            &c,
+            &pod(GpuDemand::Share(500)),
+            p.as_mut(),
+            &mut SimRng::new(seed),
+        )
+        .unwrap();
+        assert_ne!((a.node, a.gpus.as_slice()), (1, &[0usize][..]));
+    }
+    // A 600 share strands 100 on the GPU with 700 free, 400 anywhere else.
+    let a = place("fgd", GpuDemand::Share(600));
+    assert_eq!((a.node, a.gpus), (1, vec![0]));
+}
+
+#[test]
+fn packing_prefers_shared_gpus_then_used_nodes() {
+    let a = place("gpu-packing", GpuDemand::Share(500));
+    assert_eq!((a.node, a.gpus), (1, vec![0]));
+    assert_eq!(place("gpu-packing", GpuDemand::Whole(1)).node, 1);
+}
+
+#[test]
+fn clustering_puts_shares_with_shares() {
+    assert_eq!(place("gpu-clustering", GpuDemand::Share(100)).node, 1);
+    // A whole GPU is a different kind: the idle node (band 1) beats the node of shares (band 0).
+    assert_eq!(place("gpu-clustering", GpuDemand::Whole(1)).node, 0);
+}
+
+#[test]
+fn dot_product_prefers_less_free_gpu() {
+    assert_eq!(place("dot-product", GpuDemand::Whole(1)).node, 1);
+}
+
+#[test]
+fn random_uses_every_fitting_node_and_is_seeded() {
+    let mut seen = [false; 2];
+    for seed in 0..50 {
+        let a = place_seeded("random", seed);
+        seen[a.node] = true;
+        assert_eq!(a, place_seeded("random", seed));
+    }
+    assert_eq!(seen, [true, true]);
+}
+
+fn place_seeded(policy: &str, seed: u64) -> Assignment {
+    let (c, mut p) = cluster_and(policy);
+    schedule(
+        &c,
+        &pod(GpuDemand::Whole(1)),
+        p.as_mut(),
+        &mut SimRng::new(seed),
+    )
+    .unwrap()
+}
+
+#[test]
+fn nothing_fits_nothing_placed() {
+    for name in NAMES {
+        let (c, mut p) = cluster_and(name);
+        let mut v100 = pod(GpuDemand::Whole(1));
+        v100.models = Some(0b10);
+        assert_eq!(
+            schedule(&c, &v100, p.as_mut(), &mut SimRng::new(0)),
+            None,
+            "{name}"
+        );
+        assert_eq!(
+            schedule(
+                &c,
+                &pod(GpuDemand::Whole(9)),
+                p.as_mut(),
+                &mut SimRng::new(0)
+            ),
+            None
+        );
+    }
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_pod() -> impl Strategy<Value = Pod> {
+        (
+            0u64..20_000,
+            prop_oneof![
+                Just(GpuDemand::None),
+                (1u32..1000).prop_map(GpuDemand::Share),
+                prop_oneof![Just(1u32), Just(2), Just(4), Just(8)].prop_map(GpuDemand::Whole),
+            ],
+            prop_oneof![Just(None), Just(Some(0b01u64)), Just(Some(0b10u64))],
+        )
+            .prop_map(|(cpu, gpu, models)| Pod {
+                cpu_milli: cpu,
+                memory_mib: cpu,
+                gpu,
+                models,
+            })
+    }
+
+    proptest! {
+        /// Whatever arrives, every policy's choice is a valid allocation: a gang on one node
+        /// on distinct GPUs of an allowed model, never over any capacity; and a pod is refused
+        /// only when no node fits it.
+        #[test]
+        fn policies_only_make_valid_placements(pods in proptest::collection::vec(arb_pod(), 1..80), seed in 0u64..1000) {
+            let rows = [
+                NodeRow { model: Some("T4".into()), ..row("a", 8) },
+                NodeRow { model: Some("A10".into()), ..row("b", 4) },
+                NodeRow { model: None, ..row("c", 0) },
+            ];
+            let workload = Workload::from_pods(&pods, 1.0);
+            for name in NAMES {
+                let mut c = Cluster::from_rows(&rows).unwrap();
+                let mut p = by_name(name, &workload, c.nodes.len()).unwrap();
+                let mut rng = SimRng::new(seed);
+                for pod in &pods {
+                    match schedule(&c, pod, p.as_mut(), &mut rng) {
+                        Some(a) => {
+                            let mut gpus = a.gpus.clone();
+                            gpus.sort_unstable();
+                            gpus.dedup();
+                            prop_assert_eq!(gpus.len(), pod.gpu.gpu_count() as usize);
+                            prop_assert!(c.nodes[a.node].accessible(pod));
+                            prop_assert!(c.allocate(pod, &a).is_ok(), "{}", name);
+                            p.placed(&c, &a, pod);
+                        }
+                        None => prop_assert!(c.nodes.iter().all(|n| !n.fits(pod)), "{}", name),
+                    }
+                    prop_assert!(c.check_invariants().is_ok());
+                }
+            }
+        }
+    }
+}
