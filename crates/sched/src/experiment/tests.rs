@@ -91,3 +91,14 @@ fn errors_are_named() {
     );
     assert_eq!(arrivals(&pods, 0, 1.3, 1), Err(ExperimentError::NoGpu));
 }
+
+#[test]
+fn node_rank_is_a_seeded_permutation() {
+    let rank = node_rank(50, 42);
+    let mut sorted = rank.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..50).collect::<Vec<u32>>());
+    assert_eq!(rank, node_rank(50, 42));
+    assert_ne!(rank, node_rank(50, 43));
+    assert!(node_rank(0, 42).is_empty());
+}

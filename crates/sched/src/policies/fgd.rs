@@ -24,7 +24,7 @@ impl Fgd {
 }
 
 /// The reference squashes the fragmentation decrease (in GPUs) through a sigmoid into the
-/// integer range 0..=100; the rounding makes near-equal nodes tie, and ties are drawn at random.
+/// integer range 0..=100; the rounding makes near-equal nodes tie (see `TieBreak`).
 #[allow(clippy::cast_possible_truncation)]
 fn quantise(old: f64, new: f64) -> i64 {
     let x = (old - new) / f64::from(MILLI);

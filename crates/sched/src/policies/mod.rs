@@ -1,5 +1,6 @@
 //! Placement policies of the simulator: each scores the nodes that fit a pod, and the pod goes to
-//! the best-scored node, ties broken at random as kube-scheduler does.
+//! the best-scored node; equal best scores are broken either at random (stock kube-scheduler) or
+//! by a fixed node order (the reference simulator, see [`TieBreak`]).
 
 mod best_fit;
 mod clustering;
@@ -49,6 +50,24 @@ pub trait Policy: std::fmt::Debug {
 
     /// Told after each allocation, for policies that keep state per node.
     fn placed(&mut self, _cluster: &Cluster, _assignment: &Assignment, _pod: &Pod) {}
+
+    /// Whether equal scores must be broken at random whatever the experiment's rule (random fit,
+    /// whose scores are all equal and which would otherwise become first fit).
+    fn random_ties(&self) -> bool {
+        false
+    }
+}
+
+/// How equal best scores are broken.
+#[derive(Debug, Clone, Copy)]
+pub enum TieBreak<'a> {
+    /// Uniformly at random, as stock kube-scheduler's host selection does.
+    Random,
+    /// The node of lowest rank (`rank[node]`) wins. The reference simulator of the FGD paper
+    /// names its nodes after a seeded permutation and its scheduler (a modified kube-scheduler)
+    /// breaks ties by that order, not at random; the paper's figures for the policies whose
+    /// scores tie often (FGD, GPU packing, GPU clustering) are only reproduced this way.
+    Ranked(&'a [u32]),
 }
 
 /// The policy names `by_name` knows, in the order the paper lists them.
@@ -82,6 +101,21 @@ pub fn schedule(
     policy: &mut dyn Policy,
     rng: &mut SimRng,
 ) -> Option<Assignment> {
+    schedule_with(cluster, pod, policy, rng, TieBreak::Random)
+}
+
+/// [`schedule`] with the given rule for equal best scores (random fit always draws).
+pub fn schedule_with(
+    cluster: &Cluster,
+    pod: &Pod,
+    policy: &mut dyn Policy,
+    rng: &mut SimRng,
+    tie_break: TieBreak<'_>,
+) -> Option<Assignment> {
+    let rank = match tie_break {
+        TieBreak::Ranked(rank) if !policy.random_ties() => Some(rank),
+        _ => None,
+    };
     let mut best: Option<(usize, Scored)> = None;
     let mut ties = 0u64;
     for (i, node) in cluster.nodes.iter().enumerate() {
@@ -91,12 +125,20 @@ pub fn schedule(
         let s = policy.score(cluster, i, pod);
         match best {
             Some((_, b)) if s.score < b.score => {}
-            Some((_, b)) if s.score == b.score => {
-                ties += 1;
-                if rng.below(ties) == 0 {
-                    best = Some((i, s));
+            Some((b_node, b)) if s.score == b.score => match rank {
+                Some(rank) => {
+                    let of = |n: usize| rank.get(n).copied().unwrap_or(u32::MAX);
+                    if of(i) < of(b_node) {
+                        best = Some((i, s));
+                    }
                 }
-            }
+                None => {
+                    ties += 1;
+                    if rng.below(ties) == 0 {
+                        best = Some((i, s));
+                    }
+                }
+            },
             _ => {
                 best = Some((i, s));
                 ties = 1;

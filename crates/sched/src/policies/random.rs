@@ -14,4 +14,8 @@ impl Policy for RandomFit {
     fn score(&mut self, _cluster: &Cluster, _node: usize, _pod: &Pod) -> Scored {
         Scored::new(0)
     }
+
+    fn random_ties(&self) -> bool {
+        true
+    }
 }

@@ -123,6 +123,41 @@ fn place_seeded(policy: &str, seed: u64) -> Assignment {
 }
 
 #[test]
+fn ranked_ties_go_to_the_lowest_rank_except_for_random_fit() {
+    // Two idle nodes tie for FGD (both keep every GPU usable); the rank decides.
+    let c = Cluster::from_rows(&[row("a", 4), row("b", 4)]).unwrap();
+    for rank in [[0u32, 1], [1, 0]] {
+        for seed in 0..10 {
+            let mut p = by_name("fgd", &share_workload(), c.nodes.len()).unwrap();
+            let a = schedule_with(
+                &c,
+                &pod(GpuDemand::Whole(1)),
+                p.as_mut(),
+                &mut SimRng::new(seed),
+                TieBreak::Ranked(&rank),
+            )
+            .unwrap();
+            let first = if rank[0] == 0 { 0 } else { 1 };
+            assert_eq!(a.node, first);
+        }
+    }
+    let mut seen = [false; 2];
+    for seed in 0..50 {
+        let mut p = by_name("random", &share_workload(), c.nodes.len()).unwrap();
+        let a = schedule_with(
+            &c,
+            &pod(GpuDemand::Whole(1)),
+            p.as_mut(),
+            &mut SimRng::new(seed),
+            TieBreak::Ranked(&[0, 1]),
+        )
+        .unwrap();
+        seen[a.node] = true;
+    }
+    assert_eq!(seen, [true, true]);
+}
+
+#[test]
 fn nothing_fits_nothing_placed() {
     for name in NAMES {
         let (c, mut p) = cluster_and(name);
