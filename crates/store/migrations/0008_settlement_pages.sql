@@ -6,19 +6,33 @@ DROP INDEX transfers_credit;
 CREATE INDEX transfers_debit_time ON transfers (debit_account, created_at);
 CREATE INDEX transfers_earnings ON transfers (credit_account, created_at) WHERE kind = 'earning';
 
--- What settlement writes every period lives in a narrow table of its own: rewriting a few
--- numbers does not copy a whole reservation row (its command, environment, GPU list) each time.
--- One row per reservation from its creation on; settled_until is set while it runs and cleared
--- (NULL) when it ends, so a settlement that read it before cannot charge it again.
+-- What settlement reads and writes every period lives in a table of its own: rewriting a few
+-- numbers does not copy a whole reservation row (its command, environment, GPU list), and a
+-- period is computed from this table alone. One row per reservation from its creation on, with
+-- its rate and tenant copied (they never change); settled_until is set exactly while the
+-- reservation runs: a stop, an expiry or a preemption clears it, so that a settlement that read
+-- it before cannot charge past the stop, and `finish` charges the rest.
 CREATE TABLE meters (
     reservation_id  TEXT PRIMARY KEY REFERENCES reservations (id),
+    tenant_id       TEXT NOT NULL,
+    node_id         TEXT,
+    prepaid_block   BIGINT NOT NULL,
+    price_per_hour  BIGINT NOT NULL,
+    price_step_s    BIGINT,
+    price_after     BIGINT,
+    duration_s      BIGINT NOT NULL,
+    host_share_bps  BIGINT NOT NULL,
+    started_at      BIGINT,
     charged         BIGINT NOT NULL,
     held            BIGINT NOT NULL,
     settled_until   BIGINT
 );
-INSERT INTO meters (reservation_id, charged, held, settled_until)
-    SELECT id, charged, held, CASE WHEN status IN ('pending', 'starting', 'running', 'stopping')
-                                   THEN settled_until END
+INSERT INTO meters (reservation_id, tenant_id, node_id, prepaid_block, price_per_hour,
+        price_step_s, price_after, duration_s, host_share_bps, started_at, charged, held,
+        settled_until)
+    SELECT id, tenant_id, node_id, CASE WHEN tier = 'reserved' THEN 1 ELSE 0 END, price_per_hour,
+           price_step_s, price_after, duration_s, host_share_bps, started_at, charged, held,
+           CASE WHEN status = 'running' THEN settled_until END
     FROM reservations;
 ALTER TABLE reservations DROP COLUMN charged;
 ALTER TABLE reservations DROP COLUMN held;

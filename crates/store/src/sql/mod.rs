@@ -215,8 +215,11 @@ impl SqlStore {
         )
         .await?;
         sqlx::query(
-            "INSERT INTO meters (reservation_id, charged, held, settled_until)
-             SELECT id, 0, 0, started_at FROM reservations WHERE tenant_id = $1 AND status = 'running'",
+            "INSERT INTO meters (reservation_id, tenant_id, node_id, prepaid_block, price_per_hour,
+                duration_s, host_share_bps, started_at, charged, held, settled_until)
+             SELECT id, tenant_id, node_id, 0, price_per_hour, duration_s, host_share_bps,
+                started_at, 0, 0, started_at
+             FROM reservations WHERE tenant_id = $1 AND status = 'running'",
         )
         .bind(tenant_id)
         .execute(&mut *tx)

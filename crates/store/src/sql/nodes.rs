@@ -117,7 +117,9 @@ async fn apply_report(
             .rows_affected();
             if n == 1 {
                 // Settled up to its start: the first settlement charges from here.
-                sqlx::query("UPDATE meters SET settled_until = $1 WHERE reservation_id = $2")
+                sqlx::query(
+                    "UPDATE meters SET started_at = $1, settled_until = $1 WHERE reservation_id = $2",
+                )
                     .bind(now)
                     .bind(&report.reservation_id)
                     .execute(&mut *conn)

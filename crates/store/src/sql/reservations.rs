@@ -289,6 +289,7 @@ impl SqlStore {
                 // It ended meanwhile; the placement below finds what it freed, or not.
                 continue;
             }
+            stop_meter(conn, id).await?;
             release_gpus(conn, id).await?;
             tracing::info!(reservation_id = %id, by_tenant = %new.tenant_id, "spot instance preempted");
         }
@@ -471,11 +472,17 @@ impl SqlStore {
                 Err(e)
             };
         }
-        sqlx::query("INSERT INTO meters (reservation_id, charged, held) VALUES ($1, 0, $2)")
-            .bind(&id)
-            .bind(quote.hold.micros())
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO meters (reservation_id, tenant_id, node_id, prepaid_block, price_per_hour,
+                price_step_s, price_after, duration_s, host_share_bps, charged, held)
+             SELECT id, tenant_id, node_id, CASE WHEN tier = 'reserved' THEN 1 ELSE 0 END,
+                price_per_hour, price_step_s, price_after, duration_s, host_share_bps, 0, $2
+             FROM reservations WHERE id = $1",
+        )
+        .bind(&id)
+        .bind(quote.hold.micros())
+        .execute(&mut *tx)
+        .await?;
         for &(i, mb) in &placement.gpus {
             sqlx::query(
                 "INSERT INTO allocations (reservation_id, gpu_uuid, vram_mb) VALUES ($1, $2, $3)",
@@ -544,6 +551,16 @@ impl SqlStore {
             )),
         })
     }
+}
+
+/// A reservation that stops running stops being settled: `finish` charges the rest when its
+/// agent confirms.
+pub(crate) async fn stop_meter(conn: &mut AnyConnection, reservation_id: &str) -> Result<()> {
+    sqlx::query("UPDATE meters SET settled_until = NULL WHERE reservation_id = $1")
+        .bind(reservation_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 /// Serialises the small JSON columns (GPU list, command, env); these types cannot fail to.
@@ -704,6 +721,7 @@ impl ReservationStore for SqlStore {
         .fetch_optional(&mut *tx)
         .await?
         .flatten();
+        stop_meter(&mut tx, id).await?;
         if let Some(node) = &node_id {
             bump_version(&mut tx, node).await?;
         }
@@ -733,6 +751,7 @@ impl ReservationStore for SqlStore {
             .bind(&id)
             .execute(&mut *tx)
             .await?;
+            stop_meter(&mut tx, &id).await?;
             tracing::info!(reservation_id = %id, "reservation expired");
             if let Some(node) = node {
                 if !nodes.contains(&node) {

@@ -104,19 +104,16 @@ impl SqlStore {
                           host_share_bps, started_at, e, secs, settled_until,
                           (CASE WHEN secs <= step THEN secs * price
                                 ELSE step * price + (secs - step) * after END) / 3600 AS owed
-                   FROM (SELECT id, tenant_id, node_id, charged, held, host_share_bps, started_at,
-                                settled_until, CASE WHEN tier = 'reserved' THEN 1 ELSE 0 END AS block,
-                                price_per_hour AS price,
+                   FROM (SELECT reservation_id AS id, tenant_id, node_id, charged, held,
+                                host_share_bps, started_at, settled_until,
+                                prepaid_block AS block, price_per_hour AS price,
                                 COALESCE(price_step_s, duration_s) AS step,
                                 COALESCE(price_after, price_per_hour) AS after, e,
                                 (e - started_at) / 1000000 AS secs
-                         FROM (SELECT r.id, r.tenant_id, r.node_id, r.tier, r.price_per_hour,
-                                      r.price_step_s, r.price_after, r.duration_s, r.started_at,
-                                      r.host_share_bps, m.charged, m.held, m.settled_until,
-                                      CASE WHEN $1 < r.started_at + r.duration_s * 1000000 THEN $1
-                                           ELSE r.started_at + r.duration_s * 1000000 END AS e
-                               FROM meters m JOIN reservations r ON r.id = m.reservation_id
-                               WHERE r.status = 'running' AND m.settled_until <= $2) a) b) c";
+                         FROM (SELECT m.*,
+                                      CASE WHEN $1 < started_at + duration_s * 1000000 THEN $1
+                                           ELSE started_at + duration_s * 1000000 END AS e
+                               FROM meters m WHERE settled_until <= $2) a) b) c";
         const COLUMNS: &str = "id, tenant_id, account, node_id, block, rate_now, old_charged,
             new_charged, held, bps, end_at, old_settled";
         // Meters before accounts. On PostgreSQL one statement computes, updates the meters and
@@ -286,6 +283,16 @@ impl SqlStore {
             .flatten()
             .collect()
         };
+        if short > 0 {
+            // Stopped: settled no more (see `stop_meter`).
+            sqlx::query(
+                "UPDATE meters SET settled_until = NULL
+                 FROM settling s JOIN short ON short.account = s.account
+                 WHERE meters.reservation_id = s.id AND s.block = 0",
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
         let stopped = nodes.len();
         nodes.sort();
         nodes.dedup();
