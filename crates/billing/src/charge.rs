@@ -10,13 +10,6 @@ pub fn charge_for_seconds(price_per_hour: Money, seconds: u64) -> Money {
     Rate::flat(price_per_hour).charge_for_seconds(seconds)
 }
 
-/// What is still owed for `seconds` of running when `already` has been charged: the charge for
-/// the whole time minus what was charged before, never negative. Charging in periods this way
-/// adds up exactly to the charge for the whole time, whatever the periods were.
-pub fn charge_due(price_per_hour: Money, seconds: u64, already: Money) -> Money {
-    Rate::flat(price_per_hour).charge_due(seconds, already)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,7 +56,7 @@ mod tests {
             times.sort_unstable();
             let mut charged = Money::ZERO;
             for t in &times {
-                let due = charge_due(price, *t, charged);
+                let due = Rate::flat(price).charge_due(*t, charged);
                 prop_assert!(!due.is_negative());
                 charged = charged.checked_add(due).unwrap_or(charged);
             }

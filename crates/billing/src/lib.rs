@@ -5,7 +5,7 @@ mod price_list;
 mod quote;
 mod rate;
 
-pub use charge::{charge_due, charge_for_seconds};
+pub use charge::charge_for_seconds;
 pub use price_list::{PriceList, PriceListError, Stepped};
 pub use quote::{Quote, QuoteError, Size};
 pub use rate::Rate;

@@ -69,8 +69,6 @@ pub struct Quote {
     /// Paid into the tenant's hold at reservation: the first `prepaid_hours` (on-demand,
     /// stepped, spot) or the whole block (reserved).
     pub hold: Money,
-    /// Reserved blocks are prepaid in full and not refunded when the tenant stops early.
-    pub prepaid_block: bool,
     /// Percent off on-demand (reserved blocks).
     pub discount_percent: u32,
     /// Standing against other work for the same GPUs, in micro-units per GPU-hour: a spot
@@ -204,8 +202,8 @@ impl PriceList {
         if most * i128::from(duration_s) * 3 >= i128::from(i64::MAX) {
             return Err(QuoteError::Overflow);
         }
-        let prepaid_block = tier == Tier::Reserved;
-        let held_s = if prepaid_block {
+        // A reserved block is prepaid in full; other tiers hold their first hours.
+        let held_s = if tier == Tier::Reserved {
             duration_s
         } else {
             duration_s.min(u64::from(self.prepaid_hours) * SECONDS_PER_HOUR)
@@ -215,7 +213,6 @@ impl PriceList {
             price_per_hour: rate.first,
             rate,
             hold: rate.charge_for_seconds(held_s),
-            prepaid_block,
             discount_percent,
             priority,
         })

@@ -332,9 +332,8 @@ impl UserStore for SqlStore {
         );
         // A tenant's hold is what its reservations keep there, no more and no less.
         let kept = sqlx::query(
-            "SELECT r.tenant_id, CAST(SUM(m.held) AS BIGINT) AS kept
-             FROM meters m JOIN reservations r ON r.id = m.reservation_id
-             WHERE m.held <> 0 GROUP BY r.tenant_id",
+            "SELECT tenant_id, CAST(SUM(held) AS BIGINT) AS kept FROM meters
+             WHERE held <> 0 GROUP BY tenant_id",
         )
         .fetch_all(&mut *tx)
         .await?;
@@ -359,9 +358,8 @@ impl UserStore for SqlStore {
         // Each node's owner earned exactly its share of every charge for work on the node.
         let mut owed: BTreeMap<String, i64> = BTreeMap::new();
         let charged = sqlx::query(
-            "SELECT r.node_id, m.charged, r.host_share_bps
-             FROM meters m JOIN reservations r ON r.id = m.reservation_id
-             WHERE m.charged > 0 AND r.host_share_bps > 0 AND r.node_id IS NOT NULL",
+            "SELECT node_id, charged, host_share_bps FROM meters
+             WHERE charged > 0 AND host_share_bps > 0 AND node_id IS NOT NULL",
         )
         .fetch_all(&mut *tx)
         .await?;
