@@ -34,6 +34,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "settlement_pages",
         include_str!("../../migrations/0008_settlement_pages.sql"),
     ),
+    (
+        9,
+        "meter_previous",
+        include_str!("../../migrations/0009_meter_previous.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

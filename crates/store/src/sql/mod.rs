@@ -183,7 +183,8 @@ where
 
 impl SqlStore {
     /// Benchmarks only: `n` running reservations of one tenant on one node, started at
-    /// `started_at`, written in bulk (no GPUs are allocated to them; hosts get 80%).
+    /// `started_at`, written in bulk (no GPUs are allocated to them; hosts get 80%), each
+    /// holding its first hour.
     pub async fn seed_running_reservations(
         &self,
         tenant_id: &str,
@@ -218,12 +219,36 @@ impl SqlStore {
             "INSERT INTO meters (reservation_id, tenant_id, node_id, prepaid_block, price_per_hour,
                 duration_s, host_share_bps, started_at, charged, held, settled_until)
              SELECT id, tenant_id, node_id, 0, price_per_hour, duration_s, host_share_bps,
-                started_at, 0, 0, started_at
+                started_at, 0, price_per_hour, started_at
              FROM reservations WHERE tenant_id = $1 AND status = 'running'",
         )
         .bind(tenant_id)
         .execute(&mut *tx)
         .await?;
+        // Each holds its first hour, as `reserve` does, given back at the first settlement.
+        sqlx::query(
+            "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id,
+                created_at, kind)
+             SELECT 'hold:' || reservation_id, $1, $2, held, reservation_id, $3, 'hold'
+             FROM meters WHERE tenant_id = $4",
+        )
+        .bind(ledger::user_account(tenant_id))
+        .bind(ledger::hold_account(tenant_id))
+        .bind(at)
+        .bind(tenant_id)
+        .execute(&mut *tx)
+        .await?;
+        let held = price_per_hour.micros() * i64::try_from(n).unwrap_or(i64::MAX);
+        for (account, delta) in [
+            (ledger::hold_account(tenant_id), held),
+            (ledger::user_account(tenant_id), -held),
+        ] {
+            sqlx::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
+                .bind(delta)
+                .bind(account)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(())
     }

@@ -11,6 +11,29 @@ use super::{retry_transient, ts, SqlStore};
 use crate::{Backend, Result, StoreError};
 
 const MICROS: i64 = 1_000_000;
+
+/// PostgreSQL's settlement of the due meters in one pass, without joining the table to itself:
+/// each due meter (`$2`: last settled at or before) is charged up to `$1` (or its end) with the
+/// same expression as `DUE` below, keeps its previous settlement, charge and hold (`prev_*`:
+/// `RETURNING` gives new values only), and returns the columns of `settling`.
+const PG_UPDATE: &str = concat!(
+    "UPDATE meters SET prev_settled = settled_until, prev_charged = charged, prev_held = held, ",
+    "settled_until = LEAST($1, started_at + duration_s * 1000000), ",
+    "charged = GREATEST(charged, (CASE WHEN (LEAST($1, started_at + duration_s * 1000000) - started_at) / 1000000 <= COALESCE(price_step_s, duration_s) ",
+    "THEN (LEAST($1, started_at + duration_s * 1000000) - started_at) / 1000000 * price_per_hour ",
+    "ELSE COALESCE(price_step_s, duration_s) * price_per_hour + ((LEAST($1, started_at + duration_s * 1000000) - started_at) / 1000000 - COALESCE(price_step_s, duration_s)) * COALESCE(price_after, price_per_hour) END) / 3600), ",
+    "held = CASE WHEN prepaid_block = 1 THEN held - (GREATEST(charged, (CASE WHEN (LEAST($1, started_at + duration_s * 1000000) - started_at) / 1000000 <= COALESCE(price_step_s, duration_s) ",
+    "THEN (LEAST($1, started_at + duration_s * 1000000) - started_at) / 1000000 * price_per_hour ",
+    "ELSE COALESCE(price_step_s, duration_s) * price_per_hour + ((LEAST($1, started_at + duration_s * 1000000) - started_at) / 1000000 - COALESCE(price_step_s, duration_s)) * COALESCE(price_after, price_per_hour) END) / 3600) - charged) ELSE 0 END ",
+    "WHERE settled_until <= $2 ",
+    "RETURNING reservation_id AS id, tenant_id, ",
+    "CASE WHEN prepaid_block = 1 THEN 'hold:' ELSE 'user:' END || tenant_id AS account, node_id, ",
+    "prepaid_block AS block, ",
+    "CASE WHEN (settled_until - started_at) / 1000000 < COALESCE(price_step_s, duration_s) ",
+    "THEN price_per_hour ELSE COALESCE(price_after, price_per_hour) END AS rate_now, ",
+    "prev_charged AS old_charged, charged AS new_charged, prev_held AS held, host_share_bps AS bps, ",
+    "settled_until AS end_at, prev_settled AS old_settled"
+);
 /// An arbitrary constant naming the settlement lock: one settler at a time across replicas.
 const PG_SETTLEMENT_LOCK: i64 = 0x0067_7073_6574_746c;
 
@@ -42,7 +65,7 @@ impl SqlStore {
     /// transfer id `charge:<period start>:<id>` (the period named by the instant, in unix
     /// microseconds, it starts from; time first, so that a period's ids are appended to the
     /// index instead of scattered over it), the first hour held at reservation is given
-    /// back (`release:<id>`), each node's owner is paid its share of the period's charges
+    /// back (`release:<time>:<tenant>`, one per tenant), each node's owner is paid its share of the period's charges
     /// (`earn:<node>:<time>`), and the reservations of tenants who cannot pay for their next
     /// period are stopped. Reserved blocks are paid from their hold and never stopped.
     async fn settle_set(&self, now: DateTime<Utc>, period_micros: i64) -> Result<Settled> {
@@ -85,12 +108,22 @@ impl SqlStore {
                 account TEXT NOT NULL, tenant_id TEXT NOT NULL, block BIGINT NOT NULL,
                 charged BIGINT NOT NULL, released BIGINT NOT NULL, need BIGINT NOT NULL)",
         ] {
-            sqlx::query(table).execute(&mut *tx).await?;
+            // PostgreSQL empties them at commit (a truncation, where a DELETE of last period's
+            // 100,000 rows would leave them dead in a table no autovacuum visits), SQLite here.
+            if self.backend == Backend::Postgres {
+                sqlx::query(&format!("{table} ON COMMIT DELETE ROWS"))
+                    .execute(&mut *tx)
+                    .await?;
+            } else {
+                sqlx::query(table).execute(&mut *tx).await?;
+            }
         }
-        for table in ["settling", "earning", "short", "per_account"] {
-            sqlx::query(&format!("DELETE FROM {table}"))
-                .execute(&mut *tx)
-                .await?;
+        if self.backend == Backend::Sqlite {
+            for table in ["settling", "earning", "short", "per_account"] {
+                sqlx::query(&format!("DELETE FROM {table}"))
+                    .execute(&mut *tx)
+                    .await?;
+            }
         }
         // What each due reservation owes now, computed by the database (the same expression as
         // `Rate::charge_for_seconds`), in the columns of `settling`.
@@ -116,25 +149,19 @@ impl SqlStore {
                                FROM meters m WHERE settled_until <= $2) a) b) c";
         const COLUMNS: &str = "id, tenant_id, account, node_id, block, rate_now, old_charged,
             new_charged, held, bps, end_at, old_settled";
-        // Meters before accounts. On PostgreSQL one statement computes, updates the meters and
-        // keeps what it updated: a reservation that ended since it was read (its meter closed:
-        // `settled_until` cleared) or was settled by another transaction is left out (the update
-        // re-reads a row changed meanwhile), and left to `finish`. SQLite, which has let no
-        // other writer in since this transaction began, computes first and updates after.
-        const UPDATE: &str = "UPDATE meters SET charged = s.new_charged, settled_until = s.end_at,
+        // Meters before accounts. On PostgreSQL one pass over the meters computes, updates and
+        // keeps what it updated (`PG_UPDATE`): a reservation that ended since it was read (its
+        // meter closed: `settled_until` cleared) or was settled by another transaction is left
+        // out (the update re-checks a row changed meanwhile), and left to `finish`. SQLite, which
+        // has let no other writer in since this transaction began, computes first and updates
+        // after.
+        const SQLITE_UPDATE: &str = "UPDATE meters SET charged = s.new_charged, settled_until = s.end_at,
                 held = CASE WHEN s.block = 1 THEN s.held - (s.new_charged - s.old_charged) ELSE 0 END
-             FROM {from} s
+             FROM settling s
              WHERE meters.reservation_id = s.id AND meters.settled_until = s.old_settled";
         let count = if self.backend == Backend::Postgres {
-            let returning: Vec<String> = COLUMNS
-                .split(',')
-                .map(|c| format!("s.{}", c.trim()))
-                .collect();
             sqlx::query(&format!(
-                "WITH s AS ({DUE}), u AS ({} RETURNING {})
-                 INSERT INTO settling ({COLUMNS}) SELECT {COLUMNS} FROM u",
-                UPDATE.replace("{from}", "s"),
-                returning.join(", ")
+                "WITH u AS ({PG_UPDATE}) INSERT INTO settling ({COLUMNS}) SELECT {COLUMNS} FROM u"
             ))
             .bind(at)
             .bind(cutoff)
@@ -149,9 +176,7 @@ impl SqlStore {
                 .await?
                 .rows_affected();
             if count > 0 {
-                sqlx::query(&UPDATE.replace("{from}", "settling"))
-                    .execute(&mut *tx)
-                    .await?;
+                sqlx::query(SQLITE_UPDATE).execute(&mut *tx).await?;
             }
             count
         };
@@ -169,17 +194,6 @@ impl SqlStore {
              FROM settling WHERE new_charged > old_charged",
         )
         .bind(PLATFORM_REVENUE)
-        .bind(at)
-        .execute(&mut *tx)
-        .await?;
-        // The first hour held at reservation goes back to the balance at the first settlement.
-        sqlx::query(
-            "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id,
-                created_at, kind)
-             SELECT 'release:' || id, 'hold:' || tenant_id, 'user:' || tenant_id, held, id, $1,
-                'release'
-             FROM settling WHERE block = 0 AND held > 0",
-        )
         .bind(at)
         .execute(&mut *tx)
         .await?;
@@ -221,6 +235,18 @@ impl SqlStore {
              FROM settling GROUP BY account, tenant_id, block",
         )
         .bind(period_s)
+        .execute(&mut *tx)
+        .await?;
+        // The first hour held at reservation goes back to the balance at the first settlement:
+        // one transfer per tenant and period for all its reservations settled for the first
+        // time (100,000 reservations started together are given back in one row, not 100,000).
+        sqlx::query(
+            "INSERT INTO transfers (id, debit_account, credit_account, amount, created_at, kind)
+             SELECT 'release:' || $1 || ':' || tenant_id, 'hold:' || tenant_id,
+                    'user:' || tenant_id, CAST(SUM(released) AS BIGINT), $1, 'release'
+             FROM per_account WHERE block = 0 AND released > 0 GROUP BY tenant_id",
+        )
+        .bind(at)
         .execute(&mut *tx)
         .await?;
         // Every balance the transfers above moved, in one statement.
