@@ -101,7 +101,7 @@ pub struct SimArgs {
     /// Pod list CSV (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...`).
     #[arg(long)]
     pub pods: PathBuf,
-    /// One policy (random, dot-product, gpu-clustering, gpu-packing, best-fit, fgd) or all.
+    /// One policy (random, dot-product, gpu-clustering, gpu-packing, best-fit, fgd, vram-weighted) or all.
     #[arg(long, default_value = "all")]
     pub policy: String,
     /// The seed of the arrivals and of tie-breaks.

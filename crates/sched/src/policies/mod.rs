@@ -8,6 +8,7 @@ mod dot_product;
 mod fgd;
 mod packing;
 mod random;
+mod vram_weighted;
 
 pub use best_fit::BestFit;
 pub use clustering::GpuClustering;
@@ -15,6 +16,7 @@ pub use dot_product::DotProduct;
 pub use fgd::Fgd;
 pub use packing::GpuPacking;
 pub use random::RandomFit;
+pub use vram_weighted::VramWeighted;
 
 use crate::cluster::{Assignment, Cluster, GpuDemand, Pod};
 use crate::rng::SimRng;
@@ -70,14 +72,15 @@ pub enum TieBreak<'a> {
     Ranked(&'a [u32]),
 }
 
-/// The policy names `by_name` knows, in the order the paper lists them.
-pub const NAMES: [&str; 6] = [
+/// The policy names `by_name` knows, in the order the paper lists them, then the seeds' own.
+pub const NAMES: [&str; 7] = [
     "random",
     "dot-product",
     "gpu-clustering",
     "gpu-packing",
     "best-fit",
     "fgd",
+    "vram-weighted",
 ];
 
 /// A fresh policy by name; `workload` is the expected workload FGD measures fragmentation with.
@@ -89,6 +92,7 @@ pub fn by_name(name: &str, workload: &Workload, nodes: usize) -> Option<Box<dyn 
         "gpu-packing" => Box::new(GpuPacking),
         "best-fit" => Box::new(BestFit),
         "fgd" => Box::new(Fgd::new(workload.clone(), nodes)),
+        "vram-weighted" => Box::new(VramWeighted::default()),
         _ => return None,
     })
 }

@@ -54,6 +54,31 @@ fn place(policy: &str, gpu: GpuDemand) -> Assignment {
     schedule(&c, &pod(gpu), p.as_mut(), &mut SimRng::new(1)).unwrap()
 }
 
+/// Node `a` has 8 free GPUs and `b` 1.7: a 1-GPU pod goes to `a` about 8 times in 9.7, and a
+/// share to the GPU with the most free.
+#[test]
+fn vram_weighted_draws_in_proportion_to_free_gpu() {
+    let (c, mut p) = cluster_and("vram-weighted");
+    let mut rng = SimRng::new(1);
+    let draws = 4000;
+    let on_a = (0..draws)
+        .filter(|_| {
+            schedule(&c, &pod(GpuDemand::Whole(1)), p.as_mut(), &mut rng)
+                .unwrap()
+                .node
+                == 0
+        })
+        .count();
+    let share = f64::from(u32::try_from(on_a).unwrap()) / f64::from(draws);
+    assert!((0.78..0.87).contains(&share), "{share}");
+    for _ in 0..50 {
+        let a = schedule(&c, &pod(GpuDemand::Share(200)), p.as_mut(), &mut rng).unwrap();
+        if a.node == 1 {
+            assert_eq!(a.gpus, vec![1], "the idle GPU, not the shared one");
+        }
+    }
+}
+
 #[test]
 fn best_fit_fills_the_fuller_node_and_gpu() {
     let a = place("best-fit", GpuDemand::Share(500));
