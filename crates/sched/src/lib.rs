@@ -5,6 +5,7 @@
 mod best_fit;
 pub mod cluster;
 pub mod experiment;
+mod live;
 pub mod policies;
 mod preempt;
 pub mod queue;
@@ -13,6 +14,7 @@ pub mod trace;
 pub mod workload;
 
 pub use best_fit::place;
+pub use live::place_expecting;
 pub use preempt::{choose_victims, Victim};
 
 /// One candidate GPU as the placer sees it.

@@ -14,8 +14,8 @@ use gpurent_sched::trace::{parse_nodes, parse_pods};
 use crate::cli::SimArgs;
 use crate::output::{print_json, print_table};
 
-/// The policy the control plane places with (`gpurent_sched::place` is best-fit).
-const DEFAULT_POLICY: &str = "best-fit";
+/// The policy the control plane places with (`gpurent_sched::place_expecting`).
+const DEFAULT_POLICY: &str = "fgd-cpu";
 /// The paper's seeds start here.
 const FIRST_SEED: u64 = 42;
 

@@ -6,6 +6,7 @@ mod best_fit;
 mod clustering;
 mod dot_product;
 mod fgd;
+mod fgd_cpu;
 mod packing;
 mod random;
 mod vram_weighted;
@@ -14,6 +15,7 @@ pub use best_fit::BestFit;
 pub use clustering::GpuClustering;
 pub use dot_product::DotProduct;
 pub use fgd::Fgd;
+pub use fgd_cpu::FgdCpu;
 pub use packing::GpuPacking;
 pub use random::RandomFit;
 pub use vram_weighted::VramWeighted;
@@ -72,8 +74,9 @@ pub enum TieBreak<'a> {
     Ranked(&'a [u32]),
 }
 
-/// The policy names `by_name` knows, in the order the paper lists them, then the seeds' own.
-pub const NAMES: [&str; 7] = [
+/// The policy names `by_name` knows, in the order the paper lists them, then the seeds' own and
+/// ours.
+pub const NAMES: [&str; 8] = [
     "random",
     "dot-product",
     "gpu-clustering",
@@ -81,6 +84,7 @@ pub const NAMES: [&str; 7] = [
     "best-fit",
     "fgd",
     "vram-weighted",
+    "fgd-cpu",
 ];
 
 /// A fresh policy by name; `workload` is the expected workload FGD measures fragmentation with.
@@ -93,6 +97,7 @@ pub fn by_name(name: &str, workload: &Workload, nodes: usize) -> Option<Box<dyn 
         "best-fit" => Box::new(BestFit),
         "fgd" => Box::new(Fgd::new(workload.clone(), nodes)),
         "vram-weighted" => Box::new(VramWeighted::default()),
+        "fgd-cpu" => Box::new(FgdCpu::new(workload.clone(), nodes)),
         _ => return None,
     })
 }

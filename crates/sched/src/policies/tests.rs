@@ -106,6 +106,72 @@ fn fgd_keeps_a_gpu_usable_for_the_expected_shares() {
     assert_eq!((a.node, a.gpus), (1, vec![0]));
 }
 
+/// A GPU-rich node (8 GPUs, 64 cores) and a CPU-rich one (2 GPUs, 64 cores), for 1-GPU pods of
+/// 8 cores: a CPU-only pod of 16 cores fits either without breaking any expected shape, so FGD
+/// takes the first node of the order; ours keeps the GPU-rich node's cores for its GPUs.
+#[test]
+fn fgd_cpu_keeps_the_cores_of_gpu_rich_nodes() {
+    let c = Cluster::from_rows(&[row("gpu-rich", 8), row("cpu-rich", 2)]).unwrap();
+    let workload = Workload {
+        shapes: vec![(
+            Shape {
+                cpu_milli: 8000,
+                gpu: GpuDemand::Whole(1),
+                models: None,
+            },
+            1.0,
+        )],
+    };
+    let cpu_only = Pod {
+        cpu_milli: 16_000,
+        memory_mib: 1,
+        gpu: GpuDemand::None,
+        models: None,
+    };
+    let choose = |name: &str| {
+        let mut p = by_name(name, &workload, c.nodes.len()).unwrap();
+        let rank = [0u32, 1];
+        schedule_with(
+            &c,
+            &cpu_only,
+            p.as_mut(),
+            &mut SimRng::new(1),
+            TieBreak::Ranked(&rank),
+        )
+        .unwrap()
+        .node
+    };
+    assert_eq!(choose("fgd"), 0);
+    assert_eq!(choose("fgd-cpu"), 1);
+    // With its cores to spare, a GPU pod still goes where FGD sends it.
+    let mut p = by_name("fgd-cpu", &workload, c.nodes.len()).unwrap();
+    let mut q = by_name("fgd", &workload, c.nodes.len()).unwrap();
+    let gpu_pod = Pod {
+        cpu_milli: 8000,
+        ..cpu_only
+    };
+    let gpu_pod = Pod {
+        gpu: GpuDemand::Whole(1),
+        ..gpu_pod
+    };
+    let rank = [0u32, 1];
+    let ours = schedule_with(
+        &c,
+        &gpu_pod,
+        p.as_mut(),
+        &mut SimRng::new(1),
+        TieBreak::Ranked(&rank),
+    );
+    let theirs = schedule_with(
+        &c,
+        &gpu_pod,
+        q.as_mut(),
+        &mut SimRng::new(1),
+        TieBreak::Ranked(&rank),
+    );
+    assert_eq!(ours, theirs);
+}
+
 #[test]
 fn packing_prefers_shared_gpus_then_used_nodes() {
     let a = place("gpu-packing", GpuDemand::Share(500));

@@ -27,6 +27,9 @@ use crate::{Backend, Result, StoreError};
 pub struct SqlStore {
     pool: AnyPool,
     backend: Backend,
+    /// What was asked lately, per GPU type: the workload placement expects (see
+    /// `reservations::Recent`).
+    recent: reservations::Recent,
 }
 
 impl SqlStore {
@@ -75,7 +78,11 @@ impl SqlStore {
                     .await?
             }
         };
-        let store = SqlStore { pool, backend };
+        let store = SqlStore {
+            pool,
+            backend,
+            recent: reservations::Recent::default(),
+        };
         migrate::run(&store.pool, backend).await?;
         Ok(store)
     }
