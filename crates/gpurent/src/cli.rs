@@ -107,9 +107,14 @@ pub struct SimArgs {
     /// The seed of the arrivals and of tie-breaks.
     #[arg(long, default_value_t = 42, conflicts_with = "seeds")]
     pub seed: u64,
-    /// Run N seeds, 42 to 42+N-1 as in the paper, and report the means.
+    /// Run N seeds, 42 to 42+N-1 as in the paper, and report the means (for the P99 decision
+    /// time, the mean of each seed's 99th percentile).
     #[arg(long)]
     pub seeds: Option<u64>,
+    /// Also draw GPU allocation against arrived GPU request, one line per policy, into FILE
+    /// (PNG if it ends in .png, SVG if .svg).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
 }
 
 /// A statement's time window and whose it is.

@@ -27,7 +27,7 @@ pub fn print_json<T: Serialize>(value: &T) -> Result<(), CliError> {
 
 /// Prints rows under a header, each column as wide as its widest cell.
 pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());

@@ -102,3 +102,49 @@ fn node_rank_is_a_seeded_permutation() {
     assert_ne!(rank, node_rank(50, 43));
     assert!(node_rank(0, 42).is_empty());
 }
+
+#[test]
+fn the_curve_climbs_with_the_arrivals_and_ends_at_the_last_checkpoint() {
+    let (cluster, pods) = setup();
+    for r in run(&cluster, &pods, &policies::NAMES, 42, &no_clock).unwrap() {
+        assert_eq!(r.curve.len(), 131, "{}: one point per percent", r.policy);
+        assert_eq!(r.curve[0], (0.0, 0.0));
+        assert!(
+            r.curve
+                .windows(2)
+                .all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1),
+            "{}: arrived and allocation never go down",
+            r.policy
+        );
+        let (arrived, allocation) = *r.curve.last().unwrap();
+        assert!(arrived >= 1.3, "{}: ends at {arrived}", r.policy);
+        let at_130 = r.checkpoints.last().unwrap();
+        assert_eq!(at_130.arrived, 1.3);
+        assert_eq!(allocation, at_130.gpu_allocation_ratio, "{}", r.policy);
+    }
+}
+
+#[test]
+fn each_decision_is_timed() {
+    let (cluster, pods) = setup();
+    // Every call of the clock is one microsecond after the previous, so each decision,
+    // timed from one call to the next, takes one.
+    let calls = std::cell::Cell::new(0u64);
+    let ticking = || {
+        calls.set(calls.get() + 1);
+        Duration::from_micros(calls.get())
+    };
+    let r = run(&cluster, &pods, &["best-fit"], 42, &ticking).unwrap();
+    assert_eq!((r[0].decision_p50_us, r[0].decision_p99_us), (1.0, 1.0));
+    let still = run(&cluster, &pods, &["best-fit"], 42, &no_clock).unwrap();
+    assert_eq!(still[0].decision_p99_us, 0.0);
+}
+
+#[test]
+fn percentiles_take_the_nearest_rank() {
+    let nanos: Vec<u32> = (1..=200).map(|n| n * 1000).collect();
+    assert_eq!(percentile_us(&nanos, 50), 100.0);
+    assert_eq!(percentile_us(&nanos, 99), 198.0);
+    assert_eq!(percentile_us(&[7000], 99), 7.0);
+    assert_eq!(percentile_us(&[], 99), 0.0);
+}
