@@ -110,6 +110,10 @@ pub struct SimArgs {
     /// Run N seeds, 42 to 42+N-1 as in the paper, and report the means.
     #[arg(long)]
     pub seeds: Option<u64>,
+    /// Replay the pod list's own creation and deletion times instead (a FIFO queue with
+    /// backfill for what does not fit): placed pods, mean and p99 wait per policy.
+    #[arg(long, conflicts_with = "seeds")]
+    pub replay: bool,
 }
 
 /// A statement's time window and whose it is.

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod experiment;
 pub mod policies;
 mod preempt;
+pub mod replay;
 pub mod rng;
 pub mod trace;
 pub mod workload;

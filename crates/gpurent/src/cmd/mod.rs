@@ -9,6 +9,7 @@ pub mod bench_settle;
 pub mod client;
 pub mod server;
 pub mod sim;
+pub mod sim_replay;
 pub mod up;
 
 use std::path::Path;

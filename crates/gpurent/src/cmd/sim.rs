@@ -15,7 +15,7 @@ use crate::cli::SimArgs;
 use crate::output::{print_json, print_table};
 
 /// The policy the control plane places with (`gpurent_sched::place` is best-fit).
-const DEFAULT_POLICY: &str = "best-fit";
+pub(crate) const DEFAULT_POLICY: &str = "best-fit";
 /// The paper's seeds start here.
 const FIRST_SEED: u64 = 42;
 
@@ -38,6 +38,9 @@ struct PolicyReport {
 }
 
 pub fn run(args: &SimArgs, json: bool) -> anyhow::Result<()> {
+    if args.replay {
+        return super::sim_replay::run(args, json);
+    }
     let read = |path: &std::path::Path| {
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
     };

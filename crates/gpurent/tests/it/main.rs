@@ -7,4 +7,5 @@
 mod agent_restart;
 mod cli_flow;
 mod crash;
+mod sim_replay;
 mod support;
