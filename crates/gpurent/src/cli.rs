@@ -115,6 +115,10 @@ pub struct SimArgs {
     /// (PNG if it ends in .png, SVG if .svg).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// Replay the pod list's own creation and deletion times instead (a FIFO queue with
+    /// backfill for what does not fit): placed pods, mean and p99 wait per policy.
+    #[arg(long, conflicts_with_all = ["seeds", "plot"])]
+    pub replay: bool,
 }
 
 /// A statement's time window and whose it is.

@@ -406,6 +406,26 @@ mod tests {
             .prop_map(|(cpu, (n, m), spec)| pod_row(cpu, n, m, &spec))
     }
 
+    /// A valid assignment of the pod on node `n` if it fits there: for a share, the `pick`th of
+    /// the GPUs with room (modulo their number).
+    fn fitting(c: &Cluster, n: usize, pod: &Pod, pick: usize) -> Option<Assignment> {
+        let node = &c.nodes[n];
+        if !node.fits(pod) {
+            return None;
+        }
+        let gpus = match pod.gpu {
+            GpuDemand::None => vec![],
+            GpuDemand::Share(m) => {
+                let room: Vec<usize> = (0..node.gpu_free.len())
+                    .filter(|&g| node.gpu_free[g] >= m)
+                    .collect();
+                vec![room[pick % room.len()]]
+            }
+            GpuDemand::Whole(k) => node.lowest_free_gpus(k),
+        };
+        Some(Assignment { node: n, gpus })
+    }
+
     proptest! {
         /// Whatever is asked, with assignments chosen at random: every accepted allocation
         /// keeps the invariants, respects the model, keeps a gang on one node.
@@ -438,6 +458,36 @@ mod tests {
             }
             prop_assert_eq!(c.gpu_allocated_milli(), 0);
             prop_assert!(c.nodes.iter().all(|n| n.cpu_free == n.cpu_milli));
+        }
+
+        /// On a cluster already partly allocated, releasing a pod right after allocating it
+        /// gives back exactly what was taken: the cluster is equal to what it was before.
+        #[test]
+        fn release_restores_what_allocate_took(
+            before in proptest::collection::vec((arb_pod(), 0usize..3, 0usize..8), 0..30),
+            row in arb_pod(),
+            n in 0usize..3,
+            pick in 0usize..8,
+        ) {
+            let mut c = Cluster::from_rows(&[
+                node("a", 32_000, 8, "T4"),
+                node("b", 16_000, 2, "P100"),
+                node("c", 8_000, 0, ""),
+            ]).unwrap();
+            for (r, n, pick) in before {
+                let pod = c.pod(&r);
+                if let Some(a) = fitting(&c, n, &pod, pick) {
+                    c.allocate(&pod, &a).unwrap();
+                }
+            }
+            let pod = c.pod(&row);
+            let start = c.clone();
+            if let Some(a) = fitting(&c, n, &pod, pick) {
+                c.allocate(&pod, &a).unwrap();
+                prop_assert_ne!(&c, &start);
+                c.release(&pod, &a).unwrap();
+            }
+            prop_assert_eq!(&c, &start);
         }
     }
 }

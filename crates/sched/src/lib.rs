@@ -9,6 +9,7 @@ mod live;
 pub mod policies;
 mod preempt;
 pub mod queue;
+pub mod replay;
 pub mod rng;
 pub mod trace;
 pub mod workload;

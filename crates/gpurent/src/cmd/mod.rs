@@ -10,6 +10,7 @@ pub mod client;
 pub mod server;
 pub mod sim;
 pub mod sim_plot;
+pub mod sim_replay;
 pub mod up;
 
 use std::path::Path;

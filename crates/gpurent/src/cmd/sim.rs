@@ -16,7 +16,7 @@ use crate::cmd::sim_plot::{self, Format, Line};
 use crate::output::{print_json, print_table};
 
 /// The policy the control plane places with (`gpurent_sched::place_expecting`).
-const DEFAULT_POLICY: &str = "fgd-cpu";
+pub(crate) const DEFAULT_POLICY: &str = "fgd-cpu";
 /// The paper's seeds start here.
 const FIRST_SEED: u64 = 42;
 
@@ -45,6 +45,9 @@ struct PolicyReport {
 }
 
 pub fn run(args: &SimArgs, json: bool) -> anyhow::Result<()> {
+    if args.replay {
+        return super::sim_replay::run(args, json);
+    }
     // A chart that cannot be written is said before the minutes of simulation, not after.
     let plot = args
         .plot

@@ -8,4 +8,5 @@ mod agent_restart;
 mod cli_flow;
 mod crash;
 mod sim;
+mod sim_replay;
 mod support;

@@ -62,4 +62,19 @@ impl Policy for GpuClustering {
             None => tags.push((mine, 1)),
         }
     }
+
+    fn released(&mut self, _cluster: &Cluster, a: &Assignment, pod: &Pod) {
+        if pod.gpu == GpuDemand::None {
+            return;
+        }
+        let tags = &mut self.kinds[a.node];
+        let mine = kind(pod.gpu);
+        if let Some(at) = tags.iter().position(|(k, _)| *k == mine) {
+            tags[at].1 = tags[at].1.saturating_sub(1);
+            // The band counts the kinds a node holds, so a kind with no pod left must go.
+            if tags[at].1 == 0 {
+                tags.remove(at);
+            }
+        }
+    }
 }

@@ -255,4 +255,10 @@ impl Policy for Fgd {
             c.frag = None;
         }
     }
+
+    fn released(&mut self, _cluster: &Cluster, a: &Assignment, _pod: &Pod) {
+        if let Some(c) = self.nodes.get_mut(a.node) {
+            c.frag = None;
+        }
+    }
 }

@@ -73,4 +73,8 @@ impl Policy for FgdCpu {
     fn placed(&mut self, cluster: &Cluster, a: &Assignment, pod: &Pod) {
         self.fgd.placed(cluster, a, pod);
     }
+
+    fn released(&mut self, cluster: &Cluster, a: &Assignment, pod: &Pod) {
+        self.fgd.released(cluster, a, pod);
+    }
 }

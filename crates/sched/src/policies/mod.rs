@@ -55,6 +55,10 @@ pub trait Policy: std::fmt::Debug {
     /// Told after each allocation, for policies that keep state per node.
     fn placed(&mut self, _cluster: &Cluster, _assignment: &Assignment, _pod: &Pod) {}
 
+    /// Told after a pod placed earlier has left and its resources are free again (the trace
+    /// replay's departures), for policies that keep state per node.
+    fn released(&mut self, _cluster: &Cluster, _assignment: &Assignment, _pod: &Pod) {}
+
     /// Whether equal scores must be broken at random whatever the experiment's rule (random fit,
     /// whose scores are all equal and which would otherwise become first fit).
     fn random_ties(&self) -> bool {

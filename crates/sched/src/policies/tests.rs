@@ -187,6 +187,37 @@ fn clustering_puts_shares_with_shares() {
 }
 
 #[test]
+fn a_release_undoes_what_a_placement_told_the_policy() {
+    // After the share on `b` leaves, every policy scores each node as on a fresh cluster (GPU
+    // clustering forgets that `b` held shares; FGD recomputes `b`).
+    for name in NAMES {
+        let (mut c, mut p) = cluster_and(name);
+        let share = pod(GpuDemand::Share(300));
+        let a = Assignment {
+            node: 1,
+            gpus: vec![0],
+        };
+        c.release(&share, &a).unwrap();
+        p.released(&c, &a, &share);
+        let fresh_cluster = Cluster::from_rows(&[row("a", 8), row("b", 2)]).unwrap();
+        let mut fresh = by_name(name, &share_workload(), 2).unwrap();
+        for gpu in [
+            GpuDemand::Share(500),
+            GpuDemand::Whole(1),
+            GpuDemand::Whole(2),
+        ] {
+            for node in 0..2 {
+                assert_eq!(
+                    p.score(&c, node, &pod(gpu)),
+                    fresh.score(&fresh_cluster, node, &pod(gpu)),
+                    "{name}, {gpu:?} on node {node}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn dot_product_prefers_less_free_gpu() {
     assert_eq!(place("dot-product", GpuDemand::Whole(1)).node, 1);
 }
