@@ -363,12 +363,31 @@ impl SqlStore {
         now: i64,
     ) -> Result<Option<Vec<String>>> {
         let mut tx = self.begin().await?;
-        // Claiming the row first: a stop or a timeout of the same reservation waits for this
-        // transaction, then finds it placed (or the other way round).
+        let queued = sqlx::query(
+            "SELECT type_key, vram_mb FROM reservations
+             WHERE id = $1 AND status = 'pending' AND node_id IS NULL",
+        )
+        .bind(&plan.id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(queued) = queued else {
+            return Ok(None);
+        };
+        let type_key: Option<String> = queued.try_get("type_key")?;
+        let whole_only = i64::from(queued.try_get::<Option<i64>, _>("vram_mb")?.is_none());
+        if self.backend == Backend::Postgres {
+            // The same per-type queue as immediate placements, taken first as they do (see
+            // `try_reserve`).
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind(type_key.unwrap_or_default())
+                .execute(&mut *tx)
+                .await?;
+        }
+        // The claim is a compare-and-set on the row: a stop or a timeout of the same
+        // reservation waits for this transaction, then finds it placed (or the other way round).
         let claimed = sqlx::query(
             "UPDATE reservations SET node_id = $1, gpus = $2, placed_at = $3, queue_reason = NULL
-             WHERE id = $4 AND status = 'pending' AND node_id IS NULL
-             RETURNING type_key, vram_mb",
+             WHERE id = $4 AND status = 'pending' AND node_id IS NULL",
         )
         .bind(&plan.node_id)
         .bind(to_json(
@@ -380,19 +399,11 @@ impl SqlStore {
         ))
         .bind(now)
         .bind(&plan.id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(claimed) = claimed else {
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if claimed != 1 {
             return Ok(None);
-        };
-        let type_key: Option<String> = claimed.try_get("type_key")?;
-        let whole_only = i64::from(claimed.try_get::<Option<i64>, _>("vram_mb")?.is_none());
-        if self.backend == Backend::Postgres {
-            // The same per-type queue as immediate placements (see `try_reserve`).
-            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                .bind(type_key.unwrap_or_default())
-                .execute(&mut *tx)
-                .await?;
         }
         sqlx::query("UPDATE meters SET node_id = $1 WHERE reservation_id = $2")
             .bind(&plan.node_id)
