@@ -296,4 +296,32 @@ mod tests {
             "asked for 1 whole GPUs on one node; the most free on any node is 0"
         );
     }
+
+    #[test]
+    fn backfill_never_delays_the_head_and_the_reason_names_it() {
+        let mut head = queued("head", Tier::OnDemand, None, 0);
+        head.want = Want::Whole { count: 2 };
+        let long = queued("long", Tier::OnDemand, None, 1);
+        let mut short = queued("short", Tier::OnDemand, None, 2);
+        short.duration_s = 600;
+        let mut busy = held("busy", Tier::OnDemand, "g0");
+        busy.ends_at = at(1800);
+        let view = QueueView {
+            queued: vec![head, long, short],
+            gpus: vec![gpu("g0", 0), gpu("g1", 24_576)],
+            held: vec![busy],
+        };
+        let plan = plan(&view, at(0), QueueConfig::default());
+        let placed: Vec<&str> = plan.placements.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(placed, vec!["short"]);
+        let long_reason = plan
+            .reasons
+            .iter()
+            .find(|(id, _)| id == "long")
+            .map(|(_, r)| r.as_str());
+        assert_eq!(
+            long_reason,
+            Some("waiting: its GPUs are reserved for reservation head until 2027-01-15T08:30:00+00:00")
+        );
+    }
 }
