@@ -259,6 +259,10 @@ pub struct UpArgs {
     /// does not name keep their defaults.
     #[arg(long)]
     pub prices: Option<PathBuf>,
+    /// Seconds a reservation made with `--queue` may wait for GPUs before it ends as `failed`
+    /// (`queue_timeout`), its hold released.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    pub queue_timeout: u64,
     #[command(flatten)]
     pub node: NodeArgs,
 }
@@ -275,6 +279,10 @@ pub struct ServerArgs {
     /// A TOML price file (see `gpurent up --help`).
     #[arg(long)]
     pub prices: Option<PathBuf>,
+    /// Seconds a reservation made with `--queue` may wait for GPUs before it ends as `failed`
+    /// (`queue_timeout`), its hold released.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    pub queue_timeout: u64,
 }
 
 #[derive(Debug, Args)]
@@ -361,6 +369,11 @@ pub struct ReserveArgs {
     /// A port of the instance to publish on its node (Docker executor); repeatable.
     #[arg(long = "port", short = 'p', value_name = "PORT")]
     pub ports: Vec<u16>,
+    /// When nothing fits now, wait in the queue (status `pending`, no node) instead of
+    /// failing with no_capacity; the first hour is held meanwhile, and released if it is
+    /// stopped or times out before it runs.
+    #[arg(long)]
+    pub queue: bool,
     /// Makes a retried reservation happen once.
     #[arg(long)]
     pub idempotency_key: Option<String>,

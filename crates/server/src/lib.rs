@@ -1,5 +1,5 @@
 //! The gpurent control plane: the HTTP API under `/api/v1`, the agent protocol, and the
-//! maintenance loop that expires reservations. Handlers are thin: they parse, authorize,
+//! maintenance loop that expires reservations and places queued ones. Handlers are thin: they parse, authorize,
 //! call one store intent and map the result.
 
 mod auth;
@@ -10,6 +10,7 @@ mod idempotency;
 mod maintenance;
 mod openapi;
 mod routes;
+mod scheduler;
 mod state;
 mod validate;
 mod wake;
@@ -38,7 +39,8 @@ pub struct ServerConfig {
     pub prices: PriceList,
     /// A node not heard from for this long is `unreachable` and gets no new reservations.
     pub node_ttl: Duration,
-    /// How often reservations are checked for expiry and settlement.
+    /// How often reservations are checked for expiry and settlement, and the queue for what
+    /// can be placed (also done at once when capacity is freed).
     pub maintenance_interval: Duration,
     /// Running reservations are charged this often (and stopped when the tenant cannot pay
     /// for the next period).
@@ -47,6 +49,9 @@ pub struct ServerConfig {
     pub max_sync_wait: Duration,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// A reservation still queued this long after it was queued ends as `failed`
+    /// (`queue_timeout`), its hold released.
+    pub queue_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -58,6 +63,7 @@ impl Default for ServerConfig {
             settlement_period: Duration::from_secs(60),
             max_sync_wait: Duration::from_secs(10),
             max_body_bytes: 64 * 1024,
+            queue_timeout: Duration::from_secs(3600),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The periodic work of the control plane: settling running reservations every period,
-//! expiring those whose time is up, and forgetting day-old idempotency keys.
+//! expiring those whose time is up, the scheduling pass over queued reservations (also run
+//! at once when woken), and forgetting day-old idempotency keys.
 
 use tokio::sync::watch;
 
@@ -19,6 +20,7 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
     for node in nodes {
         state.wake.wake(&node);
     }
+    crate::scheduler::pass(state).await?;
     let pruned = state
         .store
         .prune_idempotency_keys(now - crate::idempotency::KEEP_KEYS)
@@ -33,18 +35,26 @@ pub(crate) async fn run(state: AppState, mut stopped: watch::Receiver<bool>) {
     let mut interval = tokio::time::interval(state.config.maintenance_interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = interval.tick() => {}
+        let woken = tokio::select! {
+            _ = interval.tick() => false,
+            () = state.wake.scheduler_woken() => true,
             changed = stopped.changed() => {
                 if changed.is_err() {
                     return;
                 }
+                false
             }
-        }
+        };
         if *stopped.borrow() {
             return;
         }
-        if let Err(e) = tick(&state).await {
+        // Woken by freed capacity: only the scheduling pass, not a whole tick.
+        let done = if woken {
+            crate::scheduler::pass(&state).await
+        } else {
+            tick(&state).await
+        };
+        if let Err(e) = done {
             tracing::warn!(error = %e, "maintenance pass failed; retrying next tick");
         }
     }

@@ -116,6 +116,7 @@ pub fn reservation(
         ports: body.ports.clone(),
         idempotency_key,
         request_hash: request_hash(body),
+        queue: body.queue,
     })
 }
 

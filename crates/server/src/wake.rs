@@ -1,5 +1,6 @@
-//! Wakes agents' long-polls when their node's desired state changes in this replica.
-//! Changes made by another replica are seen at the next periodic version check.
+//! Wakes agents' long-polls when their node's desired state changes in this replica, and the
+//! scheduling pass when capacity may have been freed. Changes made by another replica are seen
+//! at the next periodic version check (and the next maintenance tick).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +12,7 @@ use tokio::sync::Notify;
 pub struct NodeWakers {
     nodes: Mutex<HashMap<String, Arc<Notify>>>,
     shutting_down: AtomicBool,
+    scheduler: Notify,
 }
 
 impl NodeWakers {
@@ -24,6 +26,17 @@ impl NodeWakers {
         if let Some(n) = nodes.get(node_id) {
             n.notify_waiters();
         }
+    }
+
+    /// Asks for a scheduling pass soon: a stop, an end or new GPUs may let queued work fit.
+    /// Wake-ups before the pass runs coalesce into one.
+    pub fn wake_scheduler(&self) {
+        self.scheduler.notify_one();
+    }
+
+    /// Resolves at the next [`NodeWakers::wake_scheduler`] (or one made since the last pass).
+    pub async fn scheduler_woken(&self) {
+        self.scheduler.notified().await;
     }
 
     /// Wakes every waiting sync for good: the server is shutting down.

@@ -20,7 +20,8 @@ use gpurent_types::Money;
 
 pub use error::StoreError;
 pub use model::{
-    AuthUser, Backend, IdempotencyClaim, LedgerCheck, NewNode, NewReservation, NewUser, Scope, Want,
+    AuthUser, Backend, HeldWork, IdempotencyClaim, LedgerCheck, LiveGpu, NewNode, NewReservation,
+    NewUser, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
 };
 pub use sql::{Settled, SqlStore};
 
@@ -188,6 +189,33 @@ pub trait ReservationStore: Send + Sync {
     /// Charges every running reservation whose last settlement is `period` old or more, and
     /// stops those whose tenant cannot pay for the next period.
     async fn settle_due(&self, now: DateTime<Utc>, period: std::time::Duration) -> Result<Settled>;
+
+    /// The queued reservations, oldest first, with the GPUs of live nodes of the types they
+    /// wait for and the work holding memory there. Empty when nothing is queued.
+    async fn queue_view(&self, live_since: DateTime<Utc>, now: DateTime<Utc>) -> Result<QueueView>;
+
+    /// Commits a scheduling pass's placement of a queued reservation: preempts its victims
+    /// (as an immediate placement does: billing ends now, `spot_grace_s` of notice) and takes
+    /// the GPU memory by the same compare-and-set as `reserve`, all in one transaction.
+    /// Returns the nodes whose desired state changed, or `None` (and changes nothing) when the
+    /// view was stale: the reservation is no longer queued or the memory was taken.
+    async fn place_queued(
+        &self,
+        placement: &QueuedPlacement,
+        prices: &PriceList,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Vec<String>>>;
+
+    /// Records why each of these queued reservations still waits.
+    async fn note_queue_reasons(&self, reasons: &[(String, String)]) -> Result<()>;
+
+    /// Ends as `failed` (`queue_timeout`) every reservation queued at or before
+    /// `queued_before`, releasing its hold. Returns their ids.
+    async fn end_queue_timeouts(
+        &self,
+        queued_before: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>>;
 
     /// Consistency of GPU allocations: every allocated byte owned by a live reservation and
     /// every live placed reservation holding its GPUs. Empty when consistent.

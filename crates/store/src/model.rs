@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use gpurent_types::agent::GpuInfo;
 use gpurent_types::{GpuType, Money, Role, Tier};
 
@@ -75,6 +76,71 @@ pub struct NewReservation {
     /// With `request_hash`: a retried request with the same key returns the first reservation.
     pub idempotency_key: Option<String>,
     pub request_hash: String,
+    /// Wait in the queue (`pending`, no node) when nothing fits now, instead of failing with
+    /// `NoCapacity`.
+    pub queue: bool,
+}
+
+/// A reservation waiting in the queue, as the scheduling pass reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedReservation {
+    pub id: String,
+    /// The GPU type it waits for (`GpuType::key`).
+    pub type_key: String,
+    pub want: Want,
+    pub tier: Tier,
+    /// A spot reservation's priority (its bid per whole GPU-hour, in micro-units).
+    pub priority: Option<i64>,
+    pub queued_at: DateTime<Utc>,
+    pub duration_s: u64,
+}
+
+/// A GPU of a live node, with the memory free on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveGpu {
+    pub uuid: String,
+    pub node_id: String,
+    pub type_key: String,
+    pub vram_mb: u64,
+    pub free_mb: u64,
+}
+
+/// A placed reservation holding GPU memory on live nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldWork {
+    pub id: String,
+    pub tier: Tier,
+    /// A spot reservation's priority, as for [`QueuedReservation::priority`].
+    pub priority: Option<i64>,
+    /// Already being stopped: it frees its memory soon and is nobody's victim.
+    pub stopping: bool,
+    pub price_per_hour: Money,
+    /// When it started running, or was placed if it has not started yet.
+    pub since: DateTime<Utc>,
+    /// When it is due to end: its start plus its hours (placed but not started: from now).
+    pub ends_at: DateTime<Utc>,
+    /// (GPU UUID, MiB) it holds.
+    pub holds: Vec<(String, u64)>,
+}
+
+/// What one scheduling pass reads: the queue, the live GPUs of the types it waits for, and
+/// the work holding memory on them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueView {
+    pub queued: Vec<QueuedReservation>,
+    pub gpus: Vec<LiveGpu>,
+    pub held: Vec<HeldWork>,
+}
+
+/// A placement of a queued reservation chosen by a scheduling pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedPlacement {
+    pub id: String,
+    pub node_id: String,
+    /// (GPU UUID, MiB) to take, all on `node_id`.
+    pub gpus: Vec<(String, u64)>,
+    /// Spot reservations to preempt first to make the room.
+    pub preempt: Vec<String>,
 }
 
 /// The result of recomputing the ledger.

@@ -130,6 +130,10 @@ pub struct CreateReservation {
     /// Ports of the instance to publish on the node (Docker executor), e.g. `[8888]`.
     #[serde(default)]
     pub ports: Vec<u16>,
+    /// When nothing fits now (and preempting spot work cannot make room), wait in the queue
+    /// as `pending` instead of answering 409 `no_capacity`. The first hour is held as usual.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queue: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -170,6 +174,12 @@ pub struct Reservation {
     pub bid: Option<Money>,
     /// The tenant who owns it.
     pub tenant_id: String,
+    /// Why a queued reservation still waits (`pending` without a node); null otherwise.
+    #[serde(default)]
+    pub queue_reason: Option<String>,
+    /// Seconds from its creation to its placement on GPUs; null until placed.
+    #[serde(default)]
+    pub waited_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

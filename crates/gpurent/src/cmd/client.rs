@@ -441,6 +441,7 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
         command: args.command,
         env,
         ports: args.ports,
+        queue: args.queue,
     };
     let r: Reservation = api
         .post(
@@ -463,6 +464,9 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
         r.price_per_hour,
         r.status
     ));
+    if let Some(reason) = &r.queue_reason {
+        print_line(&format!("queued: {reason}"));
+    }
     Ok(())
 }
 

@@ -17,7 +17,14 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", args.data_dir.join("gpurent.db").display()));
-    let server = start(&url, &args.data_dir, args.listen, args.prices.as_deref()).await?;
+    let server = start(
+        &url,
+        &args.data_dir,
+        args.listen,
+        args.prices.as_deref(),
+        std::time::Duration::from_secs(args.queue_timeout),
+    )
+    .await?;
     print_line(&format!("gpurent ready: {}", super::local_url(server.addr)));
     super::shutdown_signal().await?;
     let store = server.state.store.clone();
@@ -32,6 +39,7 @@ pub async fn start(
     data_dir: &std::path::Path,
     listen: std::net::SocketAddr,
     prices: Option<&std::path::Path>,
+    queue_timeout: std::time::Duration,
 ) -> anyhow::Result<RunningServer> {
     let prices = match prices {
         Some(path) => {
@@ -55,6 +63,7 @@ pub async fn start(
         clock,
         ServerConfig {
             prices,
+            queue_timeout,
             ..ServerConfig::default()
         },
     )

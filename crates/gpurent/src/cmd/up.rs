@@ -17,8 +17,14 @@ const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     super::ensure_dir(&args.data_dir)?;
     let url = format!("sqlite://{}", args.data_dir.join("gpurent.db").display());
-    let server =
-        super::server::start(&url, &args.data_dir, args.listen, args.prices.as_deref()).await?;
+    let server = super::server::start(
+        &url,
+        &args.data_dir,
+        args.listen,
+        args.prices.as_deref(),
+        Duration::from_secs(args.queue_timeout),
+    )
+    .await?;
     let base = super::local_url(server.addr);
     let store = server.state.store.clone();
 

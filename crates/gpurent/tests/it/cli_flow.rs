@@ -158,6 +158,46 @@ fn the_contract_flow_through_the_cli() {
         ],
     );
     assert_eq!(no_capacity.json()["error"]["code"], "no_capacity");
+
+    // --queue: waits as pending while the GPUs are taken and runs when they free; what no
+    // node could ever take is still refused.
+    let both = cli(
+        &url,
+        t,
+        true,
+        &[
+            "reserve", "--gpu", "rtx4090", "--count", "2", "--hours", "1",
+        ],
+    );
+    let both = both.json()["id"].as_str().unwrap().to_owned();
+    let queued = cli(
+        &url,
+        t,
+        true,
+        &["reserve", "--gpu", "rtx4090", "--hours", "1", "--queue"],
+    );
+    assert_eq!(queued.code, 0, "{queued:?}");
+    let queued = queued.json();
+    assert_eq!(queued["status"], "pending", "{queued}");
+    assert!(queued["queue_reason"].is_string(), "{queued}");
+    let queued = queued["id"].as_str().unwrap().to_owned();
+    let never = cli(
+        &url,
+        t,
+        true,
+        &[
+            "reserve", "--gpu", "rtx4090", "--count", "3", "--hours", "1", "--queue",
+        ],
+    );
+    assert_eq!(never.json()["error"]["code"], "no_capacity");
+    cli(&url, t, true, &["stop", &both]);
+    eventually("the queued reservation running", 30, || {
+        cli(&url, t, true, &["get", &queued]).json()["status"] == "running"
+    });
+    cli(&url, t, true, &["stop", &queued]);
+    eventually("the queued reservation stopped", 30, || {
+        cli(&url, t, true, &["get", &queued]).json()["status"] == "stopped"
+    });
     let human = cli(&url, t, false, &["offers"]);
     assert!(human.stdout.starts_with("GPU"), "{human:?}");
 

@@ -7,7 +7,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use gpurent_store::NewNode;
-use gpurent_types::agent::{GpuInfo, NodeRegistered, RegisterNode, SyncRequest, SyncResponse};
+use gpurent_types::agent::{
+    GpuInfo, InstanceState, NodeRegistered, RegisterNode, SyncRequest, SyncResponse,
+};
 use gpurent_types::api::ErrorBody;
 
 use crate::auth::{hash_token, new_token, AgentNode};
@@ -74,6 +76,8 @@ pub(crate) async fn register(
             state.now(),
         )
         .await?;
+    // New GPUs: queued work may fit now.
+    state.wake.wake_scheduler();
     Ok((
         StatusCode::CREATED,
         Json(NodeRegistered {
@@ -100,6 +104,16 @@ pub(crate) async fn sync(
         )));
     }
     state.store.sync_node(&node_id, &body, state.now()).await?;
+    // An instance that ended freed its GPUs: queued work may fit now.
+    let freed = body.instances.iter().any(|i| {
+        matches!(
+            i.state,
+            InstanceState::Stopped | InstanceState::Exited | InstanceState::Failed
+        )
+    });
+    if freed {
+        state.wake.wake_scheduler();
+    }
     let wait = Duration::from_millis(body.wait_ms.unwrap_or(0)).min(state.config.max_sync_wait);
     if let (Some(known), false) = (body.known_version, wait.is_zero()) {
         let deadline = tokio::time::Instant::now() + wait;

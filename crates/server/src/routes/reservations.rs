@@ -29,7 +29,9 @@ pub(crate) async fn offers(
 }
 
 /// Reserve GPUs. Placement and the GPU allocation happen in one transaction; the
-/// reservation starts `pending` until its node's agent picks it up.
+/// reservation starts `pending` until its node's agent picks it up. When nothing fits, the
+/// answer is 409 `no_capacity`, or with `"queue": true` a `pending` reservation without a node
+/// (its `queue_reason` says why it waits) that the scheduling loop places later.
 #[utoipa::path(post, path = "/api/v1/reservations", tag = "reservations",
     security(("bearer" = [])), request_body = CreateReservation,
     params(("Idempotency-Key" = Option<String>, Header,
@@ -50,6 +52,9 @@ pub(crate) async fn create(
         .await?;
     for node in &nodes {
         state.wake.wake(node);
+    }
+    if reservation.queue_reason.is_some() {
+        state.wake.wake_scheduler();
     }
     Ok((StatusCode::CREATED, Json(reservation)))
 }
@@ -100,6 +105,7 @@ pub(crate) async fn stop(
     if let Some(node) = node {
         state.wake.wake(&node);
     }
+    state.wake.wake_scheduler();
     tracing::info!(reservation_id = %r.id, status = %r.status, "stop requested");
     Ok(Json(ReservationStopped {
         id: r.id,

@@ -324,6 +324,28 @@ impl TestApp {
         assert!(ledger.ok(), "{ledger:?}");
     }
 
+    /// Restarts the control plane on the same database and address, as after a crash or an
+    /// upgrade: a fresh store connection and server state; the agents keep running and
+    /// reconnect.
+    pub async fn restart_server(&mut self) {
+        let server = self.server.take().expect("running");
+        let addr = server.addr;
+        let clock = server.state.clock.clone();
+        let config = (*server.state.config).clone();
+        server.shutdown().await.expect("shutdown");
+        self.store.close().await;
+        let store = Arc::new(
+            SqlStore::connect(&self._db.url)
+                .await
+                .expect("reopen store"),
+        );
+        self.store = store.clone();
+        let server = RunningServer::start(addr, store, clock, config)
+            .await
+            .expect("restart server");
+        self.server = Some(server);
+    }
+
     pub async fn shutdown(mut self) {
         for (stop, _) in &self.agents {
             let _ = stop.send(true);

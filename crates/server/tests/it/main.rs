@@ -12,6 +12,7 @@ mod idempotency;
 mod lifecycle;
 mod logs;
 mod openapi;
+mod queue;
 mod settlement;
 mod telemetry;
 mod tiers;

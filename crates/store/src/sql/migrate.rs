@@ -39,6 +39,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "meter_previous",
         include_str!("../../migrations/0009_meter_previous.sql"),
     ),
+    (10, "queue", include_str!("../../migrations/0010_queue.sql")),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

@@ -5,6 +5,7 @@ mod idempotency;
 mod ledger;
 mod migrate;
 mod nodes;
+mod queue;
 mod reservations;
 mod rows;
 mod settlement;

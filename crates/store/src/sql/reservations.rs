@@ -12,7 +12,8 @@ use gpurent_types::{GpuType, Money, ReservationStatus, Tier};
 use sqlx::{AnyConnection, Row};
 
 use super::ledger::{self, Kind, Transfer};
-use super::nodes::{adjust_pool, bump_version, release_gpus};
+use super::nodes::{adjust_pool, bump_version};
+use super::queue::preempt_reservation;
 use super::rows::{reservation_from_row, RESERVATION_COLUMNS};
 use super::{gib, new_id, retry_transient, ts, SqlStore};
 use crate::{Backend, NewReservation, ReservationStore, Result, Scope, StoreError, Want};
@@ -32,7 +33,67 @@ fn scope_param(scope: &Scope) -> &str {
     }
 }
 
-async fn fetch_reservation(
+/// The reservation an earlier request with the same `Idempotency-Key` made, if any.
+pub(super) async fn earlier_reservation(
+    conn: &mut AnyConnection,
+    new: &NewReservation,
+) -> Result<Option<Reservation>> {
+    let Some(key) = &new.idempotency_key else {
+        return Ok(None);
+    };
+    let earlier = sqlx::query(
+        "SELECT id, request_hash FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2",
+    )
+    .bind(&new.tenant_id)
+    .bind(key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = earlier else { return Ok(None) };
+    let hash: Option<String> = row.try_get("request_hash")?;
+    if hash.as_deref() != Some(new.request_hash.as_str()) {
+        return Err(StoreError::IdempotencyMismatch);
+    }
+    let id: String = row.try_get("id")?;
+    Ok(Some(fetch_reservation(conn, &id, &Scope::All).await?))
+}
+
+/// Prepaid: the first hour (or all of a shorter reservation, or the whole of a reserved block)
+/// moves into the tenant's hold, only if the balance covers it.
+pub(super) async fn take_hold(
+    conn: &mut AnyConnection,
+    new: &NewReservation,
+    id: &str,
+    hold: Money,
+    at: i64,
+) -> Result<()> {
+    let covered = ledger::transfer_covered(
+        conn,
+        Transfer {
+            id: &format!("hold:{id}"),
+            debit: &ledger::user_account(&new.tenant_id),
+            credit: &ledger::hold_account(&new.tenant_id),
+            amount: hold.micros(),
+            reservation_id: Some(id),
+            at,
+            kind: Kind::Hold,
+            node_id: None,
+        },
+    )
+    .await?;
+    let balance = ledger::balance_of(conn, &ledger::user_account(&new.tenant_id))
+        .await?
+        .map(Money::from_micros)
+        .ok_or_else(|| StoreError::not_found("user", &new.tenant_id))?;
+    if !covered || (hold == Money::ZERO && balance <= Money::ZERO) {
+        return Err(StoreError::InsufficientCredit {
+            needed: hold,
+            balance,
+        });
+    }
+    Ok(())
+}
+
+pub(super) async fn fetch_reservation(
     conn: &mut AnyConnection,
     id: &str,
     scope: &Scope,
@@ -57,10 +118,13 @@ struct Candidate {
     vram_mb: i64,
 }
 
-enum Attempt {
+pub(super) enum Attempt {
     /// The reservation, and the nodes whose agents must be woken.
     Done(Box<Reservation>, Vec<String>),
     LostRace,
+    /// Nothing fits and the request asked to wait: queue it (in a transaction of its own, so
+    /// that no preemption tried for it stays behind).
+    Queue,
 }
 
 /// A placement found: the candidate GPUs read and which of them (and how much of each) to take.
@@ -69,7 +133,7 @@ struct Found {
     placement: Placement,
 }
 
-fn size_of(want: Want, gpu_vram_mb: u64) -> Size {
+pub(super) fn size_of(want: Want, gpu_vram_mb: u64) -> Size {
     match want {
         Want::Whole { count } => Size::Whole { count, gpu_vram_mb },
         Want::Share { vram_mb } => Size::Share {
@@ -306,24 +370,13 @@ impl SqlStore {
             .cloned();
         for &v in &chosen {
             let id = &ids[v];
-            let n = sqlx::query(
-                "UPDATE reservations SET status = 'stopping', end_reason = 'preempted',
-                    stop_requested_at = $1, stop_grace_s = $2
-                 WHERE id = $3 AND status IN ('pending', 'starting', 'running')",
-            )
-            .bind(now)
-            .bind(i64::try_from(prices.spot_grace_s).unwrap_or(i64::MAX))
-            .bind(id)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-            if n != 1 {
-                // It ended meanwhile; the placement below finds what it freed, or not.
-                continue;
+            // One that ended meanwhile: the placement below finds what it freed, or not.
+            if preempt_reservation(conn, id, prices.spot_grace_s, now)
+                .await?
+                .is_some()
+            {
+                tracing::info!(reservation_id = %id, by_tenant = %new.tenant_id, "spot instance preempted");
             }
-            stop_meter(conn, id).await?;
-            release_gpus(conn, id).await?;
-            tracing::info!(reservation_id = %id, by_tenant = %new.tenant_id, "spot instance preempted");
         }
         Ok(node)
     }
@@ -337,23 +390,8 @@ impl SqlStore {
     ) -> Result<Attempt> {
         let at = ts(now);
         let mut tx = self.begin().await?;
-        if let Some(key) = &new.idempotency_key {
-            let earlier = sqlx::query(
-                "SELECT id, request_hash FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2",
-            )
-            .bind(&new.tenant_id)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(row) = earlier {
-                let hash: Option<String> = row.try_get("request_hash")?;
-                if hash.as_deref() != Some(new.request_hash.as_str()) {
-                    return Err(StoreError::IdempotencyMismatch);
-                }
-                let id: String = row.try_get("id")?;
-                let r = fetch_reservation(&mut tx, &id, &Scope::All).await?;
-                return Ok(Attempt::Done(Box::new(r), Vec::new()));
-            }
+        if let Some(r) = earlier_reservation(&mut tx, new).await? {
+            return Ok(Attempt::Done(Box::new(r), Vec::new()));
         }
 
         if self.backend == Backend::Postgres {
@@ -384,7 +422,11 @@ impl SqlStore {
             placement,
         }) = found
         else {
-            return Err(self.no_capacity_reason(&mut tx, new, live_since).await?);
+            let err = self.no_capacity_reason(&mut tx, new, live_since).await?;
+            if new.queue && matches!(err, StoreError::NoCapacity(_)) {
+                return Ok(Attempt::Queue);
+            }
+            return Err(err);
         };
         let Some(&(first, _)) = placement.gpus.first() else {
             return Err(StoreError::NoCapacity("empty placement".to_owned()));
@@ -404,33 +446,8 @@ impl SqlStore {
             Want::Share { vram_mb } => (1, Some(vram_mb)),
         };
 
-        // Prepaid: the first hour (or all of a shorter reservation, or the whole of a reserved
-        // block) moves into the tenant's hold, only if the balance covers it.
         let id = new_id();
-        let covered = ledger::transfer_covered(
-            &mut tx,
-            Transfer {
-                id: &format!("hold:{id}"),
-                debit: &ledger::user_account(&new.tenant_id),
-                credit: &ledger::hold_account(&new.tenant_id),
-                amount: quote.hold.micros(),
-                reservation_id: Some(&id),
-                at,
-                kind: Kind::Hold,
-                node_id: None,
-            },
-        )
-        .await?;
-        let balance = ledger::balance_of(&mut tx, &ledger::user_account(&new.tenant_id))
-            .await?
-            .map(Money::from_micros)
-            .ok_or_else(|| StoreError::not_found("user", &new.tenant_id))?;
-        if !covered || (quote.hold == Money::ZERO && balance <= Money::ZERO) {
-            return Err(StoreError::InsufficientCredit {
-                needed: quote.hold,
-                balance,
-            });
-        }
+        take_hold(&mut tx, new, &id, quote.hold, at).await?;
 
         // The compare-and-set: memory only moves if it is still free. Losing means another
         // transaction took it since we read; start over from a fresh read.
@@ -467,9 +484,9 @@ impl SqlStore {
             "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
                 bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
                 created_at, idempotency_key, request_hash, ports, price_step_s,
-                price_after, host_share_bps, priority)
+                price_after, host_share_bps, priority, placed_at, type_key)
              VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13, $14,
-                $15, $16, $17, $18, $19, $20, $21, $22)",
+                $15, $16, $17, $18, $19, $20, $21, $22, $15, $23)",
         )
         .bind(&id)
         .bind(&new.tenant_id)
@@ -493,6 +510,7 @@ impl SqlStore {
         .bind(stepped.then_some(quote.rate.then.micros()))
         .bind(i64::from(prices.host_share_bps))
         .bind(quote.preemptible().then_some(quote.priority))
+        .bind(new.gpu_type.key())
         .execute(&mut *tx)
         .await;
         if let Err(e) = inserted {
@@ -538,7 +556,7 @@ impl SqlStore {
         Ok(Attempt::Done(Box::new(reservation), woken))
     }
 
-    async fn no_capacity_reason(
+    pub(super) async fn no_capacity_reason(
         &self,
         conn: &mut AnyConnection,
         new: &NewReservation,
@@ -596,7 +614,7 @@ pub(crate) async fn stop_meter(conn: &mut AnyConnection, reservation_id: &str) -
 }
 
 /// Serialises the small JSON columns (GPU list, command, env); these types cannot fail to.
-fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+pub(super) fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
 }
 
@@ -663,9 +681,23 @@ impl ReservationStore for SqlStore {
             let attempt = retry_transient("reserve", || {
                 self.try_reserve(&new, prices, ts(live_since), now)
             });
-            match attempt.await? {
+            let attempt = match attempt.await? {
+                Attempt::Queue => {
+                    retry_transient("enqueue", || {
+                        self.try_enqueue(&new, prices, ts(live_since), now)
+                    })
+                    .await?
+                }
+                other => other,
+            };
+            match attempt {
                 Attempt::Done(r, nodes) => return Ok((*r, nodes)),
                 Attempt::LostRace => continue,
+                Attempt::Queue => {
+                    return Err(StoreError::NoCapacity(
+                        "the reservation could not be queued".to_owned(),
+                    ))
+                }
             }
         }
         Err(StoreError::Conflict(
@@ -739,6 +771,13 @@ impl ReservationStore for SqlStore {
         if !stoppable {
             return Ok((current, None));
         }
+        // A queued reservation has nothing to stop: it ends here, its hold released.
+        if current.status == ReservationStatus::Pending && current.node.is_none() {
+            if let Some(ended) = self.stop_queued(&mut tx, id, scope, ts(now)).await? {
+                tx.commit().await?;
+                return Ok((ended, None));
+            }
+        }
         // A stop asked after the reservation's hours were up (before the expiry pass got to
         // it) is its expiry.
         let node_id: Option<String> = sqlx::query_scalar::<_, Option<String>>(
@@ -810,6 +849,38 @@ impl ReservationStore for SqlStore {
         SqlStore::settle_due(self, now, period).await
     }
 
+    async fn queue_view(
+        &self,
+        live_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<crate::QueueView> {
+        self.read_queue(ts(live_since), ts(now)).await
+    }
+
+    async fn place_queued(
+        &self,
+        placement: &crate::QueuedPlacement,
+        prices: &PriceList,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Vec<String>>> {
+        self.place_queued_retrying(placement, prices, now).await
+    }
+
+    async fn note_queue_reasons(&self, reasons: &[(String, String)]) -> Result<()> {
+        retry_transient("note_queue_reasons", || self.write_queue_reasons(reasons)).await
+    }
+
+    async fn end_queue_timeouts(
+        &self,
+        queued_before: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>> {
+        retry_transient("end_queue_timeouts", || {
+            self.end_timed_out(ts(queued_before), ts(now))
+        })
+        .await
+    }
+
     async fn allocation_problems(&self) -> Result<Vec<String>> {
         let mut problems = Vec::new();
         let gpus = sqlx::query(
@@ -863,6 +934,7 @@ impl ReservationStore for SqlStore {
             "SELECT r.id FROM reservations r
              WHERE r.status IN ('pending', 'starting', 'running', 'stopping')
                AND NOT (r.status = 'stopping' AND r.end_reason = 'preempted')
+               AND NOT (r.status = 'pending' AND r.node_id IS NULL)
                AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.reservation_id = r.id)",
         )
         .fetch_all(&self.pool)

@@ -11,7 +11,7 @@ use crate::{Result, StoreError};
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
     r.created_at, r.started_at, r.ended_at, r.end_reason, COALESCE(m.charged, 0) AS charged,
-    COALESCE(m.held, 0) AS held, r.bid, r.published, n.name AS node_name
+    COALESCE(m.held, 0) AS held, r.bid, r.published, r.queue_reason, r.placed_at, n.name AS node_name
     FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id
     LEFT JOIN meters m ON m.reservation_id = r.id";
 
@@ -27,6 +27,7 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
     let published: String = row.try_get("published")?;
     let vram_mb: Option<i64> = row.try_get("vram_mb")?;
     let duration_s: i64 = row.try_get("duration_s")?;
+    let created_at: i64 = row.try_get("created_at")?;
     let opt_ts =
         |col: &str| -> Result<_> { row.try_get::<Option<i64>, _>(col)?.map(from_ts).transpose() };
     #[allow(clippy::cast_precision_loss)] // durations are far below 2^52 seconds
@@ -46,7 +47,7 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
         ports: serde_json::from_str(&published).map_err(corrupt)?,
         image: row.try_get("image")?,
         command: serde_json::from_str(&command).map_err(corrupt)?,
-        created_at: from_ts(row.try_get("created_at")?)?,
+        created_at: from_ts(created_at)?,
         started_at: opt_ts("started_at")?,
         ended_at: opt_ts("ended_at")?,
         end_reason: row.try_get("end_reason")?,
@@ -55,5 +56,16 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
         bid: row
             .try_get::<Option<i64>, _>("bid")?
             .map(Money::from_micros),
+        queue_reason: row.try_get("queue_reason")?,
+        waited_s: row
+            .try_get::<Option<i64>, _>("placed_at")?
+            .map(|placed| waited_seconds(placed, created_at)),
     })
+}
+
+/// Seconds between two instants in microseconds, to the microsecond.
+fn waited_seconds(placed: i64, created: i64) -> f64 {
+    #[allow(clippy::cast_precision_loss)] // waits are far below 2^52 microseconds
+    let micros = placed.saturating_sub(created).max(0) as f64;
+    micros / 1e6
 }

@@ -155,6 +155,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     ports: vec![],
                     idempotency_key: Some(format!("k{reserved}")),
                     request_hash: "h".into(),
+                    queue: false,
                 };
                 reserved += 1;
                 // The node must look alive at this time.

@@ -23,6 +23,7 @@ fn request(tenant: &str, count: u32) -> NewReservation {
         ports: vec![],
         idempotency_key: None,
         request_hash: "h".into(),
+        queue: false,
     }
 }
 

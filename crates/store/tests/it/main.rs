@@ -7,4 +7,5 @@ mod billing_model;
 mod concurrent_settlement;
 mod idempotency;
 mod lifecycle;
+mod queue;
 mod support;

@@ -1,0 +1,327 @@
+//! The scheduling pass over queued reservations: the store's view of the queue, the live GPUs
+//! and the work on them goes through `gpurent_sched::queue` (priorities with aging, EASY
+//! backfill, spot preemption), and each placement it decides is committed by the store's
+//! compare-and-set; one that lost a race to another transaction waits for the next pass.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use gpurent_sched::queue::{Pending, Queue, QueueConfig, Reason, Running, ON_DEMAND, RESERVED};
+use gpurent_sched::{GpuSlot, Request};
+use gpurent_store::{HeldWork, QueueView, QueuedPlacement, QueuedReservation, Want};
+use gpurent_types::Tier;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// What one pass decided, in the store's terms.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub placements: Vec<QueuedPlacement>,
+    /// (reservation id, why it still waits).
+    pub reasons: Vec<(String, String)>,
+}
+
+/// Ends the reservations queued too long, then places what the queue can place now.
+pub(crate) async fn pass(state: &AppState) -> Result<(), ApiError> {
+    let now = state.now();
+    let timeout =
+        chrono::Duration::from_std(state.config.queue_timeout).unwrap_or(chrono::Duration::MAX);
+    let timed_out = state
+        .store
+        .end_queue_timeouts(now.checked_sub_signed(timeout).unwrap_or(now), now)
+        .await?;
+    for id in &timed_out {
+        tracing::info!(reservation_id = %id, "queued reservation timed out");
+    }
+    let view = state.store.queue_view(state.live_since(), now).await?;
+    if view.queued.is_empty() {
+        return Ok(());
+    }
+    let plan = plan(&view, now, QueueConfig::default());
+    for placement in &plan.placements {
+        match state
+            .store
+            .place_queued(placement, &state.config.prices, now)
+            .await?
+        {
+            Some(nodes) => {
+                for node in &nodes {
+                    state.wake.wake(node);
+                }
+            }
+            None => {
+                tracing::debug!(reservation_id = %placement.id, "placement from a stale view skipped; the next pass retries");
+            }
+        }
+    }
+    state.store.note_queue_reasons(&plan.reasons).await?;
+    Ok(())
+}
+
+fn request_of(want: Want) -> Request {
+    match want {
+        Want::Whole { count } => Request::Whole { count },
+        Want::Share { vram_mb } => Request::Share { vram_mb },
+    }
+}
+
+/// The queue's priority of a waiting reservation: a spot bid, or its tier's base.
+fn queued_priority(q: &QueuedReservation) -> i64 {
+    match q.tier {
+        Tier::Spot => q.priority.unwrap_or(0),
+        Tier::Reserved => RESERVED,
+        Tier::OnDemand | Tier::Stepped => ON_DEMAND,
+    }
+}
+
+/// The queue's priority of placed work; work already stopping is nobody's victim.
+fn held_priority(h: &HeldWork) -> i64 {
+    match h.tier {
+        _ if h.stopping => RESERVED,
+        Tier::Spot => h.priority.unwrap_or(ON_DEMAND),
+        Tier::Reserved => RESERVED,
+        Tier::OnDemand | Tier::Stepped => ON_DEMAND,
+    }
+}
+
+/// One pass of the queue over `view` at `now`: pure, so that it can be tested without a store.
+pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) -> Plan {
+    let mut node_numbers: HashMap<&str, u32> = HashMap::new();
+    let mut slot_of: HashMap<&str, usize> = HashMap::new();
+    let mut slots = Vec::with_capacity(view.gpus.len());
+    for (i, g) in view.gpus.iter().enumerate() {
+        let next = u32::try_from(node_numbers.len()).unwrap_or(u32::MAX);
+        let node = *node_numbers.entry(g.node_id.as_str()).or_insert(next);
+        slot_of.insert(g.uuid.as_str(), i);
+        slots.push(GpuSlot {
+            node,
+            vram_mb: g.vram_mb,
+            free_mb: g.free_mb,
+        });
+    }
+    let running: Vec<Running> = view
+        .held
+        .iter()
+        .enumerate()
+        .filter_map(|(i, h)| {
+            let holds: Vec<(usize, u64)> = h
+                .holds
+                .iter()
+                .filter_map(|(uuid, mb)| slot_of.get(uuid.as_str()).map(|&s| (s, *mb)))
+                .collect();
+            (!holds.is_empty()).then(|| Running {
+                id: i as u64,
+                priority: held_priority(h),
+                value: h.price_per_hour.micros(),
+                started_at: h.since.timestamp(),
+                ends_at: Some(h.ends_at.timestamp()),
+                holds,
+            })
+        })
+        .collect();
+    let mut queue = Queue::new(config);
+    let mut plan = Plan::default();
+    for (i, q) in view.queued.iter().enumerate() {
+        let pushed = queue.push(Pending {
+            id: i as u64,
+            request: request_of(q.want),
+            priority: queued_priority(q),
+            enqueued_at: q.queued_at.timestamp(),
+            duration_s: Some(q.duration_s),
+        });
+        if let Err(e) = pushed {
+            plan.reasons.push((q.id.clone(), e.to_string()));
+        }
+    }
+    let queued_of = |id: u64| usize::try_from(id).ok().and_then(|i| view.queued.get(i));
+    let outcome = queue.pass_with(now.timestamp(), &slots, &running, |item, gpu| {
+        queued_of(item.id).is_some_and(|q| view.gpus[gpu].type_key == q.type_key)
+    });
+    for placed in &outcome.placed {
+        let Some(q) = queued_of(placed.item.id) else {
+            continue;
+        };
+        let Some(node_id) = placed
+            .placement
+            .gpus
+            .first()
+            .and_then(|&(g, _)| view.gpus.get(g))
+            .map(|g| g.node_id.clone())
+        else {
+            continue;
+        };
+        plan.placements.push(QueuedPlacement {
+            id: q.id.clone(),
+            node_id,
+            gpus: placed
+                .placement
+                .gpus
+                .iter()
+                .filter_map(|&(g, mb)| view.gpus.get(g).map(|gpu| (gpu.uuid.clone(), mb)))
+                .collect(),
+            preempt: placed
+                .preempts
+                .iter()
+                .filter_map(|&r| {
+                    usize::try_from(r)
+                        .ok()
+                        .and_then(|r| view.held.get(r))
+                        .map(|h| h.id.clone())
+                })
+                .collect(),
+        });
+    }
+    for (id, reason) in &outcome.waiting {
+        let Some(q) = queued_of(*id) else { continue };
+        let text = match reason {
+            // The queue names items by its own numbers; the tenant knows reservation ids.
+            Reason::ReservedForHead { head, until } => format!(
+                "waiting: its GPUs are reserved for reservation {} until {}",
+                queued_of(*head).map_or("?", |h| h.id.as_str()),
+                DateTime::<Utc>::from_timestamp(*until, 0)
+                    .map_or_else(|| until.to_string(), |t| t.to_rfc3339())
+            ),
+            other => other.to_string(),
+        };
+        plan.reasons.push((q.id.clone(), text));
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use gpurent_store::LiveGpu;
+    use gpurent_types::Money;
+
+    use super::*;
+
+    fn at(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_800_000_000 + s, 0)
+            .single()
+            .unwrap_or_default()
+    }
+
+    fn gpu(uuid: &str, free_mb: u64) -> LiveGpu {
+        LiveGpu {
+            uuid: uuid.into(),
+            node_id: "n1".into(),
+            type_key: "rtx4090".into(),
+            vram_mb: 24_576,
+            free_mb,
+        }
+    }
+
+    fn queued(id: &str, tier: Tier, priority: Option<i64>, queued_at: i64) -> QueuedReservation {
+        QueuedReservation {
+            id: id.into(),
+            type_key: "rtx4090".into(),
+            want: Want::Whole { count: 1 },
+            tier,
+            priority,
+            queued_at: at(queued_at),
+            duration_s: 3600,
+        }
+    }
+
+    fn held(id: &str, tier: Tier, uuid: &str) -> HeldWork {
+        HeldWork {
+            id: id.into(),
+            tier,
+            priority: (tier == Tier::Spot).then_some(1_000_000),
+            stopping: false,
+            price_per_hour: Money::from_micros(1_000_000),
+            since: at(0),
+            ends_at: at(7200),
+            holds: vec![(uuid.into(), 24_576)],
+        }
+    }
+
+    #[test]
+    fn on_demand_goes_before_spot_queued_earlier() {
+        let view = QueueView {
+            queued: vec![
+                queued("spot", Tier::Spot, Some(1_000_000), 0),
+                queued("od", Tier::OnDemand, None, 10),
+            ],
+            gpus: vec![gpu("g0", 24_576)],
+            held: vec![],
+        };
+        let plan = plan(&view, at(20), QueueConfig::default());
+        assert_eq!(plan.placements.len(), 1);
+        assert_eq!(plan.placements[0].id, "od");
+        assert_eq!(plan.placements[0].gpus, vec![("g0".to_owned(), 24_576)]);
+        assert_eq!(
+            plan.reasons,
+            vec![(
+                "spot".to_owned(),
+                "waiting behind higher priority".to_owned()
+            )]
+        );
+    }
+
+    #[test]
+    fn on_demand_preempts_spot_but_not_on_demand_and_types_do_not_mix() {
+        let mut other_type = queued("a100", Tier::OnDemand, None, 0);
+        other_type.type_key = "a10080gb".into();
+        let view = QueueView {
+            queued: vec![other_type, queued("od", Tier::OnDemand, None, 5)],
+            gpus: vec![gpu("g0", 0), gpu("g1", 0)],
+            held: vec![
+                held("busy", Tier::OnDemand, "g0"),
+                held("cheap", Tier::Spot, "g1"),
+            ],
+        };
+        let plan = plan(&view, at(20), QueueConfig::default());
+        assert_eq!(plan.placements.len(), 1, "{plan:?}");
+        assert_eq!(plan.placements[0].id, "od");
+        assert_eq!(plan.placements[0].preempt, vec!["cheap".to_owned()]);
+        assert_eq!(plan.placements[0].gpus[0].0, "g1");
+        assert_eq!(plan.reasons.len(), 1);
+        assert_eq!(plan.reasons[0].0, "a100");
+    }
+
+    #[test]
+    fn spot_does_not_preempt_from_the_queue_and_says_why() {
+        let view = QueueView {
+            queued: vec![queued("spot", Tier::Spot, Some(5_000_000), 0)],
+            gpus: vec![gpu("g0", 0)],
+            held: vec![held("cheap", Tier::Spot, "g0")],
+        };
+        let plan = plan(&view, at(20), QueueConfig::default());
+        assert!(plan.placements.is_empty());
+        assert_eq!(
+            plan.reasons[0].1,
+            "asked for 1 whole GPUs on one node; the most free on any node is 0"
+        );
+    }
+
+    #[test]
+    fn backfill_never_delays_the_head_and_the_reason_names_it() {
+        let mut head = queued("head", Tier::OnDemand, None, 0);
+        head.want = Want::Whole { count: 2 };
+        let long = queued("long", Tier::OnDemand, None, 1);
+        let mut short = queued("short", Tier::OnDemand, None, 2);
+        short.duration_s = 600;
+        let mut busy = held("busy", Tier::OnDemand, "g0");
+        busy.ends_at = at(1800);
+        let view = QueueView {
+            queued: vec![head, long, short],
+            gpus: vec![gpu("g0", 0), gpu("g1", 24_576)],
+            held: vec![busy],
+        };
+        let plan = plan(&view, at(0), QueueConfig::default());
+        let placed: Vec<&str> = plan.placements.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(placed, vec!["short"]);
+        let long_reason = plan
+            .reasons
+            .iter()
+            .find(|(id, _)| id == "long")
+            .map(|(_, r)| r.as_str());
+        assert_eq!(
+            long_reason,
+            Some("waiting: its GPUs are reserved for reservation head until 2027-01-15T08:30:00+00:00")
+        );
+    }
+}
