@@ -57,20 +57,10 @@ fn replay_reports_every_policy_as_json_and_as_a_table() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "random",
-            "dot-product",
-            "gpu-clustering",
-            "gpu-packing",
-            "best-fit",
-            "fgd"
-        ]
-    );
+    assert_eq!(names, gpurent_sched::policies::NAMES);
     for p in policies {
         let name = &p["name"];
-        assert_eq!(p["default"], name == "best-fit", "{p}");
+        assert_eq!(p["default"], name == "fgd-cpu", "{p}");
         let placed = p["placed"].as_u64().unwrap();
         let never = p["never_placed"].as_u64().unwrap();
         assert_eq!(placed + never, 400, "{p}");
@@ -96,7 +86,7 @@ fn replay_reports_every_policy_as_json_and_as_a_table() {
         }
     }
 
-    let table = sim(&[&args[..], &["--policy", "best-fit"]].concat());
+    let table = sim(&[&args[..], &["--policy", "fgd-cpu"]].concat());
     assert_eq!(table.code, 0, "{table:?}");
     let lines: Vec<&str> = table.stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{}", table.stdout);
@@ -111,7 +101,7 @@ fn replay_reports_every_policy_as_json_and_as_a_table() {
     ] {
         assert!(lines[0].contains(column), "{column}: {}", lines[0]);
     }
-    assert!(lines[1].starts_with("best-fit (default)"), "{}", lines[1]);
+    assert!(lines[1].starts_with("fgd-cpu (default)"), "{}", lines[1]);
 }
 
 #[test]
