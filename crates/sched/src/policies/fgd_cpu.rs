@@ -19,8 +19,9 @@ const SCALE: f64 = 1000.0;
 #[derive(Debug, Clone)]
 pub struct FgdCpu {
     fgd: Fgd,
-    /// The expected workload's CPU milli per milli-GPU (shapes that ask for GPU, by share).
-    cpu_per_gpu: f64,
+    /// The milli-GPU one CPU milli feeds at the expected workload's ratio (shapes that ask for
+    /// GPU, by share); 0 when the workload asks for no CPU, which turns the penalty off.
+    gpu_per_cpu: f64,
 }
 
 impl FgdCpu {
@@ -35,16 +36,16 @@ impl FgdCpu {
         }
         FgdCpu {
             fgd: Fgd::new(workload, nodes),
-            cpu_per_gpu: if gpu > 0.0 { cpu / gpu } else { 0.0 },
+            gpu_per_cpu: if cpu > 0.0 { gpu / cpu } else { 0.0 },
         }
     }
 
     /// The node's free GPU milli that its free CPU cannot feed at the workload's ratio.
     fn stranded(&self, cpu_free: u64, gpu_free: u64) -> f64 {
-        if self.cpu_per_gpu <= 0.0 {
+        if self.gpu_per_cpu <= 0.0 {
             return 0.0;
         }
-        (gpu_free as f64 - cpu_free as f64 / self.cpu_per_gpu).max(0.0)
+        (gpu_free as f64 - cpu_free as f64 * self.gpu_per_cpu).max(0.0)
     }
 }
 
@@ -63,9 +64,10 @@ impl Policy for FgdCpu {
             n.cpu_free.saturating_sub(pod.cpu_milli),
             gpu_free.saturating_sub(pod.gpu.total_milli()),
         );
-        let penalty = (after - before) / f64::from(MILLI) * POINTS_PER_STRANDED_GPU;
+        // Truncated, not rounded: a cast, where `round` is a library call on every node.
+        let penalty = (after - before) * (POINTS_PER_STRANDED_GPU * SCALE / f64::from(MILLI));
         Scored {
-            score: ((fgd.score as f64 - penalty) * SCALE).round() as i64,
+            score: fgd.score * SCALE as i64 - penalty as i64,
             share_gpu: fgd.share_gpu,
         }
     }
