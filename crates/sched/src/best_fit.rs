@@ -26,15 +26,17 @@ fn free_whole_by_node(candidates: &[GpuSlot]) -> BTreeMap<u32, Vec<usize>> {
 fn place_whole(candidates: &[GpuSlot], count: u32) -> Result<Placement, NoFit> {
     let wanted = usize::try_from(count).unwrap_or(usize::MAX);
     let by_node = free_whole_by_node(candidates);
+    // The node with the fewest free GPUs that hold the request, preferring one where a single
+    // switch holds it.
     let best = by_node
         .values()
         .filter(|free| free.len() >= wanted)
-        .min_by_key(|free| free.len());
-    match best {
-        Some(free) => Ok(Placement {
-            gpus: free[..wanted]
-                .iter()
-                .map(|&i| (i, candidates[i].vram_mb))
+        .min_by_key(|free| (!fits_one_switch(candidates, free, wanted), free.len()));
+    match best.and_then(|free| pick_whole(candidates, free, wanted)) {
+        Some(gpus) => Ok(Placement {
+            gpus: gpus
+                .into_iter()
+                .map(|i| (i, candidates[i].vram_mb))
                 .collect(),
         }),
         None => Err(NoFit::NotEnoughOnOneNode {
@@ -46,6 +48,48 @@ fn place_whole(candidates: &[GpuSlot], count: u32) -> Result<Placement, NoFit> {
                 .unwrap_or(0),
         }),
     }
+}
+
+/// `free` (whole-free candidates of one node, in candidate order) by PCIe switch, GPUs of
+/// unknown switch together.
+fn by_switch(candidates: &[GpuSlot], free: &[usize]) -> Vec<Vec<usize>> {
+    let mut groups: BTreeMap<Option<u32>, Vec<usize>> = BTreeMap::new();
+    for &i in free {
+        groups.entry(candidates[i].switch).or_default().push(i);
+    }
+    groups.into_values().collect()
+}
+
+fn fits_one_switch(candidates: &[GpuSlot], free: &[usize], wanted: usize) -> bool {
+    by_switch(candidates, free)
+        .iter()
+        .any(|g| g.len() >= wanted)
+}
+
+/// Which of one node's whole-free GPUs a request for `wanted` gets: all under one switch when
+/// one has enough (the one with the fewest free that does, so that emptier switches stay whole
+/// for larger requests), else from as few switches as it can (the emptiest first); `None`
+/// when the node has fewer than `wanted`.
+pub(crate) fn pick_whole(
+    candidates: &[GpuSlot],
+    free: &[usize],
+    wanted: usize,
+) -> Option<Vec<usize>> {
+    if free.len() < wanted {
+        return None;
+    }
+    let mut groups = by_switch(candidates, free);
+    if let Some(one) = groups
+        .iter()
+        .filter(|g| g.len() >= wanted)
+        .min_by_key(|g| (g.len(), g[0]))
+    {
+        return Some(one[..wanted].to_vec());
+    }
+    groups.sort_by_key(|g| (std::cmp::Reverse(g.len()), g[0]));
+    let mut gpus: Vec<usize> = groups.into_iter().flatten().take(wanted).collect();
+    gpus.sort_unstable();
+    Some(gpus)
 }
 
 fn place_share(candidates: &[GpuSlot], vram_mb: u64) -> Result<Placement, NoFit> {
@@ -78,6 +122,7 @@ mod tests {
             node,
             vram_mb,
             free_mb,
+            switch: None,
         }
     }
 
@@ -135,12 +180,60 @@ mod tests {
         assert_eq!(place(&c, &Request::Whole { count: 0 }), Err(NoFit::Empty));
     }
 
+    /// Eight GPUs of 24 GB on one node under two switches (0-3, 4-7), `busy` taken.
+    fn two_switches(node: u32, busy: &[usize]) -> Vec<GpuSlot> {
+        (0..8)
+            .map(|i| GpuSlot {
+                switch: Some(u32::from(i >= 4)),
+                ..gpu(node, 24, if busy.contains(&i) { 0 } else { 24 })
+            })
+            .collect()
+    }
+
+    fn taken(c: &[GpuSlot], count: u32) -> Vec<usize> {
+        place(c, &Request::Whole { count })
+            .unwrap()
+            .gpus
+            .iter()
+            .map(|&(i, _)| i)
+            .collect()
+    }
+
+    #[test]
+    fn whole_gpus_come_from_one_switch() {
+        let c = two_switches(0, &[1]);
+        // Four fit only under switch 1; two go to switch 0, which has fewer free.
+        assert_eq!(taken(&c, 4), [4, 5, 6, 7]);
+        assert_eq!(taken(&c, 2), [0, 2]);
+        // Six span both switches, as few GPUs as possible outside the emptiest one.
+        assert_eq!(taken(&c, 6), [0, 2, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn a_node_that_holds_the_request_under_one_switch_wins() {
+        // Node 0 has 4 free over two switches (2 + 2); node 1 has 6 (4 + 2): best fit by count
+        // alone would split the request on node 0.
+        let mut c = two_switches(0, &[0, 1, 4, 5]);
+        c.extend(two_switches(1, &[0, 1]));
+        assert_eq!(taken(&c, 4), [12, 13, 14, 15]);
+        // Unknown topology: as before, the node with the fewest free.
+        let unknown: Vec<GpuSlot> = c.iter().map(|g| GpuSlot { switch: None, ..*g }).collect();
+        assert_eq!(taken(&unknown, 4), [2, 3, 6, 7]);
+    }
+
     fn cluster() -> impl Strategy<Value = Vec<GpuSlot>> {
-        proptest::collection::vec((0u32..6, 1u64..8, 0u64..=8), 0..40).prop_map(|v| {
+        proptest::collection::vec(
+            (0u32..6, 1u64..8, 0u64..=8, proptest::option::of(0u32..3)),
+            0..40,
+        )
+        .prop_map(|v| {
             v.into_iter()
-                .map(|(node, vram, free)| {
+                .map(|(node, vram, free, switch)| {
                     let vram = vram * 1024;
-                    gpu(node, vram, (free * 1024).min(vram))
+                    GpuSlot {
+                        switch,
+                        ..gpu(node, vram, (free * 1024).min(vram))
+                    }
                 })
                 .collect()
         })
@@ -158,6 +251,12 @@ mod tests {
                     prop_assert!(c[*i].is_whole_free());
                     prop_assert_eq!(c[*i].node, node, "a gang split across nodes");
                     prop_assert_eq!(*mb, c[*i].vram_mb);
+                }
+                // Under one switch whenever one switch of the node had enough.
+                let free = &free_whole_by_node(&c)[&node];
+                if fits_one_switch(&c, free, count as usize) {
+                    let first = c[p.gpus[0].0].switch;
+                    prop_assert!(p.gpus.iter().all(|&(i, _)| c[i].switch == first));
                 }
             } else {
                 let most = free_whole_by_node(&c).values().map(Vec::len).max().unwrap_or(0);

@@ -25,6 +25,9 @@ pub struct GpuSlot {
     pub node: u32,
     pub vram_mb: u64,
     pub free_mb: u64,
+    /// GPUs of a node with the same number share a PCIe switch; `None` where unknown. Whole
+    /// GPUs for one request come from one switch when one has enough.
+    pub switch: Option<u32>,
 }
 
 impl GpuSlot {

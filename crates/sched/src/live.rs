@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::best_fit::pick_whole;
 use crate::cluster::{Cluster, GpuDemand, Node, Pod, MILLI};
 use crate::policies::{schedule_with, FgdCpu, TieBreak};
 use crate::rng::SimRng;
@@ -105,6 +106,21 @@ fn fgd_cpu(candidates: &[GpuSlot], request: &Request, expected: &[Request]) -> O
         TieBreak::Ranked(&rank),
     )?;
     let slots = gpus_of.get(a.node)?;
+    if let Request::Whole { count } = *request {
+        // FGD chose the node; the GPUs on it come from one switch where one has enough.
+        let free: Vec<usize> = slots
+            .iter()
+            .copied()
+            .filter(|&i| candidates[i].is_whole_free() && candidates[i].vram_mb > 0)
+            .collect();
+        let gpus = pick_whole(candidates, &free, usize::try_from(count).ok()?)?;
+        return Some(Placement {
+            gpus: gpus
+                .into_iter()
+                .map(|i| (i, candidates[i].vram_mb))
+                .collect(),
+        });
+    }
     let gpus: Option<Vec<(usize, u64)>> = a
         .gpus
         .iter()

@@ -122,6 +122,7 @@ mod tests {
             node,
             vram_mb: 1000,
             free_mb,
+            switch: None,
         }
     }
 

@@ -327,6 +327,7 @@ fn unusable(s: &GpuSlot) -> GpuSlot {
         node: s.node,
         vram_mb: 0,
         free_mb: 0,
+        switch: s.switch,
     }
 }
 

@@ -98,6 +98,7 @@ pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) ->
             node,
             vram_mb: g.vram_mb,
             free_mb: g.free_mb,
+            switch: g.switch,
         });
     }
     let running: Vec<Running> = view
@@ -210,6 +211,7 @@ mod tests {
             type_key: "rtx4090".into(),
             vram_mb: 24_576,
             free_mb,
+            switch: None,
         }
     }
 

@@ -103,6 +103,8 @@ pub struct LiveGpu {
     pub type_key: String,
     pub vram_mb: u64,
     pub free_mb: u64,
+    /// The GPU's PCIe switch on its node, when known.
+    pub switch: Option<u32>,
 }
 
 /// A placed reservation holding GPU memory on live nodes.

@@ -25,6 +25,11 @@ pub struct GpuInfo {
     /// Whether MIG mode is enabled now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_enabled: Option<bool>,
+    /// GPUs of a node with the same number share a PCIe switch (or are closer still, on one
+    /// board); `None` where the topology is not known. Multi-GPU work goes under one switch
+    /// when it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_group: Option<u32>,
 }
 
 impl GpuInfo {
@@ -38,6 +43,7 @@ impl GpuInfo {
             pcie_gen: None,
             pcie_width: None,
             mig_enabled: None,
+            switch_group: None,
         }
     }
 }

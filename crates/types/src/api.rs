@@ -217,6 +217,9 @@ pub struct Gpu {
     pub vram_gb: u32,
     /// `free`, `allocated` (wholly) or `shared` (partly allocated).
     pub status: String,
+    /// GPUs of the node with the same number share a PCIe switch; absent where unknown.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub switch_group: Option<u32>,
     /// The latest sample from the node's agent.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub telemetry: Option<crate::agent::GpuSample>,

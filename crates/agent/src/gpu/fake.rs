@@ -85,6 +85,8 @@ impl GpuBackend for FakeNvml {
                 pcie_gen: Some(d.pcie_gen),
                 pcie_width: Some(d.pcie_width),
                 mig_enabled: Some(!d.mig_mode.contains("current: 0")),
+                // The probe recorded no topology.
+                switch_group: None,
             })
             .collect())
     }
@@ -143,6 +145,7 @@ mod tests {
                 pcie_gen: Some(5),
                 pcie_width: Some(16),
                 mig_enabled: Some(false),
+                switch_group: None,
             }]
         );
     }

@@ -5,6 +5,7 @@
 mod fake;
 mod nvml;
 mod sim;
+mod topology;
 
 use gpurent_types::agent::{GpuInfo, NodeTelemetry};
 

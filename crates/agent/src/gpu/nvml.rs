@@ -4,10 +4,13 @@
 use std::ffi::OsStr;
 
 use gpurent_types::agent::{GpuInfo, GpuProcess, GpuSample, NodeTelemetry};
-use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
+use nvml_wrapper::enum_wrappers::device::{
+    EccCounter, MemoryError, TemperatureSensor, TopologyLevel,
+};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::Nvml;
 
+use super::topology::switch_groups;
 use super::{cuda_version, mib, GpuBackend};
 use crate::AgentError;
 
@@ -51,7 +54,7 @@ impl GpuBackend for NvmlGpus {
 
     fn discover(&self) -> Result<Vec<GpuInfo>, AgentError> {
         let count = self.nvml.device_count().map_err(nvml_error("count GPUs"))?;
-        (0..count)
+        let mut gpus = (0..count)
             .map(|index| {
                 let d = self
                     .nvml
@@ -68,9 +71,25 @@ impl GpuBackend for NvmlGpus {
                     pcie_gen: d.current_pcie_link_gen().ok(),
                     pcie_width: d.current_pcie_link_width().ok(),
                     mig_enabled: d.mig_mode().ok().map(|m| m.current != 0),
+                    switch_group: None,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, AgentError>>()?;
+        // Two GPUs are near when their closest common ancestor is one PCIe switch or the board.
+        let groups = switch_groups(gpus.len(), |i, j| {
+            let index = |k: usize| u32::try_from(k).ok();
+            let a = self.nvml.device_by_index(index(i)?).ok()?;
+            let b = self.nvml.device_by_index(index(j)?).ok()?;
+            let level = a.topology_common_ancestor(b).ok()?;
+            Some(matches!(
+                level,
+                TopologyLevel::Internal | TopologyLevel::Single
+            ))
+        });
+        for (gpu, group) in gpus.iter_mut().zip(groups) {
+            gpu.switch_group = group;
+        }
+        Ok(gpus)
     }
 
     fn sample(&self) -> Result<NodeTelemetry, AgentError> {

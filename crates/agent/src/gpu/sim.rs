@@ -30,14 +30,23 @@ pub struct SimGpus {
 }
 
 impl SimGpus {
-    /// Parses `COUNTxMODEL[,COUNTxMODEL...]` (`x` or `*`); a bare model means one GPU.
+    /// Parses `COUNTxMODEL[/PER_SWITCH][,COUNTxMODEL...]` (`x` or `*`); a bare model means one
+    /// GPU. `8xH100/4` declares two PCIe switches of four GPUs each (no suffix: topology unknown).
     pub fn parse(spec: &str, node_name: &str) -> Result<Self, AgentError> {
         let fail = |reason: &str| AgentError::SimSpec {
             spec: spec.to_owned(),
             reason: reason.to_owned(),
         };
         let mut gpus = Vec::new();
+        let mut switches = 0u32;
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (part, per_switch) = match part.split_once('/') {
+                Some((part, n)) => match n.trim().parse::<u32>() {
+                    Ok(n) if n > 0 => (part.trim(), Some(n)),
+                    _ => return Err(fail("GPUs per switch must be a whole number of at least 1")),
+                },
+                None => (part, None),
+            };
             let (count, model) = match part.split_once(['x', '*']) {
                 Some((n, model)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => (
                     n.parse::<u32>().map_err(|_| fail("count too large"))?,
@@ -53,17 +62,22 @@ impl SimGpus {
                 .iter()
                 .find(|(k, _)| *k == gpu_type.key())
                 .map_or(DEFAULT_VRAM_MB, |(_, mb)| *mb);
-            for _ in 0..count {
+            for i in 0..count {
                 let index = u32::try_from(gpus.len()).map_err(|_| fail("too many GPUs"))?;
                 if index >= MAX_SIM_GPUS {
                     return Err(fail("too many GPUs"));
                 }
-                gpus.push(GpuInfo::basic(
+                let mut gpu = GpuInfo::basic(
                     index,
                     sim_uuid(node_name, index),
                     gpu_type.display().to_owned(),
                     vram_mb,
-                ));
+                );
+                gpu.switch_group = per_switch.map(|n| switches + i / n);
+                gpus.push(gpu);
+            }
+            if let Some(n) = per_switch {
+                switches += count.div_ceil(n);
             }
         }
         if gpus.is_empty() {
@@ -144,8 +158,29 @@ mod tests {
     }
 
     #[test]
+    fn declares_switches() {
+        let g = SimGpus::parse("8xH100/4, 2xRTX4090, 3xA100/2", "n")
+            .map(|s| s.gpus)
+            .unwrap_or_default();
+        let groups: Vec<Option<u32>> = g.iter().map(|g| g.switch_group).collect();
+        let (s0, s1, s2, s3) = (Some(0), Some(1), Some(2), Some(3));
+        assert_eq!(
+            groups,
+            [s0, s0, s0, s0, s1, s1, s1, s1, None, None, s2, s2, s3]
+        );
+    }
+
+    #[test]
     fn rejects_bad_specs() {
-        for bad in ["", "0xRTX4090", "2x", "99999999999xA100", "2x!!"] {
+        for bad in [
+            "",
+            "0xRTX4090",
+            "2x",
+            "99999999999xA100",
+            "2x!!",
+            "8xH100/0",
+            "8xH100/x",
+        ] {
             assert!(SimGpus::parse(bad, "n").is_err(), "{bad}");
         }
     }

@@ -6,6 +6,7 @@ fn gpu(node: u32, vram_mb: u64, free_mb: u64) -> GpuSlot {
         node,
         vram_mb,
         free_mb,
+        switch: None,
     }
 }
 
@@ -100,4 +101,19 @@ proptest! {
             }
         }
     }
+}
+
+/// FGD chooses the node; on it, four GPUs come from the switch that has four free.
+#[test]
+fn whole_gpus_come_from_one_switch() {
+    let c: Vec<GpuSlot> = (0..8)
+        .map(|i| GpuSlot {
+            switch: Some(u32::from(i >= 4)),
+            ..gpu(0, 80_000, if i == 1 { 0 } else { 80_000 })
+        })
+        .collect();
+    let expected = [Request::Whole { count: 4 }, Request::Whole { count: 1 }];
+    let p = place_expecting(&c, &Request::Whole { count: 4 }, &expected).unwrap();
+    let gpus: Vec<usize> = p.gpus.iter().map(|&(i, _)| i).collect();
+    assert_eq!(gpus, [4, 5, 6, 7]);
 }

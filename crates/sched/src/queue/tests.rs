@@ -9,6 +9,7 @@ fn gpu(node: u32, vram_mb: u64, free_mb: u64) -> GpuSlot {
         node,
         vram_mb,
         free_mb,
+        switch: None,
     }
 }
 

@@ -16,6 +16,7 @@ mod queue;
 mod settlement;
 mod telemetry;
 mod tiers;
+mod topology;
 mod validation;
 
 /// Runs an async test body once per store backend.

@@ -40,6 +40,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/0009_meter_previous.sql"),
     ),
     (10, "queue", include_str!("../../migrations/0010_queue.sql")),
+    (
+        11,
+        "switch_groups",
+        include_str!("../../migrations/0011_switch_groups.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

@@ -23,6 +23,13 @@ pub use settlement::Settled;
 
 use crate::{Backend, Result, StoreError};
 
+/// A GPU row's `switch_group`, as the placer's number.
+pub(crate) fn switch_of(row: &sqlx::any::AnyRow) -> Result<Option<u32>> {
+    use sqlx::Row;
+    let group: Option<i64> = row.try_get("switch_group")?;
+    Ok(group.and_then(|g| u32::try_from(g).ok()))
+}
+
 /// A store on SQLite or PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct SqlStore {

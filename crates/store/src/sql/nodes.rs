@@ -37,6 +37,13 @@ async fn insert_gpus(conn: &mut AnyConnection, node_id: &str, gpus: &[GpuInfo]) 
         if inserted == 1 {
             adjust_pool(conn, node_id, gpu_type.key(), 1).await?;
         }
+        // As the agent sees it now (a GPU moved to another slot keeps its UUID).
+        sqlx::query("UPDATE gpus SET switch_group = $1 WHERE uuid = $2 AND node_id = $3")
+            .bind(g.switch_group.map(i64::from))
+            .bind(&g.uuid)
+            .bind(node_id)
+            .execute(&mut *conn)
+            .await?;
     }
     Ok(())
 }
@@ -653,7 +660,8 @@ impl NodeStore for SqlStore {
         .fetch_all(&self.pool)
         .await?;
         let gpus = sqlx::query(
-            "SELECT node_id, uuid, type_name, vram_mb, free_mb FROM gpus ORDER BY node_id, idx",
+            "SELECT node_id, uuid, type_name, vram_mb, free_mb, switch_group FROM gpus
+             ORDER BY node_id, idx",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -673,6 +681,7 @@ impl NodeStore for SqlStore {
                 model: g.try_get("type_name")?,
                 vram_gb: gib(vram),
                 status: status.to_owned(),
+                switch_group: super::switch_of(&g)?,
                 telemetry: None,
             });
         }

@@ -17,6 +17,7 @@ use super::nodes::{adjust_pool, bump_version, release_gpus};
 use super::reservations::{
     earlier_reservation, fetch_reservation, size_of, stop_meter, take_hold, to_json, Attempt,
 };
+use super::switch_of;
 use super::{from_ts, new_id, retry_transient, ts, SqlStore};
 use crate::{
     Backend, HeldWork, LiveGpu, NewReservation, QueueView, QueuedPlacement, QueuedReservation,
@@ -294,7 +295,7 @@ impl SqlStore {
         let mut held: Vec<HeldWork> = Vec::new();
         for key in &keys {
             let rows = sqlx::query(
-                "SELECT g.uuid, g.node_id, g.vram_mb, g.free_mb FROM gpus g
+                "SELECT g.uuid, g.node_id, g.vram_mb, g.free_mb, g.switch_group FROM gpus g
                  JOIN nodes n ON n.id = g.node_id
                  WHERE g.type_key = $1 AND n.last_seen_at >= $2 ORDER BY g.node_id, g.idx",
             )
@@ -309,6 +310,7 @@ impl SqlStore {
                     type_key: key.clone(),
                     vram_mb: mb(g.try_get("vram_mb")?),
                     free_mb: mb(g.try_get("free_mb")?),
+                    switch: switch_of(g)?,
                 });
             }
             let rows = sqlx::query(

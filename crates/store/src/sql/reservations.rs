@@ -15,7 +15,7 @@ use super::ledger::{self, Kind, Transfer};
 use super::nodes::{adjust_pool, bump_version};
 use super::queue::preempt_reservation;
 use super::rows::{reservation_from_row, RESERVATION_COLUMNS};
-use super::{gib, new_id, retry_transient, ts, SqlStore};
+use super::{gib, new_id, retry_transient, switch_of, ts, SqlStore};
 use crate::{Backend, NewReservation, ReservationStore, Result, Scope, StoreError, Want};
 
 /// Placement retries after losing a compare-and-set race to another transaction.
@@ -195,7 +195,7 @@ impl SqlStore {
                 // through the type's index for each node (20 ms a placement instead of 0.5).
                 let key = new.gpu_type.key();
                 let mut rows = sqlx::query(
-                    "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb
+                    "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb, g.switch_group
                          FROM (SELECT p.node_id, p.whole_free FROM gpu_pools p
                                    JOIN nodes n ON n.id = p.node_id
                                WHERE p.type_key = $1 AND p.whole_free >= $2
@@ -216,7 +216,7 @@ impl SqlStore {
             Want::Share { vram_mb } => {
                 // The tightest fits first: shared GPUs have less free than whole ones.
                 sqlx::query(
-                    "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb
+                    "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb, g.switch_group
                      FROM gpus g JOIN nodes n ON n.id = g.node_id
                      WHERE g.type_key = $1 AND g.free_mb >= $2 AND n.last_seen_at >= $3
                      ORDER BY g.free_mb, g.uuid LIMIT $4",
@@ -247,6 +247,7 @@ impl SqlStore {
                 node,
                 vram_mb: u64::try_from(c.vram_mb).unwrap_or(0),
                 free_mb: u64::try_from(free_mb).unwrap_or(0),
+                switch: switch_of(row)?,
             });
             candidates.push(c);
         }
@@ -305,7 +306,7 @@ impl SqlStore {
             return Ok(None);
         }
         let gpu_rows = sqlx::query(
-            "SELECT uuid, node_id, vram_mb, free_mb FROM gpus
+            "SELECT uuid, node_id, vram_mb, free_mb, switch_group FROM gpus
              WHERE type_key = $1 AND node_id IN (
                 SELECT r.node_id FROM reservations r
                 WHERE r.tier = 'spot' AND r.status IN ('pending', 'starting', 'running')
@@ -330,6 +331,7 @@ impl SqlStore {
                 node: u32::try_from(n).unwrap_or(u32::MAX),
                 vram_mb: u64::try_from(row.try_get::<i64, _>("vram_mb")?).unwrap_or(0),
                 free_mb: u64::try_from(row.try_get::<i64, _>("free_mb")?).unwrap_or(0),
+                switch: switch_of(row)?,
             });
         }
         let mut ids: Vec<String> = Vec::new();
