@@ -3,6 +3,7 @@
 //! traits, [`GpuBackend`] and [`Executor`], chosen at start-up.
 
 mod client;
+pub mod cpu;
 mod error;
 pub mod executor;
 pub mod gpu;
@@ -12,6 +13,7 @@ mod run;
 mod stops;
 
 pub use client::{ControlPlane, RetryPolicy};
+pub use cpu::CpuSource;
 pub use error::AgentError;
 pub use executor::Executor;
 pub use gpu::GpuBackend;

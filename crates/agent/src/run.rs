@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::client::{ControlPlane, RetryPolicy};
+use crate::cpu::{CpuSampler, CpuSource};
 use crate::reconcile::{self, Action, Observed, ObservedState};
 use crate::stops::Stops;
 use crate::{AgentError, Executor, GpuBackend, NodeIdentity};
@@ -33,6 +34,8 @@ pub struct AgentConfig {
     /// Out of touch with the control plane for longer than this, the agent stops its instances.
     pub lease: Duration,
     pub retry: RetryPolicy,
+    /// Where the CPU utilisation in the telemetry comes from (`/proc/stat` by default).
+    pub cpu: CpuSource,
 }
 
 impl AgentConfig {
@@ -45,6 +48,7 @@ impl AgentConfig {
             heartbeat: Duration::from_secs(2),
             lease: Duration::from_secs(30),
             retry: RetryPolicy::default(),
+            cpu: CpuSource::default(),
         }
     }
 }
@@ -55,6 +59,7 @@ pub struct Agent {
     gpus: Arc<dyn GpuBackend>,
     executor: Arc<dyn Executor>,
     client: ControlPlane,
+    cpu: std::sync::Mutex<CpuSampler>,
 }
 
 impl Agent {
@@ -64,7 +69,9 @@ impl Agent {
         executor: Arc<dyn Executor>,
     ) -> Self {
         let client = ControlPlane::new(&config.server, config.retry);
+        let cpu = std::sync::Mutex::new(CpuSampler::new(config.cpu.clone()));
         Agent {
+            cpu,
             config,
             gpus,
             executor,
@@ -294,8 +301,14 @@ impl Agent {
         chunks
     }
 
-    /// The GPUs' telemetry, each compute process attributed to its reservation.
+    /// The GPUs' telemetry, each compute process attributed to its reservation, and the CPU
+    /// utilisation since the last heartbeat.
     async fn telemetry(&self) -> Option<NodeTelemetry> {
+        let cpu = self
+            .cpu
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .sample();
         let mut telemetry = match self.gpus.sample() {
             Ok(t) => t,
             Err(e) => {
@@ -308,6 +321,7 @@ impl Agent {
                 p.reservation_id = self.executor.owner_of(p.pid).await;
             }
         }
+        telemetry.cpu_utilization_pct = cpu;
         Some(telemetry)
     }
 

@@ -249,6 +249,26 @@ pub struct NodeArgs {
     pub cgroup_root: PathBuf,
 }
 
+/// Elastic capacity: a policy over the fleet's figures that calls a hook to add or remove
+/// nodes (scale out when CPU > 70% and GPU allocation > 85% for 3 evaluations, or a reservation
+/// queued over 60 s; scale in below 30% and 30% for 10). Off unless a hook is given.
+#[derive(Debug, Clone, Args)]
+pub struct ScaleArgs {
+    /// Run with `sh -c` on each scale action: the action as JSON on stdin,
+    /// GPURENT_SCALE_ACTION=scale-out|scale-in in the environment, killed after 30 s.
+    #[arg(long, value_name = "CMD")]
+    pub scale_hook_command: Option<String>,
+    /// POST each scale action as JSON to this URL.
+    #[arg(long, value_name = "URL")]
+    pub scale_hook_url: Option<String>,
+    /// Seconds between evaluations of the scale policy.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub scale_interval: u64,
+    /// Never ask to scale in at or below this many live nodes.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub scale_min_nodes: u32,
+}
+
 #[derive(Debug, Args)]
 pub struct UpArgs {
     #[arg(long, default_value = "./gpurent-data")]
@@ -263,6 +283,8 @@ pub struct UpArgs {
     /// (`queue_timeout`), its hold released.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub queue_timeout: u64,
+    #[command(flatten)]
+    pub scale: ScaleArgs,
     #[command(flatten)]
     pub node: NodeArgs,
 }
@@ -283,6 +305,8 @@ pub struct ServerArgs {
     /// (`queue_timeout`), its hold released.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub queue_timeout: u64,
+    #[command(flatten)]
+    pub scale: ScaleArgs,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,7 @@
 
 mod best_fit;
 pub mod cluster;
+pub mod elastic;
 pub mod experiment;
 mod live;
 pub mod policies;

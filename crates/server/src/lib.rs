@@ -1,9 +1,10 @@
 //! The gpurent control plane: the HTTP API under `/api/v1`, the agent protocol, and the
-//! maintenance loop that expires reservations and places queued ones. Handlers are thin: they parse, authorize,
+//! maintenance loop that expires reservations, places queued ones and judges elastic capacity. Handlers are thin: they parse, authorize,
 //! call one store intent and map the result.
 
 mod auth;
 mod bootstrap;
+mod elastic;
 mod error;
 mod extract;
 mod idempotency;
@@ -28,6 +29,7 @@ use tokio::task::JoinHandle;
 
 pub use auth::{hash_token, new_token};
 pub use bootstrap::{bootstrap_admin, BootstrapError};
+pub use elastic::{ScaleConfig, ScaleEvent, ScaleFigures};
 pub use error::ApiError;
 pub use idempotency::IdempotencyError;
 pub use openapi::openapi_document;
@@ -52,6 +54,8 @@ pub struct ServerConfig {
     /// A reservation still queued this long after it was queued ends as `failed`
     /// (`queue_timeout`), its hold released.
     pub queue_timeout: Duration,
+    /// Elastic capacity: the scale policy and its hook (off unless a hook is configured).
+    pub scale: ScaleConfig,
 }
 
 impl Default for ServerConfig {
@@ -64,6 +68,7 @@ impl Default for ServerConfig {
             max_sync_wait: Duration::from_secs(10),
             max_body_bytes: 64 * 1024,
             queue_timeout: Duration::from_secs(3600),
+            scale: ScaleConfig::default(),
         }
     }
 }
@@ -122,6 +127,15 @@ impl RunningServer {
         });
         let maintenance = tokio::spawn(maintenance::run(state.clone(), stopped));
         tracing::info!(%addr, backend = ?state.store.backend(), "control plane listening");
+        let scale = &state.config.scale;
+        if scale.enabled() {
+            tracing::info!(
+                interval = ?scale.interval,
+                hook_command = ?scale.hook_command,
+                hook_url = ?scale.hook_url,
+                "elastic capacity on"
+            );
+        }
         Ok(RunningServer {
             addr,
             state,

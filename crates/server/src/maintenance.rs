@@ -1,6 +1,6 @@
 //! The periodic work of the control plane: settling running reservations every period,
 //! expiring those whose time is up, the scheduling pass over queued reservations (also run
-//! at once when woken), and forgetting day-old idempotency keys.
+//! at once when woken), forgetting day-old idempotency keys, and elastic capacity (when due).
 
 use tokio::sync::watch;
 
@@ -28,7 +28,7 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
     if pruned > 0 {
         tracing::debug!(pruned, "forgot day-old idempotency keys");
     }
-    Ok(())
+    crate::elastic::tick(state).await
 }
 
 pub(crate) async fn run(state: AppState, mut stopped: watch::Receiver<bool>) {

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use gpurent_store::Store;
 use gpurent_types::Clock;
 
+use crate::elastic::ElasticState;
 use crate::wake::NodeWakers;
 use crate::ServerConfig;
 
@@ -15,11 +16,13 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     pub config: Arc<ServerConfig>,
     pub wake: Arc<NodeWakers>,
+    pub elastic: Arc<ElasticState>,
 }
 
 impl AppState {
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: ServerConfig) -> Self {
         AppState {
+            elastic: Arc::new(ElasticState::new(&config.scale)),
             store,
             clock,
             config: Arc::new(config),

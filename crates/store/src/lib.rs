@@ -20,8 +20,8 @@ use gpurent_types::Money;
 
 pub use error::StoreError;
 pub use model::{
-    AuthUser, Backend, HeldWork, IdempotencyClaim, LedgerCheck, LiveGpu, NewNode, NewReservation,
-    NewUser, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
+    AuthUser, Backend, FleetView, HeldWork, IdempotencyClaim, LedgerCheck, LiveGpu, NewNode,
+    NewReservation, NewUser, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
 };
 pub use sql::{Settled, SqlStore};
 
@@ -141,6 +141,10 @@ pub trait NodeStore: Send + Sync {
     /// `unreachable`.
     async fn list_nodes(&self, live_since: DateTime<Utc>, owner: Option<&str>)
         -> Result<Vec<Node>>;
+
+    /// The capacity, allocation and load of the nodes seen at or after `live_since`, and the
+    /// queue: what the elastic capacity policy judges.
+    async fn fleet(&self, live_since: DateTime<Utc>) -> Result<FleetView>;
 }
 
 /// Offers and reservations.

@@ -134,6 +134,23 @@ pub struct QueueView {
     pub held: Vec<HeldWork>,
 }
 
+/// The live nodes' capacity and load and the queue, as elastic capacity reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FleetView {
+    pub live_nodes: u32,
+    /// GPUs of the live nodes, their memory and the memory free on them (MiB).
+    pub gpus: u32,
+    pub vram_mb: u64,
+    pub free_mb: u64,
+    /// The utilisation of each GPU in the live nodes' last telemetry.
+    pub gpu_utilization_pct: Vec<u32>,
+    /// The CPU utilisation of each live node that reports it.
+    pub cpu_utilization_pct: Vec<u32>,
+    /// Reservations waiting in the queue, and when the oldest was queued.
+    pub queued: u32,
+    pub oldest_queued_at: Option<DateTime<Utc>>,
+}
+
 /// A placement of a queued reservation chosen by a scheduling pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedPlacement {

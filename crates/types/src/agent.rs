@@ -48,12 +48,16 @@ impl GpuInfo {
     }
 }
 
-/// One sample of a node's GPUs, sent with every heartbeat.
+/// One sample of a node's GPUs (and its CPU), sent with every heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
 pub struct NodeTelemetry {
     pub driver_version: Option<String>,
     pub cuda_version: Option<String>,
     pub gpus: Vec<GpuSample>,
+    /// The node's CPU utilisation (all CPUs) since the previous sample, in percent; absent
+    /// from older agents and from an agent's first heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_utilization_pct: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -231,6 +231,12 @@ impl Executor for DockerExecutor {
         match self.docker.remove_container(&name, Some(remove)).await {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
+            // 409: another stop of the same container (a retry, or a second reconcile while the
+            // first still waits) is already removing it.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409,
+                message,
+            }) if message.contains("already in progress") => Ok(()),
             Err(e) => Err(docker_error("remove", id, e)),
         }
     }

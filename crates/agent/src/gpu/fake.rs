@@ -117,6 +117,8 @@ impl GpuBackend for FakeNvml {
                         .collect(),
                 })
                 .collect(),
+            // The agent adds the CPU (`crate::cpu`).
+            cpu_utilization_pct: None,
         })
     }
 }

@@ -131,6 +131,8 @@ impl GpuBackend for NvmlGpus {
             driver_version: self.nvml.sys_driver_version().ok(),
             cuda_version: self.nvml.sys_cuda_driver_version().ok().map(cuda_version),
             gpus,
+            // The agent adds the CPU (`crate::cpu`).
+            cpu_utilization_pct: None,
         })
     }
 }

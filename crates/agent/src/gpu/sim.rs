@@ -127,6 +127,8 @@ impl GpuBackend for SimGpus {
                     processes: Vec::new(),
                 })
                 .collect(),
+            // The agent adds the CPU (`crate::cpu`).
+            cpu_utilization_pct: None,
         })
     }
 }

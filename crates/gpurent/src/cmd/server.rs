@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use gpurent_billing::PriceList;
-use gpurent_server::{bootstrap_admin, RunningServer, ServerConfig};
+use gpurent_server::{bootstrap_admin, RunningServer, ScaleConfig, ServerConfig};
 use gpurent_store::SqlStore;
 use gpurent_types::SystemClock;
 
-use crate::cli::ServerArgs;
+use crate::cli::{ScaleArgs, ServerArgs};
 use crate::output::print_line;
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
@@ -23,6 +23,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         args.listen,
         args.prices.as_deref(),
         std::time::Duration::from_secs(args.queue_timeout),
+        scale_config(&args.scale),
     )
     .await?;
     print_line(&format!("gpurent ready: {}", super::local_url(server.addr)));
@@ -40,6 +41,7 @@ pub async fn start(
     listen: std::net::SocketAddr,
     prices: Option<&std::path::Path>,
     queue_timeout: std::time::Duration,
+    scale: ScaleConfig,
 ) -> anyhow::Result<RunningServer> {
     let prices = match prices {
         Some(path) => {
@@ -64,11 +66,27 @@ pub async fn start(
         ServerConfig {
             prices,
             queue_timeout,
+            scale,
             ..ServerConfig::default()
         },
     )
     .await?;
     Ok(server)
+}
+
+/// The elastic capacity settings of `up` and `server`.
+pub fn scale_config(args: &ScaleArgs) -> ScaleConfig {
+    let defaults = ScaleConfig::default();
+    ScaleConfig {
+        hook_command: args.scale_hook_command.clone(),
+        hook_url: args.scale_hook_url.clone(),
+        interval: std::time::Duration::from_secs(args.scale_interval.max(1)),
+        policy: gpurent_sched::elastic::ElasticConfig {
+            min_nodes: args.scale_min_nodes,
+            ..defaults.policy
+        },
+        ..defaults
+    }
 }
 
 /// A database URL without its password, for messages.

@@ -23,6 +23,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         args.listen,
         args.prices.as_deref(),
         Duration::from_secs(args.queue_timeout),
+        super::server::scale_config(&args.scale),
     )
     .await?;
     let base = super::local_url(server.addr);

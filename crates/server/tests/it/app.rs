@@ -7,8 +7,8 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use gpurent_agent::executor::SimExecutor;
 use gpurent_agent::gpu::SimGpus;
-use gpurent_agent::{Agent, AgentConfig, RetryPolicy};
-use gpurent_server::{hash_token, RunningServer, ServerConfig};
+use gpurent_agent::{Agent, AgentConfig, CpuSource, RetryPolicy};
+use gpurent_server::{hash_token, RunningServer, ScaleConfig, ServerConfig};
 use gpurent_store::prelude::*;
 use gpurent_store::testing::TestDatabase;
 use gpurent_store::{Backend, SqlStore};
@@ -25,6 +25,8 @@ pub struct TestAppBuilder {
     manual_clock: bool,
     lease: Duration,
     prices: Option<String>,
+    scale: Option<ScaleConfig>,
+    agent_cpu: CpuSource,
 }
 
 type RunningAgent = (
@@ -38,6 +40,7 @@ pub struct TestApp {
     pub store: Arc<SqlStore>,
     pub clock: Option<ManualClock>,
     lease: Duration,
+    agent_cpu: CpuSource,
     agents: Vec<RunningAgent>,
     _dirs: Vec<tempfile::TempDir>,
     _db: TestDatabase,
@@ -51,6 +54,8 @@ impl TestApp {
             manual_clock: false,
             lease: Duration::from_secs(30),
             prices: None,
+            scale: None,
+            agent_cpu: CpuSource::default(),
         }
     }
 }
@@ -71,6 +76,18 @@ impl TestAppBuilder {
     /// Prices from this price file (see `gpurent_billing::PriceList::from_toml`).
     pub fn with_prices(mut self, toml: &str) -> Self {
         self.prices = Some(toml.to_owned());
+        self
+    }
+
+    /// Elastic capacity with these settings (the scale policy and its hook).
+    pub fn with_scale(mut self, scale: ScaleConfig) -> Self {
+        self.scale = Some(scale);
+        self
+    }
+
+    /// Agents report this CPU utilisation instead of the test machine's.
+    pub fn with_agent_cpu(mut self, pct: u32) -> Self {
+        self.agent_cpu = CpuSource::Fixed(pct);
         self
     }
 
@@ -114,6 +131,9 @@ impl TestAppBuilder {
         if let Some(toml) = &self.prices {
             config.prices = gpurent_billing::PriceList::from_toml(toml).expect("price file");
         }
+        if let Some(scale) = self.scale.clone() {
+            config.scale = scale;
+        }
         let server = RunningServer::start(
             "127.0.0.1:0".parse().expect("addr"),
             store.clone(),
@@ -129,6 +149,7 @@ impl TestAppBuilder {
             store,
             clock: manual,
             lease: self.lease,
+            agent_cpu: self.agent_cpu.clone(),
             agents: Vec::new(),
             _dirs: Vec::new(),
             _db: db,
@@ -203,6 +224,7 @@ impl TestApp {
         config.join_token = token["token"].as_str().map(str::to_owned);
         config.heartbeat = Duration::from_millis(300);
         config.lease = self.lease;
+        config.cpu = self.agent_cpu.clone();
         config.retry = RetryPolicy {
             tries: 3,
             delay: Duration::from_millis(100),

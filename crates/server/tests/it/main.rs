@@ -7,6 +7,7 @@
 mod access;
 mod app;
 mod concurrency;
+mod elastic;
 mod fencing;
 mod idempotency;
 mod lifecycle;

@@ -14,7 +14,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::ledger::{self, Kind, Transfer, PLATFORM_REVENUE};
 use super::{from_ts, gib, new_id, retry_transient, ts, SqlStore};
-use crate::{NewNode, NodeStore, Result, StoreError};
+use crate::{FleetView, NewNode, NodeStore, Result, StoreError};
 
 async fn insert_gpus(conn: &mut AnyConnection, node_id: &str, gpus: &[GpuInfo]) -> Result<()> {
     for g in gpus {
@@ -719,5 +719,53 @@ impl NodeStore for SqlStore {
                 })
             })
             .collect()
+    }
+
+    async fn fleet(&self, live_since: DateTime<Utc>) -> Result<FleetView> {
+        let live = ts(live_since);
+        let mut fleet = FleetView::default();
+        let nodes = sqlx::query("SELECT telemetry FROM nodes WHERE last_seen_at >= $1")
+            .bind(live)
+            .fetch_all(&self.pool)
+            .await?;
+        for n in nodes {
+            fleet.live_nodes += 1;
+            let telemetry: Option<String> = n.try_get("telemetry")?;
+            // Telemetry is informative: an unreadable sample counts as none.
+            let Some(t) = telemetry.and_then(|t| serde_json::from_str::<NodeTelemetry>(&t).ok())
+            else {
+                continue;
+            };
+            fleet
+                .gpu_utilization_pct
+                .extend(t.gpus.iter().map(|g| g.utilization_pct));
+            fleet.cpu_utilization_pct.extend(t.cpu_utilization_pct);
+        }
+        // Summed here rather than by SUM(), whose type differs between the two databases.
+        let gpus = sqlx::query(
+            "SELECT g.vram_mb, g.free_mb FROM gpus g JOIN nodes n ON n.id = g.node_id
+             WHERE n.last_seen_at >= $1",
+        )
+        .bind(live)
+        .fetch_all(&self.pool)
+        .await?;
+        for g in gpus {
+            fleet.gpus += 1;
+            fleet.vram_mb += u64::try_from(g.try_get::<i64, _>("vram_mb")?).unwrap_or(0);
+            fleet.free_mb += u64::try_from(g.try_get::<i64, _>("free_mb")?).unwrap_or(0);
+        }
+        let queued: Vec<Option<i64>> = sqlx::query_scalar(
+            "SELECT queued_at FROM reservations WHERE status = 'pending' AND node_id IS NULL",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        fleet.queued = u32::try_from(queued.len()).unwrap_or(u32::MAX);
+        fleet.oldest_queued_at = queued
+            .into_iter()
+            .flatten()
+            .min()
+            .map(from_ts)
+            .transpose()?;
+        Ok(fleet)
     }
 }
