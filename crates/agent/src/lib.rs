@@ -7,6 +7,7 @@ pub mod cpu;
 mod error;
 pub mod executor;
 pub mod gpu;
+mod host;
 mod identity;
 pub mod reconcile;
 mod run;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpurent_types::agent::{
-    Assignment, GpuInfo, InstanceReport, InstanceState, LogChunk, NodeTelemetry, PublishedPort,
-    RegisterNode, SyncRequest,
+    Assignment, GpuInfo, HostFacts, InstanceReport, InstanceState, LogChunk, NodeTelemetry,
+    PublishedPort, RegisterNode, SyncRequest,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -79,6 +79,16 @@ impl Agent {
         }
     }
 
+    /// The host as it is now, for the control plane's verification.
+    fn host_facts(&self) -> HostFacts {
+        let gpu_containers = self.executor.name() == "docker" && self.gpus.name() == "nvml";
+        crate::host::host_facts(
+            self.gpus.sample().ok().as_ref(),
+            &self.config.data_dir,
+            gpu_containers,
+        )
+    }
+
     /// Loads the node identity from the data dir, or registers with the join token.
     pub async fn identity(&self) -> Result<NodeIdentity, AgentError> {
         if let Some(identity) = NodeIdentity::load(&self.config.data_dir)? {
@@ -100,6 +110,7 @@ impl Agent {
                 executor: self.executor.name().to_owned(),
                 gpu_backend: self.gpus.name().to_owned(),
                 gpus: self.gpus.discover()?,
+                host: Some(self.host_facts()),
             })
             .await?;
         let identity = NodeIdentity {
@@ -141,6 +152,8 @@ impl Agent {
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), AgentError> {
         let heartbeat_ms = u64::try_from(self.config.heartbeat.as_millis()).unwrap_or(u64::MAX);
+        // Sent with the inventory, until the control plane has both.
+        let host = self.host_facts();
         let mut known_version = None;
         let mut desired: Vec<Assignment> = Vec::new();
         let mut failures: BTreeMap<String, Observed> = BTreeMap::new();
@@ -169,6 +182,11 @@ impl Agent {
                 wait_ms: Some(heartbeat_ms),
                 telemetry: self.telemetry().await,
                 logs: self.new_output(&desired, &actual).await,
+                host: if known_version.is_none() {
+                    Some(host.clone())
+                } else {
+                    None
+                },
             };
             // A control plane that does not answer at all must not hold the agent past its
             // lease: the call (retries included) gets what is left of the lease, at least two

@@ -286,7 +286,24 @@ pub struct UpArgs {
     #[command(flatten)]
     pub scale: ScaleArgs,
     #[command(flatten)]
+    pub host: HostArgs,
+    #[command(flatten)]
     pub node: NodeArgs,
+}
+
+/// Host verification: what a node's host must pass before it gets work (`gpurent nodes ls`
+/// shows each check).
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// Oldest NVIDIA driver accepted, e.g. 550.54.15 (default: any).
+    #[arg(long, value_name = "VERSION")]
+    pub min_driver: Option<String>,
+    /// Oldest CUDA version accepted, e.g. 12.4 (default: any).
+    #[arg(long, value_name = "VERSION")]
+    pub min_cuda: Option<String>,
+    /// Free disk a node's agent data directory must have.
+    #[arg(long, value_name = "GIB", default_value_t = 10)]
+    pub min_disk_free_gb: u64,
 }
 
 #[derive(Debug, Args)]
@@ -307,6 +324,8 @@ pub struct ServerArgs {
     pub queue_timeout: u64,
     #[command(flatten)]
     pub scale: ScaleArgs,
+    #[command(flatten)]
+    pub host: HostArgs,
 }
 
 #[derive(Debug, Args)]

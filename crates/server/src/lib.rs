@@ -14,6 +14,7 @@ mod routes;
 mod scheduler;
 mod state;
 mod validate;
+mod verification;
 mod wake;
 
 use std::net::SocketAddr;
@@ -34,6 +35,7 @@ pub use error::ApiError;
 pub use idempotency::IdempotencyError;
 pub use openapi::openapi_document;
 pub use state::AppState;
+pub use verification::HostPolicy;
 
 /// How the control plane behaves; the defaults suit production.
 #[derive(Debug, Clone)]
@@ -56,6 +58,8 @@ pub struct ServerConfig {
     pub queue_timeout: Duration,
     /// Elastic capacity: the scale policy and its hook (off unless a hook is configured).
     pub scale: ScaleConfig,
+    /// What a node's host must pass before it gets work.
+    pub host_policy: HostPolicy,
 }
 
 impl Default for ServerConfig {
@@ -69,6 +73,7 @@ impl Default for ServerConfig {
             max_body_bytes: 64 * 1024,
             queue_timeout: Duration::from_secs(3600),
             scale: ScaleConfig::default(),
+            host_policy: HostPolicy::default(),
         }
     }
 }

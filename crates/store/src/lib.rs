@@ -121,6 +121,14 @@ pub trait NodeStore: Send + Sync {
     /// Trades a valid join token for a node identity; returns the node id.
     async fn register_node(&self, node: NewNode, now: DateTime<Utc>) -> Result<String>;
 
+    /// Records a node's host verification; a node that failed it is left out of placement
+    /// until a later one passes.
+    async fn set_verification(
+        &self,
+        node_id: &str,
+        verification: &gpurent_types::api::HostVerification,
+    ) -> Result<()>;
+
     async fn authenticate_node(&self, token_hash: &str) -> Result<Option<String>>;
 
     /// Records a heartbeat: new GPUs, the state of each instance the agent reports, and the

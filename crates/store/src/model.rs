@@ -52,6 +52,8 @@ pub struct NewNode {
     pub executor: String,
     pub gpu_backend: String,
     pub gpus: Vec<GpuInfo>,
+    /// Its host verification, recorded with it so that a node that failed never gets work.
+    pub verification: Option<gpurent_types::api::HostVerification>,
 }
 
 /// Whole GPUs or a share of one.

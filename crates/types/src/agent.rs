@@ -22,6 +22,12 @@ pub struct GpuInfo {
     pub pcie_gen: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_width: Option<u32>,
+    /// The fastest and widest link the GPU and its slot allow (a link narrower than this fails
+    /// host verification; a slower generation is a GPU at rest saving power).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_gen_max: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_width_max: Option<u32>,
     /// Whether MIG mode is enabled now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_enabled: Option<bool>,
@@ -42,6 +48,8 @@ impl GpuInfo {
             vram_mb,
             pcie_gen: None,
             pcie_width: None,
+            pcie_gen_max: None,
+            pcie_width_max: None,
             mig_enabled: None,
             switch_group: None,
         }
@@ -89,6 +97,28 @@ pub struct RegisterNode {
     pub executor: String,
     pub gpu_backend: String,
     pub gpus: Vec<GpuInfo>,
+    /// The host as the agent found it, verified by the control plane before any work lands.
+    #[serde(default)]
+    pub host: Option<HostFacts>,
+}
+
+/// What an agent finds of its host when it starts (host verification, `gpurent nodes ls`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HostFacts {
+    #[serde(default)]
+    pub driver_version: Option<String>,
+    #[serde(default)]
+    pub cuda_version: Option<String>,
+    /// The NVIDIA container toolkit's version (`nvidia-ctk --version`), when installed.
+    #[serde(default)]
+    pub container_toolkit: Option<String>,
+    /// Whether this node runs GPUs in containers (Docker with real GPUs), which needs the
+    /// toolkit.
+    #[serde(default)]
+    pub gpu_containers: bool,
+    /// Free space in the agent's data directory, MiB.
+    #[serde(default)]
+    pub disk_free_mb: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -171,6 +201,9 @@ pub struct SyncRequest {
     /// New output of instances, each chunk starting where the control plane's copy ends.
     #[serde(default)]
     pub logs: Vec<LogChunk>,
+    /// The host's facts, with the inventory (on the first sync after the agent starts).
+    #[serde(default)]
+    pub host: Option<HostFacts>,
 }
 
 /// A piece of an instance's output (stdout and stderr, as they were interleaved).

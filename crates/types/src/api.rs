@@ -208,6 +208,24 @@ pub struct Node {
     pub cuda_version: Option<String>,
     pub last_seen_at: DateTime<Utc>,
     pub gpus: Vec<Gpu>,
+    /// Host verification (the last the agent reported); a node that fails it gets no work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<HostVerification>,
+}
+
+/// The host checks of a node, each passed or failed with what was found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HostVerification {
+    pub ok: bool,
+    pub checks: Vec<HostCheck>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HostCheck {
+    /// `pcie:<gpu index>`, `driver`, `cuda`, `container_toolkit`, `disk`.
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -84,6 +84,9 @@ impl GpuBackend for FakeNvml {
                 vram_mb: mib(d.mem_total),
                 pcie_gen: Some(d.pcie_gen),
                 pcie_width: Some(d.pcie_width),
+                // The probe recorded the links as they were, not their maximum.
+                pcie_gen_max: None,
+                pcie_width_max: None,
                 mig_enabled: Some(!d.mig_mode.contains("current: 0")),
                 // The probe recorded no topology.
                 switch_group: None,
@@ -146,6 +149,8 @@ mod tests {
                 vram_mb: 143_771,
                 pcie_gen: Some(5),
                 pcie_width: Some(16),
+                pcie_gen_max: None,
+                pcie_width_max: None,
                 mig_enabled: Some(false),
                 switch_group: None,
             }]

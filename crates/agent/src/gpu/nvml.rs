@@ -70,6 +70,8 @@ impl GpuBackend for NvmlGpus {
                         .total),
                     pcie_gen: d.current_pcie_link_gen().ok(),
                     pcie_width: d.current_pcie_link_width().ok(),
+                    pcie_gen_max: d.max_pcie_link_gen().ok(),
+                    pcie_width_max: d.max_pcie_link_width().ok(),
                     mig_enabled: d.mig_mode().ok().map(|m| m.current != 0),
                     switch_group: None,
                 })

@@ -84,6 +84,7 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
                     executor: "sim".into(),
                     gpu_backend: "sim".into(),
                     gpus,
+                    verification: None,
                 },
                 now,
             )

@@ -65,6 +65,7 @@ pub async fn run(args: BenchSettleArgs, json: bool) -> anyhow::Result<()> {
                     "RTX4090".into(),
                     24_564,
                 )],
+                verification: None,
             },
             start,
         )

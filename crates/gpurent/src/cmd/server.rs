@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use gpurent_billing::PriceList;
-use gpurent_server::{bootstrap_admin, RunningServer, ScaleConfig, ServerConfig};
+use gpurent_server::{bootstrap_admin, HostPolicy, RunningServer, ScaleConfig, ServerConfig};
 use gpurent_store::SqlStore;
 use gpurent_types::SystemClock;
 
-use crate::cli::{ScaleArgs, ServerArgs};
+use crate::cli::{HostArgs, ScaleArgs, ServerArgs};
 use crate::output::print_line;
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
@@ -24,6 +24,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         args.prices.as_deref(),
         std::time::Duration::from_secs(args.queue_timeout),
         scale_config(&args.scale),
+        host_policy(&args.host),
     )
     .await?;
     print_line(&format!("gpurent ready: {}", super::local_url(server.addr)));
@@ -42,6 +43,7 @@ pub async fn start(
     prices: Option<&std::path::Path>,
     queue_timeout: std::time::Duration,
     scale: ScaleConfig,
+    host_policy: HostPolicy,
 ) -> anyhow::Result<RunningServer> {
     let prices = match prices {
         Some(path) => {
@@ -67,11 +69,21 @@ pub async fn start(
             prices,
             queue_timeout,
             scale,
+            host_policy,
             ..ServerConfig::default()
         },
     )
     .await?;
     Ok(server)
+}
+
+/// The host verification rules of `up` and `server`.
+pub fn host_policy(args: &HostArgs) -> HostPolicy {
+    HostPolicy {
+        min_driver: args.min_driver.clone(),
+        min_cuda: args.min_cuda.clone(),
+        min_disk_free_gb: args.min_disk_free_gb,
+    }
 }
 
 /// The elastic capacity settings of `up` and `server`.

@@ -16,6 +16,7 @@ use crate::auth::{hash_token, new_token, AgentNode};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::state::AppState;
+use crate::verification::verify;
 
 const MAX_GPUS_PER_NODE: usize = 256;
 const MAX_REPORTS: usize = 4096;
@@ -61,6 +62,10 @@ pub(crate) async fn register(
         ));
     }
     validate_gpus(&body.gpus)?;
+    let verification = body
+        .host
+        .as_ref()
+        .map(|host| verify(&state.config.host_policy, host, &body.gpus));
     let node_token = new_token("gpn");
     let node_id = state
         .store
@@ -72,6 +77,7 @@ pub(crate) async fn register(
                 executor: body.executor,
                 gpu_backend: body.gpu_backend,
                 gpus: body.gpus,
+                verification,
             },
             state.now(),
         )
@@ -104,6 +110,20 @@ pub(crate) async fn sync(
         )));
     }
     state.store.sync_node(&node_id, &body, state.now()).await?;
+    // The host as the agent found it when it started, with the inventory it sent.
+    if let Some(host) = &body.host {
+        let verification = verify(&state.config.host_policy, host, &body.gpus);
+        if !verification.ok {
+            tracing::warn!(%node_id, checks = ?verification.checks, "node failed host verification");
+        }
+        state
+            .store
+            .set_verification(&node_id, &verification)
+            .await?;
+        if verification.ok {
+            state.wake.wake_scheduler();
+        }
+    }
     // An instance that ended freed its GPUs: queued work may fit now.
     let freed = body.instances.iter().any(|i| {
         matches!(

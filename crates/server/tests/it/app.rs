@@ -8,7 +8,7 @@ use chrono::{TimeZone, Utc};
 use gpurent_agent::executor::SimExecutor;
 use gpurent_agent::gpu::SimGpus;
 use gpurent_agent::{Agent, AgentConfig, CpuSource, RetryPolicy};
-use gpurent_server::{hash_token, RunningServer, ScaleConfig, ServerConfig};
+use gpurent_server::{hash_token, HostPolicy, RunningServer, ScaleConfig, ServerConfig};
 use gpurent_store::prelude::*;
 use gpurent_store::testing::TestDatabase;
 use gpurent_store::{Backend, SqlStore};
@@ -27,6 +27,7 @@ pub struct TestAppBuilder {
     prices: Option<String>,
     scale: Option<ScaleConfig>,
     agent_cpu: CpuSource,
+    host_policy: Option<HostPolicy>,
 }
 
 type RunningAgent = (
@@ -56,6 +57,7 @@ impl TestApp {
             prices: None,
             scale: None,
             agent_cpu: CpuSource::default(),
+            host_policy: None,
         }
     }
 }
@@ -82,6 +84,13 @@ impl TestAppBuilder {
     /// Elastic capacity with these settings (the scale policy and its hook).
     pub fn with_scale(mut self, scale: ScaleConfig) -> Self {
         self.scale = Some(scale);
+        self
+    }
+
+    /// Host verification rules (default: production's, but any free disk, so that a full test
+    /// machine does not keep every node out).
+    pub fn with_host_policy(mut self, policy: HostPolicy) -> Self {
+        self.host_policy = Some(policy);
         self
     }
 
@@ -134,6 +143,10 @@ impl TestAppBuilder {
         if let Some(scale) = self.scale.clone() {
             config.scale = scale;
         }
+        config.host_policy = self.host_policy.clone().unwrap_or(HostPolicy {
+            min_disk_free_gb: 0,
+            ..HostPolicy::default()
+        });
         let server = RunningServer::start(
             "127.0.0.1:0".parse().expect("addr"),
             store.clone(),
@@ -236,8 +249,10 @@ impl TestApp {
         self.eventually("the node to be ready", || async {
             let (_, nodes) = self.admin().get("/api/v1/nodes").await;
             nodes.as_array().is_some_and(|ns| {
-                ns.iter()
-                    .any(|n| n["name"] == name && n["status"] == "ready")
+                // Joined: ready, or kept out by host verification.
+                ns.iter().any(|n| {
+                    n["name"] == name && (n["status"] == "ready" || n["status"] == "unverified")
+                })
             })
         })
         .await;

@@ -19,6 +19,7 @@ mod telemetry;
 mod tiers;
 mod topology;
 mod validation;
+mod verification;
 
 /// Runs an async test body once per store backend.
 #[macro_export]

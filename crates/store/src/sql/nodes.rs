@@ -485,6 +485,30 @@ impl SqlStore {
 
 #[async_trait]
 impl NodeStore for SqlStore {
+    async fn set_verification(
+        &self,
+        node_id: &str,
+        verification: &gpurent_types::api::HostVerification,
+    ) -> Result<()> {
+        let json =
+            serde_json::to_string(verification).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let updated =
+            sqlx::query("UPDATE nodes SET verification = $1, verified = $2 WHERE id = $3")
+                .bind(json)
+                .bind(i64::from(verification.ok))
+                .bind(node_id)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        if updated == 0 {
+            return Err(StoreError::NotFound {
+                what: "node",
+                id: node_id.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
     async fn create_join_token(
         &self,
         token_hash: &str,
@@ -522,8 +546,8 @@ impl NodeStore for SqlStore {
         let id = new_id();
         let inserted = sqlx::query(
             "INSERT INTO nodes (id, name, token_hash, executor, gpu_backend, desired_version,
-                                last_seen_at, created_at, owner_id)
-             VALUES ($1, $2, $3, $4, $5, 1, $6, $6, $7) ON CONFLICT (name) DO NOTHING",
+                                last_seen_at, created_at, owner_id, verification, verified)
+             VALUES ($1, $2, $3, $4, $5, 1, $6, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING",
         )
         .bind(&id)
         .bind(&node.name)
@@ -532,6 +556,12 @@ impl NodeStore for SqlStore {
         .bind(&node.gpu_backend)
         .bind(at)
         .bind(&owner)
+        .bind(
+            node.verification
+                .as_ref()
+                .and_then(|v| serde_json::to_string(v).ok()),
+        )
+        .bind(i64::from(node.verification.as_ref().is_none_or(|v| v.ok)))
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -653,7 +683,8 @@ impl NodeStore for SqlStore {
         owner: Option<&str>,
     ) -> Result<Vec<Node>> {
         let nodes = sqlx::query(
-            "SELECT id, name, executor, gpu_backend, last_seen_at, telemetry, owner_id FROM nodes
+            "SELECT id, name, executor, gpu_backend, last_seen_at, telemetry, owner_id,
+                    verification, verified FROM nodes
              WHERE $1 = '' OR owner_id = $1 ORDER BY name",
         )
         .bind(owner.unwrap_or(""))
@@ -707,12 +738,18 @@ impl NodeStore for SqlStore {
                     cuda_version: telemetry.cuda_version.clone(),
                     id,
                     name: n.try_get("name")?,
-                    status: if last_seen >= live {
-                        "ready"
-                    } else {
+                    status: if last_seen < live {
                         "unreachable"
+                    } else if n.try_get::<i64, _>("verified")? == 0 {
+                        "unverified"
+                    } else {
+                        "ready"
                     }
                     .to_owned(),
+                    // Informative like telemetry: an unreadable record is shown as none.
+                    verification: n
+                        .try_get::<Option<String>, _>("verification")?
+                        .and_then(|v| serde_json::from_str(&v).ok()),
                     executor: n.try_get("executor")?,
                     gpu_backend: n.try_get("gpu_backend")?,
                     last_seen_at: from_ts(last_seen)?,

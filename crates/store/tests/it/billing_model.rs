@@ -125,6 +125,7 @@ fn report(id: &str, state: InstanceState, exit_code: Option<i32>) -> SyncRequest
         wait_ms: None,
         telemetry: None,
         logs: vec![],
+        host: None,
     }
 }
 

@@ -44,6 +44,7 @@ fn report(id: &str, state: InstanceState) -> SyncRequest {
         wait_ms: None,
         telemetry: None,
         logs: vec![],
+        host: None,
     }
 }
 

@@ -42,6 +42,7 @@ fn stopped(id: &str) -> SyncRequest {
         wait_ms: None,
         telemetry: None,
         logs: vec![],
+        host: None,
     }
 }
 

@@ -75,6 +75,7 @@ impl Fixture {
                     executor: "sim".to_owned(),
                     gpu_backend: "sim".to_owned(),
                     gpus,
+                    verification: None,
                 },
                 t0(),
             )

@@ -1,0 +1,78 @@
+//! What the agent finds of its host when it starts, for the control plane's host verification:
+//! driver and CUDA versions (from the GPU backend), the NVIDIA container toolkit's version, and
+//! the free space of the data directory.
+
+use std::path::Path;
+use std::process::Command;
+
+use gpurent_types::agent::{HostFacts, NodeTelemetry};
+
+/// The facts, from a telemetry sample of the GPU backend and the data directory. `gpu_containers`:
+/// whether this node runs real GPUs in containers (then the toolkit is needed).
+pub(crate) fn host_facts(
+    sample: Option<&NodeTelemetry>,
+    data_dir: &Path,
+    gpu_containers: bool,
+) -> HostFacts {
+    HostFacts {
+        driver_version: sample.and_then(|s| s.driver_version.clone()),
+        cuda_version: sample.and_then(|s| s.cuda_version.clone()),
+        container_toolkit: toolkit_version(),
+        gpu_containers,
+        disk_free_mb: disk_free_mb(data_dir),
+    }
+}
+
+/// `nvidia-ctk --version` prints `NVIDIA Container Toolkit CLI version 1.17.8` (and a commit
+/// line); `None` when the toolkit is not installed or says nothing readable.
+fn toolkit_version() -> Option<String> {
+    let out = Command::new("nvidia-ctk").arg("--version").output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    parse_toolkit_version(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn parse_toolkit_version(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.split("version").nth(1))
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+fn disk_free_mb(dir: &Path) -> Option<u64> {
+    let st = nix::sys::statvfs::statvfs(dir).ok()?;
+    let bytes = st.blocks_available().saturating_mul(st.fragment_size());
+    Some(bytes / (1024 * 1024))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_toolkit_version() {
+        let text = "NVIDIA Container Toolkit CLI version 1.17.8\ncommit: f202b80a9b9d0db00d9b1d73c0128c8962c55f4d\n";
+        assert_eq!(parse_toolkit_version(text).as_deref(), Some("1.17.8"));
+        assert_eq!(parse_toolkit_version("nothing here"), None);
+    }
+
+    #[test]
+    fn reports_free_disk_and_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let sample = NodeTelemetry {
+            driver_version: Some("580.95.05".into()),
+            cuda_version: Some("13.0".into()),
+            ..NodeTelemetry::default()
+        };
+        let f = host_facts(Some(&sample), dir.path(), false);
+        assert_eq!(f.driver_version.as_deref(), Some("580.95.05"));
+        assert_eq!(f.cuda_version.as_deref(), Some("13.0"));
+        assert!(f.disk_free_mb.is_some_and(|mb| mb > 0));
+        assert!(!f.gpu_containers);
+        assert_eq!(
+            host_facts(None, Path::new("/no/such/dir"), true).disk_free_mb,
+            None
+        );
+    }
+}
