@@ -81,6 +81,15 @@ pub enum Command {
     /// Nodes (admin: all; hosts: their own).
     #[command(subcommand)]
     Nodes(NodesCommand),
+    /// What happened to nodes: GPU health breaches and recoveries (admin).
+    Events {
+        /// Only events after this id.
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        /// Keep printing new events as they happen (one line each; JSON lines with --json).
+        #[arg(long, short)]
+        follow: bool,
+    },
     /// Checks of the platform's books (admin).
     #[command(subcommand)]
     Admin(AdminCommand),
@@ -291,8 +300,8 @@ pub struct UpArgs {
     pub node: NodeArgs,
 }
 
-/// Host verification: what a node's host must pass before it gets work (`gpurent nodes ls`
-/// shows each check).
+/// Host verification and GPU health: what a node must pass before it gets work (`gpurent nodes
+/// ls` shows each check and breach, `gpurent events` when they change).
 #[derive(Debug, Args)]
 pub struct HostArgs {
     /// Oldest NVIDIA driver accepted, e.g. 550.54.15 (default: any).
@@ -304,6 +313,12 @@ pub struct HostArgs {
     /// Free disk a node's agent data directory must have.
     #[arg(long, value_name = "GIB", default_value_t = 10)]
     pub min_disk_free_gb: u64,
+    /// GPU health: a GPU at or above this temperature keeps its node out of placement.
+    #[arg(long, value_name = "CELSIUS", default_value_t = 85)]
+    pub max_gpu_temp: u32,
+    /// GPU health: a GPU with at least this share of its memory in use does too.
+    #[arg(long, value_name = "PERCENT", default_value_t = 95)]
+    pub max_vram_pct: u32,
 }
 
 #[derive(Debug, Args)]

@@ -25,6 +25,14 @@ pub fn print_json<T: Serialize>(value: &T) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Prints `value` as one line of JSON (a stream of them: `--follow --json`).
+pub fn print_json_line<T: Serialize>(value: &T) -> Result<(), CliError> {
+    let text =
+        serde_json::to_string(value).map_err(|e| CliError::new("bad_response", e.to_string()))?;
+    print_line(&text);
+    Ok(())
+}
+
 /// Prints rows under a header, each column as wide as its widest cell.
 pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();

@@ -7,6 +7,7 @@ mod bootstrap;
 mod elastic;
 mod error;
 mod extract;
+mod health_rules;
 mod idempotency;
 mod maintenance;
 mod openapi;
@@ -32,6 +33,7 @@ pub use auth::{hash_token, new_token};
 pub use bootstrap::{bootstrap_admin, BootstrapError};
 pub use elastic::{ScaleConfig, ScaleEvent, ScaleFigures};
 pub use error::ApiError;
+pub use health_rules::HealthRules;
 pub use idempotency::IdempotencyError;
 pub use openapi::openapi_document;
 pub use state::AppState;
@@ -60,6 +62,8 @@ pub struct ServerConfig {
     pub scale: ScaleConfig,
     /// What a node's host must pass before it gets work.
     pub host_policy: HostPolicy,
+    /// What a node's GPUs must keep passing to get work.
+    pub health_rules: HealthRules,
 }
 
 impl Default for ServerConfig {
@@ -74,6 +78,7 @@ impl Default for ServerConfig {
             queue_timeout: Duration::from_secs(3600),
             scale: ScaleConfig::default(),
             host_policy: HostPolicy::default(),
+            health_rules: HealthRules::default(),
         }
     }
 }

@@ -121,6 +121,19 @@ pub trait NodeStore: Send + Sync {
     /// Trades a valid join token for a node identity; returns the node id.
     async fn register_node(&self, node: NewNode, now: DateTime<Utc>) -> Result<String>;
 
+    /// Records which health rules a node's GPUs breach now (none: healthy); a node with any is
+    /// left out of placement. A change is also an event. Returns whether the node became
+    /// healthy again (queued work may fit).
+    async fn record_health(
+        &self,
+        node_id: &str,
+        issues: &[gpurent_types::api::HealthIssue],
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+
+    /// Events after `after` (an event id; 0 for all), oldest first, at most `limit`.
+    async fn events(&self, after: i64, limit: u32) -> Result<Vec<gpurent_types::api::Event>>;
+
     /// Records a node's host verification; a node that failed it is left out of placement
     /// until a later one passes.
     async fn set_verification(

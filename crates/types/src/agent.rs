@@ -77,6 +77,15 @@ pub struct GpuSample {
     pub power_mw: u64,
     /// Uncorrected ECC errors since the driver loaded.
     pub ecc_uncorrected: u64,
+    /// The GPU's memory, MiB (0 where not reported), for the VRAM health rule.
+    #[serde(default)]
+    pub memory_total_mb: u64,
+    /// XID errors the driver raised since the last sample.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xid_errors: Vec<u64>,
+    /// The GPU no longer answers (fallen off the bus); the other figures are zero.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lost: bool,
     /// Compute processes on this GPU and the memory each holds.
     pub processes: Vec<GpuProcess>,
 }

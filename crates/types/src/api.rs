@@ -211,6 +211,30 @@ pub struct Node {
     /// Host verification (the last the agent reported); a node that fails it gets no work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<HostVerification>,
+    /// The health rules its GPUs breach now; a node with any is `unhealthy` and gets no work.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<HealthIssue>,
+}
+
+/// A GPU health rule breached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HealthIssue {
+    pub gpu_uuid: String,
+    /// `temperature`, `vram`, `ecc`, `xid` or `lost`.
+    pub rule: String,
+    pub detail: String,
+}
+
+/// Something that happened to a node (`gpurent events`), in the order it happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Event {
+    /// Increasing: ask for the events after the last one seen.
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub node_id: Option<String>,
+    /// `node_unhealthy`, `node_healthy`.
+    pub kind: String,
+    pub detail: String,
 }
 
 /// The host checks of a node, each passed or failed with what was found.

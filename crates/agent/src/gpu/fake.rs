@@ -44,6 +44,20 @@ struct ProbeProcess {
 #[derive(Debug, Clone)]
 pub struct FakeNvml {
     probe: Probe,
+    faults: std::sync::Arc<std::sync::Mutex<Faults>>,
+}
+
+/// Faults injected into every GPU's samples from now on (health rule tests): what is `None`
+/// is replayed from the probe.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Faults {
+    pub temperature_c: Option<u32>,
+    pub memory_used_mb: Option<u64>,
+    pub ecc_uncorrected: Option<u64>,
+    /// XID errors raised once, with the next sample.
+    pub xid_errors: Vec<u64>,
+    /// The GPUs have fallen off the bus.
+    pub lost: bool,
 }
 
 impl FakeNvml {
@@ -56,7 +70,17 @@ impl FakeNvml {
             std::fs::read_to_string(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
         let probe =
             serde_json::from_str(&text).map_err(|e| fail(format!("{}: {e}", path.display())))?;
-        Ok(FakeNvml { probe })
+        Ok(FakeNvml {
+            probe,
+            faults: std::sync::Arc::default(),
+        })
+    }
+
+    /// Replaces the injected faults (`Faults::default()` clears them).
+    pub fn inject(&self, faults: Faults) {
+        if let Ok(mut f) = self.faults.lock() {
+            *f = faults;
+        }
     }
 }
 
@@ -95,6 +119,15 @@ impl GpuBackend for FakeNvml {
     }
 
     fn sample(&self) -> Result<NodeTelemetry, AgentError> {
+        let faults = match self.faults.lock() {
+            // XIDs are events: reported once.
+            Ok(mut f) => {
+                let now = f.clone();
+                f.xid_errors.clear();
+                now
+            }
+            Err(_) => Faults::default(),
+        };
         Ok(NodeTelemetry {
             driver_version: Some(self.probe.driver.clone()),
             cuda_version: Some(cuda_version(self.probe.cuda)),
@@ -105,10 +138,15 @@ impl GpuBackend for FakeNvml {
                 .map(|d| GpuSample {
                     uuid: d.uuid.clone(),
                     utilization_pct: d.util_gpu,
-                    memory_used_mb: mib(d.mem_used),
-                    temperature_c: d.temp,
+                    memory_used_mb: faults.memory_used_mb.unwrap_or(mib(d.mem_used)),
+                    temperature_c: faults.temperature_c.unwrap_or(d.temp),
                     power_mw: d.power_mw,
-                    ecc_uncorrected: d.ecc_errors_uncorrected_volatile,
+                    ecc_uncorrected: faults
+                        .ecc_uncorrected
+                        .unwrap_or(d.ecc_errors_uncorrected_volatile),
+                    memory_total_mb: mib(d.mem_total),
+                    xid_errors: faults.xid_errors.clone(),
+                    lost: faults.lost,
                     processes: d
                         .processes
                         .iter()
@@ -171,6 +209,9 @@ mod tests {
                 temperature_c: 53,
                 power_mw: 687_933,
                 ecc_uncorrected: 0,
+                memory_total_mb: 143_771,
+                xid_errors: vec![],
+                lost: false,
                 processes: vec![GpuProcess {
                     pid: 472,
                     used_mb: 1130,

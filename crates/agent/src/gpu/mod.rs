@@ -9,7 +9,7 @@ mod topology;
 
 use gpurent_types::agent::{GpuInfo, NodeTelemetry};
 
-pub use fake::FakeNvml;
+pub use fake::{FakeNvml, Faults};
 pub use nvml::NvmlGpus;
 pub use sim::SimGpus;
 

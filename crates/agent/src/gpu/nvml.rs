@@ -8,6 +8,7 @@ use nvml_wrapper::enum_wrappers::device::{
     EccCounter, MemoryError, TemperatureSensor, TopologyLevel,
 };
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
 use super::topology::switch_groups;
@@ -16,6 +17,8 @@ use crate::AgentError;
 
 pub struct NvmlGpus {
     nvml: Nvml,
+    /// The UUIDs found by `discover`, by index: a GPU fallen off the bus is reported by it.
+    uuids: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for NvmlGpus {
@@ -43,7 +46,10 @@ impl NvmlGpus {
                     "{e}; is the NVIDIA driver installed? For simulated GPUs pass --sim-gpus"
                 ),
             })?;
-        Ok(NvmlGpus { nvml })
+        Ok(NvmlGpus {
+            nvml,
+            uuids: std::sync::Mutex::new(Vec::new()),
+        })
     }
 }
 
@@ -91,6 +97,9 @@ impl GpuBackend for NvmlGpus {
         for (gpu, group) in gpus.iter_mut().zip(groups) {
             gpu.switch_group = group;
         }
+        if let Ok(mut uuids) = self.uuids.lock() {
+            *uuids = gpus.iter().map(|g| g.uuid.clone()).collect();
+        }
         Ok(gpus)
     }
 
@@ -98,10 +107,33 @@ impl GpuBackend for NvmlGpus {
         let count = self.nvml.device_count().map_err(nvml_error("count GPUs"))?;
         let mut gpus = Vec::new();
         for index in 0..count {
-            let d = self
-                .nvml
-                .device_by_index(index)
-                .map_err(nvml_error("open a GPU"))?;
+            let d = match self.nvml.device_by_index(index) {
+                Ok(d) => d,
+                // Fallen off the bus: reported as such (by the UUID it had), the others sampled.
+                Err(NvmlError::GpuLost) => {
+                    let known = self
+                        .uuids
+                        .lock()
+                        .ok()
+                        .and_then(|u| u.get(usize::try_from(index).ok()?).cloned());
+                    if let Some(uuid) = known {
+                        gpus.push(GpuSample {
+                            uuid,
+                            utilization_pct: 0,
+                            memory_used_mb: 0,
+                            temperature_c: 0,
+                            power_mw: 0,
+                            ecc_uncorrected: 0,
+                            memory_total_mb: 0,
+                            xid_errors: Vec::new(),
+                            lost: true,
+                            processes: Vec::new(),
+                        });
+                    }
+                    continue;
+                }
+                Err(e) => return Err(nvml_error("open a GPU")(e)),
+            };
             let processes = d
                 .running_compute_processes()
                 .unwrap_or_default()
@@ -115,12 +147,18 @@ impl GpuBackend for NvmlGpus {
                     reservation_id: None,
                 })
                 .collect();
+            let memory = d.memory_info().ok();
             gpus.push(GpuSample {
                 uuid: d.uuid().map_err(nvml_error("read a GPU's UUID"))?,
                 // A reading the GPU does not support is shown as zero rather than failing the
                 // whole heartbeat.
                 utilization_pct: d.utilization_rates().map(|u| u.gpu).unwrap_or(0),
-                memory_used_mb: d.memory_info().map(|m| mib(m.used)).unwrap_or(0),
+                memory_used_mb: memory.as_ref().map(|m| mib(m.used)).unwrap_or(0),
+                memory_total_mb: memory.as_ref().map(|m| mib(m.total)).unwrap_or(0),
+                // XID events need an NVML event set; not read yet (the rule works from the
+                // fake backend and from any agent that reports them).
+                xid_errors: Vec::new(),
+                lost: false,
                 temperature_c: d.temperature(TemperatureSensor::Gpu).unwrap_or(0),
                 power_mw: d.power_usage().map(u64::from).unwrap_or(0),
                 ecc_uncorrected: d

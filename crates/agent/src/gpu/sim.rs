@@ -124,6 +124,9 @@ impl GpuBackend for SimGpus {
                     temperature_c: 30,
                     power_mw: 0,
                     ecc_uncorrected: 0,
+                    memory_total_mb: g.vram_mb,
+                    xid_errors: Vec::new(),
+                    lost: false,
                     processes: Vec::new(),
                 })
                 .collect(),

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gpurent_types::api::{
-    Balance, CreateReservation, CreateUser, CreditGranted, Earnings, GrantCredit, Invoice,
+    Balance, CreateReservation, CreateUser, CreditGranted, Earnings, Event, GrantCredit, Invoice,
     JoinToken, LedgerReport, Node, Offer, Reservation, ReservationStopped, SpotStats, Usage, User,
     UserCreated,
 };
@@ -12,7 +12,7 @@ use gpurent_types::{Money, Role, Tier};
 
 use crate::api_client::{ApiClient, CliError};
 use crate::cli::{AdminCommand, Command, CreditCommand, NodesCommand, ReserveArgs, UsersCommand};
-use crate::output::{print_json, print_line, print_raw, print_table};
+use crate::output::{print_json, print_json_line, print_line, print_raw, print_table};
 
 /// Without --token, the admin token of a local `gpurent up` is used when there is one, and
 /// the CLI says so on stderr.
@@ -338,6 +338,7 @@ pub async fn run(
             }
             print_line(&t.token);
         }
+        Command::Events { after, follow } => events(&api, after, follow, json).await?,
         Command::Nodes(NodesCommand::Ls) => {
             let nodes: Vec<Node> = api.get("/api/v1/nodes").await?;
             if json {
@@ -354,6 +355,12 @@ pub async fn run(
                         g.model.clone(),
                         g.vram_gb.to_string(),
                         g.status.clone(),
+                        n.health
+                            .iter()
+                            .filter(|h| h.gpu_uuid == g.uuid)
+                            .map(|h| h.detail.as_str())
+                            .collect::<Vec<_>>()
+                            .join("; "),
                     ]);
                 }
             }
@@ -366,6 +373,7 @@ pub async fn run(
                     "MODEL",
                     "VRAM GB",
                     "GPU STATUS",
+                    "HEALTH",
                 ],
                 &rows,
             );
@@ -468,6 +476,50 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
         print_line(&format!("queued: {reason}"));
     }
     Ok(())
+}
+
+/// How often `gpurent events --follow` asks for new events.
+const EVENTS_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+async fn events(api: &ApiClient, after: i64, follow: bool, json: bool) -> Result<(), CliError> {
+    let mut after = after;
+    loop {
+        let page: Vec<Event> = api.get(&format!("/api/v1/events?after={after}")).await?;
+        if !follow {
+            if json {
+                return print_json(&page);
+            }
+            print_table(&["ID", "AT", "NODE", "KIND", "DETAIL"], &event_rows(&page));
+            return Ok(());
+        }
+        for e in &page {
+            if json {
+                print_json_line(e)?;
+            } else {
+                let row = &event_rows(std::slice::from_ref(e))[0];
+                print_line(&row.join("  "));
+            }
+        }
+        match page.last() {
+            Some(last) => after = last.id,
+            None => tokio::time::sleep(EVENTS_POLL).await,
+        }
+    }
+}
+
+fn event_rows(events: &[Event]) -> Vec<Vec<String>> {
+    events
+        .iter()
+        .map(|e| {
+            vec![
+                e.id.to_string(),
+                e.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                e.node_id.clone().unwrap_or_default(),
+                e.kind.clone(),
+                e.detail.clone(),
+            ]
+        })
+        .collect()
 }
 
 async fn logs(api: &ApiClient, id: &str, follow: bool) -> Result<(), CliError> {

@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use gpurent_billing::PriceList;
-use gpurent_server::{bootstrap_admin, HostPolicy, RunningServer, ScaleConfig, ServerConfig};
+use gpurent_server::{
+    bootstrap_admin, HealthRules, HostPolicy, RunningServer, ScaleConfig, ServerConfig,
+};
 use gpurent_store::SqlStore;
 use gpurent_types::SystemClock;
 
@@ -25,6 +27,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         std::time::Duration::from_secs(args.queue_timeout),
         scale_config(&args.scale),
         host_policy(&args.host),
+        health_rules(&args.host),
     )
     .await?;
     print_line(&format!("gpurent ready: {}", super::local_url(server.addr)));
@@ -44,6 +47,7 @@ pub async fn start(
     queue_timeout: std::time::Duration,
     scale: ScaleConfig,
     host_policy: HostPolicy,
+    health_rules: HealthRules,
 ) -> anyhow::Result<RunningServer> {
     let prices = match prices {
         Some(path) => {
@@ -70,6 +74,7 @@ pub async fn start(
             queue_timeout,
             scale,
             host_policy,
+            health_rules,
             ..ServerConfig::default()
         },
     )
@@ -83,6 +88,15 @@ pub fn host_policy(args: &HostArgs) -> HostPolicy {
         min_driver: args.min_driver.clone(),
         min_cuda: args.min_cuda.clone(),
         min_disk_free_gb: args.min_disk_free_gb,
+    }
+}
+
+/// The GPU health thresholds of `up` and `server`.
+pub fn health_rules(args: &HostArgs) -> HealthRules {
+    HealthRules {
+        max_temperature_c: args.max_gpu_temp,
+        max_vram_pct: args.max_vram_pct,
+        ..HealthRules::default()
     }
 }
 

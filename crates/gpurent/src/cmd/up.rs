@@ -25,6 +25,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         Duration::from_secs(args.queue_timeout),
         super::server::scale_config(&args.scale),
         super::server::host_policy(&args.host),
+        super::server::health_rules(&args.host),
     )
     .await?;
     let base = super::local_url(server.addr);

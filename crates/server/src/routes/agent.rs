@@ -15,6 +15,7 @@ use gpurent_types::api::ErrorBody;
 use crate::auth::{hash_token, new_token, AgentNode};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
+use crate::health_rules::breaches;
 use crate::state::AppState;
 use crate::verification::verify;
 
@@ -110,6 +111,20 @@ pub(crate) async fn sync(
         )));
     }
     state.store.sync_node(&node_id, &body, state.now()).await?;
+    // The GPUs' health, from this sample: a breach keeps the node out of placement.
+    if let Some(telemetry) = &body.telemetry {
+        let issues = breaches(&state.config.health_rules, &telemetry.gpus);
+        if !issues.is_empty() {
+            tracing::warn!(%node_id, ?issues, "GPU health rules breached");
+        }
+        if state
+            .store
+            .record_health(&node_id, &issues, state.now())
+            .await?
+        {
+            state.wake.wake_scheduler();
+        }
+    }
     // The host as the agent found it when it started, with the inventory it sent.
     if let Some(host) = &body.host {
         let verification = verify(&state.config.host_policy, host, &body.gpus);

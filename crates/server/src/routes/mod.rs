@@ -2,6 +2,7 @@
 
 mod admin;
 mod agent;
+mod events;
 mod health;
 mod nodes;
 mod reservations;
@@ -44,6 +45,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(reservations::logs))
         .routes(routes!(nodes::create_join_token))
         .routes(routes!(nodes::list))
+        .routes(routes!(events::list))
         .merge(
             // Heartbeats of large nodes carry telemetry for every GPU.
             OpenApiRouter::new()

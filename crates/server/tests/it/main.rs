@@ -9,6 +9,7 @@ mod app;
 mod concurrency;
 mod elastic;
 mod fencing;
+mod health;
 mod idempotency;
 mod lifecycle;
 mod logs;

@@ -66,6 +66,7 @@ async fn h200_inventory_and_telemetry_reach_the_control_plane() {
                 "temperature_c": 53,
                 "power_mw": 687933,
                 "ecc_uncorrected": 0,
+                "memory_total_mb": 143771,
                 "processes": [{"pid": 472, "used_mb": 1130, "reservation_id": null}]
             }
         })

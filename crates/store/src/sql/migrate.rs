@@ -50,6 +50,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "host_verification",
         include_str!("../../migrations/0012_host_verification.sql"),
     ),
+    (
+        13,
+        "health_events",
+        include_str!("../../migrations/0013_health_events.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

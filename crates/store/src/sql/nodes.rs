@@ -485,6 +485,82 @@ impl SqlStore {
 
 #[async_trait]
 impl NodeStore for SqlStore {
+    async fn record_health(
+        &self,
+        node_id: &str,
+        issues: &[gpurent_types::api::HealthIssue],
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let json = if issues.is_empty() {
+            None
+        } else {
+            Some(serde_json::to_string(issues).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+        };
+        let mut tx = self.begin().await?;
+        let before: Option<Option<String>> =
+            sqlx::query_scalar("SELECT health FROM nodes WHERE id = $1")
+                .bind(node_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some(before) = before else {
+            return Err(StoreError::NotFound {
+                what: "node",
+                id: node_id.to_owned(),
+            });
+        };
+        if before == json {
+            return Ok(false);
+        }
+        sqlx::query("UPDATE nodes SET health = $1, healthy = $2 WHERE id = $3")
+            .bind(&json)
+            .bind(i64::from(issues.is_empty()))
+            .bind(node_id)
+            .execute(&mut *tx)
+            .await?;
+        let (kind, detail) = if issues.is_empty() {
+            (
+                "node_healthy",
+                "every GPU passes the health rules".to_owned(),
+            )
+        } else {
+            let what: Vec<String> = issues
+                .iter()
+                .map(|i| format!("{}: {} ({})", i.gpu_uuid, i.detail, i.rule))
+                .collect();
+            ("node_unhealthy", what.join("; "))
+        };
+        sqlx::query("INSERT INTO events (at, node_id, kind, detail) VALUES ($1, $2, $3, $4)")
+            .bind(ts(now))
+            .bind(node_id)
+            .bind(kind)
+            .bind(detail)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(issues.is_empty() && before.is_some())
+    }
+
+    async fn events(&self, after: i64, limit: u32) -> Result<Vec<gpurent_types::api::Event>> {
+        let rows = sqlx::query(
+            "SELECT id, at, node_id, kind, detail FROM events WHERE id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(gpurent_types::api::Event {
+                    id: r.try_get("id")?,
+                    at: from_ts(r.try_get("at")?)?,
+                    node_id: r.try_get("node_id")?,
+                    kind: r.try_get("kind")?,
+                    detail: r.try_get("detail")?,
+                })
+            })
+            .collect()
+    }
+
     async fn set_verification(
         &self,
         node_id: &str,
@@ -684,7 +760,7 @@ impl NodeStore for SqlStore {
     ) -> Result<Vec<Node>> {
         let nodes = sqlx::query(
             "SELECT id, name, executor, gpu_backend, last_seen_at, telemetry, owner_id,
-                    verification, verified FROM nodes
+                    verification, verified, health, healthy FROM nodes
              WHERE $1 = '' OR owner_id = $1 ORDER BY name",
         )
         .bind(owner.unwrap_or(""))
@@ -742,10 +818,16 @@ impl NodeStore for SqlStore {
                         "unreachable"
                     } else if n.try_get::<i64, _>("verified")? == 0 {
                         "unverified"
+                    } else if n.try_get::<i64, _>("healthy")? == 0 {
+                        "unhealthy"
                     } else {
                         "ready"
                     }
                     .to_owned(),
+                    health: n
+                        .try_get::<Option<String>, _>("health")?
+                        .and_then(|h| serde_json::from_str(&h).ok())
+                        .unwrap_or_default(),
                     // Informative like telemetry: an unreadable record is shown as none.
                     verification: n
                         .try_get::<Option<String>, _>("verification")?

@@ -1,0 +1,117 @@
+//! GPU health rules on the fake NVML replaying a real H200 with injected faults: a breach
+//! makes the node `unhealthy` (shown with the rule, recorded as an event) and keeps work off it
+//! until every GPU passes again.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use gpurent_agent::gpu::{FakeNvml, Faults};
+use gpurent_store::Backend;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::app::TestApp;
+use crate::both_stores;
+
+async fn node_status(app: &TestApp) -> Value {
+    let (_, nodes) = app.admin().get("/api/v1/nodes").await;
+    nodes[0].clone()
+}
+
+async fn events(app: &TestApp) -> Vec<(String, String)> {
+    let (status, events) = app.admin().get("/api/v1/events").await;
+    assert_eq!(status, StatusCode::OK, "{events}");
+    events
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap_or_default().to_owned(),
+                e["detail"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn a_hot_gpu_takes_no_work_until_it_cools(backend: Backend) {
+    let mut app = TestApp::with(backend).start().await;
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../agent/tests/fixtures/nvidia-h200/nvml-idle.json");
+    let gpus = Arc::new(FakeNvml::load(&probe).expect("fixture"));
+    app.add_node_with("h200-box", gpus.clone()).await;
+    let uuid = node_status(&app).await["gpus"][0]["uuid"].clone();
+
+    gpus.inject(Faults {
+        temperature_c: Some(91),
+        ..Faults::default()
+    });
+    app.eventually("the node to be unhealthy", || async {
+        node_status(&app).await["status"] == "unhealthy"
+    })
+    .await;
+    let node = node_status(&app).await;
+    assert_eq!(
+        node["health"],
+        json!([{"gpu_uuid": uuid, "rule": "temperature", "detail": "91 °C, at or above 85 °C"}])
+    );
+    let alice = app.tenant("alice", "100").await;
+    let (status, body) = alice
+        .client
+        .reserve(json!({"gpu_type": "h200", "hours": 1}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+
+    // Cooled down: back in placement.
+    gpus.inject(Faults::default());
+    app.eventually("the node to be ready", || async {
+        node_status(&app).await["status"] == "ready"
+    })
+    .await;
+    let (status, body) = alice
+        .client
+        .reserve(json!({"gpu_type": "h200", "hours": 1}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    // A critical XID (79: fallen off the bus) is an event of its own; the GPU lost for good
+    // keeps the node out.
+    gpus.inject(Faults {
+        lost: true,
+        xid_errors: vec![79],
+        ..Faults::default()
+    });
+    app.eventually("the node to be unhealthy again", || async {
+        node_status(&app).await["status"] == "unhealthy"
+    })
+    .await;
+    let rules: Vec<Value> = node_status(&app).await["health"]
+        .as_array()
+        .expect("health")
+        .iter()
+        .map(|h| h["rule"].clone())
+        .collect();
+    assert_eq!(rules, [json!("lost")]);
+    let kinds: Vec<String> = events(&app).await.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(kinds, ["node_unhealthy", "node_healthy", "node_unhealthy"]);
+    assert!(events(&app).await[0].1.contains("91 °C"));
+    app.shutdown().await;
+}
+both_stores!(
+    a_hot_gpu_takes_no_work_until_it_cools_test,
+    a_hot_gpu_takes_no_work_until_it_cools
+);
+
+#[tokio::test]
+async fn events_are_for_admins_only() {
+    let app = TestApp::with(Backend::Sqlite)
+        .with_sim_gpus("1xRTX4090")
+        .start()
+        .await;
+    let alice = app.tenant("alice", "1").await;
+    let (status, _) = alice.client.get("/api/v1/events").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, events) = app.admin().get("/api/v1/events?after=0&limit=5").await;
+    assert_eq!((status, events), (StatusCode::OK, json!([])));
+    app.shutdown().await;
+}
