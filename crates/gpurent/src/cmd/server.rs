@@ -26,8 +26,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         args.prices.as_deref(),
         std::time::Duration::from_secs(args.queue_timeout),
         scale_config(&args.scale),
-        host_policy(&args.host),
-        health_rules(&args.host),
+        &args.host,
     )
     .await?;
     print_line(&format!("gpurent ready: {}", super::local_url(server.addr)));
@@ -46,8 +45,7 @@ pub async fn start(
     prices: Option<&std::path::Path>,
     queue_timeout: std::time::Duration,
     scale: ScaleConfig,
-    host_policy: HostPolicy,
-    health_rules: HealthRules,
+    host: &HostArgs,
 ) -> anyhow::Result<RunningServer> {
     let prices = match prices {
         Some(path) => {
@@ -73,8 +71,8 @@ pub async fn start(
             prices,
             queue_timeout,
             scale,
-            host_policy,
-            health_rules,
+            host_policy: host_policy(host),
+            health_rules: health_rules(host),
             ..ServerConfig::default()
         },
     )

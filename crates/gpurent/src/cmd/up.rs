@@ -24,8 +24,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         args.prices.as_deref(),
         Duration::from_secs(args.queue_timeout),
         super::server::scale_config(&args.scale),
-        super::server::host_policy(&args.host),
-        super::server::health_rules(&args.host),
+        &args.host,
     )
     .await?;
     let base = super::local_url(server.addr);
