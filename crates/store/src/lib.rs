@@ -20,7 +20,7 @@ use gpurent_types::Money;
 
 pub use error::StoreError;
 pub use model::{
-    AuthUser, Backend, FleetView, HeldWork, IdempotencyClaim, LedgerCheck, LiveGpu, NewNode,
+    AuthUser, Backend, Fenced, FleetView, HeldWork, IdempotencyClaim, LedgerCheck, LiveGpu, NewNode,
     NewReservation, NewUser, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
 };
 pub use sql::{Settled, SqlStore};
@@ -145,6 +145,14 @@ pub trait NodeStore: Send + Sync {
     /// The capacity, allocation and load of the nodes seen at or after `live_since`, and the
     /// queue: what the elastic capacity policy judges.
     async fn fleet(&self, live_since: DateTime<Utc>) -> Result<FleetView>;
+
+    /// Fences every node not heard from for `ttl`: it becomes `lost` (each node in one
+    /// transaction) and its live reservations stop being billed at its fence time (its last
+    /// heartbeat + `ttl`, never later than `now`) and give their GPU memory back; each is then
+    /// queued again with its epoch bumped (`on_node_loss = reschedule`), or ended as `lost`
+    /// (`stop`); one already stopping ends as its stop said.
+    async fn fence_lost_nodes(&self, ttl: std::time::Duration, now: DateTime<Utc>)
+        -> Result<Fenced>;
 }
 
 /// Offers and reservations.

@@ -27,6 +27,7 @@ pub struct TestAppBuilder {
     prices: Option<String>,
     scale: Option<ScaleConfig>,
     agent_cpu: CpuSource,
+    liveness: Option<(Duration, u32)>,
 }
 
 type RunningAgent = (
@@ -42,6 +43,8 @@ pub struct TestApp {
     lease: Duration,
     agent_cpu: CpuSource,
     agents: Vec<RunningAgent>,
+    /// Each agent's name, data dir, GPUs and executor, to restart it after `kill_agent`.
+    agent_parts: Vec<AgentParts>,
     _dirs: Vec<tempfile::TempDir>,
     _db: TestDatabase,
 }
@@ -56,8 +59,19 @@ impl TestApp {
             prices: None,
             scale: None,
             agent_cpu: CpuSource::default(),
+            liveness: None,
         }
     }
+}
+
+#[derive(Clone)]
+struct AgentParts {
+    name: String,
+    dir: std::path::PathBuf,
+    gpus: Arc<dyn gpurent_agent::GpuBackend>,
+    executor: Arc<dyn gpurent_agent::Executor>,
+    sim: Option<Arc<SimExecutor>>,
+    index: usize,
 }
 
 impl TestAppBuilder {
@@ -88,6 +102,14 @@ impl TestAppBuilder {
     /// Agents report this CPU utilisation instead of the test machine's.
     pub fn with_agent_cpu(mut self, pct: u32) -> Self {
         self.agent_cpu = CpuSource::Fixed(pct);
+        self
+    }
+
+    /// Node liveness: the heartbeat interval and the heartbeats a node may miss before it is
+    /// fenced as `lost`. By default nodes are never fenced with a manual clock (its jumps would
+    /// fence them all) and only after 30 s with the real one.
+    pub fn with_liveness(mut self, interval: Duration, missed: u32) -> Self {
+        self.liveness = Some((interval, missed));
         self
     }
 
@@ -124,8 +146,14 @@ impl TestAppBuilder {
             .ensure_admin(&hash_token(ADMIN_TOKEN), clock.now())
             .await
             .expect("admin");
+        let (heartbeat_interval, missed_heartbeats) = self.liveness.unwrap_or((
+            Duration::from_secs(2),
+            if self.manual_clock { u32::MAX } else { 15 },
+        ));
         let mut config = ServerConfig {
             maintenance_interval: Duration::from_millis(100),
+            heartbeat_interval,
+            missed_heartbeats,
             ..ServerConfig::default()
         };
         if let Some(toml) = &self.prices {
@@ -151,6 +179,7 @@ impl TestAppBuilder {
             lease: self.lease,
             agent_cpu: self.agent_cpu.clone(),
             agents: Vec::new(),
+            agent_parts: Vec::new(),
             _dirs: Vec::new(),
             _db: db,
         };
@@ -188,8 +217,62 @@ impl TestApp {
 
     /// Joins an agent with these GPUs (the fake NVML, say) and the sim executor.
     pub async fn add_node_with(&mut self, name: &str, gpus: Arc<dyn gpurent_agent::GpuBackend>) {
-        self.add_node_running(name, gpus, Arc::new(SimExecutor::new()))
-            .await;
+        let sim = Arc::new(SimExecutor::new());
+        self.add_node_running(name, gpus, sim.clone()).await;
+        if let Some(parts) = self.agent_parts.last_mut() {
+            parts.sim = Some(sim);
+        }
+    }
+
+    /// The sim executor of the node's agent: what "runs" there, as the executor sees it.
+    pub fn sim_executor(&self, name: &str) -> Arc<SimExecutor> {
+        self.agent_parts
+            .iter()
+            .find(|p| p.name == name)
+            .and_then(|p| p.sim.clone())
+            .expect("a node with the sim executor")
+    }
+
+    /// Kills the node's agent without a clean shutdown (its task is aborted mid-flight, as
+    /// by SIGKILL); what its executor runs keeps running, as containers outlive their agent.
+    pub async fn kill_agent(&mut self, name: &str) {
+        let parts = self
+            .agent_parts
+            .iter()
+            .find(|p| p.name == name)
+            .expect("agent")
+            .clone();
+        let (_, task) = &self.agents[parts.index];
+        task.abort();
+        while !task.is_finished() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Starts the node's agent again with its data dir, GPUs and executor (it resumes its
+    /// node identity and adopts what its executor runs).
+    pub async fn restart_agent(&mut self, name: &str) {
+        let parts = self
+            .agent_parts
+            .iter()
+            .find(|p| p.name == name)
+            .expect("agent")
+            .clone();
+        let mut config = AgentConfig::new(&self.base, parts.dir.clone(), name);
+        self.configure_agent(&mut config);
+        let agent = Agent::new(config, parts.gpus.clone(), parts.executor.clone());
+        let (stop, stopped) = watch::channel(false);
+        self.agents[parts.index] = (stop, tokio::spawn(agent.run(stopped)));
+    }
+
+    fn configure_agent(&self, config: &mut AgentConfig) {
+        config.heartbeat = Duration::from_millis(300);
+        config.lease = self.lease;
+        config.cpu = self.agent_cpu.clone();
+        config.retry = RetryPolicy {
+            tries: 3,
+            delay: Duration::from_millis(100),
+        };
     }
 
     /// Joins an agent with these GPUs and this executor.
@@ -222,13 +305,15 @@ impl TestApp {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = AgentConfig::new(&self.base, dir.path().to_owned(), name);
         config.join_token = token["token"].as_str().map(str::to_owned);
-        config.heartbeat = Duration::from_millis(300);
-        config.lease = self.lease;
-        config.cpu = self.agent_cpu.clone();
-        config.retry = RetryPolicy {
-            tries: 3,
-            delay: Duration::from_millis(100),
-        };
+        self.configure_agent(&mut config);
+        self.agent_parts.push(AgentParts {
+            name: name.to_owned(),
+            dir: dir.path().to_owned(),
+            gpus: gpus.clone(),
+            executor: executor.clone(),
+            sim: None,
+            index: self.agents.len(),
+        });
         let agent = Agent::new(config, gpus, executor);
         let (stop, stopped) = watch::channel(false);
         self.agents.push((stop, tokio::spawn(agent.run(stopped))));
@@ -373,7 +458,11 @@ impl TestApp {
             let _ = stop.send(true);
         }
         for (_, task) in self.agents.drain(..) {
-            task.await.expect("agent task").expect("agent");
+            match task.await {
+                Ok(done) => done.expect("agent"),
+                // One killed by `kill_agent` and not restarted.
+                Err(e) => assert!(e.is_cancelled(), "agent task: {e}"),
+            }
         }
         if let Some(server) = self.server.take() {
             server.shutdown().await.expect("shutdown");

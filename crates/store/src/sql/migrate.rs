@@ -45,6 +45,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "switch_groups",
         include_str!("../../migrations/0011_switch_groups.sql"),
     ),
+    (
+        12,
+        "liveness",
+        include_str!("../../migrations/0012_liveness.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that
