@@ -20,8 +20,8 @@ use gpurent_types::Money;
 
 pub use error::StoreError;
 pub use model::{
-    AuthUser, Backend, Fenced, FleetView, HeldWork, IdempotencyClaim, LedgerCheck, LiveGpu, NewNode,
-    NewReservation, NewUser, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
+    AuthUser, Backend, Fenced, FleetView, HeldWork, IdempotencyClaim, LedgerCheck, LiveGpu,
+    NewNode, NewReservation, NewUser, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
 };
 pub use sql::{Settled, SqlStore};
 
@@ -151,8 +151,11 @@ pub trait NodeStore: Send + Sync {
     /// heartbeat + `ttl`, never later than `now`) and give their GPU memory back; each is then
     /// queued again with its epoch bumped (`on_node_loss = reschedule`), or ended as `lost`
     /// (`stop`); one already stopping ends as its stop said.
-    async fn fence_lost_nodes(&self, ttl: std::time::Duration, now: DateTime<Utc>)
-        -> Result<Fenced>;
+    async fn fence_lost_nodes(
+        &self,
+        ttl: std::time::Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Fenced>;
 }
 
 /// Offers and reservations.

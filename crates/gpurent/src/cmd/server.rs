@@ -8,7 +8,7 @@ use gpurent_server::{bootstrap_admin, RunningServer, ScaleConfig, ServerConfig};
 use gpurent_store::SqlStore;
 use gpurent_types::SystemClock;
 
-use crate::cli::{ScaleArgs, ServerArgs};
+use crate::cli::{LivenessArgs, ScaleArgs, ServerArgs};
 use crate::output::print_line;
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
@@ -24,6 +24,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         args.prices.as_deref(),
         std::time::Duration::from_secs(args.queue_timeout),
         scale_config(&args.scale),
+        &args.liveness,
     )
     .await?;
     print_line(&format!("gpurent ready: {}", super::local_url(server.addr)));
@@ -42,6 +43,7 @@ pub async fn start(
     prices: Option<&std::path::Path>,
     queue_timeout: std::time::Duration,
     scale: ScaleConfig,
+    liveness: &LivenessArgs,
 ) -> anyhow::Result<RunningServer> {
     let prices = match prices {
         Some(path) => {
@@ -67,6 +69,8 @@ pub async fn start(
             prices,
             queue_timeout,
             scale,
+            heartbeat_interval: liveness.heartbeat(),
+            missed_heartbeats: liveness.missed_heartbeats.max(1),
             ..ServerConfig::default()
         },
     )

@@ -135,7 +135,11 @@ async fn lost_node_work_runs_again_elsewhere(backend: gpurent_store::Backend) {
     assert_eq!(r["epoch"], 1);
     let t0 = at(&r["started_at"]);
     let first = r["node"].as_str().unwrap().to_owned();
-    let other = if first == "node-0" { "node-1" } else { "node-0" };
+    let other = if first == "node-0" {
+        "node-1"
+    } else {
+        "node-0"
+    };
     let (old, new) = (app.sim_executor(&first), app.sim_executor(other));
     let (stop_watch, watcher) = watch_executors(vec![
         (first.clone(), old.clone()),
@@ -182,7 +186,10 @@ async fn lost_node_work_runs_again_elsewhere(backend: gpurent_store::Backend) {
     .await;
     for _ in 0..10 {
         let (_, r) = t.client.get(&format!("/api/v1/reservations/{id}")).await;
-        assert_eq!((r["status"].as_str(), r["node"].as_str()), (Some("running"), Some(other)));
+        assert_eq!(
+            (r["status"].as_str(), r["node"].as_str()),
+            (Some("running"), Some(other))
+        );
         assert_eq!(r["epoch"], 2);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -202,7 +209,10 @@ async fn lost_node_work_runs_again_elsewhere(backend: gpurent_store::Backend) {
     app.assert_consistent().await;
     app.shutdown().await;
 }
-both_stores!(lost_node_work_runs_again_elsewhere, lost_node_work_runs_again_elsewhere);
+both_stores!(
+    lost_node_work_runs_again_elsewhere,
+    lost_node_work_runs_again_elsewhere
+);
 
 async fn work_that_chose_stop_ends_lost(backend: gpurent_store::Backend) {
     let mut app = two_nodes(backend).await;
@@ -217,7 +227,11 @@ async fn work_that_chose_stop_ends_lost(backend: gpurent_store::Backend) {
     let r = app.wait_status(&t.client, &id, "running").await;
     let t0 = at(&r["started_at"]);
     let first = r["node"].as_str().unwrap().to_owned();
-    let other = if first == "node-0" { "node-1" } else { "node-0" };
+    let other = if first == "node-0" {
+        "node-1"
+    } else {
+        "node-0"
+    };
     app.kill_agent(&first).await;
     step(&app, 8, other).await;
     let r = app.wait_status(&t.client, &id, "lost").await;
@@ -233,8 +247,14 @@ async fn work_that_chose_stop_ends_lost(backend: gpurent_store::Backend) {
         epochs_on(&old, &id).await.is_empty()
     })
     .await;
-    assert_eq!(app.wait_status(&t.client, &id, "lost").await["status"], "lost");
+    assert_eq!(
+        app.wait_status(&t.client, &id, "lost").await["status"],
+        "lost"
+    );
     app.assert_consistent().await;
     app.shutdown().await;
 }
-both_stores!(work_that_chose_stop_ends_lost, work_that_chose_stop_ends_lost);
+both_stores!(
+    work_that_chose_stop_ends_lost,
+    work_that_chose_stop_ends_lost
+);

@@ -651,7 +651,12 @@ impl SqlStore {
             return Ok(None);
         }
         tx.commit().await?;
-        tracing::warn!(node_id, rescheduled = fenced.rescheduled.len(), ended = fenced.ended.len(), "node lost: not heard from for the node TTL");
+        tracing::warn!(
+            node_id,
+            rescheduled = fenced.rescheduled.len(),
+            ended = fenced.ended.len(),
+            "node lost: not heard from for the node TTL"
+        );
         fenced.nodes.push(node_id.to_owned());
         Ok(Some(fenced))
     }
@@ -986,10 +991,9 @@ impl NodeStore for SqlStore {
         for n in due {
             let id: String = n.try_get("id")?;
             let seen: i64 = n.try_get("last_seen_at")?;
-            let done = retry_transient("fence_node", || {
-                self.fence_node_once(&id, seen, ttl_us, at)
-            })
-            .await?;
+            let done =
+                retry_transient("fence_node", || self.fence_node_once(&id, seen, ttl_us, at))
+                    .await?;
             if let Some(f) = done {
                 all.nodes.extend(f.nodes);
                 all.rescheduled.extend(f.rescheduled);
