@@ -137,8 +137,8 @@ pub trait NodeStore: Send + Sync {
     /// What the node should run now, with the version it has.
     async fn desired_state(&self, node_id: &str) -> Result<(i64, Vec<Assignment>)>;
 
-    /// Nodes (of `owner`, or all) seen at or after `live_since` are `ready`, others
-    /// `unreachable`.
+    /// Nodes (of `owner`, or all) with their status: `lost` once fenced, `ready` when seen at
+    /// or after `live_since`, else `unreachable` (past the TTL, not fenced yet).
     async fn list_nodes(&self, live_since: DateTime<Utc>, owner: Option<&str>)
         -> Result<Vec<Node>>;
 

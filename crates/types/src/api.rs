@@ -210,7 +210,10 @@ pub struct Node {
     pub name: String,
     /// The user whose join token registered it: its earnings go to them.
     pub owner_id: Option<String>,
-    /// `ready` while heartbeats arrive, `unreachable` when they stopped.
+    /// `ready` while heartbeats arrive; `lost` once none came for the node TTL (its work was
+    /// billed up to then and rescheduled or ended), `ready` again when its agent is back;
+    /// `unreachable` past the TTL until the control plane fences it (a second at most);
+    /// `unhealthy` and `draining` are reserved for health rules and drains.
     pub status: String,
     pub executor: String,
     pub gpu_backend: String,

@@ -719,7 +719,8 @@ impl SqlStore {
             .and_then(|t| serde_json::to_string(t).ok());
         sqlx::query(
             "UPDATE nodes SET last_seen_at = $1, desired_version = desired_version + $2,
-                telemetry = COALESCE($3, telemetry), status = 'ready', lost_at = NULL
+                telemetry = COALESCE($3, telemetry),
+                status = CASE WHEN status = 'lost' THEN 'ready' ELSE status END, lost_at = NULL
              WHERE id = $4",
         )
         .bind(at)
