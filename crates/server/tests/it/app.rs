@@ -28,6 +28,7 @@ pub struct TestAppBuilder {
     scale: Option<ScaleConfig>,
     agent_cpu: CpuSource,
     liveness: Option<(Duration, u32)>,
+    cuttable: bool,
 }
 
 type RunningAgent = (
@@ -45,6 +46,8 @@ pub struct TestApp {
     agents: Vec<RunningAgent>,
     /// Each agent's name, data dir, GPUs and executor, to restart it after `kill_agent`.
     agent_parts: Vec<AgentParts>,
+    cuttable: bool,
+    links: Vec<Link>,
     _dirs: Vec<tempfile::TempDir>,
     _db: TestDatabase,
 }
@@ -60,6 +63,59 @@ impl TestApp {
             scale: None,
             agent_cpu: CpuSource::default(),
             liveness: None,
+            cuttable: false,
+        }
+    }
+}
+
+/// A TCP proxy between one agent and the control plane whose link can be cut (every
+/// connection dropped, new ones refused) and healed: a network partition.
+struct Link {
+    name: String,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    connections: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    _accept: tokio::task::JoinHandle<()>,
+}
+
+impl Link {
+    async fn to(name: &str, target: std::net::SocketAddr) -> (String, Link) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy addr");
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (is_cut, open) = (cut.clone(), connections.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if is_cut.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
+                let copy = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                open.lock().expect("lock").push(copy);
+            }
+        });
+        (
+            format!("http://{addr}"),
+            Link {
+                name: name.to_owned(),
+                cut,
+                connections,
+                _accept: accept,
+            },
+        )
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
+        if cut {
+            for c in self.connections.lock().expect("lock").drain(..) {
+                c.abort();
+            }
         }
     }
 }
@@ -110,6 +166,12 @@ impl TestAppBuilder {
     /// fence them all) and only after 30 s with the real one.
     pub fn with_liveness(mut self, interval: Duration, missed: u32) -> Self {
         self.liveness = Some((interval, missed));
+        self
+    }
+
+    /// Agents reach the control plane through proxies that `TestApp::cut` can cut.
+    pub fn with_cuttable_links(mut self) -> Self {
+        self.cuttable = true;
         self
     }
 
@@ -180,6 +242,8 @@ impl TestAppBuilder {
             agent_cpu: self.agent_cpu.clone(),
             agents: Vec::new(),
             agent_parts: Vec::new(),
+            cuttable: self.cuttable,
+            links: Vec::new(),
             _dirs: Vec::new(),
             _db: db,
         };
@@ -265,6 +329,23 @@ impl TestApp {
         self.agents[parts.index] = (stop, tokio::spawn(agent.run(stopped)));
     }
 
+    /// Cuts the node's agent off the control plane (built `with_cuttable_links`): a partition.
+    pub fn cut(&self, name: &str) {
+        self.link(name).set_cut(true);
+    }
+
+    /// Heals the partition made by `cut`.
+    pub fn heal(&self, name: &str) {
+        self.link(name).set_cut(false);
+    }
+
+    fn link(&self, name: &str) -> &Link {
+        self.links
+            .iter()
+            .find(|l| l.name == name)
+            .expect("an agent behind a cuttable link")
+    }
+
     fn configure_agent(&self, config: &mut AgentConfig) {
         config.heartbeat = Duration::from_millis(300);
         config.lease = self.lease;
@@ -303,7 +384,15 @@ impl TestApp {
         let (status, token) = owner.post("/api/v1/nodes/join-token", &json!({})).await;
         assert_eq!(status, StatusCode::CREATED, "{token}");
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut config = AgentConfig::new(&self.base, dir.path().to_owned(), name);
+        let server = if self.cuttable {
+            let addr = self.server.as_ref().expect("running").addr;
+            let (url, link) = Link::to(name, addr).await;
+            self.links.push(link);
+            url
+        } else {
+            self.base.clone()
+        };
+        let mut config = AgentConfig::new(&server, dir.path().to_owned(), name);
         config.join_token = token["token"].as_str().map(str::to_owned);
         self.configure_agent(&mut config);
         self.agent_parts.push(AgentParts {

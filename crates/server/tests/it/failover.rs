@@ -68,9 +68,10 @@ async fn node_status(app: &TestApp, name: &str) -> String {
 }
 
 /// Samples every executor until stopped and records any moment at which two nodes ran the
-/// same reservation with the same epoch (the fencing guarantee).
+/// same reservation with the same epoch (the fencing guarantee), or with `any_epoch`, at all.
 fn watch_executors(
     executors: Vec<(String, Arc<SimExecutor>)>,
+    any_epoch: bool,
 ) -> (Arc<AtomicBool>, tokio::task::JoinHandle<Vec<String>>) {
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = stop.clone();
@@ -81,8 +82,9 @@ fn watch_executors(
             for (name, e) in &executors {
                 for o in e.list().await.expect("list") {
                     if o.state == ObservedState::Running {
+                        let epoch = if any_epoch { 0 } else { o.epoch };
                         running
-                            .entry((o.reservation_id, o.epoch))
+                            .entry((o.reservation_id, epoch))
                             .or_default()
                             .push(name.clone());
                     }
@@ -141,10 +143,13 @@ async fn lost_node_work_runs_again_elsewhere(backend: gpurent_store::Backend) {
         "node-0"
     };
     let (old, new) = (app.sim_executor(&first), app.sim_executor(other));
-    let (stop_watch, watcher) = watch_executors(vec![
-        (first.clone(), old.clone()),
-        (other.to_owned(), new.clone()),
-    ]);
+    let (stop_watch, watcher) = watch_executors(
+        vec![
+            (first.clone(), old.clone()),
+            (other.to_owned(), new.clone()),
+        ],
+        false,
+    );
 
     app.kill_agent(&first).await;
     // Six seconds of silence is the TTL: not lost yet.
@@ -257,4 +262,76 @@ async fn work_that_chose_stop_ends_lost(backend: gpurent_store::Backend) {
 both_stores!(
     work_that_chose_stop_ends_lost,
     work_that_chose_stop_ends_lost
+);
+
+/// A partition instead of a crash: the agent is alive but cut off. With a lease shorter than
+/// the node TTL it stops its copy before the control plane runs the work elsewhere, so no two
+/// nodes ever run the reservation, whatever the epoch (real clock).
+async fn a_partitioned_agent_fences_itself_first(backend: gpurent_store::Backend) {
+    let app = TestApp::with(backend)
+        .with_liveness(Duration::from_secs(2), 3)
+        .with_agent_lease(Duration::from_secs(5))
+        .with_cuttable_links()
+        .with_sim_gpus("1xRTX4090")
+        .with_sim_gpus("1xRTX4090")
+        .start()
+        .await;
+    let t = app.tenant("tia", "100").await;
+    let (status, r) = t
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "hours": 1}))
+        .await;
+    assert_eq!(status, 201, "{r}");
+    let id = r["id"].as_str().unwrap().to_owned();
+    let r = app.wait_status(&t.client, &id, "running").await;
+    let first = r["node"].as_str().unwrap().to_owned();
+    let other = if first == "node-0" {
+        "node-1"
+    } else {
+        "node-0"
+    };
+    let (old, new) = (app.sim_executor(&first), app.sim_executor(other));
+    let (stop_watch, watcher) = watch_executors(
+        vec![
+            (first.clone(), old.clone()),
+            (other.to_owned(), new.clone()),
+        ],
+        true,
+    );
+    app.cut(&first);
+    let mut moved = false;
+    for _ in 0..300 {
+        let (_, r) = t.client.get(&format!("/api/v1/reservations/{id}")).await;
+        if r["status"] == "running" && r["node"] == other && r["epoch"] == 2 {
+            moved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(moved, "the reservation did not run elsewhere within 15 s");
+    assert!(
+        epochs_on(&old, &id).await.is_empty(),
+        "the cut-off agent fenced itself"
+    );
+    assert_eq!(node_status(&app, &first).await, "lost");
+    app.heal(&first);
+    app.eventually("the old node to be ready", || async {
+        node_status(&app, &first).await == "ready"
+    })
+    .await;
+    let (_, r) = t.client.get(&format!("/api/v1/reservations/{id}")).await;
+    assert_eq!(
+        (r["node"].as_str(), r["epoch"].as_i64()),
+        (Some(other), Some(2))
+    );
+    assert!(epochs_on(&old, &id).await.is_empty());
+    stop_watch.store(true, Ordering::Relaxed);
+    let problems = watcher.await.expect("watcher");
+    assert!(problems.is_empty(), "{problems:?}");
+    app.assert_consistent().await;
+    app.shutdown().await;
+}
+both_stores!(
+    a_partitioned_agent_fences_itself_first,
+    a_partitioned_agent_fences_itself_first
 );
