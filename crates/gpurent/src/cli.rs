@@ -256,9 +256,9 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = 16)]
     pub memory_per_gpu_gb: u64,
     /// Out of touch with the control plane for longer than this, the agent stops its
-    /// instances (self-fencing), so work rescheduled elsewhere never runs twice (default: the
-    /// node TTL, heartbeat interval x missed heartbeats, after which the control plane
-    /// reschedules the work).
+    /// instances (self-fencing), so work rescheduled elsewhere never runs twice (default: one
+    /// heartbeat less than the node TTL, heartbeat interval x missed heartbeats, after which
+    /// the control plane reschedules the work).
     #[arg(long)]
     pub lease_secs: Option<u64>,
     /// The cgroup v2 directory the process executor puts instances under.
@@ -287,6 +287,15 @@ impl LivenessArgs {
     pub fn node_ttl(&self) -> std::time::Duration {
         self.heartbeat()
             .saturating_mul(self.missed_heartbeats.max(1))
+    }
+
+    /// The agent's default lease: a heartbeat less than the node TTL (but at least one
+    /// heartbeat), so that a cut-off agent has stopped its work before the control plane
+    /// starts it elsewhere.
+    pub fn default_lease(&self) -> std::time::Duration {
+        self.node_ttl()
+            .saturating_sub(self.heartbeat())
+            .max(self.heartbeat())
     }
 }
 

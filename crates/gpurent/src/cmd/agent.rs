@@ -33,13 +33,14 @@ pub async fn run(args: AgentArgs, server: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The agent's heartbeat, and its lease: `--lease-secs`, else the node TTL, so that an agent
-/// cut off from the control plane stops its work by the time the control plane reschedules it.
+/// The agent's heartbeat, and its lease: `--lease-secs`, else a heartbeat less than the node
+/// TTL, so that an agent cut off from the control plane stops its work before the control
+/// plane reschedules it.
 pub fn configure_liveness(config: &mut AgentConfig, liveness: &LivenessArgs, node: &NodeArgs) {
     config.heartbeat = liveness.heartbeat();
     config.lease = node
         .lease_secs
-        .map_or_else(|| liveness.node_ttl(), std::time::Duration::from_secs);
+        .map_or_else(|| liveness.default_lease(), std::time::Duration::from_secs);
 }
 
 async fn wait_agent(

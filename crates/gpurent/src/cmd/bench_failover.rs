@@ -52,7 +52,11 @@ impl Node1 {
         let mut agent = AgentConfig::new(base, self.dir.clone(), &self.name);
         agent.join_token = Some(JOIN_TOKEN.to_owned());
         agent.heartbeat = config.heartbeat_interval;
-        agent.lease = config.node_ttl();
+        // As `gpurent agent` sets it by default: a heartbeat less than the node TTL.
+        agent.lease = config
+            .node_ttl()
+            .saturating_sub(config.heartbeat_interval)
+            .max(config.heartbeat_interval);
         let (stop, stopped) = watch::channel(false);
         self.task = Some(tokio::spawn(
             Agent::new(agent, self.gpus.clone(), self.executor.clone()).run(stopped),
