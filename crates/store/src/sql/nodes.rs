@@ -638,8 +638,9 @@ impl SqlStore {
         // Nodes last in the lock order; the compare-and-set on its last heartbeat loses to a
         // sync that came meanwhile, and then nothing of this is kept.
         let marked = sqlx::query(
-            "UPDATE nodes SET status = 'lost', lost_at = $1, desired_version = desired_version + 1
-             WHERE id = $2 AND status <> 'lost' AND last_seen_at = $3",
+            "UPDATE nodes SET status = 'lost', lost_at = COALESCE(lost_at, $1),
+                desired_version = desired_version + 1
+             WHERE id = $2 AND last_seen_at = $3",
         )
         .bind(fence_at)
         .bind(node_id)
@@ -981,8 +982,13 @@ impl NodeStore for SqlStore {
     ) -> Result<Fenced> {
         let ttl_us = i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX);
         let at = ts(now);
+        // A lost node is swept again while work is still on it: a stop or a placement that
+        // won a race with its fencing left it there.
         let due = sqlx::query(
-            "SELECT id, last_seen_at FROM nodes WHERE status <> 'lost' AND last_seen_at < $1
+            "SELECT id, last_seen_at FROM nodes n WHERE last_seen_at < $1
+               AND (status <> 'lost' OR EXISTS (
+                   SELECT 1 FROM reservations r WHERE r.node_id = n.id
+                     AND r.status IN ('pending', 'starting', 'running', 'stopping')))
              ORDER BY id",
         )
         .bind(at.saturating_sub(ttl_us))

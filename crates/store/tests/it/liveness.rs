@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use gpurent_billing::{PriceList, Rate};
 use gpurent_store::prelude::*;
-use gpurent_store::{Backend, NewReservation, Scope, SqlStore, Want};
+use gpurent_store::{Backend, NewReservation, QueuedPlacement, Scope, SqlStore, Want};
 use gpurent_types::agent::{InstanceReport, InstanceState, SyncRequest};
 use gpurent_types::{GpuType, Money, ReservationStatus, Tier};
 
@@ -113,6 +113,35 @@ async fn a_lost_node_is_fenced_once(backend: Backend) {
     let again = f.store.fence_lost_nodes(TTL, late).await.expect("fence");
     assert!(again.nodes.is_empty() && again.rescheduled.is_empty());
 
+    // A placement decided from a view older than the fencing lands on the lost node: the next
+    // pass moves it off again, with the next epoch and nothing more charged.
+    let gpu = nodes[0].gpus[0].uuid.clone();
+    let placed = f
+        .store
+        .place_queued(
+            &QueuedPlacement {
+                id: r.id.clone(),
+                node_id: node.clone(),
+                gpus: vec![(gpu, 24_576)],
+                preempt: vec![],
+            },
+            &prices,
+            late,
+        )
+        .await
+        .expect("place");
+    assert!(placed.is_some());
+    let again = f.store.fence_lost_nodes(TTL, late).await.expect("fence");
+    assert_eq!(again.rescheduled, vec![r.id.clone()]);
+    let got = f
+        .store
+        .get_reservation(&r.id, &Scope::All)
+        .await
+        .expect("get");
+    assert_eq!((got.status, got.epoch), (ReservationStatus::Pending, 3));
+    assert_eq!(got.charged, rate.charge_for_seconds(9));
+    assert_consistent(&f.store).await;
+
     // The node comes back still reporting the old copy: ready again, told nothing of it, and
     // the report changes nothing.
     let back = late + chrono::Duration::seconds(1);
@@ -129,7 +158,7 @@ async fn a_lost_node_is_fenced_once(backend: Backend) {
         .get_reservation(&r.id, &Scope::All)
         .await
         .expect("get");
-    assert_eq!((got.status, got.epoch), (ReservationStatus::Pending, 2));
+    assert_eq!((got.status, got.epoch), (ReservationStatus::Pending, 3));
     assert_eq!(got.charged, rate.charge_for_seconds(9));
     assert_consistent(&f.store).await;
     f.store.close().await;
