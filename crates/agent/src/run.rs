@@ -196,6 +196,10 @@ impl Agent {
                 .lease
                 .saturating_sub(last_contact.elapsed())
                 .max(self.config.heartbeat * 2);
+            // The lease counts from when a sync that succeeded was sent: the control plane
+            // counts its node TTL from when it received it, so with a lease no longer than the
+            // TTL the agent fences itself no later than the control plane fences the node.
+            let sent = Instant::now();
             let sync =
                 tokio::time::timeout(budget, self.client.sync(&identity.node_token, &request));
             tokio::pin!(sync);
@@ -212,7 +216,7 @@ impl Agent {
             let Some(response) = response else { continue };
             match response {
                 Ok(response) => {
-                    last_contact = Instant::now();
+                    last_contact = sent;
                     fenced = false;
                     known_version = Some(response.version);
                     desired = response.assignments;

@@ -172,6 +172,15 @@ pub enum BenchCommand {
     Agent(BenchAgentArgs),
     /// Settlement periods of many running reservations.
     Settle(BenchSettleArgs),
+    /// Time until a reservation runs again elsewhere after its node's agent is killed.
+    Failover(BenchFailoverArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchFailoverArgs {
+    /// Failovers to measure.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub trials: u32,
 }
 
 #[derive(Debug, Args)]
@@ -224,6 +233,12 @@ pub struct BenchArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnNodeLossArg {
+    Reschedule,
+    Stop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ExecutorKind {
     Auto,
     Docker,
@@ -250,12 +265,47 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = 16)]
     pub memory_per_gpu_gb: u64,
     /// Out of touch with the control plane for longer than this, the agent stops its
-    /// instances (self-fencing), so work rescheduled elsewhere never runs twice.
-    #[arg(long, default_value_t = 30)]
-    pub lease_secs: u64,
+    /// instances (self-fencing), so work rescheduled elsewhere never runs twice (default: one
+    /// heartbeat less than the node TTL, heartbeat interval x missed heartbeats, after which
+    /// the control plane reschedules the work).
+    #[arg(long)]
+    pub lease_secs: Option<u64>,
     /// The cgroup v2 directory the process executor puts instances under.
     #[arg(long, default_value = "/sys/fs/cgroup/gpurent")]
     pub cgroup_root: PathBuf,
+}
+
+/// Node liveness: agents sync every heartbeat; a node that misses this many in a row (the
+/// node TTL) is `lost`, its work billed up to then and rescheduled on other nodes.
+#[derive(Debug, Clone, Args)]
+pub struct LivenessArgs {
+    /// Milliseconds between an agent's heartbeats (its syncs with the control plane).
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    pub heartbeat_ms: u64,
+    /// Heartbeats a node may miss before the control plane fences it as lost.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub missed_heartbeats: u32,
+}
+
+impl LivenessArgs {
+    pub fn heartbeat(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.heartbeat_ms.max(1))
+    }
+
+    /// How long a node may go unheard before it is lost.
+    pub fn node_ttl(&self) -> std::time::Duration {
+        self.heartbeat()
+            .saturating_mul(self.missed_heartbeats.max(1))
+    }
+
+    /// The agent's default lease: a heartbeat less than the node TTL (but at least one
+    /// heartbeat), so that a cut-off agent has stopped its work before the control plane
+    /// starts it elsewhere.
+    pub fn default_lease(&self) -> std::time::Duration {
+        self.node_ttl()
+            .saturating_sub(self.heartbeat())
+            .max(self.heartbeat())
+    }
 }
 
 /// Elastic capacity: a policy over the fleet's figures that calls a hook to add or remove
@@ -296,6 +346,8 @@ pub struct UpArgs {
     pub scale: ScaleArgs,
     #[command(flatten)]
     pub host: HostArgs,
+    #[command(flatten)]
+    pub liveness: LivenessArgs,
     #[command(flatten)]
     pub node: NodeArgs,
 }
@@ -341,6 +393,8 @@ pub struct ServerArgs {
     pub scale: ScaleArgs,
     #[command(flatten)]
     pub host: HostArgs,
+    #[command(flatten)]
+    pub liveness: LivenessArgs,
 }
 
 #[derive(Debug, Args)]
@@ -353,6 +407,8 @@ pub struct AgentArgs {
     /// Node name (default: the host name).
     #[arg(long)]
     pub name: Option<String>,
+    #[command(flatten)]
+    pub liveness: LivenessArgs,
     #[command(flatten)]
     pub node: NodeArgs,
 }
@@ -432,6 +488,10 @@ pub struct ReserveArgs {
     /// stopped or times out before it runs.
     #[arg(long)]
     pub queue: bool,
+    /// When its node is lost: run it again on another node from its image (`reschedule`),
+    /// or end it as `lost` (`stop`).
+    #[arg(long, value_enum, default_value = "reschedule")]
+    pub on_node_loss: OnNodeLossArg,
     /// Makes a retried reservation happen once.
     #[arg(long)]
     pub idempotency_key: Option<String>,

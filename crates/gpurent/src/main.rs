@@ -78,6 +78,9 @@ fn main() -> ExitCode {
             init_logging();
             report_daemon(runtime.block_on(cmd::bench_settle::run(args, json)))
         }
+        Command::Bench(cli::BenchCommand::Failover(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_failover::run(args, json)))
+        }
         Command::Bench(cli::BenchCommand::Agent(args)) => {
             report_daemon(runtime.block_on(cmd::bench_agent::run(args, json)))
         }

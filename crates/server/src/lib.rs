@@ -43,8 +43,12 @@ pub use verification::HostPolicy;
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub prices: PriceList,
-    /// A node not heard from for this long is `unreachable` and gets no new reservations.
-    pub node_ttl: Duration,
+    /// How often agents are expected to sync (their heartbeat; `gpurent agent --heartbeat-ms`).
+    pub heartbeat_interval: Duration,
+    /// A node that missed this many heartbeats in a row (the node TTL, `node_ttl()`) gets no
+    /// new reservations and is fenced by the maintenance loop: `lost`, its work billed up to
+    /// the fence time and rescheduled elsewhere (or ended, as each reservation chose).
+    pub missed_heartbeats: u32,
     /// How often reservations are checked for expiry and settlement, and the queue for what
     /// can be placed (also done at once when capacity is freed).
     pub maintenance_interval: Duration,
@@ -70,7 +74,8 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             prices: PriceList::defaults(),
-            node_ttl: Duration::from_secs(15),
+            heartbeat_interval: Duration::from_secs(2),
+            missed_heartbeats: 3,
             maintenance_interval: Duration::from_secs(1),
             settlement_period: Duration::from_secs(60),
             max_sync_wait: Duration::from_secs(10),
@@ -80,6 +85,14 @@ impl Default for ServerConfig {
             host_policy: HostPolicy::default(),
             health_rules: HealthRules::default(),
         }
+    }
+}
+
+impl ServerConfig {
+    /// How long a node may go unheard before it is `lost`: heartbeat interval x missed beats.
+    pub fn node_ttl(&self) -> Duration {
+        self.heartbeat_interval
+            .saturating_mul(self.missed_heartbeats.max(1))
     }
 }
 

@@ -1,4 +1,5 @@
-//! The periodic work of the control plane: settling running reservations every period,
+//! The periodic work of the control plane: fencing nodes not heard from for the node TTL
+//! (their work rescheduled by the same tick's scheduling pass), settling running reservations every period,
 //! expiring those whose time is up, the scheduling pass over queued reservations (also run
 //! at once when woken), forgetting day-old idempotency keys, and elastic capacity (when due).
 
@@ -9,6 +10,8 @@ use crate::state::AppState;
 
 pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
     let now = state.now();
+    // Before settlement, so that no period is charged past a lost node's fence time.
+    fence_lost_nodes(state, now).await?;
     let settled = state
         .store
         .settle_due(now, state.config.settlement_period)
@@ -29,6 +32,29 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
         tracing::debug!(pruned, "forgot day-old idempotency keys");
     }
     crate::elastic::tick(state).await
+}
+
+/// Fences the nodes whose heartbeats stopped; their agents are woken (a long poll still held
+/// for one answers with its new desired state), and so is the scheduler.
+async fn fence_lost_nodes(
+    state: &AppState,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), ApiError> {
+    let fenced = state
+        .store
+        .fence_lost_nodes(state.config.node_ttl(), now)
+        .await?;
+    for node in &fenced.nodes {
+        state.wake.wake(node);
+    }
+    if !fenced.rescheduled.is_empty() {
+        tracing::info!(
+            nodes = ?fenced.nodes,
+            rescheduled = ?fenced.rescheduled,
+            "reservations of lost nodes queued again"
+        );
+    }
+    Ok(())
 }
 
 pub(crate) async fn run(state: AppState, mut stopped: watch::Receiver<bool>) {

@@ -36,7 +36,8 @@ impl AppState {
 
     /// Nodes seen since this instant count as live.
     pub fn live_since(&self) -> DateTime<Utc> {
-        let ttl = chrono::Duration::from_std(self.config.node_ttl).unwrap_or(chrono::Duration::MAX);
+        let ttl =
+            chrono::Duration::from_std(self.config.node_ttl()).unwrap_or(chrono::Duration::MAX);
         self.now() - ttl
     }
 }

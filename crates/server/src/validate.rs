@@ -117,6 +117,7 @@ pub fn reservation(
         idempotency_key,
         request_hash: request_hash(body),
         queue: body.queue,
+        on_node_loss: body.on_node_loss.unwrap_or_default(),
     })
 }
 

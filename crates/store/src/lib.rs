@@ -20,8 +20,8 @@ use gpurent_types::Money;
 
 pub use error::StoreError;
 pub use model::{
-    AuthUser, Backend, FleetView, HeldWork, IdempotencyClaim, LedgerCheck, LiveGpu, NewNode,
-    NewReservation, NewUser, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
+    AuthUser, Backend, Fenced, FleetView, HeldWork, IdempotencyClaim, LedgerCheck, LiveGpu,
+    NewNode, NewReservation, NewUser, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
 };
 pub use sql::{Settled, SqlStore};
 
@@ -158,14 +158,25 @@ pub trait NodeStore: Send + Sync {
     /// What the node should run now, with the version it has.
     async fn desired_state(&self, node_id: &str) -> Result<(i64, Vec<Assignment>)>;
 
-    /// Nodes (of `owner`, or all) seen at or after `live_since` are `ready`, others
-    /// `unreachable`.
+    /// Nodes (of `owner`, or all) with their status: `lost` once fenced, `ready` when seen at
+    /// or after `live_since`, else `unreachable` (past the TTL, not fenced yet).
     async fn list_nodes(&self, live_since: DateTime<Utc>, owner: Option<&str>)
         -> Result<Vec<Node>>;
 
     /// The capacity, allocation and load of the nodes seen at or after `live_since`, and the
     /// queue: what the elastic capacity policy judges.
     async fn fleet(&self, live_since: DateTime<Utc>) -> Result<FleetView>;
+
+    /// Fences every node not heard from for `ttl`: it becomes `lost` (each node in one
+    /// transaction) and its live reservations stop being billed at its fence time (its last
+    /// heartbeat + `ttl`, never later than `now`) and give their GPU memory back; each is then
+    /// queued again with its epoch bumped (`on_node_loss = reschedule`), or ended as `lost`
+    /// (`stop`); one already stopping ends as its stop said.
+    async fn fence_lost_nodes(
+        &self,
+        ttl: std::time::Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Fenced>;
 }
 
 /// Offers and reservations.

@@ -81,6 +81,8 @@ pub struct NewReservation {
     /// Wait in the queue (`pending`, no node) when nothing fits now, instead of failing with
     /// `NoCapacity`.
     pub queue: bool,
+    /// What happens to it when its node is lost.
+    pub on_node_loss: gpurent_types::OnNodeLoss,
 }
 
 /// A reservation waiting in the queue, as the scheduling pass reads it.
@@ -197,4 +199,14 @@ pub enum IdempotencyClaim {
     InProgress,
     /// The key was used with another request body.
     Mismatch,
+}
+
+/// What fencing the lost nodes did: the nodes now `lost`, and their reservations, each either
+/// queued again with a new epoch (`rescheduled`) or ended (`ended`: `lost`, or the stop that
+/// was already under way).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fenced {
+    pub nodes: Vec<String>,
+    pub rescheduled: Vec<String>,
+    pub ended: Vec<String>,
 }

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::{Money, ReservationStatus, Role, Tier};
+use crate::{Money, OnNodeLoss, ReservationStatus, Role, Tier};
 
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -134,6 +134,10 @@ pub struct CreateReservation {
     /// as `pending` instead of answering 409 `no_capacity`. The first hour is held as usual.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub queue: bool,
+    /// When its node is lost: `reschedule` (default) runs it again on another node from its
+    /// image, with a new epoch and the rest of its hours; `stop` ends it as `lost`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_node_loss: Option<OnNodeLoss>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -180,6 +184,12 @@ pub struct Reservation {
     /// Seconds from its creation to its placement on GPUs; null until placed.
     #[serde(default)]
     pub waited_s: Option<f64>,
+    /// What happens to it when its node is lost: `reschedule` or `stop`.
+    #[serde(default)]
+    pub on_node_loss: OnNodeLoss,
+    /// Its fencing epoch: 1, plus one each time it was rescheduled off a lost node.
+    #[serde(default)]
+    pub epoch: i64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -200,7 +210,10 @@ pub struct Node {
     pub name: String,
     /// The user whose join token registered it: its earnings go to them.
     pub owner_id: Option<String>,
-    /// `ready` while heartbeats arrive, `unreachable` when they stopped.
+    /// `ready` while heartbeats arrive; `lost` once none came for the node TTL (its work was
+    /// billed up to then and rescheduled or ended), `ready` again when its agent is back;
+    /// `unreachable` past the TTL until the control plane fences it (a second at most);
+    /// `unhealthy` and `draining` are reserved for health rules and drains.
     pub status: String,
     pub executor: String,
     pub gpu_backend: String,

@@ -11,4 +11,4 @@ mod status;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use gpu_type::{GpuType, GpuTypeError};
 pub use money::{Money, MoneyError};
-pub use status::{ReservationStatus, Role, Tier, UnknownValue};
+pub use status::{NodeStatus, OnNodeLoss, ReservationStatus, Role, Tier, UnknownValue};

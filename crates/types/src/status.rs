@@ -82,6 +82,32 @@ string_enum!(
     }
 );
 
+string_enum!(
+    /// What happens to a reservation whose node is lost (not heard from for the node TTL):
+    /// run it again elsewhere from its image with a new epoch, or end it as `lost`.
+    OnNodeLoss, "on_node_loss" { Reschedule => "reschedule", Stop => "stop" }
+);
+
+// The enum comes from `string_enum!`, which cannot take a `#[default]` variant.
+#[allow(clippy::derivable_impls)]
+impl Default for OnNodeLoss {
+    fn default() -> Self {
+        OnNodeLoss::Reschedule
+    }
+}
+
+string_enum!(
+    /// A node's state as the control plane sees it. `lost`: not heard from for the node TTL
+    /// (heartbeat interval x missed beats), its work fenced off; `unhealthy` and `draining`
+    /// are states of health rules and drains (not set by anything yet).
+    NodeStatus, "node_status" {
+        Ready => "ready",
+        Unhealthy => "unhealthy",
+        Draining => "draining",
+        Lost => "lost",
+    }
+);
+
 impl ReservationStatus {
     /// A terminal reservation holds no GPU and never changes again.
     pub fn is_terminal(self) -> bool {

@@ -10,7 +10,7 @@ use gpurent_agent::gpu::{FakeNvml, NvmlGpus, SimGpus};
 use gpurent_agent::{Agent, AgentConfig, Executor, GpuBackend};
 use tokio::sync::watch;
 
-use crate::cli::{AgentArgs, ExecutorKind, NodeArgs};
+use crate::cli::{AgentArgs, ExecutorKind, LivenessArgs, NodeArgs};
 
 pub async fn run(args: AgentArgs, server: &str) -> anyhow::Result<()> {
     super::ensure_dir(&args.data_dir)?;
@@ -18,7 +18,7 @@ pub async fn run(args: AgentArgs, server: &str) -> anyhow::Result<()> {
     let (gpus, executor) = backends(&args.node, &name, &args.data_dir, false).await?;
     let mut config = AgentConfig::new(server, args.data_dir.clone(), &name);
     config.join_token = args.join_token.clone();
-    config.lease = std::time::Duration::from_secs(args.node.lease_secs);
+    configure_liveness(&mut config, &args.liveness, &args.node);
     let agent = Agent::new(config, gpus, executor);
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(agent.run(stopped));
@@ -31,6 +31,16 @@ pub async fn run(args: AgentArgs, server: &str) -> anyhow::Result<()> {
         .context("the agent task failed")?
         .context("the agent failed")?;
     Ok(())
+}
+
+/// The agent's heartbeat, and its lease: `--lease-secs`, else a heartbeat less than the node
+/// TTL, so that an agent cut off from the control plane stops its work before the control
+/// plane reschedules it.
+pub fn configure_liveness(config: &mut AgentConfig, liveness: &LivenessArgs, node: &NodeArgs) {
+    config.heartbeat = liveness.heartbeat();
+    config.lease = node
+        .lease_secs
+        .map_or_else(|| liveness.default_lease(), std::time::Duration::from_secs);
 }
 
 async fn wait_agent(

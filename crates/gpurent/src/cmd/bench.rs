@@ -101,7 +101,8 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
 
     // Nodes are registered once and never heartbeat here: keep them live for the whole run.
     let config = ServerConfig {
-        node_ttl: Duration::from_secs(24 * 3600),
+        heartbeat_interval: Duration::from_secs(24 * 3600),
+        missed_heartbeats: 1,
         ..ServerConfig::default()
     };
     let server = RunningServer::start("127.0.0.1:0".parse()?, store.clone(), clock, config).await?;

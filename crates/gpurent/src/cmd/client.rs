@@ -450,6 +450,10 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
         env,
         ports: args.ports,
         queue: args.queue,
+        on_node_loss: Some(match args.on_node_loss {
+            crate::cli::OnNodeLossArg::Reschedule => gpurent_types::OnNodeLoss::Reschedule,
+            crate::cli::OnNodeLossArg::Stop => gpurent_types::OnNodeLoss::Stop,
+        }),
     };
     let r: Reservation = api
         .post(

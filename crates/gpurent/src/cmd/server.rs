@@ -10,7 +10,7 @@ use gpurent_server::{
 use gpurent_store::SqlStore;
 use gpurent_types::SystemClock;
 
-use crate::cli::{HostArgs, ScaleArgs, ServerArgs};
+use crate::cli::{HostArgs, LivenessArgs, ScaleArgs, ServerArgs};
 use crate::output::print_line;
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
@@ -25,8 +25,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         args.listen,
         args.prices.as_deref(),
         std::time::Duration::from_secs(args.queue_timeout),
-        scale_config(&args.scale),
-        &args.host,
+        Policies {
+            scale: scale_config(&args.scale),
+            host: &args.host,
+            liveness: &args.liveness,
+        },
     )
     .await?;
     print_line(&format!("gpurent ready: {}", super::local_url(server.addr)));
@@ -37,6 +40,13 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the control plane is told to do besides serving: scale, admit and watch nodes.
+pub struct Policies<'a> {
+    pub scale: ScaleConfig,
+    pub host: &'a HostArgs,
+    pub liveness: &'a LivenessArgs,
+}
+
 /// Opens the store, bootstraps the admin and starts serving.
 pub async fn start(
     database_url: &str,
@@ -44,9 +54,13 @@ pub async fn start(
     listen: std::net::SocketAddr,
     prices: Option<&std::path::Path>,
     queue_timeout: std::time::Duration,
-    scale: ScaleConfig,
-    host: &HostArgs,
+    policies: Policies<'_>,
 ) -> anyhow::Result<RunningServer> {
+    let Policies {
+        scale,
+        host,
+        liveness,
+    } = policies;
     let prices = match prices {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -73,6 +87,8 @@ pub async fn start(
             scale,
             host_policy: host_policy(host),
             health_rules: health_rules(host),
+            heartbeat_interval: liveness.heartbeat(),
+            missed_heartbeats: liveness.missed_heartbeats.max(1),
             ..ServerConfig::default()
         },
     )

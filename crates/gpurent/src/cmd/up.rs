@@ -23,8 +23,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         args.listen,
         args.prices.as_deref(),
         Duration::from_secs(args.queue_timeout),
-        super::server::scale_config(&args.scale),
-        &args.host,
+        super::server::Policies {
+            scale: super::server::scale_config(&args.scale),
+            host: &args.host,
+            liveness: &args.liveness,
+        },
     )
     .await?;
     let base = super::local_url(server.addr);
@@ -34,7 +37,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let name = super::agent::host_name();
     let (gpus, executor) = super::agent::backends(&args.node, &name, &agent_dir, true).await?;
     let mut config = AgentConfig::new(&base, agent_dir.clone(), &name);
-    config.lease = Duration::from_secs(args.node.lease_secs);
+    super::agent::configure_liveness(&mut config, &args.liveness, &args.node);
     if NodeIdentity::load(&agent_dir)?.is_none() {
         // The local agent joins like any other: with a join token, over HTTP.
         let admin = store

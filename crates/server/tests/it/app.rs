@@ -28,6 +28,8 @@ pub struct TestAppBuilder {
     scale: Option<ScaleConfig>,
     agent_cpu: CpuSource,
     host_policy: Option<HostPolicy>,
+    liveness: Option<(Duration, u32)>,
+    cuttable: bool,
 }
 
 type RunningAgent = (
@@ -43,6 +45,10 @@ pub struct TestApp {
     lease: Duration,
     agent_cpu: CpuSource,
     agents: Vec<RunningAgent>,
+    /// Each agent's name, data dir, GPUs and executor, to restart it after `kill_agent`.
+    agent_parts: Vec<AgentParts>,
+    cuttable: bool,
+    links: Vec<Link>,
     _dirs: Vec<tempfile::TempDir>,
     _db: TestDatabase,
 }
@@ -58,8 +64,72 @@ impl TestApp {
             scale: None,
             agent_cpu: CpuSource::default(),
             host_policy: None,
+            liveness: None,
+            cuttable: false,
         }
     }
+}
+
+/// A TCP proxy between one agent and the control plane whose link can be cut (every
+/// connection dropped, new ones refused) and healed: a network partition.
+struct Link {
+    name: String,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    connections: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    _accept: tokio::task::JoinHandle<()>,
+}
+
+impl Link {
+    async fn to(name: &str, target: std::net::SocketAddr) -> (String, Link) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy addr");
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (is_cut, open) = (cut.clone(), connections.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if is_cut.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
+                let copy = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                open.lock().expect("lock").push(copy);
+            }
+        });
+        (
+            format!("http://{addr}"),
+            Link {
+                name: name.to_owned(),
+                cut,
+                connections,
+                _accept: accept,
+            },
+        )
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
+        if cut {
+            for c in self.connections.lock().expect("lock").drain(..) {
+                c.abort();
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AgentParts {
+    name: String,
+    dir: std::path::PathBuf,
+    gpus: Arc<dyn gpurent_agent::GpuBackend>,
+    executor: Arc<dyn gpurent_agent::Executor>,
+    sim: Option<Arc<SimExecutor>>,
+    index: usize,
 }
 
 impl TestAppBuilder {
@@ -100,6 +170,20 @@ impl TestAppBuilder {
         self
     }
 
+    /// Node liveness: the heartbeat interval and the heartbeats a node may miss before it is
+    /// fenced as `lost`. By default nodes are never fenced with a manual clock (its jumps would
+    /// fence them all) and only after 30 s with the real one.
+    pub fn with_liveness(mut self, interval: Duration, missed: u32) -> Self {
+        self.liveness = Some((interval, missed));
+        self
+    }
+
+    /// Agents reach the control plane through proxies that `TestApp::cut` can cut.
+    pub fn with_cuttable_links(mut self) -> Self {
+        self.cuttable = true;
+        self
+    }
+
     /// A clock that moves only with `TestApp::advance`.
     pub fn with_manual_clock(mut self) -> Self {
         self.manual_clock = true;
@@ -133,8 +217,14 @@ impl TestAppBuilder {
             .ensure_admin(&hash_token(ADMIN_TOKEN), clock.now())
             .await
             .expect("admin");
+        let (heartbeat_interval, missed_heartbeats) = self.liveness.unwrap_or((
+            Duration::from_secs(2),
+            if self.manual_clock { u32::MAX } else { 15 },
+        ));
         let mut config = ServerConfig {
             maintenance_interval: Duration::from_millis(100),
+            heartbeat_interval,
+            missed_heartbeats,
             ..ServerConfig::default()
         };
         if let Some(toml) = &self.prices {
@@ -164,6 +254,9 @@ impl TestAppBuilder {
             lease: self.lease,
             agent_cpu: self.agent_cpu.clone(),
             agents: Vec::new(),
+            agent_parts: Vec::new(),
+            cuttable: self.cuttable,
+            links: Vec::new(),
             _dirs: Vec::new(),
             _db: db,
         };
@@ -201,8 +294,79 @@ impl TestApp {
 
     /// Joins an agent with these GPUs (the fake NVML, say) and the sim executor.
     pub async fn add_node_with(&mut self, name: &str, gpus: Arc<dyn gpurent_agent::GpuBackend>) {
-        self.add_node_running(name, gpus, Arc::new(SimExecutor::new()))
-            .await;
+        let sim = Arc::new(SimExecutor::new());
+        self.add_node_running(name, gpus, sim.clone()).await;
+        if let Some(parts) = self.agent_parts.last_mut() {
+            parts.sim = Some(sim);
+        }
+    }
+
+    /// The sim executor of the node's agent: what "runs" there, as the executor sees it.
+    pub fn sim_executor(&self, name: &str) -> Arc<SimExecutor> {
+        self.agent_parts
+            .iter()
+            .find(|p| p.name == name)
+            .and_then(|p| p.sim.clone())
+            .expect("a node with the sim executor")
+    }
+
+    /// Kills the node's agent without a clean shutdown (its task is aborted mid-flight, as
+    /// by SIGKILL); what its executor runs keeps running, as containers outlive their agent.
+    pub async fn kill_agent(&mut self, name: &str) {
+        let parts = self
+            .agent_parts
+            .iter()
+            .find(|p| p.name == name)
+            .expect("agent")
+            .clone();
+        let (_, task) = &self.agents[parts.index];
+        task.abort();
+        while !task.is_finished() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Starts the node's agent again with its data dir, GPUs and executor (it resumes its
+    /// node identity and adopts what its executor runs).
+    pub async fn restart_agent(&mut self, name: &str) {
+        let parts = self
+            .agent_parts
+            .iter()
+            .find(|p| p.name == name)
+            .expect("agent")
+            .clone();
+        let mut config = AgentConfig::new(&self.base, parts.dir.clone(), name);
+        self.configure_agent(&mut config);
+        let agent = Agent::new(config, parts.gpus.clone(), parts.executor.clone());
+        let (stop, stopped) = watch::channel(false);
+        self.agents[parts.index] = (stop, tokio::spawn(agent.run(stopped)));
+    }
+
+    /// Cuts the node's agent off the control plane (built `with_cuttable_links`): a partition.
+    pub fn cut(&self, name: &str) {
+        self.link(name).set_cut(true);
+    }
+
+    /// Heals the partition made by `cut`.
+    pub fn heal(&self, name: &str) {
+        self.link(name).set_cut(false);
+    }
+
+    fn link(&self, name: &str) -> &Link {
+        self.links
+            .iter()
+            .find(|l| l.name == name)
+            .expect("an agent behind a cuttable link")
+    }
+
+    fn configure_agent(&self, config: &mut AgentConfig) {
+        config.heartbeat = Duration::from_millis(300);
+        config.lease = self.lease;
+        config.cpu = self.agent_cpu.clone();
+        config.retry = RetryPolicy {
+            tries: 3,
+            delay: Duration::from_millis(100),
+        };
     }
 
     /// Joins an agent with these GPUs and this executor.
@@ -233,15 +397,25 @@ impl TestApp {
         let (status, token) = owner.post("/api/v1/nodes/join-token", &json!({})).await;
         assert_eq!(status, StatusCode::CREATED, "{token}");
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut config = AgentConfig::new(&self.base, dir.path().to_owned(), name);
-        config.join_token = token["token"].as_str().map(str::to_owned);
-        config.heartbeat = Duration::from_millis(300);
-        config.lease = self.lease;
-        config.cpu = self.agent_cpu.clone();
-        config.retry = RetryPolicy {
-            tries: 3,
-            delay: Duration::from_millis(100),
+        let server = if self.cuttable {
+            let addr = self.server.as_ref().expect("running").addr;
+            let (url, link) = Link::to(name, addr).await;
+            self.links.push(link);
+            url
+        } else {
+            self.base.clone()
         };
+        let mut config = AgentConfig::new(&server, dir.path().to_owned(), name);
+        config.join_token = token["token"].as_str().map(str::to_owned);
+        self.configure_agent(&mut config);
+        self.agent_parts.push(AgentParts {
+            name: name.to_owned(),
+            dir: dir.path().to_owned(),
+            gpus: gpus.clone(),
+            executor: executor.clone(),
+            sim: None,
+            index: self.agents.len(),
+        });
         let agent = Agent::new(config, gpus, executor);
         let (stop, stopped) = watch::channel(false);
         self.agents.push((stop, tokio::spawn(agent.run(stopped))));
@@ -388,7 +562,11 @@ impl TestApp {
             let _ = stop.send(true);
         }
         for (_, task) in self.agents.drain(..) {
-            task.await.expect("agent task").expect("agent");
+            match task.await {
+                Ok(done) => done.expect("agent"),
+                // One killed by `kill_agent` and not restarted.
+                Err(e) => assert!(e.is_cancelled(), "agent task: {e}"),
+            }
         }
         if let Some(server) = self.server.take() {
             server.shutdown().await.expect("shutdown");

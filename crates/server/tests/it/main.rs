@@ -8,6 +8,7 @@ mod access;
 mod app;
 mod concurrency;
 mod elastic;
+mod failover;
 mod fencing;
 mod health;
 mod idempotency;

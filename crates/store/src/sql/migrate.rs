@@ -55,6 +55,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "health_events",
         include_str!("../../migrations/0013_health_events.sql"),
     ),
+    (
+        14,
+        "liveness",
+        include_str!("../../migrations/0014_liveness.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

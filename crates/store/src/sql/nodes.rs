@@ -9,12 +9,12 @@ use gpurent_types::agent::{
     Assignment, GpuInfo, InstanceReport, InstanceState, LogChunk, NodeTelemetry, SyncRequest,
 };
 use gpurent_types::api::{Gpu, Node};
-use gpurent_types::{GpuType, Money, ReservationStatus, Tier};
+use gpurent_types::{GpuType, Money, NodeStatus, OnNodeLoss, ReservationStatus, Tier};
 use sqlx::{AnyConnection, Row};
 
 use super::ledger::{self, Kind, Transfer, PLATFORM_REVENUE};
 use super::{from_ts, gib, new_id, retry_transient, ts, SqlStore};
-use crate::{FleetView, NewNode, NodeStore, Result, StoreError};
+use crate::{Fenced, FleetView, NewNode, NodeStore, Result, StoreError};
 
 async fn insert_gpus(conn: &mut AnyConnection, node_id: &str, gpus: &[GpuInfo]) -> Result<()> {
     for g in gpus {
@@ -111,8 +111,12 @@ async fn apply_report(
         (R::Pending | R::Starting, S::Running) => {
             let published =
                 serde_json::to_string(&report.ports).unwrap_or_else(|_| "[]".to_owned());
+            // A reservation rescheduled off a lost node continues: its effective start is
+            // moved back by the seconds it ran (and was charged for) before, so its hours and
+            // its charge go on where they stopped.
             let n = sqlx::query(
-                "UPDATE reservations SET status = 'running', started_at = $1, published = $4
+                "UPDATE reservations SET status = 'running', started_at = $1 - run_before_s * 1000000,
+                    published = $4
                  WHERE id = $2 AND status = $3",
             )
             .bind(now)
@@ -125,7 +129,8 @@ async fn apply_report(
             if n == 1 {
                 // Settled up to its start: the first settlement charges from here.
                 sqlx::query(
-                    "UPDATE meters SET started_at = $1, settled_until = $1 WHERE reservation_id = $2",
+                    "UPDATE meters SET started_at = (SELECT started_at FROM reservations WHERE id = $2),
+                        settled_until = $1 WHERE reservation_id = $2",
                 )
                     .bind(now)
                     .bind(&report.reservation_id)
@@ -199,6 +204,7 @@ async fn finish(
     let (status, reason) = match (&end_reason, report.state) {
         (Some(r), _) if r == "expired" => (ReservationStatus::Expired, r.clone()),
         (Some(r), _) if r == "preempted" => (ReservationStatus::Preempted, r.clone()),
+        (Some(r), _) if r == NODE_LOST => (ReservationStatus::Lost, r.clone()),
         (Some(r), _) => (ReservationStatus::Stopped, r.clone()),
         (None, InstanceState::Exited) if report.exit_code == Some(0) => {
             (ReservationStatus::Stopped, "exited".to_owned())
@@ -241,7 +247,10 @@ async fn finish(
     let held: i64 = meter.try_get("held")?;
     // A prepaid block is spent when its tenant ends it early or its workload ends; only an end
     // the platform caused gives back the unused part.
-    let platform_ended = matches!(reason.as_str(), "failed_to_start" | "stopped_by_agent");
+    let platform_ended = matches!(
+        reason.as_str(),
+        "failed_to_start" | "stopped_by_agent" | NODE_LOST
+    );
     let billed_s = if prepaid_block && !platform_ended {
         u64::try_from(duration_s).unwrap_or(0)
     } else {
@@ -410,7 +419,249 @@ pub(crate) async fn release_gpus(conn: &mut AnyConnection, reservation_id: &str)
     Ok(())
 }
 
+/// The end reason of a reservation whose node was lost and whose tenant chose `stop`.
+pub(crate) const NODE_LOST: &str = "node_lost";
+
+/// Queues a reservation of a lost node again: billing ends at `fence_at` (the exact charge for
+/// the whole seconds it ran, under `charge:<id>:lost:<epoch>`, and its host's share under
+/// `earn:<id>:lost:<epoch>`, so at most once per epoch), its GPU memory is given back, and it
+/// waits as `pending` with no node and the next epoch. What it still holds stays held; its
+/// billing restarts when it runs again, from where it stopped (`run_before_s`). False when its
+/// status changed meanwhile.
+async fn requeue_lost(
+    conn: &mut AnyConnection,
+    id: &str,
+    from: ReservationStatus,
+    fence_at: i64,
+    now: i64,
+) -> Result<bool> {
+    let row = sqlx::query(
+        "SELECT r.tenant_id, r.tier, r.price_per_hour, r.price_step_s, r.price_after, r.started_at,
+                r.duration_s, r.node_id, r.host_share_bps, r.epoch, r.run_before_s, n.owner_id
+         FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1",
+    )
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let tenant_id: String = row.try_get("tenant_id")?;
+    let prepaid_block = row.try_get::<String, _>("tier")? == Tier::Reserved.as_str();
+    let rate = rate_of(&row)?;
+    let started_at: Option<i64> = row.try_get("started_at")?;
+    let duration_s: i64 = row.try_get("duration_s")?;
+    let node_id: Option<String> = row.try_get("node_id")?;
+    let share_bps: i64 = row.try_get("host_share_bps")?;
+    let epoch: i64 = row.try_get("epoch")?;
+    let run_before_s: i64 = row.try_get("run_before_s")?;
+    let owner: Option<String> = row.try_get("owner_id")?;
+    // Whole seconds run in all, counted from its effective start; never past its hours.
+    let ran_s = started_at.map_or(run_before_s, |s| {
+        ((fence_at - s).max(0) / 1_000_000).min(duration_s)
+    });
+    let claimed = sqlx::query(
+        "UPDATE reservations SET status = 'pending', node_id = NULL, gpus = '[]', epoch = epoch + 1,
+            queued_at = $1, placed_at = NULL, started_at = NULL, run_before_s = $2,
+            published = '[]', queue_reason = 'its node was lost; waiting to run again'
+         WHERE id = $3 AND status = $4",
+    )
+    .bind(now)
+    .bind(ran_s)
+    .bind(id)
+    .bind(from.as_str())
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if claimed != 1 {
+        return Ok(false);
+    }
+    // Closing the meter locks it (see `finish`); it is opened again when the reservation runs.
+    let meter = sqlx::query(
+        "UPDATE meters SET settled_until = NULL WHERE reservation_id = $1
+         RETURNING charged, held, base_charged",
+    )
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let already = Money::from_micros(meter.try_get("charged")?);
+    let held: i64 = meter.try_get("held")?;
+    let base: i64 = meter.try_get("base_charged")?;
+    let total = rate
+        .charge_for_seconds(u64::try_from(ran_s).unwrap_or(0))
+        .max(already);
+    let due = total.micros() - already.micros();
+    let held_after = if prepaid_block { held - due } else { held };
+    sqlx::query(
+        "UPDATE meters SET charged = $1, held = $2, base_charged = $1, node_id = NULL
+         WHERE reservation_id = $3",
+    )
+    .bind(total.micros())
+    .bind(held_after)
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    let pay_from = if prepaid_block {
+        ledger::hold_account(&tenant_id)
+    } else {
+        ledger::user_account(&tenant_id)
+    };
+    ledger::transfer(
+        conn,
+        Transfer {
+            id: &format!("charge:{id}:lost:{epoch}"),
+            debit: &pay_from,
+            credit: PLATFORM_REVENUE,
+            amount: due,
+            reservation_id: Some(id),
+            at: fence_at,
+            kind: Kind::Charge,
+            node_id: None,
+        },
+    )
+    .await?;
+    if let (Some(owner), Some(node)) = (&owner, &node_id) {
+        let earned = ledger::host_part(total.micros(), share_bps)
+            - ledger::host_part(already.micros(), share_bps);
+        ledger::transfer(
+            conn,
+            Transfer {
+                id: &format!("earn:{id}:lost:{epoch}"),
+                debit: PLATFORM_REVENUE,
+                credit: &ledger::earnings_account(owner),
+                amount: earned,
+                reservation_id: Some(id),
+                at: fence_at,
+                kind: Kind::Earning,
+                node_id: Some(node),
+            },
+        )
+        .await?;
+        sqlx::query(
+            "INSERT INTO lost_runs (reservation_id, epoch, node_id, charged_from, charged_to,
+                host_share_bps, lost_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(id)
+        .bind(epoch)
+        .bind(node)
+        .bind(base)
+        .bind(total.micros())
+        .bind(share_bps)
+        .bind(fence_at)
+        .execute(&mut *conn)
+        .await?;
+    }
+    release_gpus(conn, id).await?;
+    tracing::info!(reservation_id = id, node_id = ?node_id, epoch = epoch + 1, ran_s, charged = %total, "node lost: reservation queued again");
+    Ok(true)
+}
+
 impl SqlStore {
+    /// Fences one node not heard from since `seen` (see `NodeStore::fence_lost_nodes`). `None`
+    /// when it synced meanwhile (nothing of this is kept).
+    async fn fence_node_once(
+        &self,
+        node_id: &str,
+        seen: i64,
+        ttl_us: i64,
+        now: i64,
+    ) -> Result<Option<Fenced>> {
+        let fence_at = seen.saturating_add(ttl_us).min(now);
+        let mut tx = self.begin().await?;
+        let rows = sqlx::query(
+            "SELECT id, status, on_node_loss, started_at, duration_s FROM reservations
+             WHERE node_id = $1 AND status IN ('pending', 'starting', 'running', 'stopping')
+             ORDER BY id",
+        )
+        .bind(node_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut fenced = Fenced::default();
+        let gone = InstanceReport {
+            reservation_id: String::new(),
+            epoch: 0,
+            state: InstanceState::Stopped,
+            exit_code: None,
+            message: None,
+            ports: Vec::new(),
+        };
+        for r in &rows {
+            let id: String = r.try_get("id")?;
+            let status: ReservationStatus = r
+                .try_get::<String, _>("status")?
+                .parse()
+                .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
+            let choice: String = r.try_get("on_node_loss")?;
+            let report = InstanceReport {
+                reservation_id: id.clone(),
+                ..gone.clone()
+            };
+            let duration_us = r.try_get::<i64, _>("duration_s")?.saturating_mul(1_000_000);
+            let deadline = r
+                .try_get::<Option<i64>, _>("started_at")?
+                .map(|s| s.saturating_add(duration_us))
+                .filter(|d| *d <= fence_at);
+            if let (Some(deadline), false) = (deadline, status == ReservationStatus::Stopping) {
+                // Its hours were up before the fence: it expired, wherever it ran.
+                sqlx::query(
+                    "UPDATE reservations SET end_reason = 'expired', stop_requested_at = $1
+                     WHERE id = $2 AND status = $3",
+                )
+                .bind(deadline)
+                .bind(&id)
+                .bind(status.as_str())
+                .execute(&mut *tx)
+                .await?;
+                if finish(&mut tx, &id, status, &report, fence_at).await? {
+                    fenced.ended.push(id);
+                }
+            } else if status == ReservationStatus::Stopping {
+                // Its billing already ended when the stop was asked for.
+                if finish(&mut tx, &id, status, &report, fence_at).await? {
+                    fenced.ended.push(id);
+                }
+            } else if choice == OnNodeLoss::Stop.as_str() {
+                sqlx::query(
+                    "UPDATE reservations SET end_reason = $1, stop_requested_at = $2
+                     WHERE id = $3 AND status = $4",
+                )
+                .bind(NODE_LOST)
+                .bind(fence_at)
+                .bind(&id)
+                .bind(status.as_str())
+                .execute(&mut *tx)
+                .await?;
+                if finish(&mut tx, &id, status, &report, fence_at).await? {
+                    fenced.ended.push(id);
+                }
+            } else if requeue_lost(&mut tx, &id, status, fence_at, now).await? {
+                fenced.rescheduled.push(id);
+            }
+        }
+        // Nodes last in the lock order; the compare-and-set on its last heartbeat loses to a
+        // sync that came meanwhile, and then nothing of this is kept.
+        let marked = sqlx::query(
+            "UPDATE nodes SET status = 'lost', lost_at = COALESCE(lost_at, $1),
+                desired_version = desired_version + 1
+             WHERE id = $2 AND last_seen_at = $3",
+        )
+        .bind(fence_at)
+        .bind(node_id)
+        .bind(seen)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if marked != 1 {
+            return Ok(None);
+        }
+        tx.commit().await?;
+        tracing::warn!(
+            node_id,
+            rescheduled = fenced.rescheduled.len(),
+            ended = fenced.ended.len(),
+            "node lost: not heard from for the node TTL"
+        );
+        fenced.nodes.push(node_id.to_owned());
+        Ok(Some(fenced))
+    }
+
     /// Rows are locked in one order in every transaction (reservations, accounts, gpus,
     /// gpu_pools, nodes last) so that concurrent transactions cannot deadlock each other.
     async fn sync_once(
@@ -469,7 +720,8 @@ impl SqlStore {
             .and_then(|t| serde_json::to_string(t).ok());
         sqlx::query(
             "UPDATE nodes SET last_seen_at = $1, desired_version = desired_version + $2,
-                telemetry = COALESCE($3, telemetry)
+                telemetry = COALESCE($3, telemetry),
+                status = CASE WHEN status = 'lost' THEN 'ready' ELSE status END, lost_at = NULL
              WHERE id = $4",
         )
         .bind(at)
@@ -759,7 +1011,7 @@ impl NodeStore for SqlStore {
         owner: Option<&str>,
     ) -> Result<Vec<Node>> {
         let nodes = sqlx::query(
-            "SELECT id, name, executor, gpu_backend, last_seen_at, telemetry, owner_id,
+            "SELECT id, name, executor, gpu_backend, last_seen_at, telemetry, owner_id, status,
                     verification, verified, health, healthy FROM nodes
              WHERE $1 = '' OR owner_id = $1 ORDER BY name",
         )
@@ -814,16 +1066,22 @@ impl NodeStore for SqlStore {
                     cuda_version: telemetry.cuda_version.clone(),
                     id,
                     name: n.try_get("name")?,
-                    status: if last_seen < live {
-                        "unreachable"
-                    } else if n.try_get::<i64, _>("verified")? == 0 {
-                        "unverified"
-                    } else if n.try_get::<i64, _>("healthy")? == 0 {
-                        "unhealthy"
-                    } else {
-                        "ready"
-                    }
-                    .to_owned(),
+                    // A ready node past the TTL that the maintenance loop has not fenced yet
+                    // is `unreachable`; one that failed host verification `unverified`, one
+                    // whose GPUs breach a health rule `unhealthy`.
+                    status: match n.try_get::<String, _>("status")? {
+                        s if s == NodeStatus::Ready.as_str() => if last_seen < live {
+                            "unreachable"
+                        } else if n.try_get::<i64, _>("verified")? == 0 {
+                            "unverified"
+                        } else if n.try_get::<i64, _>("healthy")? == 0 {
+                            "unhealthy"
+                        } else {
+                            "ready"
+                        }
+                        .to_owned(),
+                        s => s,
+                    },
                     health: n
                         .try_get::<Option<String>, _>("health")?
                         .and_then(|h| serde_json::from_str(&h).ok())
@@ -838,6 +1096,41 @@ impl NodeStore for SqlStore {
                 })
             })
             .collect()
+    }
+
+    async fn fence_lost_nodes(
+        &self,
+        ttl: std::time::Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Fenced> {
+        let ttl_us = i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX);
+        let at = ts(now);
+        // A lost node is swept again while work is still on it: a stop or a placement that
+        // won a race with its fencing left it there.
+        let due = sqlx::query(
+            "SELECT id, last_seen_at FROM nodes n WHERE last_seen_at < $1
+               AND (status <> 'lost' OR EXISTS (
+                   SELECT 1 FROM reservations r WHERE r.node_id = n.id
+                     AND r.status IN ('pending', 'starting', 'running', 'stopping')))
+             ORDER BY id",
+        )
+        .bind(at.saturating_sub(ttl_us))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut all = Fenced::default();
+        for n in due {
+            let id: String = n.try_get("id")?;
+            let seen: i64 = n.try_get("last_seen_at")?;
+            let done =
+                retry_transient("fence_node", || self.fence_node_once(&id, seen, ttl_us, at))
+                    .await?;
+            if let Some(f) = done {
+                all.nodes.extend(f.nodes);
+                all.rescheduled.extend(f.rescheduled);
+                all.ended.extend(f.ended);
+            }
+        }
+        Ok(all)
     }
 
     async fn fleet(&self, live_since: DateTime<Utc>) -> Result<FleetView> {

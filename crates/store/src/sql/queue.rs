@@ -205,9 +205,10 @@ impl SqlStore {
             "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
                 bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
                 created_at, idempotency_key, request_hash, ports, price_step_s,
-                price_after, host_share_bps, priority, queued_at, queue_reason, type_key)
+                price_after, host_share_bps, priority, queued_at, queue_reason, type_key,
+                on_node_loss)
              VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, NULL, '[]', 1, $10, $11, $12,
-                $13, $14, $15, $16, $17, $18, $19, $20, $13, $21, $22)",
+                $13, $14, $15, $16, $17, $18, $19, $20, $13, $21, $22, $23)",
         )
         .bind(&id)
         .bind(&new.tenant_id)
@@ -231,6 +232,7 @@ impl SqlStore {
         .bind(quote.preemptible().then_some(quote.priority))
         .bind(&reason)
         .bind(key)
+        .bind(new.on_node_loss.as_str())
         .execute(&mut *tx)
         .await;
         if let Err(e) = inserted {

@@ -486,9 +486,9 @@ impl SqlStore {
             "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
                 bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
                 created_at, idempotency_key, request_hash, ports, price_step_s,
-                price_after, host_share_bps, priority, placed_at, type_key)
+                price_after, host_share_bps, priority, placed_at, type_key, on_node_loss)
              VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13, $14,
-                $15, $16, $17, $18, $19, $20, $21, $22, $15, $23)",
+                $15, $16, $17, $18, $19, $20, $21, $22, $15, $23, $24)",
         )
         .bind(&id)
         .bind(&new.tenant_id)
@@ -513,6 +513,7 @@ impl SqlStore {
         .bind(i64::from(prices.host_share_bps))
         .bind(quote.preemptible().then_some(quote.priority))
         .bind(new.gpu_type.key())
+        .bind(new.on_node_loss.as_str())
         .execute(&mut *tx)
         .await;
         if let Err(e) = inserted {

@@ -357,15 +357,21 @@ impl UserStore for SqlStore {
         }
         // Each node's owner earned exactly its share of every charge for work on the node.
         let mut owed: BTreeMap<String, i64> = BTreeMap::new();
+        // A reservation moved off a lost node earned that node's owner a share of what it was
+        // charged there (`lost_runs`), and its current node's owner a share of the rest.
         let charged = sqlx::query(
-            "SELECT node_id, charged, host_share_bps FROM meters
-             WHERE charged > 0 AND host_share_bps > 0 AND node_id IS NOT NULL",
+            "SELECT node_id, base_charged AS charged_from, charged AS charged_to, host_share_bps
+             FROM meters WHERE charged > 0 AND host_share_bps > 0 AND node_id IS NOT NULL
+             UNION ALL
+             SELECT node_id, charged_from, charged_to, host_share_bps FROM lost_runs",
         )
         .fetch_all(&mut *tx)
         .await?;
         for row in charged {
+            let bps: i64 = row.try_get("host_share_bps")?;
             *owed.entry(row.try_get("node_id")?).or_default() +=
-                ledger::host_part(row.try_get("charged")?, row.try_get("host_share_bps")?);
+                ledger::host_part(row.try_get("charged_to")?, bps)
+                    - ledger::host_part(row.try_get("charged_from")?, bps);
         }
         let earned = sqlx::query(
             "SELECT node_id, CAST(SUM(amount) AS BIGINT) AS earned FROM transfers

@@ -157,6 +157,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     idempotency_key: Some(format!("k{reserved}")),
                     request_hash: "h".into(),
                     queue: false,
+                    on_node_loss: Default::default(),
                 };
                 reserved += 1;
                 // The node must look alive at this time.

@@ -24,6 +24,7 @@ fn request(tenant: &str, count: u32) -> NewReservation {
         idempotency_key: None,
         request_hash: "h".into(),
         queue: false,
+        on_node_loss: Default::default(),
     }
 }
 

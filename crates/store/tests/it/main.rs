@@ -7,5 +7,6 @@ mod billing_model;
 mod concurrent_settlement;
 mod idempotency;
 mod lifecycle;
+mod liveness;
 mod queue;
 mod support;

@@ -24,6 +24,7 @@ fn request(tenant: &str, queue: bool) -> NewReservation {
         idempotency_key: None,
         request_hash: "h".into(),
         queue,
+        on_node_loss: Default::default(),
     }
 }
 
