@@ -454,6 +454,13 @@ pub enum NodesCommand {
     JoinToken,
     /// List nodes and their GPUs.
     Ls,
+    /// No new work on this node (by name or id); what runs there keeps running.
+    Cordon { node: String },
+    /// Cordon the node and move what runs there to other nodes (each billed here to now, and
+    /// from when it runs there).
+    Drain { node: String },
+    /// Let the node take new work again.
+    Uncordon { node: String },
 }
 
 #[derive(Debug, Args)]

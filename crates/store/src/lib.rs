@@ -20,8 +20,9 @@ use gpurent_types::Money;
 
 pub use error::StoreError;
 pub use model::{
-    AuthUser, Backend, Fenced, FleetView, HeldWork, IdempotencyClaim, LedgerCheck, LiveGpu,
-    NewNode, NewReservation, NewUser, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
+    AuthUser, Backend, Drained, Fenced, FleetView, HeldWork, IdempotencyClaim, LedgerCheck,
+    LiveGpu, NewNode, NewReservation, NewUser, NodeAction, QueueView, QueuedPlacement,
+    QueuedReservation, Scope, Want,
 };
 pub use sql::{Settled, SqlStore};
 
@@ -166,6 +167,15 @@ pub trait NodeStore: Send + Sync {
     /// The capacity, allocation and load of the nodes seen at or after `live_since`, and the
     /// queue: what the elastic capacity policy judges.
     async fn fleet(&self, live_since: DateTime<Utc>) -> Result<FleetView>;
+
+    /// Cordons a node (by id or name: no new work), drains it (what runs there is billed to now
+    /// and queued again with the next epoch, to run elsewhere), or uncordons it.
+    async fn schedule_node(
+        &self,
+        node: &str,
+        action: NodeAction,
+        now: DateTime<Utc>,
+    ) -> Result<Drained>;
 
     /// Fences every node not heard from for `ttl`: it becomes `lost` (each node in one
     /// transaction) and its live reservations stop being billed at its fence time (its last

@@ -201,6 +201,23 @@ pub enum IdempotencyClaim {
     Mismatch,
 }
 
+/// What an admin asks of a node: no new work (cordon), no work at all (drain: what runs there
+/// moves to other nodes), or work again (uncordon).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeAction {
+    Cordon,
+    Drain,
+    Uncordon,
+}
+
+/// A node after `NodeStore::schedule_node`: its status and the reservations moved off it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drained {
+    pub node_id: String,
+    pub status: gpurent_types::NodeStatus,
+    pub moved: Vec<String>,
+}
+
 /// What fencing the lost nodes did: the nodes now `lost`, and their reservations, each either
 /// queued again with a new epoch (`rescheduled`) or ended (`ended`: `lost`, or the stop that
 /// was already under way).

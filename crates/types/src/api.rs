@@ -198,6 +198,18 @@ pub struct ReservationStopped {
     pub status: ReservationStatus,
 }
 
+/// A node after a cordon, drain or uncordon (admin).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct NodeScheduled {
+    pub node_id: String,
+    /// `draining` after a cordon or drain (no new work), `ready` after an uncordon; `lost`
+    /// stays `lost` until its agent syncs again.
+    pub status: String,
+    /// The reservations a drain moved off the node (each runs again elsewhere, with the next
+    /// epoch, billed from when it runs there).
+    pub moved: Vec<String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct JoinToken {
     pub token: String,

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use gpurent_types::api::{
     Balance, CreateReservation, CreateUser, CreditGranted, Earnings, Event, GrantCredit, Invoice,
-    JoinToken, LedgerReport, Node, Offer, Reservation, ReservationStopped, SpotStats, Usage, User,
-    UserCreated,
+    JoinToken, LedgerReport, Node, NodeScheduled, Offer, Reservation, ReservationStopped,
+    SpotStats, Usage, User, UserCreated,
 };
 use gpurent_types::{Money, Role, Tier};
 
@@ -339,6 +339,15 @@ pub async fn run(
             print_line(&t.token);
         }
         Command::Events { after, follow } => events(&api, after, follow, json).await?,
+        Command::Nodes(NodesCommand::Cordon { node }) => {
+            schedule_node(&api, &node, "cordon", json).await?;
+        }
+        Command::Nodes(NodesCommand::Drain { node }) => {
+            schedule_node(&api, &node, "drain", json).await?;
+        }
+        Command::Nodes(NodesCommand::Uncordon { node }) => {
+            schedule_node(&api, &node, "uncordon", json).await?;
+        }
         Command::Nodes(NodesCommand::Ls) => {
             let nodes: Vec<Node> = api.get("/api/v1/nodes").await?;
             if json {
@@ -478,6 +487,29 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
     ));
     if let Some(reason) = &r.queue_reason {
         print_line(&format!("queued: {reason}"));
+    }
+    Ok(())
+}
+
+async fn schedule_node(
+    api: &ApiClient,
+    node: &str,
+    action: &str,
+    json: bool,
+) -> Result<(), CliError> {
+    let done: NodeScheduled = api
+        .post(
+            &format!("/api/v1/nodes/{}/{action}", segment(node)),
+            &serde_json::json!({}),
+            None,
+        )
+        .await?;
+    if json {
+        return print_json(&done);
+    }
+    print_line(&format!("{}: {}", done.node_id, done.status));
+    for id in &done.moved {
+        print_line(&format!("moved {id}"));
     }
     Ok(())
 }

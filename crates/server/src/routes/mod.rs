@@ -45,6 +45,9 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(reservations::logs))
         .routes(routes!(nodes::create_join_token))
         .routes(routes!(nodes::list))
+        .routes(routes!(nodes::cordon))
+        .routes(routes!(nodes::drain))
+        .routes(routes!(nodes::uncordon))
         .routes(routes!(events::list))
         .merge(
             // Heartbeats of large nodes carry telemetry for every GPU.

@@ -1,13 +1,15 @@
-//! Nodes for admins: join tokens for new agents, and the inventory.
+//! Nodes for admins: join tokens for new agents, the inventory, and taking nodes out of
+//! placement (cordon, drain) and back (uncordon).
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use gpurent_types::api::{ErrorBody, JoinToken, Node};
+use gpurent_types::api::{ErrorBody, JoinToken, Node, NodeScheduled};
 use gpurent_types::Role;
 
 use crate::auth::{hash_token, new_token, Caller};
 use crate::error::ApiError;
+use crate::extract::ApiPath;
 use crate::idempotency::{self, Idempotent};
 use crate::state::AppState;
 use crate::validate;
@@ -65,4 +67,63 @@ pub(crate) async fn list(
     Ok(Json(
         state.store.list_nodes(state.live_since(), owner).await?,
     ))
+}
+
+async fn schedule(
+    state: &AppState,
+    caller: &Caller,
+    node: &str,
+    action: gpurent_store::NodeAction,
+) -> Result<Json<NodeScheduled>, ApiError> {
+    caller.require_admin()?;
+    let done = state.store.schedule_node(node, action, state.now()).await?;
+    // The node's agent learns at once what no longer runs there; moved work is placed now.
+    state.wake.wake(&done.node_id);
+    state.wake.wake_scheduler();
+    Ok(Json(NodeScheduled {
+        node_id: done.node_id,
+        status: done.status.as_str().to_owned(),
+        moved: done.moved,
+    }))
+}
+
+/// Cordon a node (by id or name): no new work lands on it; what runs there keeps running.
+#[utoipa::path(post, path = "/api/v1/nodes/{node}/cordon", tag = "nodes",
+    security(("bearer" = [])), params(("node" = String, Path)),
+    responses((status = 200, body = NodeScheduled), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(crate) async fn cordon(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(node): ApiPath<String>,
+) -> Result<Json<NodeScheduled>, ApiError> {
+    schedule(&state, &caller, &node, gpurent_store::NodeAction::Cordon).await
+}
+
+/// Drain a node: cordon it and move what runs there to other nodes. Each reservation is billed
+/// to now here, queued again with the next epoch, and billed again from when it runs elsewhere;
+/// the node's agent stops its copy.
+#[utoipa::path(post, path = "/api/v1/nodes/{node}/drain", tag = "nodes",
+    security(("bearer" = [])), params(("node" = String, Path)),
+    responses((status = 200, body = NodeScheduled), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(crate) async fn drain(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(node): ApiPath<String>,
+) -> Result<Json<NodeScheduled>, ApiError> {
+    schedule(&state, &caller, &node, gpurent_store::NodeAction::Drain).await
+}
+
+/// Uncordon a node: it takes new work again.
+#[utoipa::path(post, path = "/api/v1/nodes/{node}/uncordon", tag = "nodes",
+    security(("bearer" = [])), params(("node" = String, Path)),
+    responses((status = 200, body = NodeScheduled), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub(crate) async fn uncordon(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(node): ApiPath<String>,
+) -> Result<Json<NodeScheduled>, ApiError> {
+    schedule(&state, &caller, &node, gpurent_store::NodeAction::Uncordon).await
 }

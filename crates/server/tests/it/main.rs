@@ -7,6 +7,7 @@
 mod access;
 mod app;
 mod concurrency;
+mod drain;
 mod elastic;
 mod failover;
 mod fencing;

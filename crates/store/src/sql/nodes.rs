@@ -14,7 +14,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::ledger::{self, Kind, Transfer, PLATFORM_REVENUE};
 use super::{from_ts, gib, new_id, retry_transient, ts, SqlStore};
-use crate::{Fenced, FleetView, NewNode, NodeStore, Result, StoreError};
+use crate::{Drained, Fenced, FleetView, NewNode, NodeAction, NodeStore, Result, StoreError};
 
 async fn insert_gpus(conn: &mut AnyConnection, node_id: &str, gpus: &[GpuInfo]) -> Result<()> {
     for g in gpus {
@@ -434,6 +434,7 @@ async fn requeue_lost(
     from: ReservationStatus,
     fence_at: i64,
     now: i64,
+    reason: &str,
 ) -> Result<bool> {
     let row = sqlx::query(
         "SELECT r.tenant_id, r.tier, r.price_per_hour, r.price_step_s, r.price_after, r.started_at,
@@ -460,13 +461,14 @@ async fn requeue_lost(
     let claimed = sqlx::query(
         "UPDATE reservations SET status = 'pending', node_id = NULL, gpus = '[]', epoch = epoch + 1,
             queued_at = $1, placed_at = NULL, started_at = NULL, run_before_s = $2,
-            published = '[]', queue_reason = 'its node was lost; waiting to run again'
+            published = '[]', queue_reason = $5
          WHERE id = $3 AND status = $4",
     )
     .bind(now)
     .bind(ran_s)
     .bind(id)
     .bind(from.as_str())
+    .bind(reason)
     .execute(&mut *conn)
     .await?
     .rows_affected();
@@ -631,7 +633,16 @@ impl SqlStore {
                 if finish(&mut tx, &id, status, &report, fence_at).await? {
                     fenced.ended.push(id);
                 }
-            } else if requeue_lost(&mut tx, &id, status, fence_at, now).await? {
+            } else if requeue_lost(
+                &mut tx,
+                &id,
+                status,
+                fence_at,
+                now,
+                "its node was lost; waiting to run again",
+            )
+            .await?
+            {
                 fenced.rescheduled.push(id);
             }
         }
@@ -737,6 +748,86 @@ impl SqlStore {
 
 #[async_trait]
 impl NodeStore for SqlStore {
+    async fn schedule_node(
+        &self,
+        node: &str,
+        action: NodeAction,
+        now: DateTime<Utc>,
+    ) -> Result<Drained> {
+        let mut tx = self.begin().await?;
+        let row = sqlx::query("SELECT id, status FROM nodes WHERE id = $1 OR name = $1")
+            .bind(node)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "node",
+                id: node.to_owned(),
+            })?;
+        let node_id: String = row.try_get("id")?;
+        let status: String = row.try_get("status")?;
+        if status == NodeStatus::Lost.as_str() && action != NodeAction::Uncordon {
+            return Err(StoreError::Conflict(format!(
+                "node {node} is lost: its work was moved when it was fenced"
+            )));
+        }
+        let mut moved = Vec::new();
+        if action == NodeAction::Drain {
+            let rows = sqlx::query(
+                "SELECT id, status FROM reservations
+                 WHERE node_id = $1 AND status IN ('pending', 'starting', 'running') ORDER BY id",
+            )
+            .bind(&node_id)
+            .fetch_all(&mut *tx)
+            .await?;
+            let at = ts(now);
+            for r in &rows {
+                let id: String = r.try_get("id")?;
+                let from: ReservationStatus = r
+                    .try_get::<String, _>("status")?
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
+                // Billed to now on this node, then queued again with the next epoch: its agent
+                // stops this copy (its desired state no longer lists it), another node runs the
+                // next one, billed from when it runs.
+                if requeue_lost(
+                    &mut tx,
+                    &id,
+                    from,
+                    at,
+                    at,
+                    "its node is being drained; waiting to run again",
+                )
+                .await?
+                {
+                    moved.push(id);
+                }
+            }
+        }
+        let new_status = match action {
+            NodeAction::Uncordon => NodeStatus::Ready,
+            NodeAction::Cordon | NodeAction::Drain => NodeStatus::Draining,
+        };
+        // A lost node turns ready when its agent syncs again, not by an uncordon.
+        sqlx::query(
+            "UPDATE nodes SET status = $1, desired_version = desired_version + 1
+             WHERE id = $2 AND status IN ('ready', 'draining')",
+        )
+        .bind(new_status.as_str())
+        .bind(&node_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Drained {
+            node_id,
+            status: if status == NodeStatus::Lost.as_str() {
+                NodeStatus::Lost
+            } else {
+                new_status
+            },
+            moved,
+        })
+    }
+
     async fn record_health(
         &self,
         node_id: &str,

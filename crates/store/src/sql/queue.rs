@@ -180,7 +180,7 @@ impl SqlStore {
             Want::Whole { count } => {
                 let most: Option<i64> = sqlx::query_scalar(
                     "SELECT MAX(p.whole_free) FROM gpu_pools p JOIN nodes n ON n.id = p.node_id
-                     WHERE p.type_key = $1 AND n.last_seen_at >= $2 AND n.verified <> 0 AND n.healthy <> 0",
+                     WHERE p.type_key = $1 AND n.last_seen_at >= $2 AND n.verified <> 0 AND n.healthy <> 0 AND n.status = 'ready'",
                 )
                 .bind(key)
                 .bind(live_since)
@@ -299,7 +299,7 @@ impl SqlStore {
             let rows = sqlx::query(
                 "SELECT g.uuid, g.node_id, g.vram_mb, g.free_mb, g.switch_group FROM gpus g
                  JOIN nodes n ON n.id = g.node_id
-                 WHERE g.type_key = $1 AND n.last_seen_at >= $2 AND n.verified <> 0 AND n.healthy <> 0 ORDER BY g.node_id, g.idx",
+                 WHERE g.type_key = $1 AND n.last_seen_at >= $2 AND n.verified <> 0 AND n.healthy <> 0 AND n.status = 'ready' ORDER BY g.node_id, g.idx",
             )
             .bind(key)
             .bind(live_since)
@@ -321,7 +321,7 @@ impl SqlStore {
                         a.gpu_uuid, a.vram_mb
                  FROM reservations r JOIN allocations a ON a.reservation_id = r.id
                       JOIN gpus g ON g.uuid = a.gpu_uuid JOIN nodes n ON n.id = g.node_id
-                 WHERE g.type_key = $1 AND n.last_seen_at >= $2 AND n.verified <> 0 AND n.healthy <> 0
+                 WHERE g.type_key = $1 AND n.last_seen_at >= $2 AND n.verified <> 0 AND n.healthy <> 0 AND n.status = 'ready'
                    AND r.status IN ('pending', 'starting', 'running', 'stopping')
                  ORDER BY r.id, a.gpu_uuid",
             )

@@ -199,7 +199,7 @@ impl SqlStore {
                          FROM (SELECT p.node_id, p.whole_free FROM gpu_pools p
                                    JOIN nodes n ON n.id = p.node_id
                                WHERE p.type_key = $1 AND p.whole_free >= $2
-                                 AND n.last_seen_at >= $3 AND n.verified <> 0 AND n.healthy <> 0
+                                 AND n.last_seen_at >= $3 AND n.verified <> 0 AND n.healthy <> 0 AND n.status = 'ready'
                                ORDER BY p.whole_free, p.node_id LIMIT $4) b
                          JOIN gpus g ON g.node_id = b.node_id
                          ORDER BY b.whole_free, b.node_id, g.idx",
@@ -218,7 +218,7 @@ impl SqlStore {
                 sqlx::query(
                     "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb, g.switch_group
                      FROM gpus g JOIN nodes n ON n.id = g.node_id
-                     WHERE g.type_key = $1 AND g.free_mb >= $2 AND n.last_seen_at >= $3 AND n.verified <> 0 AND n.healthy <> 0
+                     WHERE g.type_key = $1 AND g.free_mb >= $2 AND n.last_seen_at >= $3 AND n.verified <> 0 AND n.healthy <> 0 AND n.status = 'ready'
                      ORDER BY g.free_mb, g.uuid LIMIT $4",
                 )
                 .bind(new.gpu_type.key())
@@ -294,7 +294,7 @@ impl SqlStore {
              FROM reservations r JOIN allocations a ON a.reservation_id = r.id
                   JOIN gpus g ON g.uuid = a.gpu_uuid JOIN nodes n ON n.id = g.node_id
              WHERE r.tier = 'spot' AND r.status IN ('pending', 'starting', 'running')
-               AND r.priority < $1 AND g.type_key = $2 AND n.last_seen_at >= $3 AND n.verified <> 0 AND n.healthy <> 0
+               AND r.priority < $1 AND g.type_key = $2 AND n.last_seen_at >= $3 AND n.verified <> 0 AND n.healthy <> 0 AND n.status = 'ready'
              ORDER BY r.id, a.gpu_uuid",
         )
         .bind(priority)
@@ -588,7 +588,7 @@ impl SqlStore {
             Want::Whole { count } => {
                 let most: Option<i64> = sqlx::query_scalar(
                     "SELECT MAX(p.whole_free) FROM gpu_pools p JOIN nodes n ON n.id = p.node_id
-                     WHERE p.type_key = $1 AND n.last_seen_at >= $2 AND n.verified <> 0 AND n.healthy <> 0",
+                     WHERE p.type_key = $1 AND n.last_seen_at >= $2 AND n.verified <> 0 AND n.healthy <> 0 AND n.status = 'ready'",
                 )
                 .bind(wanted.key())
                 .bind(live_since)
@@ -626,7 +626,7 @@ impl ReservationStore for SqlStore {
     async fn offers(&self, prices: &PriceList, live_since: DateTime<Utc>) -> Result<Vec<Offer>> {
         let rows = sqlx::query(
             "SELECT g.type_name, g.type_key, MAX(g.vram_mb) AS vram_mb,
-                    CAST(SUM(CASE WHEN g.free_mb = g.vram_mb AND n.last_seen_at >= $1 AND n.verified <> 0 AND n.healthy <> 0
+                    CAST(SUM(CASE WHEN g.free_mb = g.vram_mb AND n.last_seen_at >= $1 AND n.verified <> 0 AND n.healthy <> 0 AND n.status = 'ready'
                              THEN 1 ELSE 0 END) AS BIGINT) AS available
              FROM gpus g JOIN nodes n ON n.id = g.node_id
              GROUP BY g.type_name, g.type_key ORDER BY g.type_name",
