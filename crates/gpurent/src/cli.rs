@@ -371,6 +371,10 @@ pub struct HostArgs {
     /// GPU health: a GPU with at least this share of its memory in use does too.
     #[arg(long, value_name = "PERCENT", default_value_t = 95)]
     pub max_vram_pct: u32,
+    /// Stop a running reservation whose GPUs have been idle (zero utilisation) this long,
+    /// unless it was made with `--no-idle-reclaim`; 0 never stops any.
+    #[arg(long, value_name = "MINUTES", default_value_t = 5)]
+    pub idle_reclaim_minutes: u64,
 }
 
 #[derive(Debug, Args)]
@@ -499,6 +503,10 @@ pub struct ReserveArgs {
     /// or end it as `lost` (`stop`).
     #[arg(long, value_enum, default_value = "reschedule")]
     pub on_node_loss: OnNodeLossArg,
+    /// Keep it running even when its GPUs stay idle (by default it is stopped after the
+    /// platform's idle time, `--idle-reclaim-minutes` of `up`/`server`, 5).
+    #[arg(long)]
+    pub no_idle_reclaim: bool,
     /// Makes a retried reservation happen once.
     #[arg(long)]
     pub idempotency_key: Option<String>,

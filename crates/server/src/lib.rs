@@ -68,6 +68,9 @@ pub struct ServerConfig {
     pub host_policy: HostPolicy,
     /// What a node's GPUs must keep passing to get work.
     pub health_rules: HealthRules,
+    /// Running reservations whose GPUs have been idle this long are stopped (end reason
+    /// `idle`), unless they opted out; `None`: never.
+    pub idle_reclaim: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +87,7 @@ impl Default for ServerConfig {
             scale: ScaleConfig::default(),
             host_policy: HostPolicy::default(),
             health_rules: HealthRules::default(),
+            idle_reclaim: Some(Duration::from_secs(5 * 60)),
         }
     }
 }

@@ -23,6 +23,15 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
     for node in nodes {
         state.wake.wake(&node);
     }
+    if let Some(idle) = state.config.idle_reclaim {
+        let since = chrono::Duration::from_std(idle)
+            .ok()
+            .and_then(|d| now.checked_sub_signed(d))
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+        for node in state.store.reclaim_idle(since, now).await? {
+            state.wake.wake(&node);
+        }
+    }
     crate::scheduler::pass(state).await?;
     let pruned = state
         .store

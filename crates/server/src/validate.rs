@@ -118,6 +118,7 @@ pub fn reservation(
         request_hash: request_hash(body),
         queue: body.queue,
         on_node_loss: body.on_node_loss.unwrap_or_default(),
+        idle_reclaim: body.idle_reclaim.unwrap_or(true),
     })
 }
 

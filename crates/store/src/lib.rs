@@ -232,6 +232,15 @@ pub trait ReservationStore: Send + Sync {
     /// time, not when noticed). Returns the nodes whose desired state changed.
     async fn expire_due(&self, now: DateTime<Utc>) -> Result<Vec<String>>;
 
+    /// Stops (end reason `idle`) every running reservation that allows it and whose GPUs have
+    /// not been busy since `idle_since` (nor has it run since then); billing ends now. Returns
+    /// the nodes to wake.
+    async fn reclaim_idle(
+        &self,
+        idle_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>>;
+
     /// Charges every running reservation whose last settlement is `period` old or more, and
     /// stops those whose tenant cannot pay for the next period.
     async fn settle_due(&self, now: DateTime<Utc>, period: std::time::Duration) -> Result<Settled>;

@@ -83,6 +83,8 @@ pub struct NewReservation {
     pub queue: bool,
     /// What happens to it when its node is lost.
     pub on_node_loss: gpurent_types::OnNodeLoss,
+    /// Stopped when its GPUs have been idle for the platform's idle time.
+    pub idle_reclaim: bool,
 }
 
 /// A reservation waiting in the queue, as the scheduling pass reads it.

@@ -138,6 +138,11 @@ pub struct CreateReservation {
     /// image, with a new epoch and the rest of its hours; `stop` ends it as `lost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_node_loss: Option<OnNodeLoss>,
+    /// Whether it is stopped after its GPUs have been idle (zero utilisation) for the
+    /// platform's idle time (`--idle-reclaim-minutes`, 5 by default). Default true; false keeps
+    /// it running however idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_reclaim: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -190,6 +195,10 @@ pub struct Reservation {
     /// Its fencing epoch: 1, plus one each time it was rescheduled off a lost node.
     #[serde(default)]
     pub epoch: i64,
+    /// Whether it is stopped (end reason `idle`) once its GPUs have been idle for the
+    /// platform's idle time.
+    #[serde(default)]
+    pub idle_reclaim: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

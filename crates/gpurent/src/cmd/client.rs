@@ -463,6 +463,7 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
             crate::cli::OnNodeLossArg::Reschedule => gpurent_types::OnNodeLoss::Reschedule,
             crate::cli::OnNodeLossArg::Stop => gpurent_types::OnNodeLoss::Stop,
         }),
+        idle_reclaim: args.no_idle_reclaim.then_some(false),
     };
     let r: Reservation = api
         .post(

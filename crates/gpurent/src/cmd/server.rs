@@ -86,6 +86,8 @@ pub async fn start(
             queue_timeout,
             scale,
             host_policy: host_policy(host),
+            idle_reclaim: (host.idle_reclaim_minutes > 0)
+                .then(|| std::time::Duration::from_secs(host.idle_reclaim_minutes * 60)),
             health_rules: health_rules(host),
             heartbeat_interval: liveness.heartbeat(),
             missed_heartbeats: liveness.missed_heartbeats.max(1),

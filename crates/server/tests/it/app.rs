@@ -28,6 +28,7 @@ pub struct TestAppBuilder {
     scale: Option<ScaleConfig>,
     agent_cpu: CpuSource,
     host_policy: Option<HostPolicy>,
+    idle_reclaim: Option<Duration>,
     liveness: Option<(Duration, u32)>,
     cuttable: bool,
 }
@@ -64,6 +65,7 @@ impl TestApp {
             scale: None,
             agent_cpu: CpuSource::default(),
             host_policy: None,
+            idle_reclaim: None,
             liveness: None,
             cuttable: false,
         }
@@ -164,6 +166,12 @@ impl TestAppBuilder {
         self
     }
 
+    /// Stop reservations whose GPUs have been idle this long (default: never, in tests).
+    pub fn with_idle_reclaim(mut self, idle: Duration) -> Self {
+        self.idle_reclaim = Some(idle);
+        self
+    }
+
     /// Agents report this CPU utilisation instead of the test machine's.
     pub fn with_agent_cpu(mut self, pct: u32) -> Self {
         self.agent_cpu = CpuSource::Fixed(pct);
@@ -233,6 +241,7 @@ impl TestAppBuilder {
         if let Some(scale) = self.scale.clone() {
             config.scale = scale;
         }
+        config.idle_reclaim = self.idle_reclaim;
         config.host_policy = self.host_policy.clone().unwrap_or(HostPolicy {
             min_disk_free_gb: 0,
             ..HostPolicy::default()

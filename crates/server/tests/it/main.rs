@@ -13,6 +13,7 @@ mod failover;
 mod fencing;
 mod health;
 mod idempotency;
+mod idle;
 mod lifecycle;
 mod logs;
 mod openapi;

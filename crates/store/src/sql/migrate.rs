@@ -60,6 +60,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "liveness",
         include_str!("../../migrations/0014_liveness.sql"),
     ),
+    (
+        15,
+        "idle_reclaim",
+        include_str!("../../migrations/0015_idle_reclaim.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

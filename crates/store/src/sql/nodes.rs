@@ -422,6 +422,38 @@ pub(crate) async fn release_gpus(conn: &mut AnyConnection, reservation_id: &str)
 /// The end reason of a reservation whose node was lost and whose tenant chose `stop`.
 pub(crate) const NODE_LOST: &str = "node_lost";
 
+/// Idle reclaim's clock: the running reservations holding a GPU that was busy in this sample
+/// (any utilisation; a shared GPU's counts for each of its reservations) were active now.
+async fn mark_active(
+    conn: &mut AnyConnection,
+    node_id: &str,
+    samples: &[gpurent_types::agent::GpuSample],
+    at: i64,
+) -> Result<()> {
+    let busy: Vec<&str> = samples
+        .iter()
+        .filter(|s| s.utilization_pct > 0 && !s.lost)
+        .map(|s| s.uuid.as_str())
+        .take(64)
+        .collect();
+    if busy.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = (0..busy.len()).map(|i| format!("${}", i + 3)).collect();
+    let sql = format!(
+        "UPDATE reservations SET last_active_at = $1
+         WHERE status = 'running' AND node_id = $2
+           AND id IN (SELECT reservation_id FROM allocations WHERE gpu_uuid IN ({}))",
+        list.join(", ")
+    );
+    let mut q = sqlx::query(&sql).bind(at).bind(node_id);
+    for uuid in busy {
+        q = q.bind(uuid);
+    }
+    q.execute(&mut *conn).await?;
+    Ok(())
+}
+
 /// Queues a reservation of a lost node again: billing ends at `fence_at` (the exact charge for
 /// the whole seconds it ran, under `charge:<id>:lost:<epoch>`, and its host's share under
 /// `earn:<id>:lost:<epoch>`, so at most once per epoch), its GPU memory is given back, and it
@@ -709,6 +741,9 @@ impl SqlStore {
             for report in reports {
                 changed |= apply_report(&mut tx, node_id, report, at).await?;
             }
+        }
+        if let Some(t) = &report.telemetry {
+            mark_active(&mut tx, node_id, &t.gpus, at).await?;
         }
         let known: HashSet<String> =
             sqlx::query_scalar::<_, String>("SELECT uuid FROM gpus WHERE node_id = $1")

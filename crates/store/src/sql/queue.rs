@@ -206,9 +206,9 @@ impl SqlStore {
                 bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
                 created_at, idempotency_key, request_hash, ports, price_step_s,
                 price_after, host_share_bps, priority, queued_at, queue_reason, type_key,
-                on_node_loss)
+                on_node_loss, idle_reclaim)
              VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, NULL, '[]', 1, $10, $11, $12,
-                $13, $14, $15, $16, $17, $18, $19, $20, $13, $21, $22, $23)",
+                $13, $14, $15, $16, $17, $18, $19, $20, $13, $21, $22, $23, $24)",
         )
         .bind(&id)
         .bind(&new.tenant_id)
@@ -233,6 +233,7 @@ impl SqlStore {
         .bind(&reason)
         .bind(key)
         .bind(new.on_node_loss.as_str())
+        .bind(i64::from(new.idle_reclaim))
         .execute(&mut *tx)
         .await;
         if let Err(e) = inserted {

@@ -486,9 +486,10 @@ impl SqlStore {
             "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
                 bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
                 created_at, idempotency_key, request_hash, ports, price_step_s,
-                price_after, host_share_bps, priority, placed_at, type_key, on_node_loss)
+                price_after, host_share_bps, priority, placed_at, type_key, on_node_loss,
+                idle_reclaim)
              VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13, $14,
-                $15, $16, $17, $18, $19, $20, $21, $22, $15, $23, $24)",
+                $15, $16, $17, $18, $19, $20, $21, $22, $15, $23, $24, $25)",
         )
         .bind(&id)
         .bind(&new.tenant_id)
@@ -514,6 +515,7 @@ impl SqlStore {
         .bind(quote.preemptible().then_some(quote.priority))
         .bind(new.gpu_type.key())
         .bind(new.on_node_loss.as_str())
+        .bind(i64::from(new.idle_reclaim))
         .execute(&mut *tx)
         .await;
         if let Err(e) = inserted {
@@ -829,6 +831,56 @@ impl ReservationStore for SqlStore {
             .await?;
             stop_meter(&mut tx, &id).await?;
             tracing::info!(reservation_id = %id, "reservation expired");
+            if let Some(node) = node {
+                if !nodes.contains(&node) {
+                    nodes.push(node);
+                }
+            }
+        }
+        // Nodes last, as in every transaction (see `sync_once`).
+        nodes.sort();
+        for node in &nodes {
+            bump_version(&mut tx, node).await?;
+        }
+        tx.commit().await?;
+        Ok(nodes)
+    }
+
+    async fn reclaim_idle(
+        &self,
+        idle_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>> {
+        let mut tx = self.begin().await?;
+        let due = sqlx::query(
+            "SELECT id, node_id FROM reservations
+             WHERE status = 'running' AND idle_reclaim <> 0
+               AND CASE WHEN last_active_at IS NULL OR last_active_at < started_at
+                        THEN started_at ELSE last_active_at END <= $1
+             ORDER BY id",
+        )
+        .bind(ts(idle_since))
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut nodes = Vec::new();
+        for row in due {
+            let id: String = row.try_get("id")?;
+            let node: Option<String> = row.try_get("node_id")?;
+            let stopped = sqlx::query(
+                "UPDATE reservations SET status = 'stopping', end_reason = 'idle',
+                    stop_requested_at = $1
+                 WHERE id = $2 AND status = 'running'",
+            )
+            .bind(ts(now))
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if stopped == 0 {
+                continue;
+            }
+            stop_meter(&mut tx, &id).await?;
+            tracing::info!(reservation_id = %id, "reservation stopped: its GPUs were idle");
             if let Some(node) = node {
                 if !nodes.contains(&node) {
                     nodes.push(node);

@@ -158,6 +158,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     request_hash: "h".into(),
                     queue: false,
                     on_node_loss: Default::default(),
+                    idle_reclaim: true,
                 };
                 reserved += 1;
                 // The node must look alive at this time.

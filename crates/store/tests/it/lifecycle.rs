@@ -25,6 +25,7 @@ fn request(tenant: &str, count: u32) -> NewReservation {
         request_hash: "h".into(),
         queue: false,
         on_node_loss: Default::default(),
+        idle_reclaim: true,
     }
 }
 

@@ -30,6 +30,7 @@ fn request(tenant: &str) -> NewReservation {
         request_hash: "h".into(),
         queue: false,
         on_node_loss: Default::default(),
+        idle_reclaim: true,
     }
 }
 

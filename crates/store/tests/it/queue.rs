@@ -25,6 +25,7 @@ fn request(tenant: &str, queue: bool) -> NewReservation {
         request_hash: "h".into(),
         queue,
         on_node_loss: Default::default(),
+        idle_reclaim: true,
     }
 }
 
