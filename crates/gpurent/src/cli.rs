@@ -375,6 +375,10 @@ pub struct HostArgs {
     /// unless it was made with `--no-idle-reclaim`; 0 never stops any.
     #[arg(long, value_name = "MINUTES", default_value_t = 5)]
     pub idle_reclaim_minutes: u64,
+    /// POST every event (`gpurent events`: GPU health breaches and recoveries) to this URL as
+    /// JSON (http://).
+    #[arg(long, value_name = "URL")]
+    pub alert_webhook: Option<String>,
 }
 
 #[derive(Debug, Args)]

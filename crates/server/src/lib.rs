@@ -2,6 +2,7 @@
 //! maintenance loop that expires reservations, places queued ones and judges elastic capacity. Handlers are thin: they parse, authorize,
 //! call one store intent and map the result.
 
+mod alerts;
 mod auth;
 mod bootstrap;
 mod elastic;
@@ -71,6 +72,8 @@ pub struct ServerConfig {
     /// Running reservations whose GPUs have been idle this long are stopped (end reason
     /// `idle`), unless they opted out; `None`: never.
     pub idle_reclaim: Option<Duration>,
+    /// Every event is POSTed here as JSON (`--alert-webhook`).
+    pub alert_webhook: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -88,6 +91,7 @@ impl Default for ServerConfig {
             host_policy: HostPolicy::default(),
             health_rules: HealthRules::default(),
             idle_reclaim: Some(Duration::from_secs(5 * 60)),
+            alert_webhook: None,
         }
     }
 }

@@ -33,6 +33,7 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
         }
     }
     crate::scheduler::pass(state).await?;
+    crate::alerts::deliver(state).await;
     let pruned = state
         .store
         .prune_idempotency_keys(now - crate::idempotency::KEEP_KEYS)

@@ -17,12 +17,14 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     pub wake: Arc<NodeWakers>,
     pub elastic: Arc<ElasticState>,
+    pub alerts: Arc<crate::alerts::AlertState>,
 }
 
 impl AppState {
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: ServerConfig) -> Self {
         AppState {
             elastic: Arc::new(ElasticState::new(&config.scale)),
+            alerts: Arc::default(),
             store,
             clock,
             config: Arc::new(config),

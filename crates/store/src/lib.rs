@@ -132,6 +132,9 @@ pub trait NodeStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> Result<bool>;
 
+    /// The id of the newest event (0 when there is none).
+    async fn last_event_id(&self) -> Result<i64>;
+
     /// Events after `after` (an event id; 0 for all), oldest first, at most `limit`.
     async fn events(&self, after: i64, limit: u32) -> Result<Vec<gpurent_types::api::Event>>;
 

@@ -86,6 +86,7 @@ pub async fn start(
             queue_timeout,
             scale,
             host_policy: host_policy(host),
+            alert_webhook: host.alert_webhook.clone(),
             idle_reclaim: (host.idle_reclaim_minutes > 0)
                 .then(|| std::time::Duration::from_secs(host.idle_reclaim_minutes * 60)),
             health_rules: health_rules(host),

@@ -29,6 +29,7 @@ pub struct TestAppBuilder {
     agent_cpu: CpuSource,
     host_policy: Option<HostPolicy>,
     idle_reclaim: Option<Duration>,
+    alert_webhook: Option<String>,
     liveness: Option<(Duration, u32)>,
     cuttable: bool,
 }
@@ -66,6 +67,7 @@ impl TestApp {
             agent_cpu: CpuSource::default(),
             host_policy: None,
             idle_reclaim: None,
+            alert_webhook: None,
             liveness: None,
             cuttable: false,
         }
@@ -166,6 +168,12 @@ impl TestAppBuilder {
         self
     }
 
+    /// POST every event to this URL.
+    pub fn with_alert_webhook(mut self, url: String) -> Self {
+        self.alert_webhook = Some(url);
+        self
+    }
+
     /// Stop reservations whose GPUs have been idle this long (default: never, in tests).
     pub fn with_idle_reclaim(mut self, idle: Duration) -> Self {
         self.idle_reclaim = Some(idle);
@@ -242,6 +250,7 @@ impl TestAppBuilder {
             config.scale = scale;
         }
         config.idle_reclaim = self.idle_reclaim;
+        config.alert_webhook = self.alert_webhook.clone();
         config.host_policy = self.host_policy.clone().unwrap_or(HostPolicy {
             min_disk_free_gb: 0,
             ..HostPolicy::default()

@@ -115,3 +115,52 @@ async fn events_are_for_admins_only() {
     assert_eq!((status, events), (StatusCode::OK, json!([])));
     app.shutdown().await;
 }
+
+/// Each event is POSTed to the alert webhook as it happens.
+#[tokio::test]
+async fn events_reach_the_alert_webhook() {
+    let got: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+    let router = axum::Router::new().route(
+        "/alerts",
+        axum::routing::post({
+            let got = got.clone();
+            move |axum::Json(v): axum::Json<Value>| async move {
+                got.lock().expect("lock").push(v);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/alerts", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let mut app = TestApp::with(Backend::Sqlite)
+        .with_alert_webhook(url)
+        .start()
+        .await;
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../agent/tests/fixtures/nvidia-h200/nvml-idle.json");
+    let gpus = Arc::new(FakeNvml::load(&probe).expect("fixture"));
+    app.add_node_with("h200-box", gpus.clone()).await;
+    // Let the alerts start after what existed before (nothing), then breach.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    gpus.inject(Faults {
+        ecc_uncorrected: Some(3),
+        ..Faults::default()
+    });
+    app.eventually("the alert", || async {
+        !got.lock().expect("lock").is_empty()
+    })
+    .await;
+    let alert = got.lock().expect("lock")[0].clone();
+    assert_eq!(alert["kind"], "node_unhealthy", "{alert}");
+    assert!(
+        alert["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("3 uncorrected ECC errors")),
+        "{alert}"
+    );
+    app.shutdown().await;
+}

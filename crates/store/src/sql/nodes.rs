@@ -918,6 +918,13 @@ impl NodeStore for SqlStore {
         Ok(issues.is_empty() && before.is_some())
     }
 
+    async fn last_event_id(&self) -> Result<i64> {
+        let last: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM events")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(last.unwrap_or(0))
+    }
+
     async fn events(&self, after: i64, limit: u32) -> Result<Vec<gpurent_types::api::Event>> {
         let rows = sqlx::query(
             "SELECT id, at, node_id, kind, detail FROM events WHERE id > $1 ORDER BY id LIMIT $2",
