@@ -7,6 +7,7 @@
 mod agent_restart;
 mod cli_flow;
 mod crash;
+mod failover_processes;
 mod sim;
 mod sim_replay;
 mod support;

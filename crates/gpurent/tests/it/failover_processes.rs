@@ -1,0 +1,102 @@
+//! Node loss with real processes: a control plane and two agents, each its own process and
+//! data dir; kill -9 the agent running a reservation, and it runs again on the other node with
+//! the next epoch within the node TTL and a tick or two.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{cli, eventually, read_token, Daemon};
+
+#[test]
+fn a_killed_agents_work_runs_on_the_other_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Daemon::start(
+        &[
+            "server",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &dir.path().join("server.log"),
+    );
+    let url = server.url.clone();
+    let admin = read_token(&data);
+    let mut agents = Vec::new();
+    for name in ["box-a", "box-b"] {
+        let join = cli(&url, Some(&admin), true, &["nodes", "join-token"]).json();
+        let agent_dir = dir.path().join(name);
+        let args = [
+            "--server",
+            url.as_str(),
+            "agent",
+            "--data-dir",
+            agent_dir.to_str().unwrap(),
+            "--name",
+            name,
+            "--sim-gpus",
+            "1xRTX4090",
+            "--executor",
+            "sim",
+            "--join-token",
+            join["token"].as_str().unwrap(),
+        ];
+        agents.push((
+            name,
+            Daemon::start_quiet(&args, &dir.path().join(format!("{name}.log"))),
+        ));
+    }
+    eventually("both agents to join", 30, || {
+        let nodes = cli(&url, Some(&admin), true, &["nodes", "ls"]).json();
+        nodes
+            .as_array()
+            .is_some_and(|ns| ns.len() == 2 && ns.iter().all(|n| n["status"] == "ready"))
+    });
+    let tenant = cli(
+        &url,
+        Some(&admin),
+        true,
+        &["users", "create", "pat", "--credit", "50"],
+    )
+    .json();
+    let token = tenant["token"].as_str().unwrap().to_owned();
+    let r = cli(
+        &url,
+        Some(&token),
+        true,
+        &["reserve", "--gpu", "rtx4090", "--hours", "1"],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    eventually("running", 30, || {
+        cli(&url, Some(&token), true, &["get", &id]).json()["status"] == "running"
+    });
+    let first = cli(&url, Some(&token), true, &["get", &id]).json();
+    let on = first["node"].as_str().unwrap().to_owned();
+    let (_, victim) = agents
+        .iter_mut()
+        .find(|(name, _)| *name == on)
+        .expect("the node's agent");
+    let killed = Instant::now();
+    victim.kill9();
+
+    eventually("the node to be lost", 20, || {
+        let nodes = cli(&url, Some(&admin), true, &["nodes", "ls"]).json();
+        nodes
+            .as_array()
+            .is_some_and(|ns| ns.iter().any(|n| n["name"] == on && n["status"] == "lost"))
+    });
+    let detected = killed.elapsed();
+    eventually("the reservation to run on the other node", 30, || {
+        let r = cli(&url, Some(&token), true, &["get", &id]).json();
+        r["status"] == "running" && r["node"] != on && r["epoch"] == 2
+    });
+    let recovered = killed.elapsed();
+    // The defaults: 2 s heartbeats, 3 missed: lost after 6 s and at most a tick more.
+    assert!(detected >= Duration::from_secs(5), "{detected:?}");
+    eprintln!(
+        "failover with processes: detected in {detected:?}, running elsewhere in {recovered:?}"
+    );
+    let check = cli(&url, Some(&admin), true, &["admin", "ledger-check"]);
+    assert_eq!(check.code, 0, "{check:?}");
+}
