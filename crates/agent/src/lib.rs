@@ -2,6 +2,7 @@
 //! what runs on the node with the desired state it pulls. Hardware sits behind two small
 //! traits, [`GpuBackend`] and [`Executor`], chosen at start-up.
 
+pub mod burn_in;
 mod client;
 pub mod cpu;
 mod error;
@@ -13,6 +14,7 @@ pub mod reconcile;
 mod run;
 mod stops;
 
+pub use burn_in::BurnInConfig;
 pub use client::{ControlPlane, RetryPolicy};
 pub use cpu::CpuSource;
 pub use error::AgentError;

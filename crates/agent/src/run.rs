@@ -13,6 +13,7 @@ use gpurent_types::agent::{
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::burn_in::{BurnIn, BurnInConfig};
 use crate::client::{ControlPlane, RetryPolicy};
 use crate::cpu::{CpuSampler, CpuSource};
 use crate::reconcile::{self, Action, Observed, ObservedState};
@@ -36,6 +37,8 @@ pub struct AgentConfig {
     pub retry: RetryPolicy,
     /// Where the CPU utilisation in the telemetry comes from (`/proc/stat` by default).
     pub cpu: CpuSource,
+    /// Periodic burn-in of the GPUs while the node is idle (off unless a command is given).
+    pub burn_in: Option<BurnInConfig>,
 }
 
 impl AgentConfig {
@@ -49,6 +52,7 @@ impl AgentConfig {
             lease: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             cpu: CpuSource::default(),
+            burn_in: None,
         }
     }
 }
@@ -161,9 +165,14 @@ impl Agent {
         let mut published: BTreeMap<(String, i64), Vec<PublishedPort>> = BTreeMap::new();
         let mut last_contact = Instant::now();
         let mut fenced = false;
+        let mut burn_in = BurnIn::new(self.config.burn_in.clone());
+        let gpu_uuids: Vec<String> = inventory.iter().map(|g| g.uuid.clone()).collect();
         while !*shutdown.borrow() {
             stops.reap();
             let actual = self.observe(&failures).await?;
+            burn_in
+                .step(!desired.is_empty() || !actual.is_empty(), &gpu_uuids)
+                .await;
             let mut instances = reconcile::reports(&desired, &actual);
             // An instance being stopped is reported once it is gone, not as it goes down
             // (when it may look exited for a moment).
@@ -180,7 +189,10 @@ impl Agent {
                 instances,
                 known_version,
                 wait_ms: Some(heartbeat_ms),
-                telemetry: self.telemetry().await,
+                telemetry: self.telemetry().await.map(|mut t| {
+                    t.burn_in = burn_in.state();
+                    t
+                }),
                 logs: self.new_output(&desired, &actual).await,
                 host: if known_version.is_none() {
                     Some(host.clone())
@@ -220,6 +232,10 @@ impl Agent {
                     fenced = false;
                     known_version = Some(response.version);
                     desired = response.assignments;
+                    if !desired.is_empty() {
+                        // Work landed (placed just before a burn-in began): it goes first.
+                        burn_in.step(true, &gpu_uuids).await;
+                    }
                     failures.retain(|id, f| {
                         desired
                             .iter()

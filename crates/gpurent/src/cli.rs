@@ -273,6 +273,17 @@ pub struct NodeArgs {
     /// The cgroup v2 directory the process executor puts instances under.
     #[arg(long, default_value = "/sys/fs/cgroup/gpurent")]
     pub cgroup_root: PathBuf,
+    /// Burn in the GPUs while the node is idle with this stress command (run with `sh -c`,
+    /// `CUDA_VISIBLE_DEVICES` and `GPURENT_BURN_IN_SECONDS` set; exit 0 passes). The node takes
+    /// no work meanwhile, nor after a failed run until one passes. Off when not given.
+    #[arg(long, value_name = "COMMAND")]
+    pub burn_in_command: Option<String>,
+    /// Minutes between burn-ins of an idle node.
+    #[arg(long, value_name = "MINUTES", default_value_t = 120)]
+    pub burn_in_every_mins: u64,
+    /// Minutes each burn-in runs (`GPURENT_BURN_IN_SECONDS`).
+    #[arg(long, value_name = "MINUTES", default_value_t = 10)]
+    pub burn_in_mins: u64,
 }
 
 /// Node liveness: agents sync every heartbeat; a node that misses this many in a row (the

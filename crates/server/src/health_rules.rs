@@ -3,7 +3,7 @@
 //! GPU fallen off the bus. A node with a GPU in breach is `unhealthy` and gets no new work
 //! until every GPU passes again.
 
-use gpurent_types::agent::GpuSample;
+use gpurent_types::agent::{BurnInState, GpuSample};
 use gpurent_types::api::HealthIssue;
 
 /// The thresholds.
@@ -27,6 +27,22 @@ impl Default for HealthRules {
             critical_xids: vec![48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120],
         }
     }
+}
+
+/// The node's burn-in as a breach: running (the GPUs are busy with it) or failed (until a run
+/// passes). Named for all the node's GPUs (`*`).
+pub fn burn_in_issue(state: Option<&BurnInState>) -> Option<HealthIssue> {
+    let state = state?;
+    let detail = match (&state.failed, state.running) {
+        (_, true) => "burn-in running".to_owned(),
+        (Some(why), false) => format!("burn-in failed: {why}"),
+        (None, false) => return None,
+    };
+    Some(HealthIssue {
+        gpu_uuid: "*".into(),
+        rule: "burn_in".into(),
+        detail,
+    })
 }
 
 /// Every breach of `rules` in the node's latest samples.

@@ -59,6 +59,9 @@ impl GpuInfo {
 /// One sample of a node's GPUs (and its CPU), sent with every heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
 pub struct NodeTelemetry {
+    /// A burn-in of the node's GPUs running now, or the last one failed (`None`: neither).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burn_in: Option<BurnInState>,
     pub driver_version: Option<String>,
     pub cuda_version: Option<String>,
     pub gpus: Vec<GpuSample>,
@@ -109,6 +112,15 @@ pub struct RegisterNode {
     /// The host as the agent found it, verified by the control plane before any work lands.
     #[serde(default)]
     pub host: Option<HostFacts>,
+}
+
+/// The periodic burn-in of a node's idle GPUs, as its agent reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BurnInState {
+    pub running: bool,
+    /// Why the last run failed; `None` when it passed (or none ran yet).
+    #[serde(default)]
+    pub failed: Option<String>,
 }
 
 /// What an agent finds of its host when it starts (host verification, `gpurent nodes ls`).

@@ -158,8 +158,9 @@ impl GpuBackend for FakeNvml {
                         .collect(),
                 })
                 .collect(),
-            // The agent adds the CPU (`crate::cpu`).
+            // The agent adds the CPU (`crate::cpu`) and its burn-in (`crate::burn_in`).
             cpu_utilization_pct: None,
+            burn_in: None,
         })
     }
 }

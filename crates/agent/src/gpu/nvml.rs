@@ -171,8 +171,9 @@ impl GpuBackend for NvmlGpus {
             driver_version: self.nvml.sys_driver_version().ok(),
             cuda_version: self.nvml.sys_cuda_driver_version().ok().map(cuda_version),
             gpus,
-            // The agent adds the CPU (`crate::cpu`).
+            // The agent adds the CPU (`crate::cpu`) and its burn-in (`crate::burn_in`).
             cpu_utilization_pct: None,
+            burn_in: None,
         })
     }
 }

@@ -130,8 +130,9 @@ impl GpuBackend for SimGpus {
                     processes: Vec::new(),
                 })
                 .collect(),
-            // The agent adds the CPU (`crate::cpu`).
+            // The agent adds the CPU (`crate::cpu`) and its burn-in (`crate::burn_in`).
             cpu_utilization_pct: None,
+            burn_in: None,
         })
     }
 }

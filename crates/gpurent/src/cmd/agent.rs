@@ -41,6 +41,14 @@ pub fn configure_liveness(config: &mut AgentConfig, liveness: &LivenessArgs, nod
     config.lease = node
         .lease_secs
         .map_or_else(|| liveness.default_lease(), std::time::Duration::from_secs);
+    config.burn_in = node
+        .burn_in_command
+        .clone()
+        .map(|command| gpurent_agent::BurnInConfig {
+            command,
+            every: std::time::Duration::from_secs(node.burn_in_every_mins * 60),
+            length: std::time::Duration::from_secs(node.burn_in_mins * 60),
+        });
 }
 
 async fn wait_agent(

@@ -15,7 +15,7 @@ use gpurent_types::api::ErrorBody;
 use crate::auth::{hash_token, new_token, AgentNode};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
-use crate::health_rules::breaches;
+use crate::health_rules::{breaches, burn_in_issue};
 use crate::state::AppState;
 use crate::verification::verify;
 
@@ -113,7 +113,8 @@ pub(crate) async fn sync(
     state.store.sync_node(&node_id, &body, state.now()).await?;
     // The GPUs' health, from this sample: a breach keeps the node out of placement.
     if let Some(telemetry) = &body.telemetry {
-        let issues = breaches(&state.config.health_rules, &telemetry.gpus);
+        let mut issues = breaches(&state.config.health_rules, &telemetry.gpus);
+        issues.extend(burn_in_issue(telemetry.burn_in.as_ref()));
         if !issues.is_empty() {
             tracing::warn!(%node_id, ?issues, "GPU health rules breached");
         }

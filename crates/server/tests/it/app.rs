@@ -30,6 +30,7 @@ pub struct TestAppBuilder {
     host_policy: Option<HostPolicy>,
     idle_reclaim: Option<Duration>,
     alert_webhook: Option<String>,
+    burn_in: Option<gpurent_agent::BurnInConfig>,
     liveness: Option<(Duration, u32)>,
     cuttable: bool,
 }
@@ -46,6 +47,7 @@ pub struct TestApp {
     pub clock: Option<ManualClock>,
     lease: Duration,
     agent_cpu: CpuSource,
+    burn_in: Option<gpurent_agent::BurnInConfig>,
     agents: Vec<RunningAgent>,
     /// Each agent's name, data dir, GPUs and executor, to restart it after `kill_agent`.
     agent_parts: Vec<AgentParts>,
@@ -68,6 +70,7 @@ impl TestApp {
             host_policy: None,
             idle_reclaim: None,
             alert_webhook: None,
+            burn_in: None,
             liveness: None,
             cuttable: false,
         }
@@ -165,6 +168,12 @@ impl TestAppBuilder {
     /// machine does not keep every node out).
     pub fn with_host_policy(mut self, policy: HostPolicy) -> Self {
         self.host_policy = Some(policy);
+        self
+    }
+
+    /// Agents burn their GPUs in while idle with this.
+    pub fn with_burn_in(mut self, burn_in: gpurent_agent::BurnInConfig) -> Self {
+        self.burn_in = Some(burn_in);
         self
     }
 
@@ -271,6 +280,7 @@ impl TestAppBuilder {
             clock: manual,
             lease: self.lease,
             agent_cpu: self.agent_cpu.clone(),
+            burn_in: self.burn_in.clone(),
             agents: Vec::new(),
             agent_parts: Vec::new(),
             cuttable: self.cuttable,
@@ -381,6 +391,7 @@ impl TestApp {
         config.heartbeat = Duration::from_millis(300);
         config.lease = self.lease;
         config.cpu = self.agent_cpu.clone();
+        config.burn_in = self.burn_in.clone();
         config.retry = RetryPolicy {
             tries: 3,
             delay: Duration::from_millis(100),

@@ -164,3 +164,45 @@ async fn events_reach_the_alert_webhook() {
     );
     app.shutdown().await;
 }
+
+/// Burn-in: an idle node runs the owner's stress command and takes no work meanwhile; between
+/// runs it is ready again, and work placed then stops further burn-ins.
+#[tokio::test]
+async fn an_idle_node_is_burnt_in_and_out_of_placement_meanwhile() {
+    let app = TestApp::with(Backend::Sqlite)
+        .with_burn_in(gpurent_agent::BurnInConfig {
+            command: "sleep 1".into(),
+            every: std::time::Duration::from_secs(3),
+            length: std::time::Duration::from_secs(5),
+        })
+        .with_sim_gpus("1xRTX4090")
+        .start()
+        .await;
+    app.eventually("the burn-in to run", || async {
+        node_status(&app).await["status"] == "unhealthy"
+    })
+    .await;
+    let node = node_status(&app).await;
+    assert_eq!(
+        node["health"],
+        json!([{"gpu_uuid": "*", "rule": "burn_in", "detail": "burn-in running"}])
+    );
+    app.eventually("the burn-in to pass", || async {
+        node_status(&app).await["status"] == "ready"
+    })
+    .await;
+    let alice = app.tenant("alice", "100").await;
+    let (status, r) = alice
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "hours": 1}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{r}");
+    let id = r["id"].as_str().expect("id").to_owned();
+    app.wait_status(&alice.client, &id, "running").await;
+    // Busy: no burn-in past its period.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert_eq!(node_status(&app).await["status"], "ready");
+    let kinds: Vec<String> = events(&app).await.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(kinds[..2], ["node_unhealthy", "node_healthy"]);
+    app.shutdown().await;
+}
