@@ -15,12 +15,28 @@ pub struct UnknownValue {
 }
 
 macro_rules! string_enum {
-    ($(#[$m:meta])* $name:ident, $what:literal { $($variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+    ($(#[doc = $doc:literal])* $name:ident, $what:literal { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[doc = $doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         pub enum $name {
             $(#[serde(rename = $text)] $variant),+
         }
+
+        // By hand: the derive does not see the `rename`s this macro writes, and would document
+        // the variants' Rust names instead of the strings on the wire.
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                let doc: &[&str] = &[$($doc),*];
+                let description = doc.iter().map(|l| l.trim()).collect::<Vec<_>>().join("\n");
+                utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .description((!description.is_empty()).then_some(description))
+                    .enum_values(Some([$($text),+]))
+                    .into()
+            }
+        }
+
+        impl ToSchema for $name {}
 
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
