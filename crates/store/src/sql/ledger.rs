@@ -39,6 +39,37 @@ pub(crate) fn host_part(charged: i64, share_bps: i64) -> i64 {
     i64::try_from(i128::from(charged) * i128::from(share_bps) / 10_000).unwrap_or(i64::MAX)
 }
 
+/// Pays a node's owner its share of what a reservation's running charge grew by, from
+/// `already` to `total` (each rounded down once, so the shares of every step add up to the
+/// share of the whole), under the transfer id `id`.
+#[allow(clippy::too_many_arguments)] // one transfer's fields
+pub(crate) async fn pay_host_share(
+    conn: &mut AnyConnection,
+    id: &str,
+    owner: &str,
+    node_id: Option<&str>,
+    reservation_id: &str,
+    already: i64,
+    total: i64,
+    share_bps: i64,
+    at: i64,
+) -> Result<bool> {
+    transfer(
+        conn,
+        Transfer {
+            id,
+            debit: PLATFORM_REVENUE,
+            credit: &earnings_account(owner),
+            amount: host_part(total, share_bps) - host_part(already, share_bps),
+            reservation_id: Some(reservation_id),
+            at,
+            kind: Kind::Earning,
+            node_id,
+        },
+    )
+    .await
+}
+
 /// What a transfer is for; the statements count `Charge` transfers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {

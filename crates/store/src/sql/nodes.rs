@@ -308,20 +308,16 @@ async fn finish(
         .await?;
     }
     if let Some(owner) = &owner {
-        let earned = ledger::host_part(total.micros(), share_bps)
-            - ledger::host_part(already.micros(), share_bps);
-        ledger::transfer(
+        ledger::pay_host_share(
             conn,
-            Transfer {
-                id: &format!("earn:{id}:final"),
-                debit: PLATFORM_REVENUE,
-                credit: &ledger::earnings_account(owner),
-                amount: earned,
-                reservation_id: Some(id),
-                at: now,
-                kind: Kind::Earning,
-                node_id: node_id.as_deref(),
-            },
+            &format!("earn:{id}:final"),
+            owner,
+            node_id.as_deref(),
+            id,
+            already.micros(),
+            total.micros(),
+            share_bps,
+            now,
         )
         .await?;
     }
@@ -552,20 +548,16 @@ async fn requeue_lost(
     )
     .await?;
     if let (Some(owner), Some(node)) = (&owner, &node_id) {
-        let earned = ledger::host_part(total.micros(), share_bps)
-            - ledger::host_part(already.micros(), share_bps);
-        ledger::transfer(
+        ledger::pay_host_share(
             conn,
-            Transfer {
-                id: &format!("earn:{id}:lost:{epoch}"),
-                debit: PLATFORM_REVENUE,
-                credit: &ledger::earnings_account(owner),
-                amount: earned,
-                reservation_id: Some(id),
-                at: fence_at,
-                kind: Kind::Earning,
-                node_id: Some(node),
-            },
+            &format!("earn:{id}:lost:{epoch}"),
+            owner,
+            Some(node),
+            id,
+            already.micros(),
+            total.micros(),
+            share_bps,
+            fence_at,
         )
         .await?;
         sqlx::query(
