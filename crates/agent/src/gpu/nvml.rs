@@ -1,24 +1,32 @@
 //! Real GPUs through NVML. `libnvidia-ml.so.1` is loaded when the agent starts, so the same
 //! binary runs on hosts without GPUs (where this backend reports that NVML is missing).
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
+use std::sync::Mutex;
 
 use gpurent_types::agent::{GpuInfo, GpuProcess, GpuSample, NodeTelemetry};
 use nvml_wrapper::enum_wrappers::device::{
     EccCounter, MemoryError, TemperatureSensor, TopologyLevel,
 };
+use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::Nvml;
+use nvml_wrapper::{EventSet, Nvml};
 
 use super::topology::switch_groups;
 use super::{cuda_version, mib, GpuBackend};
 use crate::AgentError;
 
 pub struct NvmlGpus {
-    nvml: Nvml,
+    /// Loaded once for the agent's life: the event set borrows it.
+    nvml: &'static Nvml,
     /// The UUIDs found by `discover`, by index: a GPU fallen off the bus is reported by it.
-    uuids: std::sync::Mutex<Vec<String>>,
+    uuids: Mutex<Vec<String>>,
+    /// Critical XID events of every GPU that supports them (registered by `discover`); None
+    /// where the driver offers none.
+    xid_events: Mutex<Option<EventSet<'static>>>,
 }
 
 impl std::fmt::Debug for NvmlGpus {
@@ -47,9 +55,71 @@ impl NvmlGpus {
                 ),
             })?;
         Ok(NvmlGpus {
-            nvml,
-            uuids: std::sync::Mutex::new(Vec::new()),
+            // Leaked on purpose: NVML stays loaded until the process exits, and the XID event
+            // set must borrow it for as long.
+            nvml: Box::leak(Box::new(nvml)),
+            uuids: Mutex::new(Vec::new()),
+            xid_events: Mutex::new(None),
         })
+    }
+
+    /// Registers every GPU that supports them for critical XID events, in one new set.
+    fn register_xid_events(&self, count: u32) -> Option<EventSet<'static>> {
+        let nvml: &'static Nvml = self.nvml;
+        let mut set = match nvml.create_event_set() {
+            Ok(set) => set,
+            Err(e) => {
+                tracing::warn!("XID events unavailable: {e}");
+                return None;
+            }
+        };
+        for index in 0..count {
+            let Ok(d) = nvml.device_by_index(index) else {
+                continue;
+            };
+            let supported = d
+                .supported_event_types()
+                .is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR));
+            if !supported {
+                continue;
+            }
+            // A failed registration frees the set (NVML leaves it undefined).
+            set = match d.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                Ok(set) => set,
+                Err(e) => {
+                    tracing::warn!("XID events unavailable on GPU {index}: {e}");
+                    return None;
+                }
+            };
+        }
+        Some(set)
+    }
+
+    /// The critical XIDs raised since the last call, by GPU UUID (never waits).
+    fn take_xids(&self) -> BTreeMap<String, Vec<u64>> {
+        let mut raised: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let Ok(guard) = self.xid_events.lock() else {
+            return raised;
+        };
+        let Some(set) = guard.as_ref() else {
+            return raised;
+        };
+        // Bounded, so a GPU raising events without end cannot hold up the heartbeat.
+        for _ in 0..1024 {
+            match set.wait(0) {
+                Ok(event) => {
+                    let Some(XidError::Value(xid)) = event.event_data else {
+                        continue;
+                    };
+                    if let Ok(uuid) = event.device.uuid() {
+                        raised.entry(uuid).or_default().push(xid);
+                    }
+                }
+                // Timeout: nothing more now. Anything else: read again on the next sample.
+                Err(_) => break,
+            }
+        }
+        raised
     }
 }
 
@@ -100,12 +170,18 @@ impl GpuBackend for NvmlGpus {
         if let Ok(mut uuids) = self.uuids.lock() {
             *uuids = gpus.iter().map(|g| g.uuid.clone()).collect();
         }
+        if let Ok(mut events) = self.xid_events.lock() {
+            if events.is_none() {
+                *events = self.register_xid_events(count);
+            }
+        }
         Ok(gpus)
     }
 
     fn sample(&self) -> Result<NodeTelemetry, AgentError> {
         let count = self.nvml.device_count().map_err(nvml_error("count GPUs"))?;
         let mut gpus = Vec::new();
+        let mut xids = self.take_xids();
         for index in 0..count {
             let d = match self.nvml.device_by_index(index) {
                 Ok(d) => d,
@@ -118,6 +194,8 @@ impl GpuBackend for NvmlGpus {
                         .and_then(|u| u.get(usize::try_from(index).ok()?).cloned());
                     if let Some(uuid) = known {
                         gpus.push(GpuSample {
+                            // XID 79 (fallen off the bus), when NVML raised it.
+                            xid_errors: xids.remove(&uuid).unwrap_or_default(),
                             uuid,
                             utilization_pct: 0,
                             memory_used_mb: 0,
@@ -125,7 +203,6 @@ impl GpuBackend for NvmlGpus {
                             power_mw: 0,
                             ecc_uncorrected: 0,
                             memory_total_mb: 0,
-                            xid_errors: Vec::new(),
                             lost: true,
                             processes: Vec::new(),
                         });
@@ -148,16 +225,15 @@ impl GpuBackend for NvmlGpus {
                 })
                 .collect();
             let memory = d.memory_info().ok();
+            let uuid = d.uuid().map_err(nvml_error("read a GPU's UUID"))?;
             gpus.push(GpuSample {
-                uuid: d.uuid().map_err(nvml_error("read a GPU's UUID"))?,
+                xid_errors: xids.remove(&uuid).unwrap_or_default(),
+                uuid,
                 // A reading the GPU does not support is shown as zero rather than failing the
                 // whole heartbeat.
                 utilization_pct: d.utilization_rates().map(|u| u.gpu).unwrap_or(0),
                 memory_used_mb: memory.as_ref().map(|m| mib(m.used)).unwrap_or(0),
                 memory_total_mb: memory.as_ref().map(|m| mib(m.total)).unwrap_or(0),
-                // XID events need an NVML event set; not read yet (the rule works from the
-                // fake backend and from any agent that reports them).
-                xid_errors: Vec::new(),
                 lost: false,
                 temperature_c: d.temperature(TemperatureSensor::Gpu).unwrap_or(0),
                 power_mw: d.power_usage().map(u64::from).unwrap_or(0),
