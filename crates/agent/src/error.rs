@@ -44,4 +44,9 @@ pub enum AgentError {
         reservation_id: String,
         message: String,
     },
+    #[error("checkpoint volume of reservation {reservation_id}: {message}")]
+    Checkpoint {
+        reservation_id: String,
+        message: String,
+    },
 }

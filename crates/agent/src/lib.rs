@@ -3,6 +3,7 @@
 //! traits, [`GpuBackend`] and [`Executor`], chosen at start-up.
 
 pub mod burn_in;
+pub mod checkpoint;
 mod client;
 pub mod cpu;
 mod error;
@@ -15,6 +16,7 @@ mod run;
 mod stops;
 
 pub use burn_in::BurnInConfig;
+pub use checkpoint::CheckpointConfig;
 pub use client::{ControlPlane, RetryPolicy};
 pub use cpu::CpuSource;
 pub use error::AgentError;

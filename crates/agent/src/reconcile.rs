@@ -144,6 +144,7 @@ mod tests {
             run,
             log_offset: 0,
             stop_grace_s: None,
+            checkpoint: false,
             ports: vec![],
         }
     }

@@ -18,7 +18,7 @@ use crate::client::{ControlPlane, RetryPolicy};
 use crate::cpu::{CpuSampler, CpuSource};
 use crate::reconcile::{self, Action, Observed, ObservedState};
 use crate::stops::Stops;
-use crate::{AgentError, Executor, GpuBackend, NodeIdentity};
+use crate::{AgentError, CheckpointConfig, Executor, GpuBackend, NodeIdentity};
 
 /// Output shipped with one sync, for one instance and for all.
 const LOG_BYTES_PER_INSTANCE: usize = 256 * 1024;
@@ -39,6 +39,8 @@ pub struct AgentConfig {
     pub cpu: CpuSource,
     /// Periodic burn-in of the GPUs while the node is idle (off unless a command is given).
     pub burn_in: Option<BurnInConfig>,
+    /// Where checkpoint volumes live, and the owner's hook for them.
+    pub checkpoint: CheckpointConfig,
 }
 
 impl AgentConfig {
@@ -46,13 +48,14 @@ impl AgentConfig {
         AgentConfig {
             server: server.to_owned(),
             join_token: None,
-            data_dir,
             name: name.to_owned(),
             heartbeat: Duration::from_secs(2),
             lease: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             cpu: CpuSource::default(),
             burn_in: None,
+            checkpoint: CheckpointConfig::new(data_dir.join("checkpoints")),
+            data_dir,
         }
     }
 }
@@ -139,7 +142,22 @@ impl Agent {
             gpus = inventory.len(),
             "agent running"
         );
-        let mut stops = Stops::new(Arc::clone(&self.executor));
+        let mut stops = Stops::new(
+            Arc::clone(&self.executor),
+            Some(Arc::new(self.config.checkpoint.clone())),
+        );
+        let running: Vec<String> = match self.executor.list().await {
+            Ok(instances) => instances.into_iter().map(|o| o.reservation_id).collect(),
+            Err(_) => Vec::new(),
+        };
+        let live: Vec<&str> = running.iter().map(String::as_str).collect();
+        let pruned = self.config.checkpoint.prune(&live);
+        if pruned > 0 {
+            tracing::info!(
+                pruned,
+                "removed checkpoint volumes untouched for longer than kept"
+            );
+        }
         let outcome = self
             .sync_loop(&identity, inventory, &mut stops, &mut shutdown)
             .await;
@@ -385,7 +403,14 @@ impl Agent {
             Action::Start(a) if stops.contains(&a.reservation_id) => false,
             Action::Start(a) => {
                 failures.remove(&a.reservation_id);
-                if let Err(e) = self.executor.start(&a).await {
+                let started = match a.checkpoint {
+                    true => match self.config.checkpoint.prepare(&a).await {
+                        Ok(volume) => self.executor.start(&a, Some(&volume)).await,
+                        Err(e) => Err(e),
+                    },
+                    false => self.executor.start(&a, None).await,
+                };
+                if let Err(e) = started {
                     tracing::warn!(reservation_id = %a.reservation_id, error = %e, "start failed");
                     failures.insert(
                         a.reservation_id.clone(),

@@ -7,20 +7,26 @@ use std::time::Duration;
 
 use tokio::task::{Id, JoinSet};
 
-use crate::{AgentError, Executor};
+use crate::{AgentError, CheckpointConfig, Executor};
 
 #[derive(Debug)]
 pub(crate) struct Stops {
     executor: Arc<dyn Executor>,
+    /// Saved through the owner's hook once an instance with a volume has stopped.
+    checkpoints: Option<Arc<CheckpointConfig>>,
     tasks: JoinSet<Result<(), AgentError>>,
     /// The reservation each task stops.
     in_flight: BTreeMap<Id, String>,
 }
 
 impl Stops {
-    pub(crate) fn new(executor: Arc<dyn Executor>) -> Self {
+    pub(crate) fn new(
+        executor: Arc<dyn Executor>,
+        checkpoints: Option<Arc<CheckpointConfig>>,
+    ) -> Self {
         Stops {
             executor,
+            checkpoints,
             tasks: JoinSet::new(),
             in_flight: BTreeMap::new(),
         }
@@ -41,10 +47,15 @@ impl Stops {
             return false;
         }
         let executor = Arc::clone(&self.executor);
+        let checkpoints = self.checkpoints.clone();
         let id = reservation_id.to_owned();
-        let handle = self
-            .tasks
-            .spawn(async move { executor.stop(&id, grace).await });
+        let handle = self.tasks.spawn(async move {
+            executor.stop(&id, grace).await?;
+            if let Some(checkpoints) = checkpoints {
+                checkpoints.save(&id).await;
+            }
+            Ok(())
+        });
         tracing::info!(reservation_id, ?grace, "stopping instance");
         self.in_flight
             .insert(handle.id(), reservation_id.to_owned());
@@ -131,6 +142,7 @@ mod tests {
             ports: vec![],
             log_offset: 0,
             stop_grace_s: None,
+            checkpoint: false,
         }
     }
 
@@ -141,7 +153,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let executor =
             Arc::new(ProcessExecutor::new(dir.path(), None, ResourcesPerGpu::default()).unwrap());
-        executor.start(&stubborn("r1")).await.unwrap();
+        executor.start(&stubborn("r1"), None).await.unwrap();
         let ready = dir.path().join("instances/r1/ready");
         for _ in 0..200 {
             if ready.exists() {
@@ -149,7 +161,7 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let mut stops = Stops::new(executor.clone());
+        let mut stops = Stops::new(executor.clone(), None);
         assert!(stops.start("r1", Some(Duration::from_secs(1))));
         assert!(stops.contains("r1") && !stops.contains("r2"));
         // The caller goes on meanwhile, and the same instance is not stopped again.

@@ -284,6 +284,19 @@ pub struct NodeArgs {
     /// Minutes each burn-in runs (`GPURENT_BURN_IN_SECONDS`).
     #[arg(long, value_name = "MINUTES", default_value_t = 10)]
     pub burn_in_mins: u64,
+    /// Where the checkpoint volumes of reservations made with `--checkpoint` live, one
+    /// directory each (default DATA_DIR/checkpoints). Mount the same shared storage here on
+    /// every node and a run rescheduled after a node loss finds what the last one saved.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Restores a checkpoint volume before each start and saves it after each stop (run with
+    /// `sh -c`; `GPURENT_CHECKPOINT_ACTION` is `restore` or `save`, `GPURENT_CHECKPOINT_DIR`
+    /// and `GPURENT_RESERVATION_ID` are set): for checkpoints kept in object storage.
+    #[arg(long, value_name = "COMMAND")]
+    pub checkpoint_hook: Option<String>,
+    /// Days a checkpoint volume no instance uses is kept (removed when the agent starts).
+    #[arg(long, value_name = "DAYS", default_value_t = 7)]
+    pub checkpoint_keep_days: u64,
 }
 
 /// Node liveness: agents sync every heartbeat; a node that misses this many in a row (the
@@ -522,6 +535,10 @@ pub struct ReserveArgs {
     /// platform's idle time, `--idle-reclaim-minutes` of `up`/`server`, 5).
     #[arg(long)]
     pub no_idle_reclaim: bool,
+    /// Give the instance a checkpoint volume (`$GPURENT_CHECKPOINT_DIR`, `/checkpoint` in a
+    /// container) that a rescheduled run finds again, on nodes that share checkpoint storage.
+    #[arg(long)]
+    pub checkpoint: bool,
     /// Makes a retried reservation happen once.
     #[arg(long)]
     pub idempotency_key: Option<String>,

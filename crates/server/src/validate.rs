@@ -119,6 +119,7 @@ pub fn reservation(
         queue: body.queue,
         on_node_loss: body.on_node_loss.unwrap_or_default(),
         idle_reclaim: body.idle_reclaim.unwrap_or(true),
+        checkpoint: body.checkpoint,
     })
 }
 

@@ -85,6 +85,8 @@ pub struct NewReservation {
     pub on_node_loss: gpurent_types::OnNodeLoss,
     /// Stopped when its GPUs have been idle for the platform's idle time.
     pub idle_reclaim: bool,
+    /// Its instance gets a checkpoint volume that outlives it.
+    pub checkpoint: bool,
 }
 
 /// A reservation waiting in the queue, as the scheduling pass reads it.

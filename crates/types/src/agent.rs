@@ -172,6 +172,9 @@ pub struct Assignment {
     /// instance gets its notice this way); `None`: the agent's default.
     #[serde(default)]
     pub stop_grace_s: Option<u64>,
+    /// Mount the reservation's checkpoint volume (kept across epochs and restarts).
+    #[serde(default)]
+    pub checkpoint: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

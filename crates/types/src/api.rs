@@ -143,6 +143,11 @@ pub struct CreateReservation {
     /// it running however idle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_reclaim: Option<bool>,
+    /// Give the instance a checkpoint volume (`GPURENT_CHECKPOINT_DIR`, `/checkpoint` in a
+    /// container) that outlives it: a run rescheduled after a node loss finds what the last
+    /// one saved there, where the nodes share the owner's checkpoint storage.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checkpoint: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -199,6 +204,9 @@ pub struct Reservation {
     /// platform's idle time.
     #[serde(default)]
     pub idle_reclaim: bool,
+    /// Whether its instance gets a checkpoint volume that outlives it.
+    #[serde(default)]
+    pub checkpoint: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -6,6 +6,7 @@
 //! (adopts) its containers instead of starting them again.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -57,6 +58,8 @@ fn is_not_found(e: &bollard::errors::Error) -> bool {
     )
 }
 
+/// Where a container sees its checkpoint volume.
+const CHECKPOINT_MOUNT: &str = "/checkpoint";
 /// How long past the grace period a stop request may take (the kill and the Engine's answer).
 const STOP_SLACK: Duration = Duration::from_secs(30);
 
@@ -147,7 +150,7 @@ impl Executor for DockerExecutor {
         "docker"
     }
 
-    async fn start(&self, a: &Assignment) -> Result<(), AgentError> {
+    async fn start(&self, a: &Assignment, volume: Option<&Path>) -> Result<(), AgentError> {
         let id = &a.reservation_id;
         let image = a.image.clone().ok_or_else(|| {
             docker_error("start", id, "the docker executor needs an image (--image)")
@@ -160,6 +163,10 @@ impl Executor for DockerExecutor {
         env.push(format!("NVIDIA_VISIBLE_DEVICES={visible}"));
         env.push(format!("CUDA_VISIBLE_DEVICES={visible}"));
         env.push(format!("GPURENT_RESERVATION_ID={id}"));
+        env.push(format!("GPURENT_EPOCH={}", a.epoch));
+        if volume.is_some() {
+            env.push(format!("GPURENT_CHECKPOINT_DIR={CHECKPOINT_MOUNT}"));
+        }
         let labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
             (LABEL_RESERVATION.to_owned(), id.clone()),
@@ -167,6 +174,9 @@ impl Executor for DockerExecutor {
         ]);
         let exposed: Vec<String> = a.ports.iter().map(|p| format!("{p}/tcp")).collect();
         let mut host_config = self.host_config(a);
+        if let Some(volume) = volume {
+            host_config.binds = Some(vec![format!("{}:{CHECKPOINT_MOUNT}:rw", volume.display())]);
+        }
         if !exposed.is_empty() {
             // Each port on a free port of the node, chosen by the Engine.
             let bindings = exposed

@@ -7,6 +7,7 @@ pub mod docker;
 mod process;
 mod sim;
 
+use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -25,8 +26,10 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
     /// Reported to the control plane and shown in `gpurent nodes ls`.
     fn name(&self) -> &'static str;
 
-    /// Starts the workload of an assignment.
-    async fn start(&self, assignment: &Assignment) -> Result<(), AgentError>;
+    /// Starts the workload of an assignment, with its checkpoint volume (a directory of the
+    /// node) when it has one.
+    async fn start(&self, assignment: &Assignment, volume: Option<&Path>)
+        -> Result<(), AgentError>;
 
     /// Stops and removes a reservation's workload: SIGTERM, then SIGKILL once `grace` is over
     /// (None: the executor's default). Stopping what is gone is not an error.

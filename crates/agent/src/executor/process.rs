@@ -175,7 +175,7 @@ impl Executor for ProcessExecutor {
         "process"
     }
 
-    async fn start(&self, a: &Assignment) -> Result<(), AgentError> {
+    async fn start(&self, a: &Assignment, volume: Option<&Path>) -> Result<(), AgentError> {
         let id = &a.reservation_id;
         let Some((program, args)) = a.command.split_first() else {
             return Err(exec_error(
@@ -218,6 +218,7 @@ impl Executor for ProcessExecutor {
             .env("CUDA_VISIBLE_DEVICES", &visible)
             .env("NVIDIA_VISIBLE_DEVICES", &visible)
             .env("GPURENT_RESERVATION_ID", id)
+            .env("GPURENT_EPOCH", a.epoch.to_string())
             .envs(&a.env)
             .stdin(std::process::Stdio::null())
             .stdout(output)
@@ -226,6 +227,9 @@ impl Executor for ProcessExecutor {
             .kill_on_drop(false);
         if let Some(ld) = std::env::var_os("LD_LIBRARY_PATH") {
             command.env("LD_LIBRARY_PATH", ld);
+        }
+        if let Some(volume) = volume {
+            command.env("GPURENT_CHECKPOINT_DIR", volume);
         }
         let child = command.spawn().map_err(|e| exec_error("start", id, e))?;
         let pgid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);

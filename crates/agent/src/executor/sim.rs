@@ -2,6 +2,7 @@
 //! A command of `exit N` ends at once with code N, to exercise workloads that finish.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ impl Executor for SimExecutor {
         "sim"
     }
 
-    async fn start(&self, a: &Assignment) -> Result<(), AgentError> {
+    async fn start(&self, a: &Assignment, _volume: Option<&Path>) -> Result<(), AgentError> {
         let state = match a.command.as_slice() {
             [exit, code] if exit == "exit" => ObservedState::Exited(code.parse().unwrap_or(1)),
             _ => ObservedState::Running,

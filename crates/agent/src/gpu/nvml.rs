@@ -6,10 +6,10 @@ use std::ffi::OsStr;
 use std::sync::Mutex;
 
 use gpurent_types::agent::{GpuInfo, GpuProcess, GpuSample, NodeTelemetry};
+use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     EccCounter, MemoryError, TemperatureSensor, TopologyLevel,
 };
-use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;

@@ -128,6 +128,7 @@ fn assignment(id: &str, gpus: &[&str], script: &str) -> Assignment {
         ports: vec![],
         log_offset: 0,
         stop_grace_s: None,
+        checkpoint: false,
     }
 }
 

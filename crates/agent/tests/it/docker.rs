@@ -54,6 +54,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
         run: true,
         log_offset: 0,
         stop_grace_s: None,
+        checkpoint: false,
         ports: vec![],
     }
 }
@@ -62,7 +63,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
 async fn containers_are_confined_and_labelled() {
     let Some(e) = docker().await else { return };
     let id = unique("limits");
-    e.start(&assignment(&id, "echo hi; sleep 300"))
+    e.start(&assignment(&id, "echo hi; sleep 300"), None)
         .await
         .unwrap();
     wait_for(&e, &id, ObservedState::Running).await;
@@ -118,23 +119,26 @@ async fn containers_are_confined_and_labelled() {
 async fn exit_codes_are_reported() {
     let Some(e) = docker().await else { return };
     let id = unique("exit");
-    e.start(&assignment(&id, "exit 3")).await.unwrap();
+    e.start(&assignment(&id, "exit 3"), None).await.unwrap();
     wait_for(&e, &id, ObservedState::Exited(3)).await;
     e.stop(&id, None).await.unwrap();
     let mut no_image = assignment(&unique("noimage"), "true");
     no_image.image = None;
-    let err = e.start(&no_image).await.unwrap_err();
+    let err = e.start(&no_image, None).await.unwrap_err();
     assert!(err.to_string().contains("needs an image"), "{err}");
     let mut missing = assignment(&unique("missing"), "true");
     missing.image = Some("gpurent-test/does-not-exist:1".into());
-    assert!(e.start(&missing).await.is_err());
+    assert!(e.start(&missing, None).await.is_err());
 }
 
 #[tokio::test]
 async fn a_new_agent_adopts_running_containers() {
     let Some(first) = docker().await else { return };
     let id = unique("adopt");
-    first.start(&assignment(&id, "sleep 300")).await.unwrap();
+    first
+        .start(&assignment(&id, "sleep 300"), None)
+        .await
+        .unwrap();
     wait_for(&first, &id, ObservedState::Running).await;
     drop(first);
     let second = docker().await.unwrap();
@@ -162,7 +166,7 @@ async fn ports_are_published_on_free_node_ports() {
     let id = unique("ports");
     let mut a = assignment(&id, "sleep 300");
     a.ports = vec![8888, 6006];
-    e.start(&a).await.unwrap();
+    e.start(&a, None).await.unwrap();
     wait_for(&e, &id, ObservedState::Running).await;
     let published = e.published_ports(&a).await;
     assert_eq!(
@@ -189,10 +193,13 @@ async fn output_of(e: &DockerExecutor, id: &str) -> String {
 async fn stop_gives_the_container_its_grace_period_then_kills_it() {
     let Some(e) = docker().await else { return };
     let id = unique("grace");
-    e.start(&assignment(
-        &id,
-        "trap 'echo got-term' TERM; echo ready; while true; do sleep 0.1; done",
-    ))
+    e.start(
+        &assignment(
+            &id,
+            "trap 'echo got-term' TERM; echo ready; while true; do sleep 0.1; done",
+        ),
+        None,
+    )
     .await
     .unwrap();
     wait_for(&e, &id, ObservedState::Running).await;
@@ -219,4 +226,29 @@ async fn stop_gives_the_container_its_grace_period_then_kills_it() {
     assert!(told, "the container was not told by SIGTERM");
     assert!(took >= Duration::from_millis(2500), "killed after {took:?}");
     assert_eq!(state_of(&e, &id).await, None);
+}
+
+/// A container sees its checkpoint volume at /checkpoint, writable, and its epoch.
+#[tokio::test]
+async fn the_checkpoint_volume_is_mounted() {
+    let Some(e) = docker().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let volume = dir.path().join("volume");
+    std::fs::create_dir(&volume).unwrap();
+    std::fs::write(volume.join("step"), "41\n").unwrap();
+    let id = unique("ckpt");
+    let script = r#"n=$(cat "$GPURENT_CHECKPOINT_DIR/step"); echo "epoch $GPURENT_EPOCH at $GPURENT_CHECKPOINT_DIR from $n"; echo $((n + 1)) > "$GPURENT_CHECKPOINT_DIR/step""#;
+    e.start(&assignment(&id, script), Some(&volume))
+        .await
+        .unwrap();
+    wait_for(&e, &id, ObservedState::Exited(0)).await;
+    assert_eq!(
+        output_of(&e, &id).await.trim(),
+        "epoch 3 at /checkpoint from 41"
+    );
+    e.stop(&id, None).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(volume.join("step")).unwrap().trim(),
+        "42"
+    );
 }

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent;
+mod checkpoint;
 mod docker;
 mod process;
 mod support;

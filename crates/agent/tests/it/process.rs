@@ -23,6 +23,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
         run: true,
         log_offset: 0,
         stop_grace_s: None,
+        checkpoint: false,
         ports: vec![],
     }
 }
@@ -44,7 +45,7 @@ async fn runs_with_its_gpus_and_only_its_environment() {
     let e = executor(dir.path());
     // Cargo runs tests with CARGO_PKG_NAME in their environment: the workload must not see it.
     assert!(std::env::var("CARGO_PKG_NAME").is_ok());
-    e.start(&assignment("r1", "echo visible=$CUDA_VISIBLE_DEVICES model=$MODEL id=$GPURENT_RESERVATION_ID leaked=${CARGO_PKG_NAME:-none}; sleep 30")).await.unwrap();
+    e.start(&assignment("r1", "echo visible=$CUDA_VISIBLE_DEVICES model=$MODEL id=$GPURENT_RESERVATION_ID leaked=${CARGO_PKG_NAME:-none}; sleep 30"), None).await.unwrap();
     wait_for(&e, "r1", ObservedState::Running).await;
     let mut output = String::new();
     for _ in 0..100 {
@@ -76,11 +77,11 @@ async fn runs_with_its_gpus_and_only_its_environment() {
 async fn exit_codes_are_reported() {
     let dir = tempfile::tempdir().unwrap();
     let e = executor(dir.path());
-    e.start(&assignment("ok", "exit 0")).await.unwrap();
-    e.start(&assignment("bad", "exit 3")).await.unwrap();
+    e.start(&assignment("ok", "exit 0"), None).await.unwrap();
+    e.start(&assignment("bad", "exit 3"), None).await.unwrap();
     let mut missing = assignment("missing", "");
     missing.command = vec!["/nonexistent/program".into()];
-    e.start(&missing).await.unwrap();
+    e.start(&missing, None).await.unwrap();
     wait_for(&e, "ok", ObservedState::Exited(0)).await;
     wait_for(&e, "bad", ObservedState::Exited(3)).await;
     wait_for(&e, "missing", ObservedState::Exited(127)).await;
@@ -94,10 +95,13 @@ async fn exit_codes_are_reported() {
 async fn stop_ends_the_whole_process_group_even_when_it_ignores_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let e = executor(dir.path());
-    e.start(&assignment(
-        "stubborn",
-        "trap '' TERM; sleep 300 & echo $! > child.pid; wait",
-    ))
+    e.start(
+        &assignment(
+            "stubborn",
+            "trap '' TERM; sleep 300 & echo $! > child.pid; wait",
+        ),
+        None,
+    )
     .await
     .unwrap();
     wait_for(&e, "stubborn", ObservedState::Running).await;
@@ -131,7 +135,7 @@ async fn stop_gives_the_workload_its_grace_period_then_kills_it() {
     );
     a.env
         .insert("MARKER".into(), marker.to_string_lossy().into_owned());
-    e.start(&a).await.unwrap();
+    e.start(&a, None).await.unwrap();
     // Written once the trap is set.
     let shell = read_pid(&dir.path().join("got-term.pid")).await;
     let began = Instant::now();
@@ -155,7 +159,10 @@ async fn stop_gives_the_workload_its_grace_period_then_kills_it() {
 async fn a_restarted_agent_adopts_running_instances() {
     let dir = tempfile::tempdir().unwrap();
     let first = executor(dir.path());
-    first.start(&assignment("long", "sleep 300")).await.unwrap();
+    first
+        .start(&assignment("long", "sleep 300"), None)
+        .await
+        .unwrap();
     wait_for(&first, "long", ObservedState::Running).await;
     // The agent dies (its executor is dropped without stopping anything) and a new one starts
     // over the same data dir.
@@ -178,10 +185,10 @@ async fn a_restarted_agent_adopts_running_instances() {
 async fn gpu_processes_are_attributed_to_their_reservation() {
     let dir = tempfile::tempdir().unwrap();
     let e = executor(dir.path());
-    e.start(&assignment(
-        "owner",
-        "sleep 300 & echo $! > child.pid; wait",
-    ))
+    e.start(
+        &assignment("owner", "sleep 300 & echo $! > child.pid; wait"),
+        None,
+    )
     .await
     .unwrap();
     let child = read_pid(&dir.path().join("instances/owner/child.pid")).await;
@@ -211,9 +218,12 @@ async fn cgroup_limits_are_applied_where_cgroup_v2_is_writable() {
     };
     let e = ProcessExecutor::new(dir.path(), Some(root), resources).unwrap();
     assert!(e.is_confined());
-    e.start(&assignment("limited", "cat /proc/self/cgroup; sleep 300"))
-        .await
-        .unwrap();
+    e.start(
+        &assignment("limited", "cat /proc/self/cgroup; sleep 300"),
+        None,
+    )
+    .await
+    .unwrap();
     wait_for(&e, "limited", ObservedState::Running).await;
     let cg = root.join("limited");
     // Two GPUs: twice the per-GPU CPUs and memory.

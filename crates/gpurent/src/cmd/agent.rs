@@ -18,7 +18,7 @@ pub async fn run(args: AgentArgs, server: &str) -> anyhow::Result<()> {
     let (gpus, executor) = backends(&args.node, &name, &args.data_dir, false).await?;
     let mut config = AgentConfig::new(server, args.data_dir.clone(), &name);
     config.join_token = args.join_token.clone();
-    configure_liveness(&mut config, &args.liveness, &args.node);
+    configure_node(&mut config, &args.liveness, &args.node);
     let agent = Agent::new(config, gpus, executor);
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(agent.run(stopped));
@@ -33,10 +33,10 @@ pub async fn run(args: AgentArgs, server: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The agent's heartbeat, and its lease: `--lease-secs`, else a heartbeat less than the node
-/// TTL, so that an agent cut off from the control plane stops its work before the control
-/// plane reschedules it.
-pub fn configure_liveness(config: &mut AgentConfig, liveness: &LivenessArgs, node: &NodeArgs) {
+/// The agent's node flags: its heartbeat, and its lease (`--lease-secs`, else a heartbeat less
+/// than the node TTL, so that an agent cut off from the control plane stops its work before the
+/// control plane reschedules it); burn-in; checkpoint volumes.
+pub fn configure_node(config: &mut AgentConfig, liveness: &LivenessArgs, node: &NodeArgs) {
     config.heartbeat = liveness.heartbeat();
     config.lease = node
         .lease_secs
@@ -49,6 +49,11 @@ pub fn configure_liveness(config: &mut AgentConfig, liveness: &LivenessArgs, nod
             every: std::time::Duration::from_secs(node.burn_in_every_mins * 60),
             length: std::time::Duration::from_secs(node.burn_in_mins * 60),
         });
+    if let Some(dir) = &node.checkpoint_dir {
+        config.checkpoint.root.clone_from(dir);
+    }
+    config.checkpoint.hook.clone_from(&node.checkpoint_hook);
+    config.checkpoint.keep = std::time::Duration::from_secs(node.checkpoint_keep_days * 24 * 3600);
 }
 
 async fn wait_agent(

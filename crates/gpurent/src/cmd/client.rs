@@ -464,6 +464,7 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
             crate::cli::OnNodeLossArg::Stop => gpurent_types::OnNodeLoss::Stop,
         }),
         idle_reclaim: args.no_idle_reclaim.then_some(false),
+        checkpoint: args.checkpoint,
     };
     let r: Reservation = api
         .post(

@@ -37,7 +37,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let name = super::agent::host_name();
     let (gpus, executor) = super::agent::backends(&args.node, &name, &agent_dir, true).await?;
     let mut config = AgentConfig::new(&base, agent_dir.clone(), &name);
-    super::agent::configure_liveness(&mut config, &args.liveness, &args.node);
+    super::agent::configure_node(&mut config, &args.liveness, &args.node);
     if NodeIdentity::load(&agent_dir)?.is_none() {
         // The local agent joins like any other: with a join token, over HTTP.
         let admin = store

@@ -1,6 +1,8 @@
 //! Node loss with real processes: a control plane and two agents, each its own process and
-//! data dir; kill -9 the agent running a reservation, and it runs again on the other node with
-//! the next epoch within the node TTL and a tick or two.
+//! data dir; kill -9 the agent running a reservation (and its instance: the machine is gone),
+//! and it runs again on the other node with the next epoch within the node TTL and a tick or
+//! two, resuming from what the first run left in its checkpoint volume (storage both nodes
+//! share).
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +24,12 @@ fn a_killed_agents_work_runs_on_the_other_node() {
     );
     let url = server.url.clone();
     let admin = read_token(&data);
+    let shared = dir.path().join("checkpoints");
+    let hook_log = dir.path().join("hook.log");
+    let hook = format!(
+        "echo \"$GPURENT_CHECKPOINT_ACTION ${{GPURENT_EPOCH:-}}\" >> {}",
+        hook_log.display()
+    );
     let mut agents = Vec::new();
     for name in ["box-a", "box-b"] {
         let join = cli(&url, Some(&admin), true, &["nodes", "join-token"]).json();
@@ -37,7 +45,14 @@ fn a_killed_agents_work_runs_on_the_other_node() {
             "--sim-gpus",
             "1xRTX4090",
             "--executor",
-            "sim",
+            "process",
+            // Not the machine's cgroup tree: this test is about node loss, not limits.
+            "--cgroup-root",
+            "/nonexistent/gpurent",
+            "--checkpoint-dir",
+            shared.to_str().unwrap(),
+            "--checkpoint-hook",
+            &hook,
             "--join-token",
             join["token"].as_str().unwrap(),
         ];
@@ -64,7 +79,20 @@ fn a_killed_agents_work_runs_on_the_other_node() {
         &url,
         Some(&token),
         true,
-        &["reserve", "--gpu", "rtx4090", "--hours", "1"],
+        &[
+            "reserve",
+            "--gpu",
+            "rtx4090",
+            "--hours",
+            "1",
+            "--checkpoint",
+            "--",
+            "sh",
+            "-c",
+            "n=$(cat \"$GPURENT_CHECKPOINT_DIR/n\" 2>/dev/null || echo 0); \
+             echo \"epoch $GPURENT_EPOCH resumed from $n\"; \
+             echo $((n + 1)) > \"$GPURENT_CHECKPOINT_DIR/n\"; exec sleep 600",
+        ],
     );
     assert_eq!(r.code, 0, "{r:?}");
     let id = r.json()["id"].as_str().unwrap().to_owned();
@@ -77,8 +105,22 @@ fn a_killed_agents_work_runs_on_the_other_node() {
         .iter_mut()
         .find(|(name, _)| *name == on)
         .expect("the node's agent");
+    let volume = shared.join(&id);
+    eventually("the first run to checkpoint", 30, || {
+        std::fs::read_to_string(volume.join("n")).is_ok_and(|n| n.trim() == "1")
+    });
     let killed = Instant::now();
     victim.kill9();
+    // The machine is gone with its agent: its instance too.
+    let instance = dir.path().join(&on).join("instances").join(&id);
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(instance.join("instance.json")).unwrap()).unwrap();
+    let pgid = file["pgid"].as_i64().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status()
+        .unwrap();
+    assert!(status.success());
 
     eventually("the node to be lost", 20, || {
         let nodes = cli(&url, Some(&admin), true, &["nodes", "ls"]).json();
@@ -99,4 +141,27 @@ fn a_killed_agents_work_runs_on_the_other_node() {
     );
     let check = cli(&url, Some(&admin), true, &["admin", "ledger-check"]);
     assert_eq!(check.code, 0, "{check:?}");
+
+    // The second run found the first one's checkpoint, through the owner's hook each time.
+    eventually("the second run to checkpoint", 30, || {
+        std::fs::read_to_string(volume.join("n")).is_ok_and(|n| n.trim() == "2")
+    });
+    eventually("its output", 30, || {
+        let logs = cli(&url, Some(&token), false, &["logs", &id]);
+        logs.stdout.contains("epoch 2 resumed from 1")
+    });
+    let hooks = std::fs::read_to_string(&hook_log).unwrap();
+    let hooks: Vec<&str> = hooks.lines().collect();
+    assert_eq!(hooks, ["restore 1", "restore 2"]);
+    // Stopped, the instance is saved through the hook (and no process outlives the test).
+    cli(&url, Some(&token), true, &["stop", &id]);
+    eventually("stopped", 30, || {
+        cli(&url, Some(&token), true, &["get", &id]).json()["status"] == "stopped"
+    });
+    eventually("the save hook", 30, || {
+        std::fs::read_to_string(&hook_log).is_ok_and(|h| h.lines().last() == Some("save "))
+    });
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&volume).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "the volume is the owner's only");
 }

@@ -65,6 +65,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "idle_reclaim",
         include_str!("../../migrations/0015_idle_reclaim.sql"),
     ),
+    (
+        16,
+        "resume",
+        include_str!("../../migrations/0016_resume.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

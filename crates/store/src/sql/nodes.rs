@@ -344,17 +344,20 @@ fn rate_of(row: &sqlx::any::AnyRow) -> Result<Rate> {
 /// The most output kept per reservation.
 const LOG_CAP_BYTES: i64 = 16 * 1024 * 1024;
 
-/// Stores a chunk of output if it continues the stored copy exactly; a repeat (an agent that
-/// did not see the last answer) or a chunk past a gap is dropped.
+/// Stores a chunk of output (its offset counts from the start of this epoch's run) if it
+/// continues the stored copy exactly; a repeat (an agent that did not see the last answer) or a
+/// chunk past a gap is dropped.
 async fn append_log(conn: &mut AnyConnection, node_id: &str, chunk: &LogChunk) -> Result<()> {
-    let row = sqlx::query("SELECT node_id, log_bytes FROM reservations WHERE id = $1")
+    let row = sqlx::query("SELECT node_id, log_bytes, log_base FROM reservations WHERE id = $1")
         .bind(&chunk.reservation_id)
         .fetch_optional(&mut *conn)
         .await?;
     let Some(row) = row else { return Ok(()) };
     let owner: Option<String> = row.try_get("node_id")?;
     let stored: i64 = row.try_get("log_bytes")?;
-    let offset = i64::try_from(chunk.offset).unwrap_or(i64::MAX);
+    // The agent counts from the start of its own run (this epoch's).
+    let base: i64 = row.try_get("log_base")?;
+    let offset = base.saturating_add(i64::try_from(chunk.offset).unwrap_or(i64::MAX));
     let length = i64::try_from(chunk.length).unwrap_or(i64::MAX);
     if owner.as_deref() != Some(node_id)
         || offset != stored
@@ -488,7 +491,7 @@ async fn requeue_lost(
     });
     let claimed = sqlx::query(
         "UPDATE reservations SET status = 'pending', node_id = NULL, gpus = '[]', epoch = epoch + 1,
-            queued_at = $1, placed_at = NULL, started_at = NULL, run_before_s = $2,
+            log_base = log_bytes, queued_at = $1, placed_at = NULL, started_at = NULL, run_before_s = $2,
             published = '[]', queue_reason = $5
          WHERE id = $3 AND status = $4",
     )
@@ -1090,8 +1093,8 @@ impl NodeStore for SqlStore {
             .await?
             .ok_or_else(|| StoreError::not_found("node", node_id))?;
         let rows = sqlx::query(
-            "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_bytes, ports,
-                stop_grace_s FROM reservations
+            "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_bytes - log_base AS log_bytes, ports,
+                stop_grace_s, checkpoint FROM reservations
              WHERE node_id = $1 AND status IN ('pending', 'starting', 'running', 'stopping')
              ORDER BY created_at, id",
         )
@@ -1124,6 +1127,7 @@ impl NodeStore for SqlStore {
                     stop_grace_s: r
                         .try_get::<Option<i64>, _>("stop_grace_s")?
                         .map(|g| u64::try_from(g).unwrap_or(0)),
+                    checkpoint: r.try_get::<i64, _>("checkpoint")? != 0,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

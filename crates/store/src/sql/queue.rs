@@ -15,7 +15,8 @@ use sqlx::{AnyConnection, Row};
 use super::ledger::{self, Kind, Transfer};
 use super::nodes::{adjust_pool, bump_version, release_gpus};
 use super::reservations::{
-    earlier_reservation, fetch_reservation, size_of, stop_meter, take_hold, to_json, Attempt,
+    earlier_reservation, fetch_reservation, insert_reservation, size_of, stop_meter, take_hold,
+    to_json, Attempt, Destination, NewRow,
 };
 use super::switch_of;
 use super::{from_ts, new_id, retry_transient, ts, SqlStore};
@@ -200,61 +201,20 @@ impl SqlStore {
             Want::Whole { count } => (count, None),
             Want::Share { vram_mb } => (1, Some(vram_mb)),
         };
-        let stepped = quote.rate.step_s < new.duration_s;
-        let inserted = sqlx::query(
-            "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
-                bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
-                created_at, idempotency_key, request_hash, ports, price_step_s,
-                price_after, host_share_bps, priority, queued_at, queue_reason, type_key,
-                on_node_loss, idle_reclaim)
-             VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, NULL, '[]', 1, $10, $11, $12,
-                $13, $14, $15, $16, $17, $18, $19, $20, $13, $21, $22, $23, $24)",
-        )
-        .bind(&id)
-        .bind(&new.tenant_id)
-        .bind(&type_name)
-        .bind(i64::from(gpu_count))
-        .bind(vram_mb.map(|v| i64::try_from(v).unwrap_or(i64::MAX)))
-        .bind(new.tier.as_str())
-        .bind((new.tier == Tier::Spot).then_some(quote.price_per_hour.micros()))
-        .bind(quote.price_per_hour.micros())
-        .bind(i64::try_from(new.duration_s).unwrap_or(i64::MAX))
-        .bind(&new.image)
-        .bind(to_json(&new.command))
-        .bind(to_json(&new.env))
-        .bind(at)
-        .bind(&new.idempotency_key)
-        .bind(&new.request_hash)
-        .bind(to_json(&new.ports))
-        .bind(stepped.then(|| i64::try_from(quote.rate.step_s).unwrap_or(i64::MAX)))
-        .bind(stepped.then_some(quote.rate.then.micros()))
-        .bind(i64::from(prices.host_share_bps))
-        .bind(quote.preemptible().then_some(quote.priority))
-        .bind(&reason)
-        .bind(key)
-        .bind(new.on_node_loss.as_str())
-        .bind(i64::from(new.idle_reclaim))
-        .execute(&mut *tx)
-        .await;
-        if let Err(e) = inserted {
-            let e = StoreError::from(e);
-            return if e.is_unique_violation() {
-                Ok(Attempt::LostRace)
-            } else {
-                Err(e)
-            };
+        let row = NewRow {
+            id: &id,
+            new,
+            type_name: &type_name,
+            gpu_count,
+            vram_mb,
+            quote: &quote,
+            host_share_bps: prices.host_share_bps,
+            at,
+            destination: Destination::Queued { reason: &reason },
+        };
+        if !insert_reservation(&mut tx, &row).await? {
+            return Ok(Attempt::LostRace);
         }
-        sqlx::query(
-            "INSERT INTO meters (reservation_id, tenant_id, node_id, prepaid_block, price_per_hour,
-                price_step_s, price_after, duration_s, host_share_bps, charged, held)
-             SELECT id, tenant_id, NULL, CASE WHEN tier = 'reserved' THEN 1 ELSE 0 END,
-                price_per_hour, price_step_s, price_after, duration_s, host_share_bps, 0, $2
-             FROM reservations WHERE id = $1",
-        )
-        .bind(&id)
-        .bind(quote.hold.micros())
-        .execute(&mut *tx)
-        .await?;
         let reservation = fetch_reservation(&mut tx, &id, &Scope::All).await?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, tenant_id = %new.tenant_id, tier = %new.tier, %reason, "queued");

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use gpurent_billing::{PriceList, Size};
+use gpurent_billing::{PriceList, Quote, Size};
 use gpurent_sched::{choose_victims, place_expecting, GpuSlot, Placement, Request, Victim};
 use gpurent_types::api::{Offer, Reservation, ReservedDiscount};
 use gpurent_types::{GpuType, Money, ReservationStatus, Tier};
@@ -116,6 +116,103 @@ struct Candidate {
     type_name: String,
     type_key: String,
     vram_mb: i64,
+}
+
+/// Where a new reservation goes: onto GPUs now, or into the queue.
+pub(super) enum Destination<'a> {
+    Placed {
+        node_id: &'a str,
+        gpus: &'a [&'a str],
+    },
+    Queued {
+        reason: &'a str,
+    },
+}
+
+/// A new reservation as `reserve` and the queue record it.
+pub(super) struct NewRow<'a> {
+    pub id: &'a str,
+    pub new: &'a NewReservation,
+    /// The GPU model's name as the node reported it.
+    pub type_name: &'a str,
+    pub gpu_count: u32,
+    /// Set for a share of one GPU.
+    pub vram_mb: Option<u64>,
+    pub quote: &'a Quote,
+    pub host_share_bps: u32,
+    pub at: i64,
+    pub destination: Destination<'a>,
+}
+
+/// Writes a new reservation (`pending`, epoch 1) and its meter holding `quote.hold`. False when
+/// the same Idempotency-Key committed concurrently: the next attempt returns that one.
+pub(super) async fn insert_reservation(conn: &mut AnyConnection, row: &NewRow<'_>) -> Result<bool> {
+    let (new, quote) = (row.new, row.quote);
+    let (node_id, gpus, placed_at, queued_at, reason) = match row.destination {
+        Destination::Placed { node_id, gpus } => (Some(node_id), gpus, Some(row.at), None, None),
+        Destination::Queued { reason } => (None, &[][..], None, Some(row.at), Some(reason)),
+    };
+    let stepped = quote.rate.step_s < new.duration_s;
+    let inserted = sqlx::query(
+        "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
+            bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
+            created_at, idempotency_key, request_hash, ports, price_step_s, price_after,
+            host_share_bps, priority, placed_at, queued_at, queue_reason, type_key,
+            on_node_loss, idle_reclaim, checkpoint)
+         VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13, $14,
+            $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29)",
+    )
+    .bind(row.id)
+    .bind(&new.tenant_id)
+    .bind(row.type_name)
+    .bind(i64::from(row.gpu_count))
+    .bind(row.vram_mb.map(|v| i64::try_from(v).unwrap_or(i64::MAX)))
+    .bind(new.tier.as_str())
+    .bind((new.tier == Tier::Spot).then_some(quote.price_per_hour.micros()))
+    .bind(quote.price_per_hour.micros())
+    .bind(i64::try_from(new.duration_s).unwrap_or(i64::MAX))
+    .bind(node_id)
+    .bind(to_json(&gpus))
+    .bind(&new.image)
+    .bind(to_json(&new.command))
+    .bind(to_json(&new.env))
+    .bind(row.at)
+    .bind(&new.idempotency_key)
+    .bind(&new.request_hash)
+    .bind(to_json(&new.ports))
+    .bind(stepped.then(|| i64::try_from(quote.rate.step_s).unwrap_or(i64::MAX)))
+    .bind(stepped.then_some(quote.rate.then.micros()))
+    .bind(i64::from(row.host_share_bps))
+    .bind(quote.preemptible().then_some(quote.priority))
+    .bind(placed_at)
+    .bind(queued_at)
+    .bind(reason)
+    .bind(new.gpu_type.key())
+    .bind(new.on_node_loss.as_str())
+    .bind(i64::from(new.idle_reclaim))
+    .bind(i64::from(new.checkpoint))
+    .execute(&mut *conn)
+    .await;
+    if let Err(e) = inserted {
+        let e = StoreError::from(e);
+        return if e.is_unique_violation() {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    sqlx::query(
+        "INSERT INTO meters (reservation_id, tenant_id, node_id, prepaid_block, price_per_hour,
+            price_step_s, price_after, duration_s, host_share_bps, charged, held)
+         SELECT id, tenant_id, node_id, CASE WHEN tier = 'reserved' THEN 1 ELSE 0 END,
+            price_per_hour, price_step_s, price_after, duration_s, host_share_bps, 0, $2
+         FROM reservations WHERE id = $1",
+    )
+    .bind(row.id)
+    .bind(quote.hold.micros())
+    .execute(&mut *conn)
+    .await?;
+    Ok(true)
 }
 
 pub(super) enum Attempt {
@@ -480,64 +577,23 @@ impl SqlStore {
             .iter()
             .map(|&(i, _)| candidates[i].uuid.as_str())
             .collect();
-        let duration_s = i64::try_from(new.duration_s).unwrap_or(i64::MAX);
-        let stepped = quote.rate.step_s < new.duration_s;
-        let inserted = sqlx::query(
-            "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
-                bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
-                created_at, idempotency_key, request_hash, ports, price_step_s,
-                price_after, host_share_bps, priority, placed_at, type_key, on_node_loss,
-                idle_reclaim)
-             VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13, $14,
-                $15, $16, $17, $18, $19, $20, $21, $22, $15, $23, $24, $25)",
-        )
-        .bind(&id)
-        .bind(&new.tenant_id)
-        .bind(&first.type_name)
-        .bind(i64::from(gpu_count))
-        .bind(vram_mb.map(|v| i64::try_from(v).unwrap_or(i64::MAX)))
-        .bind(new.tier.as_str())
-        .bind((new.tier == Tier::Spot).then_some(quote.price_per_hour.micros()))
-        .bind(quote.price_per_hour.micros())
-        .bind(duration_s)
-        .bind(&node_id)
-        .bind(to_json(&gpu_uuids))
-        .bind(&new.image)
-        .bind(to_json(&new.command))
-        .bind(to_json(&new.env))
-        .bind(at)
-        .bind(&new.idempotency_key)
-        .bind(&new.request_hash)
-        .bind(to_json(&new.ports))
-        .bind(stepped.then(|| i64::try_from(quote.rate.step_s).unwrap_or(i64::MAX)))
-        .bind(stepped.then_some(quote.rate.then.micros()))
-        .bind(i64::from(prices.host_share_bps))
-        .bind(quote.preemptible().then_some(quote.priority))
-        .bind(new.gpu_type.key())
-        .bind(new.on_node_loss.as_str())
-        .bind(i64::from(new.idle_reclaim))
-        .execute(&mut *tx)
-        .await;
-        if let Err(e) = inserted {
-            let e = StoreError::from(e);
-            // The same Idempotency-Key committed concurrently: the next attempt returns it.
-            return if e.is_unique_violation() {
-                Ok(Attempt::LostRace)
-            } else {
-                Err(e)
-            };
+        let row = NewRow {
+            id: &id,
+            new,
+            type_name: &first.type_name,
+            gpu_count,
+            vram_mb,
+            quote: &quote,
+            host_share_bps: prices.host_share_bps,
+            at,
+            destination: Destination::Placed {
+                node_id: &node_id,
+                gpus: &gpu_uuids,
+            },
+        };
+        if !insert_reservation(&mut tx, &row).await? {
+            return Ok(Attempt::LostRace);
         }
-        sqlx::query(
-            "INSERT INTO meters (reservation_id, tenant_id, node_id, prepaid_block, price_per_hour,
-                price_step_s, price_after, duration_s, host_share_bps, charged, held)
-             SELECT id, tenant_id, node_id, CASE WHEN tier = 'reserved' THEN 1 ELSE 0 END,
-                price_per_hour, price_step_s, price_after, duration_s, host_share_bps, 0, $2
-             FROM reservations WHERE id = $1",
-        )
-        .bind(&id)
-        .bind(quote.hold.micros())
-        .execute(&mut *tx)
-        .await?;
         for &(i, mb) in &placement.gpus {
             sqlx::query(
                 "INSERT INTO allocations (reservation_id, gpu_uuid, vram_mb) VALUES ($1, $2, $3)",

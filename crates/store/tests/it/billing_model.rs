@@ -12,12 +12,12 @@ use std::time::Duration as StdDuration;
 use chrono::Duration;
 use gpurent_billing::{PriceList, Rate};
 use gpurent_store::prelude::*;
-use gpurent_store::{Backend, NewReservation, Scope, SqlStore, Want};
-use gpurent_types::agent::{InstanceReport, InstanceState, SyncRequest};
+use gpurent_store::{Backend, NewReservation, Scope, SqlStore};
+use gpurent_types::agent::{InstanceState, SyncRequest};
 use gpurent_types::{GpuType, Money, Tier};
 use proptest::prelude::*;
 
-use crate::support::{t0, Fixture};
+use crate::support::{self, one_gpu, t0, Fixture};
 
 /// The tiers a schedule reserves on, with the hours each asks for.
 const TIERS: [(Tier, u64); 4] = [
@@ -111,22 +111,7 @@ impl Model {
 }
 
 fn report(id: &str, state: InstanceState, exit_code: Option<i32>) -> SyncRequest {
-    SyncRequest {
-        gpus: vec![],
-        instances: vec![InstanceReport {
-            reservation_id: id.to_owned(),
-            epoch: 1,
-            state,
-            exit_code,
-            message: None,
-            ports: vec![],
-        }],
-        known_version: None,
-        wait_ms: None,
-        telemetry: None,
-        logs: vec![],
-        host: None,
-    }
+    support::report(id, 1, state, exit_code)
 }
 
 async fn run(backend: Backend, ops: Vec<Op>) {
@@ -144,21 +129,10 @@ async fn run(backend: Backend, ops: Vec<Op>) {
             Op::Reserve(tier) => {
                 let (tier, hours) = TIERS[tier];
                 let new = NewReservation {
-                    tenant_id: tenant.clone(),
-                    gpu_type: GpuType::parse("rtx4090").unwrap(),
-                    want: Want::Whole { count: 1 },
                     duration_s: hours * 3600,
                     tier,
-                    bid: None,
-                    image: None,
-                    command: vec![],
-                    env: Default::default(),
-                    ports: vec![],
                     idempotency_key: Some(format!("k{reserved}")),
-                    request_hash: "h".into(),
-                    queue: false,
-                    on_node_loss: Default::default(),
-                    idle_reclaim: true,
+                    ..one_gpu(&tenant)
                 };
                 reserved += 1;
                 // The node must look alive at this time.

@@ -4,50 +4,21 @@ use chrono::Duration;
 use gpurent_billing::PriceList;
 use gpurent_store::prelude::*;
 use gpurent_store::{Backend, NewReservation, Scope, StoreError, Want};
-use gpurent_types::agent::{InstanceReport, InstanceState, SyncRequest};
-use gpurent_types::{GpuType, ReservationStatus, Tier};
+use gpurent_types::agent::{InstanceState, SyncRequest};
+use gpurent_types::ReservationStatus;
 
-use crate::support::{assert_send_sync, t0, Fixture};
+use crate::support::{self, assert_send_sync, one_gpu, t0, Fixture};
 
 fn request(tenant: &str, count: u32) -> NewReservation {
     NewReservation {
-        tenant_id: tenant.to_owned(),
-        gpu_type: GpuType::parse("rtx 4090").expect("type"),
         want: Want::Whole { count },
-        duration_s: 3600,
-        tier: Tier::OnDemand,
-        bid: None,
-        image: None,
         command: vec!["sleep".into(), "infinity".into()],
-        env: Default::default(),
-        ports: vec![],
-        idempotency_key: None,
-        request_hash: "h".into(),
-        queue: false,
-        on_node_loss: Default::default(),
-        idle_reclaim: true,
+        ..one_gpu(tenant)
     }
 }
 
-/// A heartbeat that reports one instance.
 fn report(id: &str, state: InstanceState) -> SyncRequest {
-    let instance = InstanceReport {
-        reservation_id: id.to_owned(),
-        epoch: 1,
-        state,
-        exit_code: None,
-        message: None,
-        ports: vec![],
-    };
-    SyncRequest {
-        gpus: vec![],
-        instances: vec![instance],
-        known_version: None,
-        wait_ms: None,
-        telemetry: None,
-        logs: vec![],
-        host: None,
-    }
+    support::report(id, 1, state, None)
 }
 
 async fn reserve_run_stop_charge(backend: Backend) {

@@ -6,51 +6,16 @@ use std::time::Duration;
 
 use gpurent_billing::{PriceList, Rate};
 use gpurent_store::prelude::*;
-use gpurent_store::{Backend, NewReservation, QueuedPlacement, Scope, SqlStore, Want};
-use gpurent_types::agent::{InstanceReport, InstanceState, SyncRequest};
-use gpurent_types::{GpuType, Money, ReservationStatus, Tier};
+use gpurent_store::{Backend, QueuedPlacement, Scope, SqlStore};
+use gpurent_types::agent::{InstanceState, SyncRequest};
+use gpurent_types::{Money, ReservationStatus};
 
-use crate::support::{t0, Fixture};
+use crate::support::{self, one_gpu, t0, Fixture};
 
 const TTL: Duration = Duration::from_secs(6);
 
-fn request(tenant: &str) -> NewReservation {
-    NewReservation {
-        tenant_id: tenant.to_owned(),
-        gpu_type: GpuType::parse("rtx 4090").expect("type"),
-        want: Want::Whole { count: 1 },
-        duration_s: 3600,
-        tier: Tier::OnDemand,
-        bid: None,
-        image: None,
-        command: vec![],
-        env: Default::default(),
-        ports: vec![],
-        idempotency_key: None,
-        request_hash: "h".into(),
-        queue: false,
-        on_node_loss: Default::default(),
-        idle_reclaim: true,
-    }
-}
-
 fn report(id: &str, epoch: i64, state: InstanceState) -> SyncRequest {
-    SyncRequest {
-        gpus: vec![],
-        instances: vec![InstanceReport {
-            reservation_id: id.to_owned(),
-            epoch,
-            state,
-            exit_code: None,
-            message: None,
-            ports: vec![],
-        }],
-        known_version: None,
-        wait_ms: None,
-        telemetry: None,
-        logs: vec![],
-        host: None,
-    }
+    support::report(id, epoch, state, None)
 }
 
 async fn assert_consistent(store: &SqlStore) {
@@ -67,7 +32,7 @@ async fn a_lost_node_is_fenced_once(backend: Backend) {
     let prices = PriceList::defaults();
     let (r, _) = f
         .store
-        .reserve(request(&alice), &prices, t0(), t0())
+        .reserve(one_gpu(&alice), &prices, t0(), t0())
         .await
         .expect("reserve");
     f.store

@@ -3,49 +3,21 @@
 
 use gpurent_billing::PriceList;
 use gpurent_store::prelude::*;
-use gpurent_store::{Backend, NewReservation, QueuedPlacement, Scope, SqlStore, Want};
-use gpurent_types::agent::{InstanceReport, InstanceState, SyncRequest};
-use gpurent_types::{GpuType, ReservationStatus, Tier};
+use gpurent_store::{Backend, NewReservation, QueuedPlacement, Scope, SqlStore};
+use gpurent_types::agent::{InstanceState, SyncRequest};
+use gpurent_types::ReservationStatus;
 
-use crate::support::{t0, Fixture};
+use crate::support::{one_gpu, report, t0, Fixture};
 
 fn request(tenant: &str, queue: bool) -> NewReservation {
     NewReservation {
-        tenant_id: tenant.to_owned(),
-        gpu_type: GpuType::parse("rtx 4090").expect("type"),
-        want: Want::Whole { count: 1 },
-        duration_s: 3600,
-        tier: Tier::OnDemand,
-        bid: None,
-        image: None,
-        command: vec![],
-        env: Default::default(),
-        ports: vec![],
-        idempotency_key: None,
-        request_hash: "h".into(),
         queue,
-        on_node_loss: Default::default(),
-        idle_reclaim: true,
+        ..one_gpu(tenant)
     }
 }
 
 fn stopped(id: &str) -> SyncRequest {
-    SyncRequest {
-        gpus: vec![],
-        instances: vec![InstanceReport {
-            reservation_id: id.to_owned(),
-            epoch: 1,
-            state: InstanceState::Stopped,
-            exit_code: None,
-            message: None,
-            ports: vec![],
-        }],
-        known_version: None,
-        wait_ms: None,
-        telemetry: None,
-        logs: vec![],
-        host: None,
-    }
+    report(id, 1, InstanceState::Stopped, None)
 }
 
 async fn assert_consistent(store: &SqlStore) {

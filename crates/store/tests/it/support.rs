@@ -3,9 +3,9 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeZone, Utc};
 use gpurent_store::prelude::*;
 use gpurent_store::testing::TestDatabase;
-use gpurent_store::{Backend, NewNode, NewUser, SqlStore};
-use gpurent_types::agent::GpuInfo;
-use gpurent_types::{Money, Role};
+use gpurent_store::{Backend, NewNode, NewReservation, NewUser, SqlStore, Want};
+use gpurent_types::agent::{GpuInfo, InstanceReport, InstanceState, SyncRequest};
+use gpurent_types::{GpuType, Money, Role, Tier};
 
 pub struct Fixture {
     pub store: Arc<SqlStore>,
@@ -16,6 +16,48 @@ pub fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
         .single()
         .expect("valid time")
+}
+
+/// One whole RTX 4090 for an hour, on demand, placed now or refused.
+pub fn one_gpu(tenant: &str) -> NewReservation {
+    NewReservation {
+        tenant_id: tenant.to_owned(),
+        gpu_type: GpuType::parse("rtx 4090").expect("type"),
+        want: Want::Whole { count: 1 },
+        duration_s: 3600,
+        tier: Tier::OnDemand,
+        bid: None,
+        image: None,
+        command: vec![],
+        env: Default::default(),
+        ports: vec![],
+        idempotency_key: None,
+        request_hash: "h".into(),
+        queue: false,
+        on_node_loss: Default::default(),
+        idle_reclaim: true,
+        checkpoint: false,
+    }
+}
+
+/// A heartbeat that reports one instance of a reservation.
+pub fn report(id: &str, epoch: i64, state: InstanceState, exit_code: Option<i32>) -> SyncRequest {
+    SyncRequest {
+        gpus: vec![],
+        instances: vec![InstanceReport {
+            reservation_id: id.to_owned(),
+            epoch,
+            state,
+            exit_code,
+            message: None,
+            ports: vec![],
+        }],
+        known_version: None,
+        wait_ms: None,
+        telemetry: None,
+        logs: vec![],
+        host: None,
+    }
 }
 
 impl Fixture {
