@@ -20,6 +20,9 @@
 #                              query (select version(), create/drop a
 #                              database) with psql and exit without running
 #                              cargo.
+#   GPURENT_TEST_NETNS         1 when this machine can make network namespaces (root
+#                              and iproute2, installed when missing): the partition test
+#                              then must run; else it is skipped. Set 0 to skip it.
 #   GPURENT_TEST_DOCKER=1      (the default) make sure a Docker daemon is running
 #                              and the test image exists; 0 skips the Docker tests.
 set -euo pipefail
@@ -319,6 +322,28 @@ stop_docker() {
 }
 
 # ---------------------------------------------------------------------------
+# Network namespaces (the partition test cuts a real link)
+# ---------------------------------------------------------------------------
+
+probe_netns() {
+  if [ -n "${GPURENT_TEST_NETNS:-}" ]; then
+    return 0
+  fi
+  if ! is_root; then
+    say "not root: the network-namespace partition test will be skipped"
+    return 0
+  fi
+  command -v ip >/dev/null 2>&1 || apt_install iproute2 || true
+  local probe="gpurent-probe-$$"
+  if ip netns add "$probe" 2>/dev/null; then
+    ip netns del "$probe"
+    export GPURENT_TEST_NETNS=1
+  else
+    say "cannot make network namespaces here: the partition test will be skipped"
+  fi
+}
+
+# ---------------------------------------------------------------------------
 
 # shellcheck disable=SC2317  # the EXIT trap
 cleanup() {
@@ -336,6 +361,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+probe_netns
 
 export GPURENT_TEST_DOCKER="${GPURENT_TEST_DOCKER:-1}"
 if [ "$GPURENT_TEST_DOCKER" = 1 ]; then

@@ -34,6 +34,9 @@ pub struct AgentConfig {
     pub heartbeat: Duration,
     /// Out of touch with the control plane for longer than this, the agent stops its instances.
     pub lease: Duration,
+    /// The grace period of those stops: short enough that they are over before the control
+    /// plane's node TTL runs out and it starts the work elsewhere.
+    pub fence_grace: Duration,
     pub retry: RetryPolicy,
     /// Where the CPU utilisation in the telemetry comes from (`/proc/stat` by default).
     pub cpu: CpuSource,
@@ -51,6 +54,7 @@ impl AgentConfig {
             name: name.to_owned(),
             heartbeat: Duration::from_secs(2),
             lease: Duration::from_secs(30),
+            fence_grace: Duration::from_secs(1),
             retry: RetryPolicy::default(),
             cpu: CpuSource::default(),
             burn_in: None,
@@ -233,6 +237,9 @@ impl Agent {
             let sync =
                 tokio::time::timeout(budget, self.client.sync(&identity.node_token, &request));
             tokio::pin!(sync);
+            // The lease runs out while this sync is still trying: fence then, not when the
+            // call gives up.
+            let lease_end = last_contact + self.config.lease;
             // None: a stop worked and is reported at once, by a new sync instead of this long
             // poll (the control plane took this one's report when it came). A failed stop
             // waits for the next heartbeat rather than retrying in a tight loop.
@@ -241,6 +248,11 @@ impl Agent {
                     r = &mut sync => break Some(r.unwrap_or(Err(AgentError::SyncTimedOut { after: budget }))),
                     _ = shutdown.changed() => return Ok(()),
                     stopped = stops.finished(), if !stops.is_empty() => if stopped { break None },
+                    () = tokio::time::sleep_until(lease_end), if !fenced => {
+                        self.fence(stops).await;
+                        fenced = true;
+                        desired.clear();
+                    }
                 }
             };
             let Some(response) = response else { continue };
@@ -435,14 +447,14 @@ impl Agent {
     }
 
     /// Self-fencing: without the control plane, this node's work may have been rescheduled
-    /// elsewhere, so it must not keep running here. Each instance gets the executor's default
-    /// grace, unless it is being stopped already.
+    /// elsewhere, so it must not keep running here. Each instance gets the fence's grace,
+    /// unless it is being stopped already.
     async fn fence(&self, stops: &mut Stops) {
         tracing::error!(lease = ?self.config.lease, "lost the control plane for longer than the lease; stopping all instances");
         match self.executor.list().await {
             Ok(instances) => {
                 for o in instances {
-                    stops.start(&o.reservation_id, None);
+                    stops.start(&o.reservation_id, Some(self.config.fence_grace));
                 }
             }
             Err(e) => tracing::error!(error = %e, "could not list instances while fencing"),

@@ -41,6 +41,9 @@ pub fn configure_node(config: &mut AgentConfig, liveness: &LivenessArgs, node: &
     config.lease = node
         .lease_secs
         .map_or_else(|| liveness.default_lease(), std::time::Duration::from_secs);
+    // Half of what is left of the node TTL after the lease: a fenced instance is down before
+    // the control plane starts it elsewhere.
+    config.fence_grace = liveness.node_ttl().saturating_sub(config.lease) / 2;
     config.burn_in = node
         .burn_in_command
         .clone()

@@ -6,81 +6,36 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{cli, eventually, read_token, Daemon};
+use crate::support::{cli, eventually, Cluster};
 
 #[test]
 fn a_killed_agents_work_runs_on_the_other_node() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let server = Daemon::start(
-        &[
-            "server",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &dir.path().join("server.log"),
-    );
-    let url = server.url.clone();
-    let admin = read_token(&data);
-    let shared = dir.path().join("checkpoints");
-    let hook_log = dir.path().join("hook.log");
+    let cluster = Cluster::start("127.0.0.1:0");
+    let dir = cluster.dir.path();
+    let shared = dir.join("checkpoints");
+    let hook_log = dir.join("hook.log");
     let hook = format!(
         "echo \"$GPURENT_CHECKPOINT_ACTION ${{GPURENT_EPOCH:-}}\" >> {}",
         hook_log.display()
     );
     let mut agents = Vec::new();
     for name in ["box-a", "box-b"] {
-        let join = cli(&url, Some(&admin), true, &["nodes", "join-token"]).json();
-        let agent_dir = dir.path().join(name);
-        let args = [
-            "--server",
-            url.as_str(),
-            "agent",
-            "--data-dir",
-            agent_dir.to_str().unwrap(),
-            "--name",
+        let args = cluster.agent_args(
             name,
-            "--sim-gpus",
-            "1xRTX4090",
-            "--executor",
-            "process",
-            // Not the machine's cgroup tree: this test is about node loss, not limits.
-            "--cgroup-root",
-            "/nonexistent/gpurent",
-            "--checkpoint-dir",
-            shared.to_str().unwrap(),
-            "--checkpoint-hook",
-            &hook,
-            "--join-token",
-            join["token"].as_str().unwrap(),
-        ];
-        agents.push((
-            name,
-            Daemon::start_quiet(&args, &dir.path().join(format!("{name}.log"))),
-        ));
+            &[
+                "--checkpoint-dir",
+                shared.to_str().unwrap(),
+                "--checkpoint-hook",
+                &hook,
+            ],
+        );
+        agents.push((name, cluster.agent(name, &args)));
     }
-    eventually("both agents to join", 30, || {
-        let nodes = cli(&url, Some(&admin), true, &["nodes", "ls"]).json();
-        nodes
-            .as_array()
-            .is_some_and(|ns| ns.len() == 2 && ns.iter().all(|n| n["status"] == "ready"))
-    });
-    let tenant = cli(
-        &url,
-        Some(&admin),
-        true,
-        &["users", "create", "pat", "--credit", "50"],
-    )
-    .json();
-    let token = tenant["token"].as_str().unwrap().to_owned();
-    let r = cli(
-        &url,
-        Some(&token),
-        true,
+    cluster.wait_ready(2);
+    let token = cluster.tenant("pat");
+    let id = cluster.reserve(
+        &token,
         &[
-            "reserve",
             "--gpu",
             "rtx4090",
             "--hours",
@@ -94,13 +49,13 @@ fn a_killed_agents_work_runs_on_the_other_node() {
              echo $((n + 1)) > \"$GPURENT_CHECKPOINT_DIR/n\"; exec sleep 600",
         ],
     );
-    assert_eq!(r.code, 0, "{r:?}");
-    let id = r.json()["id"].as_str().unwrap().to_owned();
     eventually("running", 30, || {
-        cli(&url, Some(&token), true, &["get", &id]).json()["status"] == "running"
+        cluster.get(&token, &id)["status"] == "running"
     });
-    let first = cli(&url, Some(&token), true, &["get", &id]).json();
-    let on = first["node"].as_str().unwrap().to_owned();
+    let on = cluster.get(&token, &id)["node"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let (_, victim) = agents
         .iter_mut()
         .find(|(name, _)| *name == on)
@@ -112,7 +67,7 @@ fn a_killed_agents_work_runs_on_the_other_node() {
     let killed = Instant::now();
     victim.kill9();
     // The machine is gone with its agent: its instance too.
-    let instance = dir.path().join(&on).join("instances").join(&id);
+    let instance = dir.join(&on).join("instances").join(&id);
     let file: serde_json::Value =
         serde_json::from_slice(&std::fs::read(instance.join("instance.json")).unwrap()).unwrap();
     let pgid = file["pgid"].as_i64().unwrap();
@@ -123,14 +78,11 @@ fn a_killed_agents_work_runs_on_the_other_node() {
     assert!(status.success());
 
     eventually("the node to be lost", 20, || {
-        let nodes = cli(&url, Some(&admin), true, &["nodes", "ls"]).json();
-        nodes
-            .as_array()
-            .is_some_and(|ns| ns.iter().any(|n| n["name"] == on && n["status"] == "lost"))
+        cluster.node_status(&on).as_deref() == Some("lost")
     });
     let detected = killed.elapsed();
     eventually("the reservation to run on the other node", 30, || {
-        let r = cli(&url, Some(&token), true, &["get", &id]).json();
+        let r = cluster.get(&token, &id);
         r["status"] == "running" && r["node"] != on && r["epoch"] == 2
     });
     let recovered = killed.elapsed();
@@ -139,24 +91,23 @@ fn a_killed_agents_work_runs_on_the_other_node() {
     eprintln!(
         "failover with processes: detected in {detected:?}, running elsewhere in {recovered:?}"
     );
-    let check = cli(&url, Some(&admin), true, &["admin", "ledger-check"]);
-    assert_eq!(check.code, 0, "{check:?}");
+    cluster.ledger_check();
 
     // The second run found the first one's checkpoint, through the owner's hook each time.
     eventually("the second run to checkpoint", 30, || {
         std::fs::read_to_string(volume.join("n")).is_ok_and(|n| n.trim() == "2")
     });
     eventually("its output", 30, || {
-        let logs = cli(&url, Some(&token), false, &["logs", &id]);
+        let logs = cli(&cluster.url, Some(&token), false, &["logs", &id]);
         logs.stdout.contains("epoch 2 resumed from 1")
     });
     let hooks = std::fs::read_to_string(&hook_log).unwrap();
     let hooks: Vec<&str> = hooks.lines().collect();
     assert_eq!(hooks, ["restore 1", "restore 2"]);
     // Stopped, the instance is saved through the hook (and no process outlives the test).
-    cli(&url, Some(&token), true, &["stop", &id]);
+    cli(&cluster.url, Some(&token), true, &["stop", &id]);
     eventually("stopped", 30, || {
-        cli(&url, Some(&token), true, &["get", &id]).json()["status"] == "stopped"
+        cluster.get(&token, &id)["status"] == "stopped"
     });
     eventually("the save hook", 30, || {
         std::fs::read_to_string(&hook_log).is_ok_and(|h| h.lines().last() == Some("save "))

@@ -8,6 +8,8 @@ mod agent_restart;
 mod cli_flow;
 mod crash;
 mod failover_processes;
+mod netns;
+mod partition;
 mod sim;
 mod sim_replay;
 mod support;

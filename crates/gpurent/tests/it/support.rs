@@ -48,8 +48,13 @@ impl Daemon {
 
     /// Starts a daemon that prints no ready line (the agent).
     pub fn start_quiet(args: &[&str], log: &Path) -> Daemon {
+        Daemon::start_quiet_with(BIN, args, log)
+    }
+
+    /// Starts `PROGRAM ARGS` (e.g. `gpurent` run by another program) printing no ready line.
+    pub fn start_quiet_with(program: &str, args: &[&str], log: &Path) -> Daemon {
         let log = std::fs::File::create(log).expect("log file");
-        let child = Command::new(BIN)
+        let child = Command::new(program)
             .args(args)
             .stdout(Stdio::null())
             .stderr(log)
@@ -143,4 +148,118 @@ pub fn eventually(what: &str, secs: u64, mut check: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!("timed out waiting for {what}");
+}
+
+/// A control plane (`gpurent server`) in a temporary directory, with its admin token, and the
+/// arguments of agents that join it with the process executor.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub url: String,
+    pub admin: String,
+    _server: Daemon,
+}
+
+impl Cluster {
+    pub fn start(listen: &str) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let server = Daemon::start(
+            &[
+                "server",
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--listen",
+                listen,
+            ],
+            &dir.path().join("server.log"),
+        );
+        Cluster {
+            url: server.url.clone(),
+            admin: read_token(&data),
+            dir,
+            _server: server,
+        }
+    }
+
+    /// `gpurent ... agent` joining as NAME, with one simulated RTX 4090, the process executor
+    /// (not the machine's cgroup tree: these tests are about nodes, not limits) and `extra`.
+    pub fn agent_args(&self, name: &str, extra: &[&str]) -> Vec<String> {
+        let join = cli(&self.url, Some(&self.admin), true, &["nodes", "join-token"]).json();
+        let data = self.dir.path().join(name);
+        let mut args: Vec<String> = [
+            "--server",
+            self.url.as_str(),
+            "agent",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--name",
+            name,
+            "--sim-gpus",
+            "1xRTX4090",
+            "--executor",
+            "process",
+            "--cgroup-root",
+            "/nonexistent/gpurent",
+            "--join-token",
+            join["token"].as_str().unwrap(),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        args
+    }
+
+    /// Starts `gpurent` with `args` (from `agent_args`), its log in the directory.
+    pub fn agent(&self, name: &str, args: &[String]) -> Daemon {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Daemon::start_quiet(&args, &self.dir.path().join(format!("{name}.log")))
+    }
+
+    /// The nodes as `gpurent nodes ls` shows them.
+    pub fn nodes(&self) -> Vec<Value> {
+        let nodes = cli(&self.url, Some(&self.admin), true, &["nodes", "ls"]).json();
+        nodes.as_array().cloned().unwrap_or_default()
+    }
+
+    pub fn node_status(&self, name: &str) -> Option<String> {
+        self.nodes()
+            .iter()
+            .find(|n| n["name"] == name)
+            .and_then(|n| n["status"].as_str().map(str::to_owned))
+    }
+
+    pub fn wait_ready(&self, count: usize) {
+        eventually(&format!("{count} nodes ready"), 30, || {
+            let nodes = self.nodes();
+            nodes.len() == count && nodes.iter().all(|n| n["status"] == "ready")
+        });
+    }
+
+    /// A tenant with 50 of credit; its token.
+    pub fn tenant(&self, name: &str) -> String {
+        let args = ["users", "create", name, "--credit", "50"];
+        let tenant = cli(&self.url, Some(&self.admin), true, &args).json();
+        tenant["token"].as_str().unwrap().to_owned()
+    }
+
+    /// `gpurent reserve` as the tenant; the reservation's id.
+    pub fn reserve(&self, token: &str, args: &[&str]) -> String {
+        let r = cli(&self.url, Some(token), true, &[&["reserve"], args].concat());
+        assert_eq!(r.code, 0, "{r:?}");
+        r.json()["id"].as_str().unwrap().to_owned()
+    }
+
+    pub fn get(&self, token: &str, id: &str) -> Value {
+        cli(&self.url, Some(token), true, &["get", id]).json()
+    }
+
+    pub fn ledger_check(&self) {
+        let check = cli(
+            &self.url,
+            Some(&self.admin),
+            true,
+            &["admin", "ledger-check"],
+        );
+        assert_eq!(check.code, 0, "{check:?}");
+    }
 }
