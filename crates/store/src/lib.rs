@@ -4,6 +4,7 @@
 //! One SQL implementation, [`SqlStore`], serves SQLite (embedded default) and PostgreSQL
 //! (production) with the same statements and migrations; see `docs/ARCHITECTURE.md` for why.
 
+mod audit_trail;
 mod error;
 mod model;
 mod sql;
@@ -18,28 +19,77 @@ use gpurent_types::api::{
 };
 use gpurent_types::Money;
 
+pub use audit_trail::verify_audit;
 pub use error::StoreError;
 pub use model::{
     AuthUser, Backend, Drained, Fenced, FleetView, HeldWork, IdempotencyClaim, LedgerCheck,
     LiveGpu, NewNode, NewReservation, NewUser, NodeAction, QueueView, QueuedPlacement,
     QueuedReservation, Scope, Want,
 };
-pub use sql::{Settled, SqlStore};
+pub use sql::{CheckpointPolicy, Settled, SqlStore};
 
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
-    pub use crate::{NodeStore, ReservationStore, StatementStore, Store, UserStore};
+    pub use crate::{AuditStore, NodeStore, ReservationStore, StatementStore, Store, UserStore};
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// Everything the control plane keeps. Supertraits group it by subject.
 pub trait Store:
-    UserStore + NodeStore + ReservationStore + StatementStore + std::fmt::Debug
+    UserStore + NodeStore + ReservationStore + StatementStore + AuditStore + std::fmt::Debug
 {
 }
 
-impl<T: UserStore + NodeStore + ReservationStore + StatementStore + std::fmt::Debug> Store for T {}
+impl<T> Store for T where
+    T: UserStore + NodeStore + ReservationStore + StatementStore + AuditStore + std::fmt::Debug
+{
+}
+
+/// Which audit records a search returns.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub user_id: Option<String>,
+    /// The resource exactly, or any resource that contains it (a reservation's id, say).
+    pub resource: Option<String>,
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+}
+
+/// The audit trail (`gpurent-audit` decides what a record and its hash are).
+#[async_trait]
+pub trait AuditStore: Send + Sync {
+    /// Chains `entries` after the trail's head in one transaction, signing a checkpoint of the
+    /// new head when `policy` says one is due; returns the new head's position.
+    async fn append_audit(
+        &self,
+        entries: &[gpurent_audit::Entry],
+        signer: &gpurent_audit::Signer,
+        policy: CheckpointPolicy,
+        now: DateTime<Utc>,
+    ) -> Result<u64>;
+
+    /// Up to `limit` records after position `after_seq` that match, in order.
+    async fn audit_records(
+        &self,
+        filter: &AuditFilter,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<gpurent_audit::Record>>;
+
+    /// The signed checkpoints of the retained trail, in order (not the anchor).
+    async fn audit_checkpoints(&self) -> Result<Vec<gpurent_audit::Checkpoint>>;
+
+    /// The checkpoint the retained trail continues from, once older records were pruned.
+    async fn audit_anchor(&self) -> Result<Option<gpurent_audit::Checkpoint>>;
+
+    /// The position and hash of the last record written (0 and the genesis hash before any).
+    async fn audit_head(&self) -> Result<(u64, String)>;
+
+    /// Removes the whole checkpointed segments whose records are all older than `before`;
+    /// the last checkpoint removed up to stays as the anchor. Returns the records removed.
+    async fn prune_audit(&self, before: DateTime<Utc>) -> Result<u64>;
+}
 
 /// Users, API tokens and the ledger of prepaid credit.
 #[async_trait]

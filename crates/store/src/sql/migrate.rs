@@ -70,6 +70,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "resume",
         include_str!("../../migrations/0016_resume.sql"),
     ),
+    (17, "audit", include_str!("../../migrations/0017_audit.sql")),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

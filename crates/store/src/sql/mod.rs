@@ -1,6 +1,7 @@
 //! The SQL implementation of the store, over sqlx's `Any` driver: the same statements run on
 //! SQLite and PostgreSQL (`$1` placeholders, BIGINT everywhere, `ON CONFLICT`).
 
+mod audit;
 mod idempotency;
 mod ledger;
 mod migrate;
@@ -19,6 +20,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, ConnectOptions, Executor};
 
+pub use audit::CheckpointPolicy;
 pub use settlement::Settled;
 
 use crate::{Backend, Result, StoreError};

@@ -61,6 +61,11 @@ pub fn report(id: &str, epoch: i64, state: InstanceState, exit_code: Option<i32>
 }
 
 impl Fixture {
+    /// The database's URL, for raw SQL (tampering, as an attacker with access would).
+    pub fn url(&self) -> String {
+        self._db.url.clone()
+    }
+
     pub async fn new(backend: Backend) -> Fixture {
         let db = TestDatabase::new(backend).await.expect("test database");
         let store = SqlStore::connect(&db.url).await.expect("connect");
