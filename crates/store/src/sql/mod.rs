@@ -3,6 +3,7 @@
 
 mod idempotency;
 mod ledger;
+mod metrics;
 mod migrate;
 mod nodes;
 mod queue;
