@@ -20,6 +20,8 @@
 #                              query (select version(), create/drop a
 #                              database) with psql and exit without running
 #                              cargo.
+#   GPURENT_TEST_SKIP_PROMTOOL=1  do not install promtool; the metrics test then
+#                              skips its promtool checks instead of failing.
 #   GPURENT_TEST_DOCKER=1      (the default) make sure a Docker daemon is running
 #                              and the test image exists; 0 skips the Docker tests.
 set -euo pipefail
@@ -319,6 +321,17 @@ stop_docker() {
 }
 
 # ---------------------------------------------------------------------------
+# promtool (Debian's `prometheus` package): the metrics test checks the /metrics
+# output and the shipped alert rules with it.
+# ---------------------------------------------------------------------------
+
+ensure_promtool() {
+  command -v promtool >/dev/null 2>&1 && return 0
+  apt_install prometheus
+  command -v promtool >/dev/null 2>&1 || die "prometheus is installed but promtool is not on PATH"
+}
+
+# ---------------------------------------------------------------------------
 
 # shellcheck disable=SC2317  # the EXIT trap
 cleanup() {
@@ -336,6 +349,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+if [ "${GPURENT_TEST_SKIP_PROMTOOL:-0}" != 1 ]; then
+  ensure_promtool
+fi
 
 export GPURENT_TEST_DOCKER="${GPURENT_TEST_DOCKER:-1}"
 if [ "$GPURENT_TEST_DOCKER" = 1 ]; then
