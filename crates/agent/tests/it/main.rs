@@ -6,5 +6,6 @@
 
 mod agent;
 mod docker;
+mod metrics;
 mod process;
 mod support;
