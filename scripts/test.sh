@@ -23,6 +23,8 @@
 #   GPURENT_TEST_NETNS         1 when this machine can make network namespaces (root
 #                              and iproute2, installed when missing): the partition test
 #                              then must run; else it is skipped. Set 0 to skip it.
+#   GPURENT_TEST_SKIP_PROMTOOL=1  do not install promtool; the metrics test then
+#                              skips its promtool checks instead of failing.
 #   GPURENT_TEST_DOCKER=1      (the default) make sure a Docker daemon is running
 #                              and the test image exists; 0 skips the Docker tests.
 set -euo pipefail
@@ -333,7 +335,7 @@ probe_netns() {
     say "not root: the network-namespace partition test will be skipped"
     return 0
   fi
-  command -v ip >/dev/null 2>&1 || apt_install iproute2 || true
+  command -v ip >/dev/null 2>&1 || (apt_install iproute2) || true
   local probe="gpurent-probe-$$"
   if ip netns add "$probe" 2>/dev/null; then
     ip netns del "$probe"
@@ -341,6 +343,17 @@ probe_netns() {
   else
     say "cannot make network namespaces here: the partition test will be skipped"
   fi
+}
+
+# ---------------------------------------------------------------------------
+# promtool (Debian's `prometheus` package): the metrics test checks the /metrics
+# output and the shipped alert rules with it.
+# ---------------------------------------------------------------------------
+
+ensure_promtool() {
+  command -v promtool >/dev/null 2>&1 && return 0
+  apt_install prometheus
+  command -v promtool >/dev/null 2>&1 || die "prometheus is installed but promtool is not on PATH"
 }
 
 # ---------------------------------------------------------------------------
@@ -363,6 +376,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 probe_netns
+if [ "${GPURENT_TEST_SKIP_PROMTOOL:-0}" != 1 ]; then
+  ensure_promtool
+fi
 
 export GPURENT_TEST_DOCKER="${GPURENT_TEST_DOCKER:-1}"
 if [ "$GPURENT_TEST_DOCKER" = 1 ]; then

@@ -37,6 +37,12 @@ pub enum AgentError {
     Gpu { what: &'static str, message: String },
     #[error("invalid simulated GPU spec {spec:?}: {reason}")]
     SimSpec { spec: String, reason: String },
+    #[error("cannot serve metrics on {addr}")]
+    MetricsListen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("executor {executor} failed to {action} reservation {reservation_id}: {message}")]
     Executor {
         executor: &'static str,

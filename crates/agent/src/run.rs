@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::burn_in::{BurnIn, BurnInConfig};
 use crate::client::{ControlPlane, RetryPolicy};
 use crate::cpu::{CpuSampler, CpuSource};
+use crate::metrics::AgentMetrics;
 use crate::reconcile::{self, Action, Observed, ObservedState};
 use crate::stops::Stops;
 use crate::{AgentError, CheckpointConfig, Executor, GpuBackend, NodeIdentity};
@@ -71,6 +72,7 @@ pub struct Agent {
     executor: Arc<dyn Executor>,
     client: ControlPlane,
     cpu: std::sync::Mutex<CpuSampler>,
+    metrics: Arc<AgentMetrics>,
 }
 
 impl Agent {
@@ -82,12 +84,18 @@ impl Agent {
         let client = ControlPlane::new(&config.server, config.retry);
         let cpu = std::sync::Mutex::new(CpuSampler::new(config.cpu.clone()));
         Agent {
+            metrics: Arc::new(AgentMetrics::new(&config.name)),
             cpu,
             config,
             gpus,
             executor,
             client,
         }
+    }
+
+    /// What the agent's `/metrics` shows (`metrics::serve`): updated by every heartbeat.
+    pub fn metrics(&self) -> Arc<AgentMetrics> {
+        Arc::clone(&self.metrics)
     }
 
     /// The host as it is now, for the control plane's verification.
@@ -201,6 +209,14 @@ impl Agent {
             instances.retain(|r| !stops.contains(&r.reservation_id));
             self.add_ports(&desired, &mut instances, &mut published)
                 .await;
+            let telemetry = self.telemetry().await.map(|mut t| {
+                t.burn_in = burn_in.state();
+                t
+            });
+            if let Some(t) = &telemetry {
+                self.metrics
+                    .record(&inventory, t, &running_gpus(&desired, &actual));
+            }
             let request = SyncRequest {
                 // The inventory only until the control plane has it; telemetry every time.
                 gpus: if known_version.is_none() {
@@ -211,10 +227,7 @@ impl Agent {
                 instances,
                 known_version,
                 wait_ms: Some(heartbeat_ms),
-                telemetry: self.telemetry().await.map(|mut t| {
-                    t.burn_in = burn_in.state();
-                    t
-                }),
+                telemetry,
                 logs: self.new_output(&desired, &actual).await,
                 host: if known_version.is_none() {
                     Some(host.clone())
@@ -258,6 +271,7 @@ impl Agent {
             let Some(response) = response else { continue };
             match response {
                 Ok(response) => {
+                    self.metrics.synced();
                     last_contact = sent;
                     fenced = false;
                     known_version = Some(response.version);
@@ -460,4 +474,19 @@ impl Agent {
             Err(e) => tracing::error!(error = %e, "could not list instances while fencing"),
         }
     }
+}
+
+/// The GPUs of each instance that runs as its assignment says.
+fn running_gpus(desired: &[Assignment], actual: &[Observed]) -> Vec<(String, Vec<String>)> {
+    desired
+        .iter()
+        .filter(|a| {
+            actual.iter().any(|o| {
+                o.reservation_id == a.reservation_id
+                    && o.epoch == a.epoch
+                    && o.state == ObservedState::Running
+            })
+        })
+        .map(|a| (a.reservation_id.clone(), a.gpus.clone()))
+        .collect()
 }

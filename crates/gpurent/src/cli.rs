@@ -366,6 +366,10 @@ pub struct UpArgs {
     /// (`queue_timeout`), its hold released.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub queue_timeout: u64,
+    /// Serve the local agent's GPU metrics at http://HOST:PORT/metrics (default: off; the
+    /// control plane's own are at /metrics on --listen).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub agent_metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub scale: ScaleArgs,
     #[command(flatten)]
@@ -439,6 +443,10 @@ pub struct AgentArgs {
     /// Node name (default: the host name).
     #[arg(long)]
     pub name: Option<String>,
+    /// Serve this node's GPU and reservation metrics (Prometheus text, dcgm-exporter's names)
+    /// at http://HOST:PORT/metrics (default: off).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub liveness: LivenessArgs,
     #[command(flatten)]

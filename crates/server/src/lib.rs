@@ -11,6 +11,7 @@ mod extract;
 mod health_rules;
 mod idempotency;
 mod maintenance;
+mod metrics;
 mod openapi;
 mod routes;
 mod scheduler;

@@ -57,6 +57,11 @@ async fn fence_lost_nodes(
     for node in &fenced.nodes {
         state.wake.wake(node);
     }
+    state.metrics.observe_fencing(
+        fenced.nodes.len(),
+        fenced.rescheduled.len(),
+        fenced.ended.len(),
+    );
     if !fenced.rescheduled.is_empty() {
         tracing::info!(
             nodes = ?fenced.nodes,

@@ -16,7 +16,7 @@ use utoipa::{Modify, OpenApi};
         (name = "reservations", description = "Offers and reservations of GPUs"),
         (name = "nodes", description = "GPU hosts (admin)"),
         (name = "agent", description = "The node agent protocol"),
-        (name = "health", description = "Liveness and readiness"),
+        (name = "health", description = "Liveness, readiness and metrics"),
     )
 )]
 pub(crate) struct ApiDoc;

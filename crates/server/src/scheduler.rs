@@ -49,6 +49,10 @@ pub(crate) async fn pass(state: &AppState) -> Result<(), ApiError> {
                 for node in &nodes {
                     state.wake.wake(node);
                 }
+                if let Some(q) = view.queued.iter().find(|q| q.id == placement.id) {
+                    let waited = (now - q.queued_at).to_std().unwrap_or_default();
+                    state.metrics.observe_wait(waited);
+                }
             }
             None => {
                 tracing::debug!(reservation_id = %placement.id, "placement from a stale view skipped; the next pass retries");

@@ -18,6 +18,8 @@ pub struct AppState {
     pub wake: Arc<NodeWakers>,
     pub elastic: Arc<ElasticState>,
     pub alerts: Arc<crate::alerts::AlertState>,
+    /// What `/metrics` counts in this process.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl AppState {
@@ -25,6 +27,7 @@ impl AppState {
         AppState {
             elastic: Arc::new(ElasticState::new(&config.scale)),
             alerts: Arc::default(),
+            metrics: Arc::default(),
             store,
             clock,
             config: Arc::new(config),

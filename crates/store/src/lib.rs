@@ -22,27 +22,41 @@ use gpurent_types::Money;
 pub use audit_trail::verify_audit;
 pub use error::StoreError;
 pub use model::{
-    AuthUser, Backend, Drained, Fenced, FleetView, HeldWork, IdempotencyClaim, LedgerCheck,
-    LiveGpu, NewNode, NewReservation, NewUser, NodeAction, QueueView, QueuedPlacement,
-    QueuedReservation, Scope, Want,
+    AuthUser, Backend, Drained, Fenced, FleetView, GpuCounts, HeldWork, IdempotencyClaim,
+    LedgerCheck, LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction, QueueView,
+    QueuedPlacement, QueuedReservation, Scope, Want,
 };
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
 
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
-    pub use crate::{AuditStore, NodeStore, ReservationStore, StatementStore, Store, UserStore};
+    pub use crate::{
+        AuditStore, MetricsStore, NodeStore, ReservationStore, StatementStore, Store, UserStore,
+    };
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// Everything the control plane keeps. Supertraits group it by subject.
 pub trait Store:
-    UserStore + NodeStore + ReservationStore + StatementStore + AuditStore + std::fmt::Debug
+    UserStore
+    + NodeStore
+    + ReservationStore
+    + StatementStore
+    + AuditStore
+    + MetricsStore
+    + std::fmt::Debug
 {
 }
 
 impl<T> Store for T where
-    T: UserStore + NodeStore + ReservationStore + StatementStore + AuditStore + std::fmt::Debug
+    T: UserStore
+        + NodeStore
+        + ReservationStore
+        + StatementStore
+        + AuditStore
+        + MetricsStore
+        + std::fmt::Debug
 {
 }
 
@@ -351,4 +365,13 @@ pub trait StatementStore: Send + Sync {
 
     /// How the spot instances that ran have ended.
     async fn spot_stats(&self) -> Result<SpotStats>;
+}
+
+/// The figures the control plane's `/metrics` exposes that the store already knows.
+#[async_trait]
+pub trait MetricsStore: Send + Sync {
+    /// Reservations by status and tier, the queue, the live nodes' GPUs by model, nodes by
+    /// status, preemptions, how spot instances ended and the money charged, in one query;
+    /// a node seen at or after `live_since` is live.
+    async fn metrics_view(&self, live_since: DateTime<Utc>) -> Result<MetricsView>;
 }

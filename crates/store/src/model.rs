@@ -231,3 +231,35 @@ pub struct Fenced {
     pub rescheduled: Vec<String>,
     pub ended: Vec<String>,
 }
+
+/// What the control plane's `/metrics` reads from the store at scrape time: one query, so
+/// one consistent snapshot.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsView {
+    /// Reservations by (status, tier), every one ever made.
+    pub reservations: BTreeMap<(String, String), u64>,
+    /// Queued reservations by the GPU type they wait for: how many, and when the one queued
+    /// first was queued.
+    pub queued: BTreeMap<String, (u64, Option<DateTime<Utc>>)>,
+    /// The GPUs of live nodes (seen within the node TTL and not fenced), by model.
+    pub gpus: BTreeMap<String, GpuCounts>,
+    /// Nodes by the status `nodes ls` shows (`ready`, `unreachable`, `unverified`,
+    /// `unhealthy`, `draining`, `lost`).
+    pub nodes: BTreeMap<String, u64>,
+    /// Reservations preempted, ever (those still in their grace period included).
+    pub preempted: u64,
+    /// How the spot instances that ran have ended, as `StatementStore::spot_stats` says.
+    pub spot: gpurent_types::api::SpotStats,
+    /// Everything ever charged to tenants (gross), and the part of it paid to hosts.
+    pub charged: Money,
+    pub host_earnings: Money,
+}
+
+/// GPUs of one model: whole ones free and ones with any memory allocated, and their memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuCounts {
+    pub free: u64,
+    pub allocated: u64,
+    pub vram_mb: u64,
+    pub free_mb: u64,
+}

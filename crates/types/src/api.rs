@@ -404,7 +404,7 @@ pub struct NodeEarnings {
 
 /// How spot instances ended: those that ran to their end or their tenant's stop, against those
 /// the platform interrupted (preempted, or stopped by their node).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
 pub struct SpotStats {
     pub ended: u64,
     pub completed: u64,

@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod api;
 mod clock;
+pub mod exposition;
 mod gpu_type;
 mod money;
 mod status;

@@ -15,14 +15,14 @@ use tokio::sync::{watch, Notify};
 
 /// What the stand-in control plane wants, and every sync it received.
 #[derive(Debug, Default)]
-struct ControlPlane {
+pub(crate) struct ControlPlane {
     desired: Mutex<(i64, Vec<Assignment>)>,
     changed: Notify,
     syncs: Mutex<Vec<(Instant, SyncRequest)>>,
 }
 
 impl ControlPlane {
-    async fn serve() -> (Arc<Self>, String) {
+    pub(crate) async fn serve() -> (Arc<Self>, String) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let cp = Arc::new(ControlPlane::default());
@@ -35,7 +35,7 @@ impl ControlPlane {
         (cp, base)
     }
 
-    fn set(&self, assignments: Vec<Assignment>) {
+    pub(crate) fn set(&self, assignments: Vec<Assignment>) {
         let mut desired = self.desired.lock().unwrap();
         desired.0 += 1;
         desired.1 = assignments;
@@ -86,7 +86,11 @@ impl ControlPlane {
     }
 
     /// Where in the list of syncs the first one that `check` accepts is, waiting up to 15 s.
-    async fn first_sync(&self, what: &str, check: impl Fn(&SyncRequest) -> bool) -> usize {
+    pub(crate) async fn first_sync(
+        &self,
+        what: &str,
+        check: impl Fn(&SyncRequest) -> bool,
+    ) -> usize {
         for _ in 0..600 {
             if let Some(i) = self
                 .syncs
@@ -103,7 +107,7 @@ impl ControlPlane {
     }
 }
 
-fn reports(r: &SyncRequest, id: &str, state: InstanceState) -> bool {
+pub(crate) fn reports(r: &SyncRequest, id: &str, state: InstanceState) -> bool {
     r.instances
         .iter()
         .any(|i| i.reservation_id == id && i.state == state)
@@ -115,7 +119,7 @@ fn output_has(r: &SyncRequest, id: &str, text: &str) -> bool {
         .any(|l| l.reservation_id == id && l.data.contains(text))
 }
 
-fn assignment(id: &str, gpus: &[&str], script: &str) -> Assignment {
+pub(crate) fn assignment(id: &str, gpus: &[&str], script: &str) -> Assignment {
     Assignment {
         reservation_id: id.to_owned(),
         epoch: 1,

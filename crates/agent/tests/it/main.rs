@@ -7,5 +7,6 @@
 mod agent;
 mod checkpoint;
 mod docker;
+mod metrics;
 mod process;
 mod support;

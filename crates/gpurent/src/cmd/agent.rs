@@ -21,6 +21,9 @@ pub async fn run(args: AgentArgs, server: &str) -> anyhow::Result<()> {
     configure_node(&mut config, &args.liveness, &args.node);
     let agent = Agent::new(config, gpus, executor);
     let (stop, stopped) = watch::channel(false);
+    if let Some(listen) = args.metrics_listen {
+        gpurent_agent::metrics::serve(listen, agent.metrics(), stopped.clone()).await?;
+    }
     let task = tokio::spawn(agent.run(stopped));
     tokio::select! {
         r = super::shutdown_signal() => r?,

@@ -59,7 +59,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         config.join_token = Some(token);
     }
     let (stop, stopped) = watch::channel(false);
-    let mut agent = tokio::spawn(Agent::new(config, gpus, executor).run(stopped));
+    let agent = Agent::new(config, gpus, executor);
+    if let Some(listen) = args.agent_metrics_listen {
+        gpurent_agent::metrics::serve(listen, agent.metrics(), stopped.clone()).await?;
+    }
+    let mut agent = tokio::spawn(agent.run(stopped));
 
     let deadline = tokio::time::Instant::now() + AGENT_READY_TIMEOUT;
     loop {

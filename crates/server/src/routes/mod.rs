@@ -4,6 +4,7 @@ mod admin;
 mod agent;
 mod events;
 mod health;
+mod metrics;
 mod nodes;
 mod reservations;
 mod statements;
@@ -60,6 +61,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(admin::spot_stats))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
+        .routes(routes!(metrics::metrics))
 }
 
 pub(crate) fn router(state: AppState) -> Router {
@@ -75,6 +77,11 @@ pub(crate) fn router(state: AppState) -> Router {
             ApiError::MethodNotAllowed(format!("{method} {}", uri.path()))
         })
         .layer(DefaultBodyLimit::max(limit))
+        // Inside `run_to_completion`: a request its client gave up on is timed to its end.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .layer(axum::middleware::from_fn(run_to_completion))
         .layer(TraceLayer::new_for_http())
         .with_state(state)

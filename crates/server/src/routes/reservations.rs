@@ -46,10 +46,17 @@ pub(crate) async fn create(
     ApiJson(body): ApiJson<CreateReservation>,
 ) -> Result<(StatusCode, Json<Reservation>), ApiError> {
     let new = validate::reservation(&caller.0.id, &body, idempotency_key(&headers)?)?;
+    let now = state.now();
     let (reservation, nodes) = state
         .store
-        .reserve(new, &state.config.prices, state.live_since(), state.now())
+        .reserve(new, &state.config.prices, state.live_since(), now)
         .await?;
+    // Placed at once, and not the replay of an earlier request with its Idempotency-Key.
+    if reservation.node.is_some()
+        && reservation.created_at.timestamp_micros() == now.timestamp_micros()
+    {
+        state.metrics.observe_wait(std::time::Duration::ZERO);
+    }
     for node in &nodes {
         state.wake.wake(node);
     }

@@ -137,6 +137,8 @@ struct AgentParts {
     executor: Arc<dyn gpurent_agent::Executor>,
     sim: Option<Arc<SimExecutor>>,
     index: usize,
+    /// What the agent's `/metrics` shows.
+    metrics: Arc<gpurent_agent::AgentMetrics>,
 }
 
 impl TestAppBuilder {
@@ -329,6 +331,15 @@ impl TestApp {
         }
     }
 
+    /// What the node's agent's `/metrics` shows (serve it with `gpurent_agent::metrics::serve`).
+    pub fn agent_metrics(&self, name: &str) -> Arc<gpurent_agent::AgentMetrics> {
+        self.agent_parts
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.metrics.clone())
+            .expect("an agent of that name")
+    }
+
     /// The sim executor of the node's agent: what "runs" there, as the executor sees it.
     pub fn sim_executor(&self, name: &str) -> Arc<SimExecutor> {
         self.agent_parts
@@ -366,6 +377,9 @@ impl TestApp {
         let mut config = AgentConfig::new(&self.base, parts.dir.clone(), name);
         self.configure_agent(&mut config);
         let agent = Agent::new(config, parts.gpus.clone(), parts.executor.clone());
+        if let Some(p) = self.agent_parts.iter_mut().find(|p| p.name == name) {
+            p.metrics = agent.metrics();
+        }
         let (stop, stopped) = watch::channel(false);
         self.agents[parts.index] = (stop, tokio::spawn(agent.run(stopped)));
     }
@@ -437,15 +451,16 @@ impl TestApp {
         let mut config = AgentConfig::new(&server, dir.path().to_owned(), name);
         config.join_token = token["token"].as_str().map(str::to_owned);
         self.configure_agent(&mut config);
+        let agent = Agent::new(config, gpus.clone(), executor.clone());
         self.agent_parts.push(AgentParts {
             name: name.to_owned(),
             dir: dir.path().to_owned(),
-            gpus: gpus.clone(),
-            executor: executor.clone(),
+            gpus,
+            executor,
             sim: None,
             index: self.agents.len(),
+            metrics: agent.metrics(),
         });
-        let agent = Agent::new(config, gpus, executor);
         let (stop, stopped) = watch::channel(false);
         self.agents.push((stop, tokio::spawn(agent.run(stopped))));
         self._dirs.push(dir);

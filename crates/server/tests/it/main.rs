@@ -16,6 +16,7 @@ mod idempotency;
 mod idle;
 mod lifecycle;
 mod logs;
+mod metrics;
 mod openapi;
 mod queue;
 mod settlement;

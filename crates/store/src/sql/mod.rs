@@ -4,6 +4,7 @@
 mod audit;
 mod idempotency;
 mod ledger;
+mod metrics;
 mod migrate;
 mod nodes;
 mod queue;

@@ -112,23 +112,28 @@ impl StatementStore for SqlStore {
             *by_reason.entry(reason.unwrap_or_default()).or_default() +=
                 u64::try_from(n).unwrap_or(0);
         }
-        let ended: u64 = by_reason.values().sum();
-        let preempted = by_reason.get("preempted").copied().unwrap_or(0);
-        // The platform's doing: preemption, or the node stopping it (lost, drained).
-        let interrupted = preempted
-            + ["stopped_by_agent", "lost"]
-                .iter()
-                .filter_map(|r| by_reason.get(*r))
-                .sum::<u64>();
-        let completed = ended - interrupted;
-        #[allow(clippy::cast_precision_loss)] // counts far below 2^52
-        let success_rate = (ended > 0).then(|| completed as f64 / ended as f64);
-        Ok(SpotStats {
-            ended,
-            completed,
-            preempted,
-            interrupted,
-            success_rate,
-        })
+        Ok(spot_stats_of(&by_reason))
+    }
+}
+
+/// How spot instances ended, from the number that ran and ended for each end reason.
+pub(crate) fn spot_stats_of(by_reason: &BTreeMap<String, u64>) -> SpotStats {
+    let ended: u64 = by_reason.values().sum();
+    let preempted = by_reason.get("preempted").copied().unwrap_or(0);
+    // The platform's doing: preemption, or the node stopping it (lost, drained).
+    let interrupted = preempted
+        + ["stopped_by_agent", "lost"]
+            .iter()
+            .filter_map(|r| by_reason.get(*r))
+            .sum::<u64>();
+    let completed = ended - interrupted;
+    #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+    let success_rate = (ended > 0).then(|| completed as f64 / ended as f64);
+    SpotStats {
+        ended,
+        completed,
+        preempted,
+        interrupted,
+        success_rate,
     }
 }

@@ -9,5 +9,6 @@ mod concurrent_settlement;
 mod idempotency;
 mod lifecycle;
 mod liveness;
+mod metrics;
 mod queue;
 mod support;
