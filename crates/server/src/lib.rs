@@ -12,6 +12,7 @@ mod health_rules;
 mod idempotency;
 mod maintenance;
 mod openapi;
+mod report;
 mod routes;
 mod scheduler;
 mod state;

@@ -8,6 +8,7 @@ mod error;
 mod model;
 mod sql;
 pub mod testing;
+mod usage_facts;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -25,6 +26,7 @@ pub use model::{
     QueuedReservation, Scope, Want,
 };
 pub use sql::{Settled, SqlStore};
+pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};
 
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
@@ -301,4 +303,14 @@ pub trait StatementStore: Send + Sync {
 
     /// How the spot instances that ran have ended.
     async fn spot_stats(&self) -> Result<SpotStats>;
+
+    /// What the usage reports of [from, to) are computed from: the reservations that held GPUs
+    /// in it or were charged in it (with those charges and their hosts' shares), every GPU,
+    /// and, with `telemetry`, the hourly telemetry rollup of the window.
+    async fn usage_facts(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        telemetry: bool,
+    ) -> Result<UsageFacts>;
 }

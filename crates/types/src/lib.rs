@@ -6,6 +6,7 @@ pub mod api;
 mod clock;
 mod gpu_type;
 mod money;
+pub mod report;
 mod status;
 
 pub use clock::{Clock, ManualClock, SystemClock};

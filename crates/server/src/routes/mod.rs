@@ -5,6 +5,7 @@ mod agent;
 mod events;
 mod health;
 mod nodes;
+mod reports;
 mod reservations;
 mod statements;
 mod usage;
@@ -58,6 +59,8 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         )
         .routes(routes!(admin::ledger_check))
         .routes(routes!(admin::spot_stats))
+        .routes(routes!(reports::daily))
+        .routes(routes!(reports::weekly))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
 }

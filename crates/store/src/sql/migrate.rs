@@ -65,6 +65,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "idle_reclaim",
         include_str!("../../migrations/0015_idle_reclaim.sql"),
     ),
+    (
+        18,
+        "gpu_hours",
+        include_str!("../../migrations/0018_gpu_hours.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

@@ -1,11 +1,13 @@
 //! The SQL implementation of the store, over sqlx's `Any` driver: the same statements run on
 //! SQLite and PostgreSQL (`$1` placeholders, BIGINT everywhere, `ON CONFLICT`).
 
+mod gpu_hours;
 mod idempotency;
 mod ledger;
 mod migrate;
 mod nodes;
 mod queue;
+mod reports;
 mod reservations;
 mod rows;
 mod settlement;
