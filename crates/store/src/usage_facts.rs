@@ -29,8 +29,8 @@ pub struct UsedReservation {
     pub ended_at: Option<DateTime<Utc>>,
     /// Its `charge` transfers within the window.
     pub charged: Money,
-    /// Its `earning` transfers (the host's share) within the window.
-    pub host_earned: Money,
+    /// The part of its charges that goes to its node's owner, in basis points.
+    pub host_share_bps: u32,
 }
 
 /// A GPU of the fleet.
@@ -61,4 +61,6 @@ pub struct UsageFacts {
     pub reservations: Vec<UsedReservation>,
     pub gpus: Vec<FleetGpu>,
     pub hours: Vec<GpuHour>,
+    /// What each node's owner earned in the window (its `earning` transfers), by node id.
+    pub node_earnings: Vec<(String, Money)>,
 }

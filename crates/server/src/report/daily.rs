@@ -94,9 +94,14 @@ pub(crate) fn daily(
         }
     }
     let mut tenants: BTreeMap<(String, String), Sums> = BTreeMap::new();
-    let mut node_money: HashMap<String, (i64, i64)> = HashMap::new();
+    let mut node_revenue: HashMap<&str, i64> = HashMap::new();
+    let node_earnings: HashMap<&str, i64> = facts
+        .node_earnings
+        .iter()
+        .map(|(n, m)| (n.as_str(), m.micros()))
+        .collect();
     let mut timeline = Vec::new();
-    let (mut revenue, mut host_earnings) = (0i64, 0i64);
+    let mut revenue = 0i64;
     for r in &facts.reservations {
         let tenant = tenants
             .entry((r.tenant.clone(), r.tenant_id.clone()))
@@ -104,11 +109,8 @@ pub(crate) fn daily(
         tenant.reservations += 1;
         tenant.revenue += r.charged.micros();
         revenue += r.charged.micros();
-        host_earnings += r.host_earned.micros();
         if let Some(node) = &r.node_id {
-            let m = node_money.entry(node.clone()).or_default();
-            m.0 += r.charged.micros();
-            m.1 += r.host_earned.micros();
+            *node_revenue.entry(node).or_default() += r.charged.micros();
         }
         let allocs = allocations(r, &index, fleet);
         for (&(i, _), part) in allocs.iter().zip(split(r.charged.micros(), allocs.len())) {
@@ -198,7 +200,8 @@ pub(crate) fn daily(
     let nodes: Vec<NodeUsage> = nodes
         .into_iter()
         .map(|((name, id), (count, n))| {
-            let (revenue, earned) = node_money.get(&id).copied().unwrap_or_default();
+            let revenue = node_revenue.get(id.as_str()).copied().unwrap_or_default();
+            let earned = node_earnings.get(id.as_str()).copied().unwrap_or_default();
             NodeUsage {
                 gpus: count,
                 gpu_hours: gpu_hours(n.milli_s),
@@ -245,7 +248,7 @@ pub(crate) fn daily(
             gpu_hours: gpu_hours(all.milli_s),
             vram_gb_hours: gb_hours(all.mb_s),
             revenue: Money::from_micros(revenue),
-            host_earnings: Money::from_micros(host_earnings),
+            host_earnings: Money::from_micros(node_earnings.values().sum()),
             allocation_pct: pct(all.milli_s, MILLI * day_s * count),
             utilization_pct: mean_pct(all.util_sum, all.samples),
         },

@@ -74,7 +74,6 @@ pub(crate) mod fixture {
         tier: Tier,
         (start, end): (DateTime<Utc>, Option<DateTime<Utc>>),
         charged: &str,
-        earned: &str,
     ) -> UsedReservation {
         UsedReservation {
             id: id.into(),
@@ -95,7 +94,7 @@ pub(crate) mod fixture {
             started_at: Some(start),
             ended_at: end,
             charged: charged.parse::<Money>().unwrap(),
-            host_earned: earned.parse::<Money>().unwrap(),
+            host_share_bps: 8000,
         }
     }
 
@@ -108,7 +107,6 @@ pub(crate) mod fixture {
             Tier::Spot,
             (at(0, 0) - chrono::Duration::hours(1), Some(at(1, 0))),
             "1.00",
-            "0.80",
         );
         bob.status = ReservationStatus::Preempted;
         bob.end_reason = Some("preempted".into());
@@ -123,7 +121,6 @@ pub(crate) mod fixture {
                     Tier::OnDemand,
                     (at(10, 30), Some(at(12, 0))),
                     "7.500001",
-                    "6.00",
                 ),
                 reservation(
                     "c",
@@ -133,7 +130,6 @@ pub(crate) mod fixture {
                     Tier::Reserved,
                     (at(23, 30), None),
                     "1.25",
-                    "1.00",
                 ),
             ],
             gpus: vec![gpu(0), gpu(1)],
@@ -155,6 +151,7 @@ pub(crate) mod fixture {
                     mem_max_mb: 1_000,
                 },
             ],
+            node_earnings: vec![("n1".into(), "7.80".parse::<Money>().unwrap())],
         }
     }
 }

@@ -84,7 +84,11 @@ pub(crate) fn weekly(
             reservations: 1,
             milli_s: milli * seconds,
             charged: r.charged.micros(),
-            host_earnings: r.host_earned.micros(),
+            // The share of its charges in the week, rounded down as the ledger rounds it.
+            host_earnings: i64::try_from(
+                i128::from(r.charged.micros()) * i128::from(r.host_share_bps) / 10_000,
+            )
+            .unwrap_or(i64::MAX),
             preemptions: u32::from(preempted),
         });
     }

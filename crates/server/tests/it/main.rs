@@ -18,6 +18,7 @@ mod lifecycle;
 mod logs;
 mod openapi;
 mod queue;
+mod reports;
 mod settlement;
 mod telemetry;
 mod tiers;

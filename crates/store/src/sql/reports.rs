@@ -23,44 +23,48 @@ impl SqlStore {
         telemetry: bool,
     ) -> Result<UsageFacts> {
         let (from, to) = (ts(from), ts(to));
-        // The money of the window, per reservation: charges to tenants and their hosts' shares.
-        // (No index on transfers.created_at: it would cost every settlement a write for a
-        // report an admin runs once a day.)
-        let mut money: HashMap<String, (i64, i64)> = HashMap::new();
+        // The charges of the window, per reservation, and the hosts' earnings per node (paid
+        // per node at each settlement, per reservation at its end). No index on
+        // transfers.created_at: it would cost every settlement a write, for a report an admin
+        // runs once a day.
+        let mut charged: HashMap<String, i64> = HashMap::new();
+        let mut node_earnings = Vec::new();
         for row in sqlx::query(
-            "SELECT reservation_id, kind, CAST(SUM(amount) AS BIGINT) AS amount FROM transfers
-             WHERE kind IN ('charge', 'earning') AND reservation_id IS NOT NULL
-               AND created_at >= $1 AND created_at < $2
-             GROUP BY reservation_id, kind",
+            "SELECT kind, CASE WHEN kind = 'charge' THEN reservation_id ELSE node_id END AS owner,
+                    CAST(SUM(amount) AS BIGINT) AS amount FROM transfers
+             WHERE kind IN ('charge', 'earning') AND created_at >= $1 AND created_at < $2
+             GROUP BY kind, CASE WHEN kind = 'charge' THEN reservation_id ELSE node_id END",
         )
         .bind(from)
         .bind(to)
         .fetch_all(&self.pool)
         .await?
         {
-            let id: String = row.try_get("reservation_id")?;
             let kind: String = row.try_get("kind")?;
+            let Some(owner) = row.try_get::<Option<String>, _>("owner")? else {
+                continue;
+            };
             let amount: i64 = row.try_get("amount")?;
-            let entry = money.entry(id).or_default();
             if kind == "charge" {
-                entry.0 += amount;
+                charged.insert(owner, amount);
             } else {
-                entry.1 += amount;
+                node_earnings.push((owner, Money::from_micros(amount)));
             }
         }
+        node_earnings.sort();
         // Billing ends at the stop (or preemption, expiry, fence) that was asked for, else when
         // the instance ended by itself.
         let rows = sqlx::query(
             "SELECT r.id, r.tenant_id, u.name AS tenant, r.node_id, n.name AS node, r.gpus,
                     r.gpu_count, r.vram_mb, r.tier, r.status, r.end_reason, r.started_at,
+                    r.host_share_bps,
                     COALESCE(r.stop_requested_at, r.ended_at) AS billed_until
              FROM reservations r JOIN users u ON u.id = r.tenant_id
              LEFT JOIN nodes n ON n.id = r.node_id
              WHERE (r.started_at IS NOT NULL AND r.started_at < $2
                     AND COALESCE(r.stop_requested_at, r.ended_at, $2) > $1)
                 OR r.id IN (SELECT reservation_id FROM transfers
-                            WHERE kind IN ('charge', 'earning')
-                              AND created_at >= $1 AND created_at < $2)
+                            WHERE kind = 'charge' AND created_at >= $1 AND created_at < $2)
              ORDER BY r.id",
         )
         .bind(from)
@@ -70,7 +74,7 @@ impl SqlStore {
         let mut reservations = Vec::with_capacity(rows.len());
         for r in &rows {
             let id: String = r.try_get("id")?;
-            let (charged, earned) = money.get(&id).copied().unwrap_or_default();
+            let charged = charged.get(&id).copied().unwrap_or_default();
             let opt_ts = |col: &str| -> Result<Option<DateTime<Utc>>> {
                 r.try_get::<Option<i64>, _>(col)?.map(from_ts).transpose()
             };
@@ -91,7 +95,8 @@ impl SqlStore {
                 started_at: opt_ts("started_at")?,
                 ended_at: opt_ts("billed_until")?,
                 charged: Money::from_micros(charged),
-                host_earned: Money::from_micros(earned),
+                host_share_bps: u32::try_from(r.try_get::<i64, _>("host_share_bps")?)
+                    .map_err(corrupt)?,
                 id,
             });
         }
@@ -123,6 +128,7 @@ impl SqlStore {
             reservations,
             gpus,
             hours,
+            node_earnings,
         })
     }
 }
