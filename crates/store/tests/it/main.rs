@@ -5,6 +5,7 @@
 
 mod billing_model;
 mod concurrent_settlement;
+mod gpu_hours;
 mod idempotency;
 mod lifecycle;
 mod liveness;
