@@ -8,6 +8,7 @@ mod agent_restart;
 mod cli_flow;
 mod crash;
 mod failover_processes;
+mod report;
 mod sim;
 mod sim_replay;
 mod support;
