@@ -507,8 +507,16 @@ fn parse_date(s: &str) -> Result<chrono::NaiveDate, String> {
 fn parse_week(s: &str) -> Result<String, String> {
     let bad = || format!("{s:?} is not an ISO week YYYY-Www");
     let (year, week) = s.split_once("-W").ok_or_else(bad)?;
-    let year: i32 = year.parse().ok().filter(|_| year.len() == 4).ok_or_else(bad)?;
-    let week: u32 = week.parse().ok().filter(|_| week.len() == 2).ok_or_else(bad)?;
+    let year: i32 = year
+        .parse()
+        .ok()
+        .filter(|_| year.len() == 4)
+        .ok_or_else(bad)?;
+    let week: u32 = week
+        .parse()
+        .ok()
+        .filter(|_| week.len() == 2)
+        .ok_or_else(bad)?;
     chrono::NaiveDate::from_isoywd_opt(year, week, chrono::Weekday::Mon).ok_or_else(bad)?;
     Ok(s.to_owned())
 }

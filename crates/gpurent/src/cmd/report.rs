@@ -44,10 +44,20 @@ pub async fn run(api: &ApiClient, command: ReportCommand, json: bool) -> Result<
                 .await?;
             create(&out)?;
             let mut files = Vec::new();
-            write(&out, "tenants.csv", &report_csv::tenants(&report), &mut files)?;
+            write(
+                &out,
+                "tenants.csv",
+                &report_csv::tenants(&report),
+                &mut files,
+            )?;
             write(&out, "nodes.csv", &report_csv::nodes(&report), &mut files)?;
             write(&out, "gpus.csv", &report_csv::gpus(&report), &mut files)?;
-            write(&out, "gpu-hours.csv", &report_csv::gpu_hours(&report), &mut files)?;
+            write(
+                &out,
+                "gpu-hours.csv",
+                &report_csv::gpu_hours(&report),
+                &mut files,
+            )?;
             let text = serde_json::to_string_pretty(&report)
                 .map_err(|e| CliError::new("bad_response", e.to_string()))?;
             write(&out, "report.json", &text, &mut files)?;
@@ -85,7 +95,14 @@ pub async fn run(api: &ApiClient, command: ReportCommand, json: bool) -> Result<
                 })
                 .collect();
             print_table(
-                &["TENANT", "RESERVATIONS", "GPU-HOURS", "VRAM-GB-HOURS", "REVENUE", "UTILISATION"],
+                &[
+                    "TENANT",
+                    "RESERVATIONS",
+                    "GPU-HOURS",
+                    "VRAM-GB-HOURS",
+                    "REVENUE",
+                    "UTILISATION",
+                ],
                 &rows,
             );
             print_line(&format!("wrote {} files to {}", files.len(), out.display()));
@@ -138,8 +155,14 @@ pub async fn run(api: &ApiClient, command: ReportCommand, json: bool) -> Result<
                 .collect();
             print_table(
                 &[
-                    "TIER", "RESERVATIONS", "GPU-HOURS", "CHARGED", "PER-GPU-HOUR", "PREEMPTIONS",
-                    "HOSTS", "RETURN",
+                    "TIER",
+                    "RESERVATIONS",
+                    "GPU-HOURS",
+                    "CHARGED",
+                    "PER-GPU-HOUR",
+                    "PREEMPTIONS",
+                    "HOSTS",
+                    "RETURN",
                 ],
                 &rows,
             );

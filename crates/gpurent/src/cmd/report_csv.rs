@@ -28,8 +28,14 @@ fn table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> String
 pub fn tenants(r: &DailyReport) -> String {
     table(
         &[
-            "date", "tenant_id", "tenant", "reservations", "gpu_hours", "vram_gb_hours",
-            "revenue", "utilization_pct",
+            "date",
+            "tenant_id",
+            "tenant",
+            "reservations",
+            "gpu_hours",
+            "vram_gb_hours",
+            "revenue",
+            "utilization_pct",
         ],
         r.tenants.iter().map(|t| {
             vec![
@@ -49,8 +55,16 @@ pub fn tenants(r: &DailyReport) -> String {
 pub fn nodes(r: &DailyReport) -> String {
     table(
         &[
-            "date", "node_id", "node", "gpus", "gpu_hours", "vram_gb_hours", "revenue",
-            "host_earnings", "allocation_pct", "utilization_pct",
+            "date",
+            "node_id",
+            "node",
+            "gpus",
+            "gpu_hours",
+            "vram_gb_hours",
+            "revenue",
+            "host_earnings",
+            "allocation_pct",
+            "utilization_pct",
         ],
         r.nodes.iter().map(|n| {
             vec![
@@ -72,8 +86,17 @@ pub fn nodes(r: &DailyReport) -> String {
 pub fn gpus(r: &DailyReport) -> String {
     table(
         &[
-            "date", "gpu_uuid", "node", "index", "model", "vram_mb", "gpu_hours",
-            "vram_gb_hours", "revenue", "allocation_pct", "utilization_pct",
+            "date",
+            "gpu_uuid",
+            "node",
+            "index",
+            "model",
+            "vram_mb",
+            "gpu_hours",
+            "vram_gb_hours",
+            "revenue",
+            "allocation_pct",
+            "utilization_pct",
         ],
         r.gpus.iter().map(|g| {
             vec![
@@ -97,8 +120,15 @@ pub fn gpus(r: &DailyReport) -> String {
 pub fn gpu_hours(r: &DailyReport) -> String {
     table(
         &[
-            "date", "gpu_uuid", "node", "hour", "allocated_mb", "used_mb", "used_max_mb",
-            "utilization_pct", "samples",
+            "date",
+            "gpu_uuid",
+            "node",
+            "hour",
+            "allocated_mb",
+            "used_mb",
+            "used_max_mb",
+            "utilization_pct",
+            "samples",
         ],
         r.gpus.iter().flat_map(|g| {
             g.hours.iter().map(move |h| {
@@ -122,8 +152,15 @@ pub fn weekly(r: &WeeklyReport) -> String {
     let from = r.from.format("%Y-%m-%d").to_string();
     table(
         &[
-            "from", "tier", "reservations", "gpu_hours", "charged", "price_per_gpu_hour",
-            "preemptions", "host_earnings", "platform_return",
+            "from",
+            "tier",
+            "reservations",
+            "gpu_hours",
+            "charged",
+            "price_per_gpu_hour",
+            "preemptions",
+            "host_earnings",
+            "platform_return",
         ],
         r.tiers.iter().chain([&r.total]).map(|t| {
             vec![

@@ -62,7 +62,10 @@ impl Chart {
 
 /// "node #index", top to bottom in the report's order.
 fn labels(r: &DailyReport) -> Vec<String> {
-    r.gpus.iter().map(|g| format!("{} #{}", g.node, g.index)).collect()
+    r.gpus
+        .iter()
+        .map(|g| format!("{} #{}", g.node, g.index))
+        .collect()
 }
 
 fn label_area(labels: &[String]) -> u32 {
@@ -80,7 +83,11 @@ fn row_y(i: usize, n: usize) -> f64 {
 /// The GPU labels left of the plotting area, one per row, centred on it.
 fn draw_row_labels<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
-    chart: &ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>,
+    chart: &ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
     labels: &[String],
 ) -> Drawn<DB> {
     let style = TextStyle::from((FAMILY, 13).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
@@ -136,7 +143,8 @@ fn heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &DailyReport) -
         .label_style((FAMILY, 13))
         .axis_desc_style((FAMILY, 15))
         .draw()?;
-    let cell_text = TextStyle::from((FAMILY, 11).into_font()).pos(Pos::new(HPos::Center, VPos::Center));
+    let cell_text =
+        TextStyle::from((FAMILY, 11).into_font()).pos(Pos::new(HPos::Center, VPos::Center));
     for (i, g) in r.gpus.iter().enumerate() {
         let y = row_y(i, n);
         for h in &g.hours {
@@ -168,7 +176,10 @@ fn timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &DailyReport) 
     #[allow(clippy::cast_precision_loss)]
     let rows = n as f64;
     let mut chart = ChartBuilder::on(root)
-        .caption(format!("Reservations per GPU, {} (UTC)", r.date), (FAMILY, 20))
+        .caption(
+            format!("Reservations per GPU, {} (UTC)", r.date),
+            (FAMILY, 20),
+        )
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(label_area(&labels))
@@ -205,16 +216,26 @@ fn timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &DailyReport) 
         let mut names = Vec::new();
         for e in r.timeline.iter().filter(|e| e.tenant == *tenant) {
             // At least two minutes wide, so that a short reservation still shows.
-            let (x0, x1) = (hours(e.start), hours(e.end).max(hours(e.start) + 2.0 / 60.0));
+            let (x0, x1) = (
+                hours(e.start),
+                hours(e.end).max(hours(e.start) + 2.0 / 60.0),
+            );
             for uuid in &e.gpus {
                 let Some(&i) = row_of.get(uuid.as_str()) else {
                     continue;
                 };
                 let y = row_y(i, n);
-                bars.push(Rectangle::new([(x0, y + 0.15), (x1, y + 0.85)], colour.mix(0.85).filled()));
+                bars.push(Rectangle::new(
+                    [(x0, y + 0.15), (x1, y + 0.85)],
+                    colour.mix(0.85).filled(),
+                ));
                 if x1 - x0 >= 1.5 {
                     let id: String = e.reservation_id.chars().take(8).collect();
-                    names.push(Text::new(id, (x0 + 0.1, y + 0.5), text.clone().color(&WHITE)));
+                    names.push(Text::new(
+                        id,
+                        (x0 + 0.1, y + 0.5),
+                        text.clone().color(&WHITE),
+                    ));
                 }
             }
         }

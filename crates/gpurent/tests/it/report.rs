@@ -33,10 +33,22 @@ fn a_daily_report_writes_csv_json_and_charts() {
     );
     let url = up.url.clone();
     let admin = read_token(&data);
-    let alice = cli(&url, Some(&admin), true, &["users", "create", "alice", "--credit", "100"]);
+    let alice = cli(
+        &url,
+        Some(&admin),
+        true,
+        &["users", "create", "alice", "--credit", "100"],
+    );
     let token = alice.json()["token"].as_str().unwrap().to_owned();
     let t = Some(token.as_str());
-    let r = cli(&url, t, true, &["reserve", "--gpu", "rtx4090", "--count", "2", "--hours", "1"]);
+    let r = cli(
+        &url,
+        t,
+        true,
+        &[
+            "reserve", "--gpu", "rtx4090", "--count", "2", "--hours", "1",
+        ],
+    );
     assert_eq!(r.code, 0, "{r:?}");
     let id = r.json()["id"].as_str().unwrap().to_owned();
     eventually("running", 30, || {
@@ -56,7 +68,14 @@ fn a_daily_report_writes_csv_json_and_charts() {
         &url,
         Some(&admin),
         true,
-        &["report", "daily", "--date", &date, "--out", out.to_str().unwrap()],
+        &[
+            "report",
+            "daily",
+            "--date",
+            &date,
+            "--out",
+            out.to_str().unwrap(),
+        ],
     );
     assert_eq!(run.code, 0, "{run:?}");
     let files: Vec<String> = run.json()["files"]
@@ -94,19 +113,31 @@ fn a_daily_report_writes_csv_json_and_charts() {
     assert_eq!(
         tenants[0],
         [
-            "date", "tenant_id", "tenant", "reservations", "gpu_hours", "vram_gb_hours",
-            "revenue", "utilization_pct"
+            "date",
+            "tenant_id",
+            "tenant",
+            "reservations",
+            "gpu_hours",
+            "vram_gb_hours",
+            "revenue",
+            "utilization_pct"
         ]
     );
     assert_eq!(tenants.len(), 2, "{tenants:?}");
     let row = &tenants[1];
-    assert_eq!((row[0].as_str(), row[2].as_str(), row[3].as_str()), (date.as_str(), "alice", "1"));
+    assert_eq!(
+        (row[0].as_str(), row[2].as_str(), row[3].as_str()),
+        (date.as_str(), "alice", "1")
+    );
     assert_eq!(row[6], done["charged"].as_str().unwrap());
     let ended: DateTime<Utc> = done["ended_at"].as_str().unwrap().parse().unwrap();
     #[allow(clippy::cast_precision_loss)]
     let expected = 2.0 * (ended - started).num_milliseconds() as f64 / 3_600_000.0;
     let gpu_hours: f64 = row[4].parse().unwrap();
-    assert!((gpu_hours - expected).abs() < 0.001, "{gpu_hours} vs {expected}");
+    assert!(
+        (gpu_hours - expected).abs() < 0.001,
+        "{gpu_hours} vs {expected}"
+    );
     let gpus = csv_rows(&out.join("gpus.csv"));
     assert_eq!(gpus.len(), 3, "{gpus:?}");
     let hours = csv_rows(&out.join("gpu-hours.csv"));
@@ -125,9 +156,16 @@ fn a_daily_report_writes_csv_json_and_charts() {
         let mut colours: Vec<[u8; 3]> = png.pixels().map(|p| p.0).collect();
         colours.sort_unstable();
         colours.dedup();
-        assert!(colours.len() > 10, "{name}.png has {} colours", colours.len());
+        assert!(
+            colours.len() > 10,
+            "{name}.png has {} colours",
+            colours.len()
+        );
         let svg = std::fs::read_to_string(out.join(format!("{name}.svg"))).unwrap();
-        assert!(svg.contains("<svg") && svg.trim_end().ends_with("</svg>"), "{name}.svg");
+        assert!(
+            svg.contains("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{name}.svg"
+        );
         assert!(svg.contains(&date), "{name}.svg names the day");
     }
     let timeline = std::fs::read_to_string(out.join("timeline.svg")).unwrap();
@@ -138,21 +176,47 @@ fn a_daily_report_writes_csv_json_and_charts() {
         &url,
         Some(&admin),
         false,
-        &["report", "daily", "--date", &date, "--out", out.to_str().unwrap()],
+        &[
+            "report",
+            "daily",
+            "--date",
+            &date,
+            "--out",
+            out.to_str().unwrap(),
+        ],
     );
     assert_eq!(human.code, 0, "{human:?}");
-    assert!(human.stdout.contains("alice") && human.stdout.contains("wrote 9 files"), "{human:?}");
+    assert!(
+        human.stdout.contains("alice") && human.stdout.contains("wrote 9 files"),
+        "{human:?}"
+    );
 
     // The week of that day, from its first day.
-    let week = cli(&url, Some(&admin), true, &["report", "weekly", "--from", &date]).json();
+    let week = cli(
+        &url,
+        Some(&admin),
+        true,
+        &["report", "weekly", "--from", &date],
+    )
+    .json();
     assert_eq!(week["total"]["charged"], done["charged"], "{week}");
     assert_eq!(week["tiers"][0]["tier"], "on-demand");
 
     // Bad dates are usage errors (exit 2); tenants may not see reports.
-    let bad = cli(&url, Some(&admin), true, &["report", "daily", "--date", "2026-02-30", "--out", "x"]);
+    let bad = cli(
+        &url,
+        Some(&admin),
+        true,
+        &["report", "daily", "--date", "2026-02-30", "--out", "x"],
+    );
     assert_eq!(bad.code, 2, "{bad:?}");
     assert_eq!(bad.json()["error"]["code"], "usage");
-    let bad = cli(&url, Some(&admin), false, &["report", "weekly", "--week", "2026-9"]);
+    let bad = cli(
+        &url,
+        Some(&admin),
+        false,
+        &["report", "weekly", "--week", "2026-9"],
+    );
     assert_eq!(bad.code, 2, "{bad:?}");
     let denied = cli(&url, t, true, &["report", "weekly"]);
     assert_eq!(denied.code, 1);

@@ -53,7 +53,12 @@ fn allocations(
     r.gpus
         .iter()
         .filter_map(|u| gpus.get(u.as_str()).copied())
-        .map(|i| (i, r.share_mb.unwrap_or(fleet[i].vram_mb).min(fleet[i].vram_mb)))
+        .map(|i| {
+            (
+                i,
+                r.share_mb.unwrap_or(fleet[i].vram_mb).min(fleet[i].vram_mb),
+            )
+        })
         .collect()
 }
 
@@ -129,8 +134,8 @@ pub(crate) fn daily(
                 g.alloc_mb_s[h] += mb * secs;
                 let (samples, util, _, _) = g.hours[h];
                 if samples > 0 && secs > 0 {
-                    tenant.weighted_util += i128::from(milli * secs) * i128::from(util)
-                        / i128::from(samples);
+                    tenant.weighted_util +=
+                        i128::from(milli * secs) * i128::from(util) / i128::from(samples);
                     tenant.weight += milli * secs;
                 }
             }
@@ -175,8 +180,7 @@ pub(crate) fn daily(
                     GpuHourUsage {
                         hour: u32::try_from(h).unwrap_or(0),
                         allocated_mb: u64::try_from(s.alloc_mb_s[h] / 3600).unwrap_or(0),
-                        used_mb: (samples > 0)
-                            .then(|| u64::try_from(used / samples).unwrap_or(0)),
+                        used_mb: (samples > 0).then(|| u64::try_from(used / samples).unwrap_or(0)),
                         used_max_mb: (samples > 0).then(|| u64::try_from(max).unwrap_or(0)),
                         utilization_pct: mean_pct(util, samples),
                         samples: u64::try_from(samples).unwrap_or(0),
@@ -293,7 +297,12 @@ mod tests {
         assert_eq!(r.gpus[1].utilization_pct, None);
         let h10 = &g0.hours[10];
         assert_eq!(
-            (h10.allocated_mb, h10.used_mb, h10.used_max_mb, h10.utilization_pct),
+            (
+                h10.allocated_mb,
+                h10.used_mb,
+                h10.used_max_mb,
+                h10.utilization_pct
+            ),
             (12_288, Some(15_000), Some(20_000), Some(75.0))
         );
         assert_eq!(g0.hours[0].allocated_mb, 6144);
@@ -306,12 +315,21 @@ mod tests {
         // Her GPU-time with samples: 30 min at 75% and 60 min at 90% on GPU 0.
         assert_eq!(alice.utilization_pct, Some(85.0));
         let bob = &r.tenants[1];
-        assert_eq!((bob.gpu_hours, bob.vram_gb_hours, bob.revenue), (0.25, 6.0, m("1.00")));
+        assert_eq!(
+            (bob.gpu_hours, bob.vram_gb_hours, bob.revenue),
+            (0.25, 6.0, m("1.00"))
+        );
         assert_eq!(bob.utilization_pct, None);
 
         let node = &r.nodes[0];
-        assert_eq!((node.gpus, node.gpu_hours, node.vram_gb_hours), (2, 3.75, 90.0));
-        assert_eq!((node.revenue, node.host_earnings), (m("9.750001"), m("7.80")));
+        assert_eq!(
+            (node.gpus, node.gpu_hours, node.vram_gb_hours),
+            (2, 3.75, 90.0)
+        );
+        assert_eq!(
+            (node.revenue, node.host_earnings),
+            (m("9.750001"), m("7.80"))
+        );
         assert_eq!(node.allocation_pct, 7.81); // 3.75 of 48 GPU-hours
         assert_eq!(r.totals.revenue, m("9.750001"));
         assert_eq!(r.totals.gpu_hours, 3.75);

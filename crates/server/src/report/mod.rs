@@ -51,7 +51,8 @@ pub(crate) mod fixture {
     use gpurent_types::{Money, ReservationStatus, Tier};
 
     pub(crate) fn at(h: u32, m: u32) -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 3, 2, 0, 0, 0).unwrap() + chrono::Duration::minutes(i64::from(h * 60 + m))
+        Utc.with_ymd_and_hms(2026, 3, 2, 0, 0, 0).unwrap()
+            + chrono::Duration::minutes(i64::from(h * 60 + m))
     }
 
     fn gpu(i: u32) -> FleetGpu {

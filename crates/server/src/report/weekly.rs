@@ -8,7 +8,7 @@ use gpurent_store::UsageFacts;
 use gpurent_types::report::{TierUsage, WeeklyReport};
 use gpurent_types::{Money, Tier};
 
-use super::window::clip;
+use super::window::{clip, Week};
 use super::{gpu_hours, MILLI};
 
 const TIERS: [Tier; 4] = [Tier::OnDemand, Tier::Stepped, Tier::Spot, Tier::Reserved];
@@ -34,8 +34,8 @@ impl Sums {
     fn usage(self, tier: Option<Tier>) -> TierUsage {
         // Rounded down to the micro-unit, like every charge.
         let per_hour = (self.milli_s > 0).then(|| {
-            let micros = i128::from(self.charged) * i128::from(MILLI * 3600)
-                / i128::from(self.milli_s);
+            let micros =
+                i128::from(self.charged) * i128::from(MILLI * 3600) / i128::from(self.milli_s);
             Money::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
         });
         TierUsage {
@@ -52,13 +52,8 @@ impl Sums {
 }
 
 /// The report of [from, to); work still running counts up to `now`.
-pub(crate) fn weekly(
-    facts: &UsageFacts,
-    week: Option<String>,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> WeeklyReport {
+pub(crate) fn weekly(facts: &UsageFacts, week: Week, now: DateTime<Utc>) -> WeeklyReport {
+    let Week { name, from, to } = week;
     let (f, t) = (from.timestamp(), to.timestamp());
     let vram: HashMap<&str, i64> = facts
         .gpus
@@ -102,7 +97,7 @@ pub(crate) fn weekly(
         })
         .collect();
     WeeklyReport {
-        week,
+        week: name,
         from,
         to,
         tiers,
@@ -121,21 +116,35 @@ mod tests {
 
     #[test]
     fn the_tiers_match_the_hand_computation() {
-        let r = weekly(&facts(), None, at(0, 0), at(24 * 7, 0), at(24, 0));
+        let week = Week {
+            name: None,
+            from: at(0, 0),
+            to: at(24 * 7, 0),
+        };
+        let r = weekly(&facts(), week, at(24, 0));
         let tier = |t: Tier| r.tiers.iter().find(|u| u.tier == Some(t)).unwrap();
         let od = tier(Tier::OnDemand);
         // 2 GPUs x 1.5 h; 7.500001 / 3 GPU-h rounded down.
         assert_eq!((od.gpu_hours, od.charged), (3.0, m("7.500001")));
         assert_eq!(od.price_per_gpu_hour, Some(m("2.50")));
-        assert_eq!((od.host_earnings, od.platform_return), (m("6.00"), m("1.500001")));
+        assert_eq!(
+            (od.host_earnings, od.platform_return),
+            (m("6.00"), m("1.500001"))
+        );
         let spot = tier(Tier::Spot);
         // Only its hour in the window counts: a quarter GPU for 1 h, 1.00 charged.
         assert_eq!((spot.gpu_hours, spot.preemptions), (0.25, 1));
         assert_eq!(spot.price_per_gpu_hour, Some(m("4.00")));
         let reserved = tier(Tier::Reserved);
-        assert_eq!((reserved.gpu_hours, reserved.price_per_gpu_hour), (0.5, Some(m("2.50"))));
+        assert_eq!(
+            (reserved.gpu_hours, reserved.price_per_gpu_hour),
+            (0.5, Some(m("2.50")))
+        );
         let stepped = tier(Tier::Stepped);
-        assert_eq!((stepped.reservations, stepped.price_per_gpu_hour), (0, None));
+        assert_eq!(
+            (stepped.reservations, stepped.price_per_gpu_hour),
+            (0, None)
+        );
         assert_eq!(r.total.gpu_hours, 3.75);
         assert_eq!(r.total.charged, m("9.750001"));
         assert_eq!((r.total.reservations, r.total.preemptions), (3, 1));

@@ -3,27 +3,52 @@
 
 use chrono::{DateTime, Datelike, Duration, NaiveDate, Utc, Weekday};
 
+/// A window the query asked for that is not one; each message starts with the field's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum WindowError {
+    #[error("{field}: {value:?} is not YYYY-MM-DD")]
+    Date { field: &'static str, value: String },
+    #[error("week: {0:?} is not an ISO week YYYY-Www")]
+    Week(String),
+    #[error("week: give either week or from, not both")]
+    Both,
+}
+
+/// Seven UTC days, [from, to), and the ISO week's name when they are one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Week {
+    pub name: Option<String>,
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+}
+
 /// The UTC day `YYYY-MM-DD` as [from, to).
-pub(crate) fn day(date: &str) -> Result<(NaiveDate, DateTime<Utc>, DateTime<Utc>), String> {
+pub(crate) fn day(date: &str) -> Result<(NaiveDate, DateTime<Utc>, DateTime<Utc>), WindowError> {
     let d = NaiveDate::parse_from_str(date, "%Y-%m-%d")
         .ok()
         .filter(|_| date.len() == 10)
-        .ok_or_else(|| format!("date: {date:?} is not YYYY-MM-DD"))?;
+        .ok_or_else(|| WindowError::Date {
+            field: "date",
+            value: date.to_owned(),
+        })?;
     let from = midnight(d);
     Ok((d, from, from + Duration::days(1)))
 }
 
 /// Seven days from a date, or the ISO week `YYYY-Www`, or (neither) the last whole ISO week
-/// before `now`. Returns the week's name when the window is an ISO week.
+/// before `now`.
 pub(crate) fn week(
     week: Option<&str>,
     from: Option<&str>,
     now: DateTime<Utc>,
-) -> Result<(Option<String>, DateTime<Utc>, DateTime<Utc>), String> {
+) -> Result<Week, WindowError> {
     let start = match (week, from) {
-        (Some(_), Some(_)) => return Err("week: give either week or from, not both".into()),
+        (Some(_), Some(_)) => return Err(WindowError::Both),
         (None, Some(from)) => {
-            let (_, start, _) = day(from).map_err(|_| format!("from: {from:?} is not YYYY-MM-DD"))?;
+            let (_, start, _) = day(from).map_err(|_| WindowError::Date {
+                field: "from",
+                value: from.to_owned(),
+            })?;
             start
         }
         (Some(w), None) => midnight(parse_iso_week(w)?),
@@ -35,13 +60,17 @@ pub(crate) fn week(
     };
     let d = start.date_naive();
     let iso = d.iso_week();
-    let name = (d.weekday() == Weekday::Mon)
-        .then(|| format!("{:04}-W{:02}", iso.year(), iso.week()));
-    Ok((name, start, start + Duration::days(7)))
+    let name =
+        (d.weekday() == Weekday::Mon).then(|| format!("{:04}-W{:02}", iso.year(), iso.week()));
+    Ok(Week {
+        name,
+        from: start,
+        to: start + Duration::days(7),
+    })
 }
 
-fn parse_iso_week(w: &str) -> Result<NaiveDate, String> {
-    let bad = || format!("week: {w:?} is not an ISO week YYYY-Www");
+fn parse_iso_week(w: &str) -> Result<NaiveDate, WindowError> {
+    let bad = || WindowError::Week(w.to_owned());
     let (year, week) = w.split_once("-W").ok_or_else(bad)?;
     if year.len() != 4 || week.len() != 2 {
         return Err(bad());
@@ -85,30 +114,48 @@ mod tests {
         assert_eq!(d.to_string(), "2026-03-01");
         assert_eq!(from, Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap());
         assert_eq!(to, Utc.with_ymd_and_hms(2026, 3, 2, 0, 0, 0).unwrap());
-        for bad in ["2026-02-30", "2026-3-1", "yesterday", "2026-03-01T00:00:00Z"] {
-            assert!(day(bad).unwrap_err().starts_with("date:"), "{bad}");
+        for bad in [
+            "2026-02-30",
+            "2026-3-1",
+            "yesterday",
+            "2026-03-01T00:00:00Z",
+        ] {
+            assert!(
+                day(bad).unwrap_err().to_string().starts_with("date:"),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn weeks_by_name_by_start_and_by_default() {
         let now = Utc.with_ymd_and_hms(2026, 3, 4, 10, 0, 0).unwrap(); // a Wednesday, W10
-        let (name, from, to) = week(Some("2026-W09"), None, now).unwrap();
-        assert_eq!(name.as_deref(), Some("2026-W09"));
-        assert_eq!(from, Utc.with_ymd_and_hms(2026, 2, 23, 0, 0, 0).unwrap());
-        assert_eq!(to - from, Duration::days(7));
-        assert_eq!(week(None, None, now).unwrap(), (name, from, to));
-        let (name, from, _) = week(None, Some("2026-03-04"), now).unwrap();
-        assert_eq!((name, from), (None, Utc.with_ymd_and_hms(2026, 3, 4, 0, 0, 0).unwrap()));
-        assert!(week(Some("2026-W54"), None, now).unwrap_err().starts_with("week:"));
-        assert!(week(None, Some("2026-13-01"), now).unwrap_err().starts_with("from:"));
-        assert!(week(Some("2026-W09"), Some("2026-03-04"), now).is_err());
+        let w9 = week(Some("2026-W09"), None, now).unwrap();
+        assert_eq!(w9.name.as_deref(), Some("2026-W09"));
+        assert_eq!(w9.from, Utc.with_ymd_and_hms(2026, 2, 23, 0, 0, 0).unwrap());
+        assert_eq!(w9.to - w9.from, Duration::days(7));
+        assert_eq!(week(None, None, now).unwrap(), w9);
+        let w = week(None, Some("2026-03-04"), now).unwrap();
+        assert_eq!(
+            (w.name, w.from),
+            (None, Utc.with_ymd_and_hms(2026, 3, 4, 0, 0, 0).unwrap())
+        );
+        let message = |r: Result<Week, WindowError>| r.unwrap_err().to_string();
+        assert!(message(week(Some("2026-W54"), None, now)).starts_with("week:"));
+        assert!(message(week(None, Some("2026-13-01"), now)).starts_with("from:"));
+        assert_eq!(
+            week(Some("2026-W09"), Some("2026-03-04"), now),
+            Err(WindowError::Both)
+        );
     }
 
     #[test]
     fn half_past_ten_to_noon_is_half_an_hour_then_a_whole_one() {
         let hours = per_hour(10 * 3600 + 1800, 12 * 3600, 0, 24);
-        assert_eq!((hours[9], hours[10], hours[11], hours[12]), (0, 1800, 3600, 0));
+        assert_eq!(
+            (hours[9], hours[10], hours[11], hours[12]),
+            (0, 1800, 3600, 0)
+        );
         assert_eq!(hours.iter().sum::<i64>(), 5400);
     }
 

@@ -32,7 +32,7 @@ pub(crate) async fn daily(
     let date = query
         .date
         .ok_or_else(|| ApiError::Invalid("date: required, YYYY-MM-DD".into()))?;
-    let (date, from, to) = window::day(&date).map_err(ApiError::Invalid)?;
+    let (date, from, to) = window::day(&date).map_err(|e| ApiError::Invalid(e.to_string()))?;
     let facts = state.store.usage_facts(from, to, true).await?;
     Ok(Json(report::daily(&facts, date, from, to, state.now())))
 }
@@ -58,8 +58,8 @@ pub(crate) async fn weekly(
 ) -> Result<Json<WeeklyReport>, ApiError> {
     caller.require_admin()?;
     let now = state.now();
-    let (name, from, to) = window::week(query.week.as_deref(), query.from.as_deref(), now)
-        .map_err(ApiError::Invalid)?;
-    let facts = state.store.usage_facts(from, to, false).await?;
-    Ok(Json(report::weekly(&facts, name, from, to, now)))
+    let week = window::week(query.week.as_deref(), query.from.as_deref(), now)
+        .map_err(|e| ApiError::Invalid(e.to_string()))?;
+    let facts = state.store.usage_facts(week.from, week.to, false).await?;
+    Ok(Json(report::weekly(&facts, week, now)))
 }

@@ -97,12 +97,19 @@ async fn a_seeded_day_is_reported_as_computed_by_hand(backend: Backend) {
         .collect();
     assert_eq!(
         tenants,
-        [("alice", 3.0, "7.50"), ("bob", 0.5, "0.50"), ("carol", 2.0, "5.00")]
+        [
+            ("alice", 3.0, "7.50"),
+            ("bob", 0.5, "0.50"),
+            ("carol", 2.0, "5.00")
+        ]
     );
     // Whole GPUs count all their memory: alice's VRAM-hours are 3 h of a GPU's GB.
     let vram_mb = day["gpus"][0]["vram_mb"].as_f64().unwrap();
     let alice_vram = day["tenants"][0]["vram_gb_hours"].as_f64().unwrap();
-    assert!((alice_vram - 3.0 * vram_mb / 1024.0).abs() < 1e-3, "{alice_vram}");
+    assert!(
+        (alice_vram - 3.0 * vram_mb / 1024.0).abs() < 1e-3,
+        "{alice_vram}"
+    );
 
     // Per GPU: alice's 1.5 h and carol's 1 h on each, bob's half hour on one of them; each
     // two-GPU reservation's revenue split evenly.
@@ -152,9 +159,24 @@ async fn a_seeded_day_is_reported_as_computed_by_hand(backend: Backend) {
     assert_eq!(
         timeline,
         [
-            ("alice", "stopped", "2026-03-01T12:00:00Z", "2026-03-01T13:30:00Z"),
-            ("bob", "preempted", "2026-03-01T13:30:00Z", "2026-03-01T14:00:00Z"),
-            ("carol", "stopped", "2026-03-01T14:00:00Z", "2026-03-01T15:00:00Z"),
+            (
+                "alice",
+                "stopped",
+                "2026-03-01T12:00:00Z",
+                "2026-03-01T13:30:00Z"
+            ),
+            (
+                "bob",
+                "preempted",
+                "2026-03-01T13:30:00Z",
+                "2026-03-01T14:00:00Z"
+            ),
+            (
+                "carol",
+                "stopped",
+                "2026-03-01T14:00:00Z",
+                "2026-03-01T15:00:00Z"
+            ),
         ]
     );
 
@@ -181,13 +203,26 @@ async fn a_seeded_day_is_reported_as_computed_by_hand(backend: Backend) {
     };
     let od = tier("on-demand");
     assert_eq!(
-        (&od["gpu_hours"], &od["charged"], &od["price_per_gpu_hour"], &od["preemptions"]),
+        (
+            &od["gpu_hours"],
+            &od["charged"],
+            &od["price_per_gpu_hour"],
+            &od["preemptions"]
+        ),
         (&json!(5.0), &json!("12.50"), &json!("2.50"), &json!(0))
     );
-    assert_eq!((&od["host_earnings"], &od["platform_return"]), (&json!("10.00"), &json!("2.50")));
+    assert_eq!(
+        (&od["host_earnings"], &od["platform_return"]),
+        (&json!("10.00"), &json!("2.50"))
+    );
     let spot = tier("spot");
     assert_eq!(
-        (&spot["gpu_hours"], &spot["charged"], &spot["price_per_gpu_hour"], &spot["preemptions"]),
+        (
+            &spot["gpu_hours"],
+            &spot["charged"],
+            &spot["price_per_gpu_hour"],
+            &spot["preemptions"]
+        ),
         (&json!(0.5), &json!("0.50"), &json!("1.00"), &json!(1))
     );
     assert_eq!(tier("reserved")["reservations"], 0);

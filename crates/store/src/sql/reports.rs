@@ -86,7 +86,10 @@ impl SqlStore {
                 gpus: serde_json::from_str(&r.try_get::<String, _>("gpus")?).map_err(corrupt)?,
                 gpu_count: u32::try_from(r.try_get::<i64, _>("gpu_count")?).map_err(corrupt)?,
                 share_mb: r.try_get("vram_mb")?,
-                tier: r.try_get::<String, _>("tier")?.parse::<Tier>().map_err(corrupt)?,
+                tier: r
+                    .try_get::<String, _>("tier")?
+                    .parse::<Tier>()
+                    .map_err(corrupt)?,
                 status: r
                     .try_get::<String, _>("status")?
                     .parse::<ReservationStatus>()

@@ -44,8 +44,14 @@ async fn syncs_roll_up_per_gpu_and_hour(backend: Backend) {
     let (g0, g1) = ("GPU-n1-0", "GPU-n1-1");
     let at = |minutes: i64| t0() + Duration::minutes(minutes);
     for (when, samples) in [
-        (at(10), vec![sample(g0, 100, 20_000, false), sample(g1, 0, 0, false)]),
-        (at(50), vec![sample(g0, 50, 10_000, false), sample(g1, 0, 0, true)]),
+        (
+            at(10),
+            vec![sample(g0, 100, 20_000, false), sample(g1, 0, 0, false)],
+        ),
+        (
+            at(50),
+            vec![sample(g0, 50, 10_000, false), sample(g1, 0, 0, true)],
+        ),
         (at(70), vec![sample(g0, 90, 1_000, false)]),
     ] {
         f.store
