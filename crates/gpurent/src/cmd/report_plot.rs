@@ -257,3 +257,86 @@ fn timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &DailyReport) 
     }
     draw_row_labels(root, &chart, &labels)
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::{NaiveDate, TimeZone, Utc};
+    use gpurent_types::report::{DayTotals, GpuHourUsage, GpuUsage, TimelineEntry};
+    use gpurent_types::{Money, ReservationStatus, Tier};
+
+    use super::*;
+
+    fn report(gpus: u32) -> DailyReport {
+        let from = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap();
+        DailyReport {
+            date: NaiveDate::from_ymd_opt(2026, 3, 1).unwrap(),
+            from,
+            to: from + chrono::Duration::days(1),
+            totals: DayTotals {
+                gpus,
+                gpu_hours: 0.0,
+                vram_gb_hours: 0.0,
+                revenue: Money::ZERO,
+                host_earnings: Money::ZERO,
+                allocation_pct: 0.0,
+                utilization_pct: None,
+            },
+            tenants: vec![],
+            nodes: vec![],
+            gpus: (0..gpus)
+                .map(|i| GpuUsage {
+                    uuid: format!("GPU-{i}"),
+                    node: "box".into(),
+                    index: i,
+                    model: "RTX 4090".into(),
+                    vram_mb: 24_576,
+                    gpu_hours: 0.0,
+                    vram_gb_hours: 0.0,
+                    revenue: Money::ZERO,
+                    allocation_pct: 0.0,
+                    utilization_pct: None,
+                    hours: (0..24)
+                        .map(|h| GpuHourUsage {
+                            hour: h,
+                            allocated_mb: 0,
+                            used_mb: (h >= 8 + i).then(|| u64::from(h * 1000 + i * 3000)),
+                            used_max_mb: None,
+                            utilization_pct: None,
+                            samples: u64::from(h >= 8 + i),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            timeline: (0..gpus)
+                .map(|i| TimelineEntry {
+                    reservation_id: format!("r{i}-0123456789"),
+                    tenant: format!("tenant-{}", i % 2),
+                    node: Some("box".into()),
+                    gpus: vec![format!("GPU-{i}")],
+                    tier: Tier::OnDemand,
+                    status: ReservationStatus::Stopped,
+                    vram_mb: None,
+                    start: from + chrono::Duration::minutes(i64::from(60 * i + 90)),
+                    end: from + chrono::Duration::minutes(i64::from(60 * i + 400)),
+                    ongoing: false,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn charts_are_drawn_for_an_empty_fleet_and_a_busy_one() {
+        for gpus in [0, 3] {
+            let dir = tempfile::tempdir().unwrap();
+            let files = write(dir.path(), &report(gpus)).unwrap();
+            assert_eq!(files.len(), 4);
+            for f in files {
+                assert!(
+                    std::fs::metadata(&f).unwrap().len() > 1000,
+                    "{}",
+                    f.display()
+                );
+            }
+        }
+    }
+}

@@ -357,7 +357,68 @@ mod tests {
         assert_eq!(r.timeline[2].end, at(23, 45));
     }
 
+    fn reservation() -> impl Strategy<Value = (i64, i64, Vec<usize>, bool, i64, usize)> {
+        (
+            -86_400i64..172_800,
+            1i64..100_000,
+            proptest::sample::subsequence(vec![0usize, 1, 2, 3], 1..=4),
+            any::<bool>(),
+            0i64..50_000_000,
+            0usize..3,
+        )
+    }
+
     proptest! {
+        #[test]
+        fn money_adds_up_every_way_and_the_timeline_stays_in_the_day(
+            rs in proptest::collection::vec(reservation(), 0..12)
+        ) {
+            let mut f = facts();
+            f.gpus.extend(f.gpus.clone().into_iter().map(|mut g| {
+                g.index += 2;
+                g.uuid = format!("GPU-{}", g.index);
+                g
+            }));
+            let template = f.reservations[1].clone();
+            f.reservations = rs
+                .iter()
+                .enumerate()
+                .map(|(k, (start, len, gpus, share, charged, tenant))| {
+                    let mut r = template.clone();
+                    r.id = format!("r{k}");
+                    r.tenant = format!("t{tenant}");
+                    r.tenant_id = format!("id-t{tenant}");
+                    r.gpus = if *share {
+                        vec![format!("GPU-{}", gpus[0])]
+                    } else {
+                        gpus.iter().map(|g| format!("GPU-{g}")).collect()
+                    };
+                    r.share_mb = share.then_some(4096);
+                    r.started_at = Some(at(0, 0) + chrono::Duration::seconds(*start));
+                    r.ended_at = Some(at(0, 0) + chrono::Duration::seconds(start + len));
+                    r.charged = Money::from_micros(*charged);
+                    r
+                })
+                .collect();
+            let r = daily(&f, at(0, 0).date_naive(), at(0, 0), at(24, 0), at(48, 0));
+            let total: i64 = rs.iter().map(|x| x.4).sum();
+            let sum = |ms: Vec<Money>| ms.iter().map(|m| m.micros()).sum::<i64>();
+            prop_assert_eq!(r.totals.revenue.micros(), total);
+            prop_assert_eq!(sum(r.tenants.iter().map(|t| t.revenue).collect()), total);
+            prop_assert_eq!(sum(r.nodes.iter().map(|n| n.revenue).collect()), total);
+            prop_assert_eq!(sum(r.gpus.iter().map(|g| g.revenue).collect()), total);
+            let tenant_hours: f64 = r.tenants.iter().map(|t| t.gpu_hours).sum();
+            prop_assert!((tenant_hours - r.totals.gpu_hours).abs() < 0.001 * (1.0 + r.tenants.len() as f64));
+            for e in &r.timeline {
+                prop_assert!(at(0, 0) <= e.start && e.start < e.end && e.end <= at(24, 0));
+            }
+            for g in &r.gpus {
+                // No hour holds more than the GPU's memory per reservation on it.
+                let on_gpu = rs.len() as u64;
+                prop_assert!(g.hours.iter().all(|h| h.allocated_mb <= g.vram_mb * on_gpu.max(1)));
+            }
+        }
+
         #[test]
         fn splits_add_up(total in 0i64..10_000_000_000, n in 1usize..9) {
             let parts = split(total, n);
