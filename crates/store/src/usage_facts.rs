@@ -15,7 +15,6 @@ pub struct UsedReservation {
     pub node_id: Option<String>,
     pub node: Option<String>,
     pub gpus: Vec<String>,
-    pub gpu_count: u32,
     /// The GPU memory of a share (`--vram-gb`); `None` for whole GPUs.
     pub share_mb: Option<i64>,
     pub tier: Tier,

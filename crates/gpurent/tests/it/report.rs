@@ -191,16 +191,28 @@ fn a_daily_report_writes_csv_json_and_charts() {
         "{human:?}"
     );
 
-    // The week of that day, from its first day.
+    // The week of that day, from its first day, also as CSV.
     let week = cli(
         &url,
         Some(&admin),
         true,
-        &["report", "weekly", "--from", &date],
+        &[
+            "report",
+            "weekly",
+            "--from",
+            &date,
+            "--out",
+            out.to_str().unwrap(),
+        ],
     )
     .json();
     assert_eq!(week["total"]["charged"], done["charged"], "{week}");
     assert_eq!(week["tiers"][0]["tier"], "on-demand");
+    let weekly = csv_rows(&out.join("weekly.csv"));
+    assert_eq!(weekly[0][1], "tier");
+    let tiers: Vec<&str> = weekly[1..].iter().map(|r| r[1].as_str()).collect();
+    assert_eq!(tiers, ["on-demand", "stepped", "spot", "reserved", "total"]);
+    assert_eq!(weekly[5][4], done["charged"].as_str().unwrap());
 
     // Bad dates are usage errors (exit 2); tenants may not see reports.
     let bad = cli(

@@ -83,7 +83,6 @@ pub(crate) mod fixture {
             node_id: Some("n1".into()),
             node: Some("box".into()),
             gpus: gpus.iter().map(|i| format!("GPU-{i}")).collect(),
-            gpu_count: u32::try_from(gpus.len()).unwrap(),
             share_mb,
             tier,
             status: if end.is_some() {

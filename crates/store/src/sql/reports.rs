@@ -56,7 +56,7 @@ impl SqlStore {
         // the instance ended by itself.
         let rows = sqlx::query(
             "SELECT r.id, r.tenant_id, u.name AS tenant, r.node_id, n.name AS node, r.gpus,
-                    r.gpu_count, r.vram_mb, r.tier, r.status, r.end_reason, r.started_at,
+                    r.vram_mb, r.tier, r.status, r.end_reason, r.started_at,
                     r.host_share_bps,
                     COALESCE(r.stop_requested_at, r.ended_at) AS billed_until
              FROM reservations r JOIN users u ON u.id = r.tenant_id
@@ -84,7 +84,6 @@ impl SqlStore {
                 node_id: r.try_get("node_id")?,
                 node: r.try_get("node")?,
                 gpus: serde_json::from_str(&r.try_get::<String, _>("gpus")?).map_err(corrupt)?,
-                gpu_count: u32::try_from(r.try_get::<i64, _>("gpu_count")?).map_err(corrupt)?,
                 share_mb: r.try_get("vram_mb")?,
                 tier: r
                     .try_get::<String, _>("tier")?
