@@ -182,6 +182,10 @@ pub trait NodeStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> Result<Drained>;
 
+    /// Forgets the hourly telemetry rollup of the hours that started before `before`; returns
+    /// how many rows.
+    async fn prune_gpu_hours(&self, before: DateTime<Utc>) -> Result<u64>;
+
     /// Fences every node not heard from for `ttl`: it becomes `lost` (each node in one
     /// transaction) and its live reservations stop being billed at its fence time (its last
     /// heartbeat + `ttl`, never later than `now`) and give their GPU memory back; each is then

@@ -8,6 +8,10 @@ pub(crate) mod window;
 pub(crate) use daily::daily;
 pub(crate) use weekly::weekly;
 
+/// How long the hourly telemetry rollup is kept: a year and a month, so that a day can be
+/// compared with the same day a year before.
+pub(crate) const KEEP_TELEMETRY: chrono::Duration = chrono::Duration::days(400);
+
 /// GPU use is counted in milli-GPU-seconds: a whole GPU for a second is 1000, a share its part
 /// of the GPU's memory. Integers, so that every sum is exact; hours only at the edge.
 const MILLI: i64 = 1000;

@@ -89,6 +89,15 @@ pub(crate) async fn read(pool: &AnyPool, from: i64, to: i64) -> Result<Vec<GpuHo
     .collect()
 }
 
+/// Deletes the rows of the hours before `before` (unix microseconds): a range of the key.
+pub(crate) async fn prune(pool: &AnyPool, before: i64) -> Result<u64> {
+    Ok(sqlx::query("DELETE FROM gpu_hours WHERE hour < $1")
+        .bind(before)
+        .execute(pool)
+        .await?
+        .rows_affected())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

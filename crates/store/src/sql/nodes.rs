@@ -1076,6 +1076,10 @@ impl NodeStore for SqlStore {
         retry_transient("sync_node", || self.sync_once(node_id, report, now)).await
     }
 
+    async fn prune_gpu_hours(&self, before: DateTime<Utc>) -> Result<u64> {
+        gpu_hours::prune(&self.pool, ts(before)).await
+    }
+
     async fn desired_version(&self, node_id: &str) -> Result<i64> {
         sqlx::query_scalar("SELECT desired_version FROM nodes WHERE id = $1")
             .bind(node_id)

@@ -1,5 +1,6 @@
 //! The hourly telemetry rollup: each sync adds its samples to the hour's row of each GPU (a
-//! lost GPU's sample is left out), and the usage facts of a window read them back.
+//! lost GPU's sample is left out), the usage facts of a window read them back, and old hours
+//! are pruned.
 
 use chrono::Duration;
 use gpurent_store::prelude::*;
@@ -94,6 +95,16 @@ async fn syncs_roll_up_per_gpu_and_hour(backend: Backend) {
         .await
         .expect("facts");
     assert!(without.hours.is_empty());
+
+    // Pruning forgets the hours that started before the instant given.
+    assert_eq!(f.store.prune_gpu_hours(t0()).await.expect("prune"), 0);
+    assert_eq!(f.store.prune_gpu_hours(at(60)).await.expect("prune"), 2);
+    let left = f
+        .store
+        .usage_facts(t0(), t0() + Duration::days(1), true)
+        .await
+        .expect("facts");
+    assert_eq!(left.hours.len(), 1);
 }
 
 #[tokio::test]
