@@ -93,6 +93,9 @@ pub enum Command {
     /// Checks of the platform's books (admin).
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// Usage reports (admin): a day as CSV, JSON and charts, a week per price tier.
+    #[command(subcommand)]
+    Report(ReportCommand),
     /// Print the OpenAPI document of the HTTP API.
     Openapi,
     /// Benchmarks (see BENCHMARKS.md).
@@ -486,6 +489,57 @@ pub enum AdminCommand {
     LedgerCheck,
     /// How spot instances ended: the spot success rate.
     Spot,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReportCommand {
+    /// Per tenant, node and GPU: GPU-hours, VRAM-hours, revenue and utilisation (CSV, JSON),
+    /// a VRAM heat map (GPU x hour) and a reservation timeline (PNG and SVG), into DIR.
+    Daily {
+        /// The UTC day, YYYY-MM-DD.
+        #[arg(long, value_parser = parse_date)]
+        date: chrono::NaiveDate,
+        /// The directory to write the files into (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Spot, on-demand, stepped and reserved compared over seven UTC days: GPU-hours, cost,
+    /// price per GPU-hour, preemptions and the platform's return.
+    Weekly {
+        /// The ISO week, YYYY-Www (default: the last whole week).
+        #[arg(long, value_parser = parse_week, conflicts_with = "from")]
+        week: Option<String>,
+        /// Or the first of the seven days, YYYY-MM-DD.
+        #[arg(long, value_parser = parse_date)]
+        from: Option<chrono::NaiveDate>,
+        /// Also write weekly.csv and weekly.json into DIR.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+}
+
+fn parse_date(s: &str) -> Result<chrono::NaiveDate, String> {
+    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .ok()
+        .filter(|_| s.len() == 10)
+        .ok_or_else(|| format!("{s:?} is not a date YYYY-MM-DD"))
+}
+
+fn parse_week(s: &str) -> Result<String, String> {
+    let bad = || format!("{s:?} is not an ISO week YYYY-Www");
+    let (year, week) = s.split_once("-W").ok_or_else(bad)?;
+    let year: i32 = year
+        .parse()
+        .ok()
+        .filter(|_| year.len() == 4)
+        .ok_or_else(bad)?;
+    let week: u32 = week
+        .parse()
+        .ok()
+        .filter(|_| week.len() == 2)
+        .ok_or_else(bad)?;
+    chrono::NaiveDate::from_isoywd_opt(year, week, chrono::Weekday::Mon).ok_or_else(bad)?;
+    Ok(s.to_owned())
 }
 
 #[derive(Debug, Subcommand)]

@@ -13,6 +13,7 @@ mod idempotency;
 mod maintenance;
 mod metrics;
 mod openapi;
+mod report;
 mod routes;
 mod scheduler;
 mod state;

@@ -41,6 +41,13 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
     if pruned > 0 {
         tracing::debug!(pruned, "forgot day-old idempotency keys");
     }
+    let pruned = state
+        .store
+        .prune_gpu_hours(now - crate::report::KEEP_TELEMETRY)
+        .await?;
+    if pruned > 0 {
+        tracing::debug!(pruned, "forgot the telemetry rollup of old hours");
+    }
     crate::elastic::tick(state).await
 }
 

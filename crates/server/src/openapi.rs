@@ -16,6 +16,7 @@ use utoipa::{Modify, OpenApi};
         (name = "reservations", description = "Offers and reservations of GPUs"),
         (name = "nodes", description = "GPU hosts (admin)"),
         (name = "agent", description = "The node agent protocol"),
+        (name = "reports", description = "Usage reports (admin)"),
         (name = "health", description = "Liveness, readiness and metrics"),
     )
 )]

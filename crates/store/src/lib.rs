@@ -9,6 +9,7 @@ mod error;
 mod model;
 mod sql;
 pub mod testing;
+mod usage_facts;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -27,6 +28,7 @@ pub use model::{
     QueuedPlacement, QueuedReservation, Scope, Want,
 };
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
+pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};
 
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
@@ -244,6 +246,10 @@ pub trait NodeStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> Result<Drained>;
 
+    /// Forgets the hourly telemetry rollup of the hours that started before `before`; returns
+    /// how many rows.
+    async fn prune_gpu_hours(&self, before: DateTime<Utc>) -> Result<u64>;
+
     /// Fences every node not heard from for `ttl`: it becomes `lost` (each node in one
     /// transaction) and its live reservations stop being billed at its fence time (its last
     /// heartbeat + `ttl`, never later than `now`) and give their GPU memory back; each is then
@@ -365,6 +371,16 @@ pub trait StatementStore: Send + Sync {
 
     /// How the spot instances that ran have ended.
     async fn spot_stats(&self) -> Result<SpotStats>;
+
+    /// What the usage reports of [from, to) are computed from: the reservations that held GPUs
+    /// in it or were charged in it (with those charges and their hosts' shares), every GPU,
+    /// and, with `telemetry`, the hourly telemetry rollup of the window.
+    async fn usage_facts(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        telemetry: bool,
+    ) -> Result<UsageFacts>;
 }
 
 /// The figures the control plane's `/metrics` exposes that the store already knows.

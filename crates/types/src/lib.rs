@@ -7,6 +7,7 @@ mod clock;
 pub mod exposition;
 mod gpu_type;
 mod money;
+pub mod report;
 mod status;
 
 pub use clock::{Clock, ManualClock, SystemClock};

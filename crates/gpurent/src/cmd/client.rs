@@ -414,6 +414,7 @@ pub async fn run(
                 std::process::exit(1);
             }
         }
+        Command::Report(report) => super::report::run(&api, report, json).await?,
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());
         }

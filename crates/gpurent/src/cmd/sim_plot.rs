@@ -8,10 +8,10 @@ use plotters::prelude::*;
 
 /// Text is laid out (and in PNG drawn) with this font, so no system font library is needed.
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
-const FAMILY: &str = "sans-serif";
+pub const FAMILY: &str = "sans-serif";
 const SIZE: (u32, u32) = (960, 640);
 /// Distinguishable colours (matplotlib's first six), then again from the first.
-const COLOURS: [RGBColor; 6] = [
+pub const COLOURS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -51,10 +51,15 @@ pub struct Line {
     pub points: Vec<(f64, f64)>,
 }
 
+/// Makes the embedded font the one charts draw `FAMILY` with.
+pub fn register_font() -> anyhow::Result<()> {
+    plotters::style::register_font(FAMILY, FontStyle::Normal, FONT)
+        .map_err(|_| anyhow!("the embedded font does not parse"))
+}
+
 /// Draws the chart into `path`.
 pub fn write(path: &Path, format: Format, title: &str, lines: &[Line]) -> anyhow::Result<()> {
-    plotters::style::register_font(FAMILY, FontStyle::Normal, FONT)
-        .map_err(|_| anyhow!("the embedded font does not parse"))?;
+    register_font()?;
     let cannot = || format!("cannot write the chart {}", path.display());
     match format {
         Format::Png => {

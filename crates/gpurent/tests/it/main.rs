@@ -10,6 +10,7 @@ mod crash;
 mod failover_processes;
 mod netns;
 mod partition;
+mod report;
 mod sim;
 mod sim_replay;
 mod support;

@@ -6,6 +6,7 @@ mod events;
 mod health;
 mod metrics;
 mod nodes;
+mod reports;
 mod reservations;
 mod statements;
 mod usage;
@@ -59,6 +60,8 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         )
         .routes(routes!(admin::ledger_check))
         .routes(routes!(admin::spot_stats))
+        .routes(routes!(reports::daily))
+        .routes(routes!(reports::weekly))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(metrics::metrics))

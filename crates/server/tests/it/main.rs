@@ -19,6 +19,7 @@ mod logs;
 mod metrics;
 mod openapi;
 mod queue;
+mod reports;
 mod settlement;
 mod telemetry;
 mod tiers;

@@ -71,6 +71,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/0016_resume.sql"),
     ),
     (17, "audit", include_str!("../../migrations/0017_audit.sql")),
+    (
+        18,
+        "gpu_hours",
+        include_str!("../../migrations/0018_gpu_hours.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

@@ -2,12 +2,14 @@
 //! SQLite and PostgreSQL (`$1` placeholders, BIGINT everywhere, `ON CONFLICT`).
 
 mod audit;
+mod gpu_hours;
 mod idempotency;
 mod ledger;
 mod metrics;
 mod migrate;
 mod nodes;
 mod queue;
+mod reports;
 mod reservations;
 mod rows;
 mod settlement;

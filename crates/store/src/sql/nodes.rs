@@ -12,6 +12,7 @@ use gpurent_types::api::{Gpu, Node};
 use gpurent_types::{GpuType, Money, NodeStatus, OnNodeLoss, ReservationStatus, Tier};
 use sqlx::{AnyConnection, Row};
 
+use super::gpu_hours;
 use super::ledger::{self, Kind, Transfer, PLATFORM_REVENUE};
 use super::{from_ts, gib, new_id, retry_transient, ts, SqlStore};
 use crate::{Drained, Fenced, FleetView, NewNode, NodeAction, NodeStore, Result, StoreError};
@@ -739,6 +740,7 @@ impl SqlStore {
         }
         if let Some(t) = &report.telemetry {
             mark_active(&mut tx, node_id, &t.gpus, at).await?;
+            gpu_hours::record(&mut tx, node_id, &t.gpus, at).await?;
         }
         let known: HashSet<String> =
             sqlx::query_scalar::<_, String>("SELECT uuid FROM gpus WHERE node_id = $1")
@@ -1075,6 +1077,10 @@ impl NodeStore for SqlStore {
         now: DateTime<Utc>,
     ) -> Result<()> {
         retry_transient("sync_node", || self.sync_once(node_id, report, now)).await
+    }
+
+    async fn prune_gpu_hours(&self, before: DateTime<Utc>) -> Result<u64> {
+        gpu_hours::prune(&self.pool, ts(before)).await
     }
 
     async fn desired_version(&self, node_id: &str) -> Result<i64> {

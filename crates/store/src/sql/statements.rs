@@ -95,6 +95,15 @@ impl StatementStore for SqlStore {
             .collect()
     }
 
+    async fn usage_facts(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        telemetry: bool,
+    ) -> Result<crate::UsageFacts> {
+        self.read_usage_facts(from, to, telemetry).await
+    }
+
     async fn spot_stats(&self) -> Result<SpotStats> {
         let rows = sqlx::query(
             "SELECT end_reason, COUNT(*) AS n FROM reservations

@@ -1,0 +1,112 @@
+//! The hourly rollup of GPU telemetry (`gpu_hours`): one upsert per agent sync for all the
+//! node's GPUs, read back by the usage reports.
+
+use std::collections::BTreeMap;
+
+use gpurent_types::agent::GpuSample;
+use sqlx::{AnyConnection, AnyPool, Row};
+
+use super::from_ts;
+use crate::usage_facts::GpuHour;
+use crate::Result;
+
+const HOUR_MICROS: i64 = 3_600_000_000;
+
+/// The start of the UTC hour holding `at` (unix microseconds).
+pub(crate) fn hour_of(at: i64) -> i64 {
+    at - at.rem_euclid(HOUR_MICROS)
+}
+
+/// Adds one sync's samples to their GPUs' rows of the hour of `at`, in one statement. Rows are
+/// written in uuid order, so that two syncs naming the same GPUs lock them in the same order.
+/// Samples of GPUs that fell off the bus say nothing about use and are left out.
+pub(crate) async fn record(
+    conn: &mut AnyConnection,
+    node_id: &str,
+    samples: &[GpuSample],
+    at: i64,
+) -> Result<()> {
+    // One sample per GPU: a report naming a GPU twice keeps its last sample.
+    let by_uuid: BTreeMap<&str, &GpuSample> = samples
+        .iter()
+        .filter(|s| !s.lost)
+        .map(|s| (s.uuid.as_str(), s))
+        .collect();
+    if by_uuid.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<String> = (0..by_uuid.len())
+        .map(|i| {
+            let p = 3 + i * 3;
+            format!("($1, ${}, $2, 1, ${}, ${}, ${})", p, p + 1, p + 2, p + 2)
+        })
+        .collect();
+    let sql = format!(
+        "INSERT INTO gpu_hours (hour, gpu_uuid, node_id, samples, util_sum, mem_used_mb_sum,
+            mem_max_mb)
+         VALUES {}
+         ON CONFLICT (hour, gpu_uuid) DO UPDATE SET
+            node_id = excluded.node_id,
+            samples = gpu_hours.samples + 1,
+            util_sum = gpu_hours.util_sum + excluded.util_sum,
+            mem_used_mb_sum = gpu_hours.mem_used_mb_sum + excluded.mem_used_mb_sum,
+            mem_max_mb = CASE WHEN excluded.mem_max_mb > gpu_hours.mem_max_mb
+                THEN excluded.mem_max_mb ELSE gpu_hours.mem_max_mb END",
+        rows.join(", ")
+    );
+    let mut q = sqlx::query(&sql).bind(hour_of(at)).bind(node_id);
+    for (uuid, s) in by_uuid {
+        q = q
+            .bind(uuid)
+            .bind(i64::from(s.utilization_pct.min(100)))
+            .bind(i64::try_from(s.memory_used_mb).unwrap_or(i64::MAX));
+    }
+    q.execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// The rows of the hours starting in [from, to) (unix microseconds), by hour and GPU.
+pub(crate) async fn read(pool: &AnyPool, from: i64, to: i64) -> Result<Vec<GpuHour>> {
+    sqlx::query(
+        "SELECT hour, gpu_uuid, samples, util_sum, mem_used_mb_sum, mem_max_mb FROM gpu_hours
+         WHERE hour >= $1 AND hour < $2 ORDER BY hour, gpu_uuid",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(GpuHour {
+            gpu_uuid: r.try_get("gpu_uuid")?,
+            hour: from_ts(r.try_get("hour")?)?,
+            samples: r.try_get("samples")?,
+            util_sum: r.try_get("util_sum")?,
+            mem_used_mb_sum: r.try_get("mem_used_mb_sum")?,
+            mem_max_mb: r.try_get("mem_max_mb")?,
+        })
+    })
+    .collect()
+}
+
+/// Deletes the rows of the hours before `before` (unix microseconds): a range of the key.
+pub(crate) async fn prune(pool: &AnyPool, before: i64) -> Result<u64> {
+    Ok(sqlx::query("DELETE FROM gpu_hours WHERE hour < $1")
+        .bind(before)
+        .execute(pool)
+        .await?
+        .rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hours_start_on_the_hour() {
+        assert_eq!(hour_of(0), 0);
+        assert_eq!(hour_of(HOUR_MICROS - 1), 0);
+        assert_eq!(hour_of(HOUR_MICROS), HOUR_MICROS);
+        assert_eq!(hour_of(-1), -HOUR_MICROS);
+    }
+}

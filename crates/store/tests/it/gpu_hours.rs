@@ -1,0 +1,118 @@
+//! The hourly telemetry rollup: each sync adds its samples to the hour's row of each GPU (a
+//! lost GPU's sample is left out), the usage facts of a window read them back, and old hours
+//! are pruned.
+
+use chrono::Duration;
+use gpurent_store::prelude::*;
+use gpurent_store::Backend;
+use gpurent_types::agent::{GpuSample, NodeTelemetry, SyncRequest};
+
+use crate::support::{t0, Fixture};
+
+fn sample(uuid: &str, util: u32, used_mb: u64, lost: bool) -> GpuSample {
+    GpuSample {
+        uuid: uuid.to_owned(),
+        utilization_pct: util,
+        memory_used_mb: used_mb,
+        temperature_c: 40,
+        power_mw: 100_000,
+        ecc_uncorrected: 0,
+        memory_total_mb: 24_576,
+        xid_errors: vec![],
+        lost,
+        processes: vec![],
+    }
+}
+
+fn sync(samples: Vec<GpuSample>) -> SyncRequest {
+    SyncRequest {
+        gpus: vec![],
+        instances: vec![],
+        known_version: None,
+        wait_ms: None,
+        telemetry: Some(NodeTelemetry {
+            gpus: samples,
+            ..NodeTelemetry::default()
+        }),
+        logs: vec![],
+        host: None,
+    }
+}
+
+async fn syncs_roll_up_per_gpu_and_hour(backend: Backend) {
+    let f = Fixture::new(backend).await;
+    let node = f.node("n1", "NVIDIA GeForce RTX 4090", 2).await;
+    let (g0, g1) = ("GPU-n1-0", "GPU-n1-1");
+    let at = |minutes: i64| t0() + Duration::minutes(minutes);
+    for (when, samples) in [
+        (
+            at(10),
+            vec![sample(g0, 100, 20_000, false), sample(g1, 0, 0, false)],
+        ),
+        (
+            at(50),
+            vec![sample(g0, 50, 10_000, false), sample(g1, 0, 0, true)],
+        ),
+        (at(70), vec![sample(g0, 90, 1_000, false)]),
+    ] {
+        f.store
+            .sync_node(&node, &sync(samples), when)
+            .await
+            .expect("sync");
+    }
+    let facts = f
+        .store
+        .usage_facts(t0(), t0() + Duration::days(1), true)
+        .await
+        .expect("facts");
+    let rows: Vec<_> = facts
+        .hours
+        .iter()
+        .map(|h| {
+            (
+                h.hour,
+                h.gpu_uuid.as_str(),
+                h.samples,
+                h.util_sum,
+                h.mem_used_mb_sum,
+                h.mem_max_mb,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (t0(), g0, 2, 150, 30_000, 20_000),
+            (t0(), g1, 1, 0, 0, 0), // its second sample was of a lost GPU
+            (at(60), g0, 1, 90, 1_000, 1_000),
+        ]
+    );
+    assert_eq!(facts.gpus.len(), 2);
+    assert!(facts.reservations.is_empty());
+    let without = f
+        .store
+        .usage_facts(t0(), t0() + Duration::days(1), false)
+        .await
+        .expect("facts");
+    assert!(without.hours.is_empty());
+
+    // Pruning forgets the hours that started before the instant given.
+    assert_eq!(f.store.prune_gpu_hours(t0()).await.expect("prune"), 0);
+    assert_eq!(f.store.prune_gpu_hours(at(60)).await.expect("prune"), 2);
+    let left = f
+        .store
+        .usage_facts(t0(), t0() + Duration::days(1), true)
+        .await
+        .expect("facts");
+    assert_eq!(left.hours.len(), 1);
+}
+
+#[tokio::test]
+async fn syncs_roll_up_per_gpu_and_hour_sqlite() {
+    syncs_roll_up_per_gpu_and_hour(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn syncs_roll_up_per_gpu_and_hour_postgres() {
+    syncs_roll_up_per_gpu_and_hour(Backend::Postgres).await;
+}
