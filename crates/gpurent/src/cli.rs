@@ -33,7 +33,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Everything on one machine: control plane on SQLite plus a local node agent.
-    Up(UpArgs),
+    Up(Box<UpArgs>),
     /// The control plane only.
     Server(ServerArgs),
     /// A node agent on a GPU host.
@@ -96,6 +96,9 @@ pub enum Command {
     /// Usage reports (admin): a day as CSV, JSON and charts, a week per price tier.
     #[command(subcommand)]
     Report(ReportCommand),
+    /// The audit trail of every API request (admin): verify, search, export.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Print the OpenAPI document of the HTTP API.
     Openapi,
     /// Benchmarks (see BENCHMARKS.md).
@@ -380,6 +383,8 @@ pub struct UpArgs {
     #[command(flatten)]
     pub liveness: LivenessArgs,
     #[command(flatten)]
+    pub audit: AuditArgs,
+    #[command(flatten)]
     pub node: NodeArgs,
 }
 
@@ -434,6 +439,24 @@ pub struct ServerArgs {
     pub host: HostArgs,
     #[command(flatten)]
     pub liveness: LivenessArgs,
+    #[command(flatten)]
+    pub audit: AuditArgs,
+}
+
+/// The audit trail of every API request: its signing key and how long it is kept.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// The Ed25519 key (hex seed) that signs the trail's checkpoints (default:
+    /// DATA_DIR/audit.key, made on first start, mode 0600). Keep a copy of its public key
+    /// (logged at start, and in `gpurent audit verify`) where the database's admins cannot
+    /// change it.
+    #[arg(long, value_name = "FILE")]
+    pub audit_key: Option<PathBuf>,
+    /// Days audit records are kept (at least 365); older ones are pruned in whole
+    /// checkpointed segments.
+    #[arg(long, value_name = "DAYS", default_value_t = 365,
+        value_parser = clap::value_parser!(u32).range(365..))]
+    pub audit_retention_days: u32,
 }
 
 #[derive(Debug, Args)]
@@ -489,6 +512,42 @@ pub enum AdminCommand {
     LedgerCheck,
     /// How spot instances ended: the spot success rate.
     Spot,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the whole retained trail: its hash chain, its signed checkpoints and its head.
+    /// Names the first record altered, removed or reordered; exit 1 when not ok.
+    Verify,
+    /// Records by user, resource and time, as a table (or a JSON array).
+    Ls(AuditFilterArgs),
+    /// Every matching record as JSON lines (to FILE, or stdout).
+    Export {
+        #[command(flatten)]
+        filter: AuditFilterArgs,
+        /// Write here instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct AuditFilterArgs {
+    /// Only this user's requests (a user id, or node:ID).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Only requests on this path, or on any path containing this (a reservation id).
+    #[arg(long)]
+    pub resource: Option<String>,
+    /// At or after this time (RFC 3339, or YYYY-MM-DD for midnight UTC).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Before this time (RFC 3339, or YYYY-MM-DD).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// At most this many records (ls only; default 100).
+    #[arg(long, default_value_t = 100)]
+    pub limit: u32,
 }
 
 #[derive(Debug, Subcommand)]

@@ -58,7 +58,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Up(args) => {
             init_logging();
-            report_daemon(runtime.block_on(cmd::up::run(args)))
+            report_daemon(runtime.block_on(cmd::up::run(*args)))
         }
         Command::Server(args) => {
             init_logging();

@@ -77,7 +77,15 @@ impl FromRequestParts<AppState> for Caller {
             .authenticate(&hash_token(token))
             .await?
             .map(Caller)
+            .inspect(|caller| note_caller(parts, &caller.0.id))
             .ok_or_else(|| ApiError::Unauthorized("unknown or revoked token".into()))
+    }
+}
+
+/// Tells the request's audit record who made it.
+fn note_caller(parts: &Parts, id: &str) {
+    if let Some(note) = parts.extensions.get::<crate::audit::AuditNote>() {
+        note.caller(id);
     }
 }
 
@@ -95,6 +103,7 @@ impl FromRequestParts<AppState> for AgentNode {
             .authenticate_node(&hash_token(token))
             .await?
             .map(AgentNode)
+            .inspect(|node| note_caller(parts, &format!("node:{}", node.0)))
             .ok_or_else(|| ApiError::Unauthorized("unknown node credential".into()))
     }
 }

@@ -3,6 +3,7 @@
 //! call one store intent and map the result.
 
 mod alerts;
+mod audit;
 mod auth;
 mod bootstrap;
 mod elastic;
@@ -32,6 +33,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use audit::AuditConfig;
 pub use auth::{hash_token, new_token};
 pub use bootstrap::{bootstrap_admin, BootstrapError};
 pub use elastic::{ScaleConfig, ScaleEvent, ScaleFigures};
@@ -76,6 +78,8 @@ pub struct ServerConfig {
     pub idle_reclaim: Option<Duration>,
     /// Every event is POSTed here as JSON (`--alert-webhook`).
     pub alert_webhook: Option<String>,
+    /// The audit trail of every API request.
+    pub audit: AuditConfig,
 }
 
 impl Default for ServerConfig {
@@ -94,6 +98,7 @@ impl Default for ServerConfig {
             health_rules: HealthRules::default(),
             idle_reclaim: Some(Duration::from_secs(5 * 60)),
             alert_webhook: None,
+            audit: AuditConfig::default(),
         }
     }
 }
@@ -151,12 +156,15 @@ impl RunningServer {
         let (stop, stopped) = watch::channel(false);
         let mut http_stopped = stopped.clone();
         let http = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = http_stopped.wait_for(|s| *s).await;
-                })
-                .await
-                .map_err(ServeError::Serve)
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move {
+                let _ = http_stopped.wait_for(|s| *s).await;
+            })
+            .await
+            .map_err(ServeError::Serve)
         });
         let maintenance = tokio::spawn(maintenance::run(state.clone(), stopped));
         tracing::info!(%addr, backend = ?state.store.backend(), "control plane listening");

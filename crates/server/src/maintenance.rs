@@ -1,7 +1,8 @@
 //! The periodic work of the control plane: fencing nodes not heard from for the node TTL
 //! (their work rescheduled by the same tick's scheduling pass), settling running reservations every period,
 //! expiring those whose time is up, the scheduling pass over queued reservations (also run
-//! at once when woken), forgetting day-old idempotency keys, and elastic capacity (when due).
+//! at once when woken), forgetting day-old idempotency keys, pruning the audit trail past its
+//! retention (hourly), and elastic capacity (when due).
 
 use tokio::sync::watch;
 
@@ -48,6 +49,7 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
     if pruned > 0 {
         tracing::debug!(pruned, "forgot the telemetry rollup of old hours");
     }
+    crate::audit::prune(state, now).await?;
     crate::elastic::tick(state).await
 }
 

@@ -17,6 +17,7 @@ use utoipa::{Modify, OpenApi};
         (name = "nodes", description = "GPU hosts (admin)"),
         (name = "agent", description = "The node agent protocol"),
         (name = "reports", description = "Usage reports (admin)"),
+        (name = "audit", description = "The audit trail of every API request (admin)"),
         (name = "health", description = "Liveness, readiness and metrics"),
     )
 )]

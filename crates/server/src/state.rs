@@ -20,11 +20,17 @@ pub struct AppState {
     pub alerts: Arc<crate::alerts::AlertState>,
     /// What `/metrics` counts in this process.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where each request's audit record goes; None when the trail is off.
+    pub audit: Option<crate::audit::AuditTrail>,
 }
 
 impl AppState {
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: ServerConfig) -> Self {
+        let audit = config.audit.enabled.then(|| {
+            crate::audit::AuditTrail::start(Arc::clone(&store), Arc::clone(&clock), &config.audit)
+        });
         AppState {
+            audit,
             elastic: Arc::new(ElasticState::new(&config.scale)),
             alerts: Arc::default(),
             metrics: Arc::default(),

@@ -66,7 +66,8 @@ impl<T> Store for T where
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {
     pub user_id: Option<String>,
-    /// The resource exactly, or any resource that contains it (a reservation's id, say).
+    /// The resource exactly, or any resource or GPU allocation that contains it (a
+    /// reservation's id finds its creation too).
     pub resource: Option<String>,
     pub from: Option<DateTime<Utc>>,
     pub to: Option<DateTime<Utc>>,

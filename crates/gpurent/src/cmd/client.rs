@@ -415,6 +415,7 @@ pub async fn run(
             }
         }
         Command::Report(report) => super::report::run(&api, report, json).await?,
+        Command::Audit(audit) => super::audit::run(&api, audit, json).await?,
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());
         }

@@ -1,6 +1,7 @@
 //! One module per kind of command: daemons (`up`, `server`, `agent`) and API clients.
 
 pub mod agent;
+pub mod audit;
 pub mod bench;
 pub mod bench_agent;
 pub mod bench_common;
@@ -52,4 +53,17 @@ pub fn local_url(addr: std::net::SocketAddr) -> String {
         addr.ip()
     };
     format!("http://{}", std::net::SocketAddr::new(ip, addr.port()))
+}
+
+/// Writes a new secret file readable by its owner only; an existing file is never replaced.
+pub fn write_secret(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    file.write_all(contents.as_bytes())?;
+    file.write_all(b"\n")?;
+    file.sync_all()
 }

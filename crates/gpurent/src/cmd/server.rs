@@ -3,14 +3,15 @@
 use std::sync::Arc;
 
 use anyhow::Context;
+use gpurent_audit::Signer;
 use gpurent_billing::PriceList;
 use gpurent_server::{
-    bootstrap_admin, HealthRules, HostPolicy, RunningServer, ScaleConfig, ServerConfig,
+    bootstrap_admin, AuditConfig, HealthRules, HostPolicy, RunningServer, ScaleConfig, ServerConfig,
 };
 use gpurent_store::SqlStore;
 use gpurent_types::SystemClock;
 
-use crate::cli::{HostArgs, LivenessArgs, ScaleArgs, ServerArgs};
+use crate::cli::{AuditArgs, HostArgs, LivenessArgs, ScaleArgs, ServerArgs};
 use crate::output::print_line;
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
@@ -29,6 +30,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             scale: scale_config(&args.scale),
             host: &args.host,
             liveness: &args.liveness,
+            audit: &args.audit,
         },
     )
     .await?;
@@ -45,6 +47,7 @@ pub struct Policies<'a> {
     pub scale: ScaleConfig,
     pub host: &'a HostArgs,
     pub liveness: &'a LivenessArgs,
+    pub audit: &'a AuditArgs,
 }
 
 /// Opens the store, bootstraps the admin and starts serving.
@@ -60,6 +63,7 @@ pub async fn start(
         scale,
         host,
         liveness,
+        audit,
     } = policies;
     let prices = match prices {
         Some(path) => {
@@ -92,11 +96,41 @@ pub async fn start(
             health_rules: health_rules(host),
             heartbeat_interval: liveness.heartbeat(),
             missed_heartbeats: liveness.missed_heartbeats.max(1),
+            audit: audit_config(audit, data_dir)?,
             ..ServerConfig::default()
         },
     )
     .await?;
     Ok(server)
+}
+
+/// The audit trail's settings, with its signing key read from its file (made on first start).
+fn audit_config(args: &AuditArgs, data_dir: &std::path::Path) -> anyhow::Result<AuditConfig> {
+    let path = args
+        .audit_key
+        .clone()
+        .unwrap_or_else(|| data_dir.join("audit.key"));
+    let signer = match std::fs::read_to_string(&path) {
+        Ok(text) => Signer::from_seed_hex(&text)
+            .with_context(|| format!("the audit key in {}", path.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let signer = Signer::from_seed(rand::random());
+            super::write_secret(&path, &signer.seed_hex())
+                .with_context(|| format!("cannot write the audit key to {}", path.display()))?;
+            tracing::info!(path = %path.display(), "made the audit trail's signing key");
+            signer
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot read the audit key {}", path.display()))
+        }
+    };
+    tracing::info!(public_key = %signer.public_key(), "audit checkpoints are signed with this key");
+    Ok(AuditConfig {
+        enabled: true,
+        signer: Arc::new(signer),
+        retention: std::time::Duration::from_secs(u64::from(args.audit_retention_days) * 86_400),
+        ..AuditConfig::default()
+    })
 }
 
 /// The host verification rules of `up` and `server`.

@@ -27,6 +27,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             scale: super::server::scale_config(&args.scale),
             host: &args.host,
             liveness: &args.liveness,
+            audit: &args.audit,
         },
     )
     .await?;

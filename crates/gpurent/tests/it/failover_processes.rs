@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{cli, eventually, Cluster};
+use crate::support::{cli, eventually, instance_pgid, Cluster};
 
 #[test]
 fn a_killed_agents_work_runs_on_the_other_node() {
@@ -67,10 +67,7 @@ fn a_killed_agents_work_runs_on_the_other_node() {
     let killed = Instant::now();
     victim.kill9();
     // The machine is gone with its agent: its instance too.
-    let instance = dir.join(&on).join("instances").join(&id);
-    let file: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(instance.join("instance.json")).unwrap()).unwrap();
-    let pgid = file["pgid"].as_i64().unwrap();
+    let pgid = instance_pgid(&dir.join(&on), &id);
     let status = std::process::Command::new("kill")
         .args(["-KILL", "--", &format!("-{pgid}")])
         .status()

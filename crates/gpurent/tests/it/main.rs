@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent_restart;
+mod audit;
 mod cli_flow;
 mod crash;
 mod failover_processes;

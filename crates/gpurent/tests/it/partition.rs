@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::netns::NetNs;
-use crate::support::{cli, eventually, Cluster, Daemon, BIN};
+use crate::support::{cli, eventually, instance_pgid, Cluster, Daemon, BIN};
 
 /// (epoch, nanoseconds since the epoch) of each line the copies wrote.
 fn beats(path: &std::path::Path) -> Vec<(i64, u128)> {
@@ -74,10 +74,7 @@ fn a_cut_off_agent_fences_itself_and_the_work_never_runs_twice() {
     let _box_b = cluster.agent("box-b", &cluster.agent_args("box-b", &[]));
     cluster.wait_ready(2);
     eventually("the first copy to write", 10, || !beats(&out).is_empty());
-    let instance = dir.join("box-a").join("instances").join(&id);
-    let file: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(instance.join("instance.json")).unwrap()).unwrap();
-    let pgid = file["pgid"].as_i64().unwrap();
+    let pgid = instance_pgid(&dir.join("box-a"), &id);
     assert!(group_alive(pgid));
 
     let cut = Instant::now();

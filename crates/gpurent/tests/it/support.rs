@@ -263,3 +263,21 @@ impl Cluster {
         assert_eq!(check.code, 0, "{check:?}");
     }
 }
+
+/// The process group of a reservation's instance, from the process executor's own record in
+/// the node's data dir (written just after the instance starts: waited for).
+pub fn instance_pgid(node_dir: &Path, reservation_id: &str) -> i64 {
+    let file = node_dir
+        .join("instances")
+        .join(reservation_id)
+        .join("instance.json");
+    let mut pgid = None;
+    eventually("the instance's record", 10, || {
+        pgid = std::fs::read(&file)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+            .and_then(|v| v["pgid"].as_i64());
+        pgid.is_some()
+    });
+    pgid.unwrap_or_default()
+}

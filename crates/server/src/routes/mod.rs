@@ -2,6 +2,7 @@
 
 mod admin;
 mod agent;
+mod audit;
 mod events;
 mod health;
 mod metrics;
@@ -60,6 +61,9 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         )
         .routes(routes!(admin::ledger_check))
         .routes(routes!(admin::spot_stats))
+        .routes(routes!(audit::search))
+        .routes(routes!(audit::checkpoints))
+        .routes(routes!(audit::verify))
         .routes(routes!(reports::daily))
         .routes(routes!(reports::weekly))
         .routes(routes!(health::healthz))
@@ -80,6 +84,11 @@ pub(crate) fn router(state: AppState) -> Router {
             ApiError::MethodNotAllowed(format!("{method} {}", uri.path()))
         })
         .layer(DefaultBodyLimit::max(limit))
+        // Inside `run_to_completion`: a request's record is written even if its client left.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::audit::record,
+        ))
         // Inside `run_to_completion`: a request its client gave up on is timed to its end.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -7,6 +7,7 @@ use axum::Json;
 use gpurent_store::Scope;
 use gpurent_types::api::{CreateReservation, ErrorBody, Offer, Reservation, ReservationStopped};
 
+use crate::audit::AuditNote;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{idempotency_key, ApiJson, ApiPath, ApiQuery};
@@ -42,6 +43,7 @@ pub(crate) async fn offers(
 pub(crate) async fn create(
     State(state): State<AppState>,
     caller: Caller,
+    note: AuditNote,
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateReservation>,
 ) -> Result<(StatusCode, Json<Reservation>), ApiError> {
@@ -63,6 +65,7 @@ pub(crate) async fn create(
     if reservation.queue_reason.is_some() {
         state.wake.wake_scheduler();
     }
+    note.reservation(&reservation);
     Ok((StatusCode::CREATED, Json(reservation)))
 }
 
@@ -85,14 +88,15 @@ pub(crate) async fn list(
 pub(crate) async fn get(
     State(state): State<AppState>,
     caller: Caller,
+    note: AuditNote,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Reservation>, ApiError> {
-    Ok(Json(
-        state
-            .store
-            .get_reservation(&id, &Scope::of(&caller.0))
-            .await?,
-    ))
+    let reservation = state
+        .store
+        .get_reservation(&id, &Scope::of(&caller.0))
+        .await?;
+    note.reservation(&reservation);
+    Ok(Json(reservation))
 }
 
 /// Stop a reservation: billing ends now, the instance is stopped, the GPUs are freed once its
@@ -103,6 +107,7 @@ pub(crate) async fn get(
 pub(crate) async fn stop(
     State(state): State<AppState>,
     caller: Caller,
+    note: AuditNote,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ReservationStopped>, ApiError> {
     let (r, node) = state
@@ -114,6 +119,7 @@ pub(crate) async fn stop(
     }
     state.wake.wake_scheduler();
     tracing::info!(reservation_id = %r.id, status = %r.status, "stop requested");
+    note.reservation(&r);
     Ok(Json(ReservationStopped {
         id: r.id,
         status: r.status,

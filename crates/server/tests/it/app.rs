@@ -601,6 +601,14 @@ impl TestApp {
         self.server = Some(server);
     }
 
+    /// Runs SQL on the database behind the server's back (as an attacker with access would).
+    pub async fn raw_sql(&self, sql: &str) {
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&self._db.url)
+            .await
+            .expect("connect");
+        sqlx::query(sql).execute(&mut conn).await.expect("raw SQL");
+    }
+
     pub async fn shutdown(mut self) {
         for (stop, _) in &self.agents {
             let _ = stop.send(true);
@@ -648,6 +656,14 @@ impl Client {
             status,
             serde_json::from_str(&text).unwrap_or(Value::String(text)),
         )
+    }
+
+    /// The whole response of a GET, headers included.
+    pub async fn get_response(&self, path: &str) -> reqwest::Response {
+        self.request(reqwest::Method::GET, path)
+            .send()
+            .await
+            .expect("send")
     }
 
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {

@@ -6,6 +6,7 @@
 
 mod access;
 mod app;
+mod audit;
 mod concurrency;
 mod drain;
 mod elastic;

@@ -173,7 +173,7 @@ impl AuditStore for SqlStore {
              FROM audit_log
              WHERE seq > $1
                AND ($2 = '' OR user_id = $2)
-               AND ($3 = '' OR resource = $3 OR resource LIKE $4)
+               AND ($3 = '' OR resource = $3 OR resource LIKE $4 OR allocation LIKE $4)
                AND at >= $5 AND at < $6
              ORDER BY seq LIMIT $7",
         )

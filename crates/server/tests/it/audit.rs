@@ -1,0 +1,135 @@
+//! The audit trail through the API: every request, allowed or refused, is a record with its
+//! user, action, resource, GPUs, outcome and client; search by user, resource and time;
+//! verification passes, and names the record an attacker changed in the database.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::app::TestApp;
+
+async fn records(app: &TestApp, query: &str) -> Vec<Value> {
+    let (status, page) = app.admin().get(&format!("/api/v1/audit?{query}")).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    page["records"].as_array().unwrap().clone()
+}
+
+async fn every_request_is_recorded(backend: gpurent_store::Backend) {
+    let mut app = TestApp::with(backend).start().await;
+    app.add_node("box-1", "2xRTX4090").await;
+    app.wait_nodes_ready().await;
+    let pat = app.tenant("pat", "100").await;
+    let (status, r) = pat
+        .client
+        .post(
+            "/api/v1/reservations",
+            &json!({"gpu_type": "rtx4090", "gpu_count": 2, "hours": 1}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{r}");
+    let id = r["id"].as_str().unwrap().to_owned();
+    let gpus: Vec<String> = r["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_str().unwrap().to_owned())
+        .collect();
+    // Refused ones too: no token, a bad token, a tenant on an admin route, another's id.
+    assert_eq!(
+        app.anonymous().get("/api/v1/reservations").await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        app.client(Some("gpr_not_a_token"))
+            .get("/api/v1/balance")
+            .await
+            .0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        pat.client.get("/api/v1/audit").await.0,
+        StatusCode::FORBIDDEN
+    );
+    let sam = app.tenant("sam", "10").await;
+    let (status, _) = sam.client.get(&format!("/api/v1/reservations/{id}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let all = records(&app, "").await;
+    let find = |action: &str, outcome: u64| {
+        all.iter()
+            .find(|r| r["action"] == action && r["outcome"] == outcome)
+            .unwrap_or_else(|| panic!("no {action} {outcome} in {all:#?}"))
+            .clone()
+    };
+    let reserve = find("POST /api/v1/reservations", 201);
+    assert_eq!(reserve["user_id"], pat.id.as_str());
+    assert_eq!(reserve["resource"], "/api/v1/reservations");
+    let allocation = reserve["allocation"].as_str().unwrap();
+    assert!(
+        allocation.starts_with(&format!("{id} 2x RTX4090 on box-1: ")),
+        "{allocation}"
+    );
+    for gpu in &gpus {
+        assert!(allocation.contains(gpu.as_str()), "{allocation}");
+    }
+    assert!(reserve["client"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
+    let anonymous = find("GET /api/v1/reservations", 401);
+    assert_eq!(anonymous["user_id"], Value::Null);
+    assert_eq!(find("GET /api/v1/balance", 401)["user_id"], Value::Null);
+    assert_eq!(find("GET /api/v1/audit", 403)["user_id"], pat.id.as_str());
+    let other = find("GET /api/v1/reservations/{id}", 404);
+    assert_eq!(other["user_id"], sam.id.as_str());
+    assert_eq!(other["resource"], format!("/api/v1/reservations/{id}"));
+    // Heartbeats that succeed and probes are not recorded.
+    assert!(all.iter().all(|r| r["action"] != "POST /api/v1/agent/sync"));
+
+    // The request id is the one answered in `x-request-id`.
+    let response = pat.client.get_response("/api/v1/offers").await;
+    let request_id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let offers = records(&app, "resource=/api/v1/offers").await;
+    assert_eq!(offers.len(), 1);
+    assert_eq!(offers[0]["request_id"], request_id.as_str());
+
+    // Search by user, by resource (an id is enough), and by time.
+    let mine = records(&app, &format!("user={}", pat.id)).await;
+    assert!(!mine.is_empty() && mine.iter().all(|r| r["user_id"] == pat.id.as_str()));
+    let about = records(&app, &format!("resource={id}")).await;
+    assert_eq!(about.len(), 2, "{about:#?}");
+    let first_at = all[0]["at"].as_str().unwrap().to_owned();
+    let before = records(&app, &format!("to={}", first_at.replace('+', "%2B"))).await;
+    assert!(before.is_empty(), "{before:#?}");
+    let (status, body) = app.admin().get("/api/v1/audit?from=yesterday").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+
+    // Intact, it verifies; changed behind the server's back, the record is named.
+    let (status, verdict) = app.admin().get("/api/v1/audit/verify").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(verdict["ok"], true, "{verdict}");
+    assert!(verdict["records"].as_u64().unwrap() >= 8);
+    assert_eq!(
+        pat.client.get("/api/v1/audit/verify").await.0,
+        StatusCode::FORBIDDEN
+    );
+    let seq = reserve["seq"].as_u64().unwrap();
+    app.raw_sql(&format!(
+        "UPDATE audit_log SET outcome = 200 WHERE seq = {seq}"
+    ))
+    .await;
+    let (_, verdict) = app.admin().get("/api/v1/audit/verify").await;
+    assert_eq!(verdict["ok"], false);
+    assert_eq!(verdict["first_bad"]["seq"], seq);
+    assert_eq!(verdict["first_bad"]["problem"], "altered");
+    let (_, checkpoints) = app.admin().get("/api/v1/audit/checkpoints").await;
+    assert!(
+        !checkpoints.as_array().unwrap().is_empty(),
+        "the first append signs one"
+    );
+    app.shutdown().await;
+}
+
+crate::both_stores!(every_request_is_recorded_test, every_request_is_recorded);
