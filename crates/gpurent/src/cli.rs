@@ -180,6 +180,17 @@ pub enum BenchCommand {
     Settle(BenchSettleArgs),
     /// Time until a reservation runs again elsewhere after its node's agent is killed.
     Failover(BenchFailoverArgs),
+    /// Audit trail: records written per second in batches, and the whole trail verified.
+    Audit(BenchAuditArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchAuditArgs {
+    /// sqlite://PATH or postgres://... (default: a fresh SQLite file).
+    #[arg(long)]
+    pub database_url: Option<String>,
+    #[arg(long, default_value_t = 1_000_000)]
+    pub records: u64,
 }
 
 #[derive(Debug, Args)]
@@ -236,6 +247,17 @@ pub struct BenchArgs {
     pub requests: u32,
     #[arg(long, default_value_t = 16)]
     pub concurrency: u32,
+    /// With the audit trail (on, as in production), without it, or both in alternate rounds
+    /// of one run (what the trail costs).
+    #[arg(long, value_enum, default_value_t = AuditMode::On)]
+    pub audit: AuditMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuditMode {
+    On,
+    Off,
+    Both,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

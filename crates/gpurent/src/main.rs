@@ -81,6 +81,9 @@ fn main() -> ExitCode {
         Command::Bench(cli::BenchCommand::Failover(args)) => {
             report_daemon(runtime.block_on(cmd::bench_failover::run(args, json)))
         }
+        Command::Bench(cli::BenchCommand::Audit(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_audit::run(args, json)))
+        }
         Command::Bench(cli::BenchCommand::Agent(args)) => {
             report_daemon(runtime.block_on(cmd::bench_agent::run(args, json)))
         }

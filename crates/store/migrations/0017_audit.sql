@@ -2,7 +2,23 @@
 -- (`gpurent-audit`). audit_head is the chain's head (one row, updated by each append, which
 -- also serialises appends from several control planes) and the last checkpoint;
 -- audit_checkpoints are signed with the server's key; `anchor` marks the checkpoint that the
--- retained chain continues from after older records were pruned.
+-- retained chain continues from after older records were pruned. On SQLite the position is
+-- the rowid (INTEGER PRIMARY KEY), so that reading the trail in order reads the table itself.
+-- sqlite only below
+CREATE TABLE audit_log (
+    seq         INTEGER PRIMARY KEY,
+    at          BIGINT NOT NULL,
+    request_id  TEXT NOT NULL,
+    user_id     TEXT,
+    action      TEXT NOT NULL,
+    resource    TEXT NOT NULL,
+    allocation  TEXT,
+    outcome     BIGINT NOT NULL,
+    client      TEXT NOT NULL,
+    prev_hash   TEXT NOT NULL,
+    hash        TEXT NOT NULL
+);
+-- postgres only below
 CREATE TABLE audit_log (
     seq         BIGINT PRIMARY KEY,
     at          BIGINT NOT NULL,
@@ -16,6 +32,7 @@ CREATE TABLE audit_log (
     prev_hash   TEXT NOT NULL,
     hash        TEXT NOT NULL
 );
+-- both below
 CREATE INDEX audit_by_user ON audit_log (user_id, seq);
 CREATE INDEX audit_by_resource ON audit_log (resource, seq);
 CREATE INDEX audit_by_time ON audit_log (at);

@@ -13,12 +13,14 @@ use gpurent_types::{Money, Role, SystemClock};
 use serde::Serialize;
 
 use super::bench_common::percentile_ms;
-use crate::cli::BenchArgs;
+use crate::cli::{AuditMode, BenchArgs};
 use crate::output::{print_json, print_table};
 
 #[derive(Debug, Serialize)]
 struct BenchResult {
     backend: String,
+    /// Whether every request was also written to the audit trail.
+    audit: bool,
     nodes: u32,
     gpus: u32,
     requests: u32,
@@ -105,20 +107,141 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         missed_heartbeats: 1,
         ..ServerConfig::default()
     };
-    let server = RunningServer::start("127.0.0.1:0".parse()?, store.clone(), clock, config).await?;
-    let endpoint = format!("http://{}/api/v1/reservations", server.addr);
-
-    eprintln!(
-        "bench: {} requests, {} at a time, against {}",
-        args.requests, args.concurrency, backend
+    // With the trail and without, in alternate rounds on the same store, so that the two
+    // meet the same machine and an equally full cluster.
+    let modes: &[bool] = match args.audit {
+        AuditMode::On => &[true],
+        AuditMode::Off => &[false],
+        AuditMode::Both => &[false, true, false, true],
+    };
+    let rounds = u32::try_from(modes.len()).unwrap_or(1);
+    let mut by_mode: Vec<(bool, Round)> = Vec::new();
+    for (i, &audit) in modes.iter().enumerate() {
+        let i = u32::try_from(i).unwrap_or(0);
+        // Spread the remainder so that exactly `requests` are sent.
+        let requests = args.requests / rounds + u32::from(i < args.requests % rounds);
+        let mut config = config.clone();
+        config.audit.enabled = audit;
+        eprintln!(
+            "bench: {requests} requests, {} at a time, against {backend}, audit trail {}",
+            args.concurrency,
+            if audit { "on" } else { "off" }
+        );
+        let r = round(
+            store.clone(),
+            clock.clone(),
+            config,
+            requests,
+            args.concurrency,
+            tenant_token,
+        )
+        .await?;
+        match by_mode.iter_mut().find(|(a, _)| *a == audit) {
+            Some((_, total)) => total.add(r),
+            None => by_mode.push((audit, r)),
+        }
+    }
+    store.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut results = Vec::new();
+    for (audit, mut r) in by_mode {
+        if r.latencies.is_empty() {
+            bail!("no requests were made");
+        }
+        r.latencies.sort();
+        let pct = |p: f64| percentile_ms(&r.latencies, p);
+        let sent = u32::try_from(r.latencies.len()).unwrap_or(u32::MAX);
+        let created = sent - r.errors;
+        results.push(BenchResult {
+            backend: backend.to_owned(),
+            audit,
+            nodes: args.nodes,
+            gpus: args.nodes * args.gpus_per_node,
+            requests: sent,
+            concurrency: args.concurrency,
+            created,
+            errors: r.errors,
+            reservations_per_sec: f64::from(created) / r.elapsed.as_secs_f64(),
+            p50_ms: pct(0.50),
+            p99_ms: pct(0.99),
+            max_ms: pct(1.0),
+        });
+    }
+    if json {
+        return match results.as_slice() {
+            [one] => print_json(one),
+            all => print_json(&all),
+        }
+        .map_err(|e| anyhow::anyhow!(e));
+    }
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|result| {
+            vec![
+                result.backend.clone(),
+                if result.audit { "on" } else { "off" }.to_owned(),
+                result.gpus.to_string(),
+                result.requests.to_string(),
+                result.concurrency.to_string(),
+                result.created.to_string(),
+                format!("{:.0}", result.reservations_per_sec),
+                format!("{:.2}", result.p50_ms),
+                format!("{:.2}", result.p99_ms),
+                format!("{:.2}", result.max_ms),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "backend",
+            "audit",
+            "GPUs",
+            "requests",
+            "concurrency",
+            "created",
+            "reservations/s",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+        ],
+        &rows,
     );
+    Ok(())
+}
+
+/// What one round of requests measured.
+struct Round {
+    latencies: Vec<Duration>,
+    errors: u32,
+    elapsed: Duration,
+}
+
+impl Round {
+    fn add(&mut self, other: Round) {
+        self.latencies.extend(other.latencies);
+        self.errors += other.errors;
+        self.elapsed += other.elapsed;
+    }
+}
+
+/// Starts a control plane with `config` on the store, sends `requests` reservations,
+/// `concurrency` at a time, and stops it.
+async fn round(
+    store: Arc<SqlStore>,
+    clock: Arc<SystemClock>,
+    config: ServerConfig,
+    requests: u32,
+    concurrency: u32,
+    tenant_token: &'static str,
+) -> anyhow::Result<Round> {
+    let server = RunningServer::start("127.0.0.1:0".parse()?, store, clock, config).await?;
+    let endpoint = format!("http://{}/api/v1/reservations", server.addr);
     let client = reqwest::Client::new();
-    let concurrency = args.concurrency.max(1);
+    let concurrency = concurrency.max(1);
     let started = Instant::now();
     let mut workers = Vec::new();
     for w in 0..concurrency {
-        // Spread the remainder so that exactly `requests` are sent.
-        let per_worker = args.requests / concurrency + u32::from(w < args.requests % concurrency);
+        let per_worker = requests / concurrency + u32::from(w < requests % concurrency);
         let (client, endpoint) = (client.clone(), endpoint.clone());
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(per_worker as usize);
@@ -151,56 +274,11 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
     }
     let elapsed = started.elapsed();
     server.shutdown().await?;
-    store.close().await;
-    let _ = std::fs::remove_dir_all(&dir);
-    if latencies.is_empty() {
-        bail!("no requests were made");
-    }
-    latencies.sort();
-    let pct = |p: f64| percentile_ms(&latencies, p);
-    let sent = u32::try_from(latencies.len()).unwrap_or(u32::MAX);
-    let created = sent - errors;
-    let result = BenchResult {
-        backend: backend.to_owned(),
-        nodes: args.nodes,
-        gpus: args.nodes * args.gpus_per_node,
-        requests: sent,
-        concurrency: args.concurrency,
-        created,
+    Ok(Round {
+        latencies,
         errors,
-        reservations_per_sec: f64::from(created) / elapsed.as_secs_f64(),
-        p50_ms: pct(0.50),
-        p99_ms: pct(0.99),
-        max_ms: pct(1.0),
-    };
-    if json {
-        return print_json(&result).map_err(|e| anyhow::anyhow!(e));
-    }
-    print_table(
-        &[
-            "backend",
-            "GPUs",
-            "requests",
-            "concurrency",
-            "created",
-            "reservations/s",
-            "p50 ms",
-            "p99 ms",
-            "max ms",
-        ],
-        &[vec![
-            result.backend.clone(),
-            result.gpus.to_string(),
-            result.requests.to_string(),
-            result.concurrency.to_string(),
-            result.created.to_string(),
-            format!("{:.0}", result.reservations_per_sec),
-            format!("{:.2}", result.p50_ms),
-            format!("{:.2}", result.p99_ms),
-            format!("{:.2}", result.max_ms),
-        ]],
-    );
-    Ok(())
+        elapsed,
+    })
 }
 
 fn tempdir() -> anyhow::Result<std::path::PathBuf> {

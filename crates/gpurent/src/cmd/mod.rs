@@ -4,6 +4,7 @@ pub mod agent;
 pub mod audit;
 pub mod bench;
 pub mod bench_agent;
+pub mod bench_audit;
 pub mod bench_common;
 pub mod bench_failover;
 pub mod bench_running;

@@ -167,25 +167,41 @@ impl AuditStore for SqlStore {
         after_seq: u64,
         limit: u32,
     ) -> Result<Vec<Record>> {
-        let rows = sqlx::query(
-            "SELECT seq, at, request_id, user_id, action, resource, allocation, outcome, client,
-                prev_hash, hash
-             FROM audit_log
-             WHERE seq > $1
-               AND ($2 = '' OR user_id = $2)
-               AND ($3 = '' OR resource = $3 OR resource LIKE $4 OR allocation LIKE $4)
-               AND at >= $5 AND at < $6
-             ORDER BY seq LIMIT $7",
-        )
-        .bind(db_seq(after_seq))
-        .bind(filter.user_id.clone().unwrap_or_default())
-        .bind(filter.resource.clone().unwrap_or_default())
-        .bind(format!("%{}%", filter.resource.clone().unwrap_or_default()))
-        .bind(filter.from.map_or(i64::MIN, ts))
-        .bind(filter.to.map_or(i64::MAX, ts))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
+        const COLUMNS: &str = "seq, at, request_id, user_id, action, resource, allocation,
+            outcome, client, prev_hash, hash";
+        let everything = filter.user_id.is_none()
+            && filter.resource.is_none()
+            && filter.from.is_none()
+            && filter.to.is_none();
+        let rows = if everything {
+            // Verification and export read the whole trail in order: the plainest plan.
+            sqlx::query(&format!(
+                "SELECT {COLUMNS} FROM audit_log WHERE seq > $1 ORDER BY seq LIMIT $2"
+            ))
+            .bind(db_seq(after_seq))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+        } else {
+            let resource = filter.resource.clone().unwrap_or_default();
+            sqlx::query(&format!(
+                "SELECT {COLUMNS} FROM audit_log
+                 WHERE seq > $1
+                   AND ($2 = '' OR user_id = $2)
+                   AND ($3 = '' OR resource = $3 OR resource LIKE $4 OR allocation LIKE $4)
+                   AND at >= $5 AND at < $6
+                 ORDER BY seq LIMIT $7"
+            ))
+            .bind(db_seq(after_seq))
+            .bind(filter.user_id.clone().unwrap_or_default())
+            .bind(resource.clone())
+            .bind(format!("%{resource}%"))
+            .bind(filter.from.map_or(i64::MIN, ts))
+            .bind(filter.to.map_or(i64::MAX, ts))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+        };
         rows.iter().map(record_from_row).collect()
     }
 

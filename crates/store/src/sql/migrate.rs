@@ -80,7 +80,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that
 /// runs on that database only (storage settings, or a table rebuild where SQLite cannot alter a
-/// constraint), up to the next such line.
+/// constraint), up to the next such line; `-- both below` goes back to what runs on both.
 fn part_for(sql: &str, backend: Backend) -> String {
     let mut out = String::new();
     let mut applies = true;
@@ -88,6 +88,7 @@ fn part_for(sql: &str, backend: Backend) -> String {
         match line.trim() {
             "-- postgres only below" => applies = backend == Backend::Postgres,
             "-- sqlite only below" => applies = backend == Backend::Sqlite,
+            "-- both below" => applies = true,
             _ if applies => {
                 out.push_str(line);
                 out.push('\n');
@@ -156,8 +157,8 @@ mod tests {
 
     #[test]
     fn each_database_gets_the_shared_part_and_its_own() {
-        let sql = "A;\n-- postgres only below\nP;\n-- sqlite only below\nS;\n";
-        assert_eq!(part_for(sql, Backend::Postgres), "A;\nP;\n");
-        assert_eq!(part_for(sql, Backend::Sqlite), "A;\nS;\n");
+        let sql = "A;\n-- postgres only below\nP;\n-- sqlite only below\nS;\n-- both below\nB;\n";
+        assert_eq!(part_for(sql, Backend::Postgres), "A;\nP;\nB;\n");
+        assert_eq!(part_for(sql, Backend::Sqlite), "A;\nS;\nB;\n");
     }
 }
