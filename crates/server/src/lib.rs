@@ -4,6 +4,7 @@
 
 mod alerts;
 mod auth;
+mod authn;
 mod bootstrap;
 mod elastic;
 mod error;
@@ -13,6 +14,10 @@ mod idempotency;
 mod maintenance;
 mod metrics;
 mod openapi;
+mod pagination;
+mod password;
+mod policy;
+mod rate_limit;
 mod report;
 mod routes;
 mod scheduler;
@@ -36,9 +41,12 @@ pub use auth::{hash_token, new_token};
 pub use bootstrap::{bootstrap_admin, BootstrapError};
 pub use elastic::{ScaleConfig, ScaleEvent, ScaleFigures};
 pub use error::ApiError;
+pub use gpurent_store::TenantLimits;
 pub use health_rules::HealthRules;
 pub use idempotency::IdempotencyError;
 pub use openapi::openapi_document;
+pub use policy::{Access, POLICY};
+pub use rate_limit::{Rate, RateLimits};
 pub use state::AppState;
 pub use verification::HostPolicy;
 
@@ -76,6 +84,13 @@ pub struct ServerConfig {
     pub idle_reclaim: Option<Duration>,
     /// Every event is POSTed here as JSON (`--alert-webhook`).
     pub alert_webhook: Option<String>,
+    /// How long a login's session token is valid (`--session-hours`, 12).
+    pub session_ttl: Duration,
+    /// Requests per token and per client address (`rate_limit.rs`).
+    pub rate_limits: RateLimits,
+    /// Caps on each tenant's live reservations and their spend per hour, unless the tenant
+    /// has its own (`--max-reservations-per-tenant`, `--max-spend-per-hour`).
+    pub tenant_limits: TenantLimits,
 }
 
 impl Default for ServerConfig {
@@ -94,11 +109,26 @@ impl Default for ServerConfig {
             health_rules: HealthRules::default(),
             idle_reclaim: Some(Duration::from_secs(5 * 60)),
             alert_webhook: None,
+            session_ttl: Duration::from_secs(12 * 3600),
+            rate_limits: RateLimits::default(),
+            tenant_limits: TenantLimits::default(),
         }
     }
 }
 
 impl ServerConfig {
+    /// No rate limits and no per-tenant caps: the benchmarks, which load one tenant hard.
+    pub fn without_limits(self) -> Self {
+        ServerConfig {
+            rate_limits: RateLimits {
+                per_token: None,
+                per_address: None,
+            },
+            tenant_limits: TenantLimits::UNLIMITED,
+            ..self
+        }
+    }
+
     /// How long a node may go unheard before it is `lost`: heartbeat interval x missed beats.
     pub fn node_ttl(&self) -> Duration {
         self.heartbeat_interval
@@ -151,12 +181,15 @@ impl RunningServer {
         let (stop, stopped) = watch::channel(false);
         let mut http_stopped = stopped.clone();
         let http = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = http_stopped.wait_for(|s| *s).await;
-                })
-                .await
-                .map_err(ServeError::Serve)
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move {
+                let _ = http_stopped.wait_for(|s| *s).await;
+            })
+            .await
+            .map_err(ServeError::Serve)
         });
         let maintenance = tokio::spawn(maintenance::run(state.clone(), stopped));
         tracing::info!(%addr, backend = ?state.store.backend(), "control plane listening");

@@ -20,6 +20,8 @@ pub struct AppState {
     pub alerts: Arc<crate::alerts::AlertState>,
     /// What `/metrics` counts in this process.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The token buckets of this process.
+    pub rate_limits: Arc<crate::rate_limit::RateLimiters>,
 }
 
 impl AppState {
@@ -28,6 +30,7 @@ impl AppState {
             elastic: Arc::new(ElasticState::new(&config.scale)),
             alerts: Arc::default(),
             metrics: Arc::default(),
+            rate_limits: Arc::new(crate::rate_limit::RateLimiters::new(&config.rate_limits)),
             store,
             clock,
             config: Arc::new(config),

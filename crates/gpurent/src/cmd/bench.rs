@@ -104,7 +104,8 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         heartbeat_interval: Duration::from_secs(24 * 3600),
         missed_heartbeats: 1,
         ..ServerConfig::default()
-    };
+    }
+    .without_limits();
     let server = RunningServer::start("127.0.0.1:0".parse()?, store.clone(), clock, config).await?;
     let endpoint = format!("http://{}/api/v1/reservations", server.addr);
 

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use gpurent_billing::PriceList;
 use gpurent_server::{
-    bootstrap_admin, HealthRules, HostPolicy, RunningServer, ScaleConfig, ServerConfig,
+    bootstrap_admin, HealthRules, HostPolicy, Rate, RateLimits, RunningServer, ScaleConfig,
+    ServerConfig, TenantLimits,
 };
 use gpurent_store::SqlStore;
 use gpurent_types::SystemClock;
@@ -28,6 +29,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         Policies {
             scale: scale_config(&args.scale),
             host: &args.host,
+            access: &args.access,
             liveness: &args.liveness,
         },
     )
@@ -44,6 +46,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
 pub struct Policies<'a> {
     pub scale: ScaleConfig,
     pub host: &'a HostArgs,
+    pub access: &'a crate::cli::AccessArgs,
     pub liveness: &'a LivenessArgs,
 }
 
@@ -59,6 +62,7 @@ pub async fn start(
     let Policies {
         scale,
         host,
+        access,
         liveness,
     } = policies;
     let prices = match prices {
@@ -92,6 +96,9 @@ pub async fn start(
             health_rules: health_rules(host),
             heartbeat_interval: liveness.heartbeat(),
             missed_heartbeats: liveness.missed_heartbeats.max(1),
+            session_ttl: std::time::Duration::from_secs(u64::from(access.session_hours) * 3600),
+            rate_limits: rate_limits(access),
+            tenant_limits: tenant_limits(access),
             ..ServerConfig::default()
         },
     )
@@ -139,5 +146,30 @@ fn redact(url: &str) -> String {
             format!("{}://***{}", &url[..scheme], &url[at..])
         }
         _ => url.to_owned(),
+    }
+}
+
+/// `--rate-limit-per-token` and `--rate-limit-per-address`: N a second, bursts of 2N.
+fn rate_limits(access: &crate::cli::AccessArgs) -> RateLimits {
+    let rate = |n: u32| {
+        (n > 0).then(|| Rate {
+            per_second: f64::from(n),
+            burst: n.saturating_mul(2),
+        })
+    };
+    RateLimits {
+        per_token: rate(access.rate_limit_per_token),
+        per_address: rate(access.rate_limit_per_address),
+    }
+}
+
+/// `--max-reservations-per-tenant` (0: none) and `--max-spend-per-hour`.
+fn tenant_limits(access: &crate::cli::AccessArgs) -> TenantLimits {
+    TenantLimits {
+        max_reservations: match access.max_reservations_per_tenant {
+            0 => u32::MAX,
+            n => n,
+        },
+        max_spend_per_hour: access.max_spend_per_hour,
     }
 }

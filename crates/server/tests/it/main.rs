@@ -6,6 +6,7 @@
 
 mod access;
 mod app;
+mod authz;
 mod concurrency;
 mod drain;
 mod elastic;
@@ -15,6 +16,7 @@ mod health;
 mod idempotency;
 mod idle;
 mod lifecycle;
+mod limits;
 mod logs;
 mod metrics;
 mod openapi;
@@ -23,6 +25,7 @@ mod reports;
 mod settlement;
 mod telemetry;
 mod tiers;
+mod tokens;
 mod topology;
 mod validation;
 mod verification;
