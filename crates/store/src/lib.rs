@@ -123,6 +123,8 @@ pub trait UserStore: Send + Sync {
     /// Creates the `admin` user with this token hash unless an admin exists. True if created.
     async fn ensure_admin(&self, token_hash: &str, now: DateTime<Utc>) -> Result<bool>;
 
+    /// The user of a token that is not revoked, whatever its expiry (start-up and the
+    /// benchmarks); API requests use `AccessStore::check_token`, which also judges expiry.
     async fn authenticate(&self, token_hash: &str) -> Result<Option<AuthUser>>;
 
     /// Creates a user, its token and its balance account, and grants its initial credit.

@@ -73,7 +73,7 @@ impl UserStore for SqlStore {
     async fn authenticate(&self, token_hash: &str) -> Result<Option<AuthUser>> {
         let row = sqlx::query(
             "SELECT u.id, u.name, u.role FROM api_tokens t JOIN users u ON u.id = t.user_id
-             WHERE t.token_hash = $1",
+             WHERE t.token_hash = $1 AND t.revoked_at IS NULL",
         )
         .bind(token_hash)
         .fetch_optional(&self.pool)
