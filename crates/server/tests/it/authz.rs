@@ -170,14 +170,42 @@ async fn another_tenants_ids_are_not_found(backend: Backend) {
         .await;
     assert_eq!(missing["error"]["code"], "not_found");
 
-    // Lists hold only bob's own, whatever cursor he passes.
+    // Lists hold only bob's own; alice's id as a cursor is answered as an unknown one, so
+    // it cannot tell bob that the id exists.
+    let (status, mine) = bob
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "hours": 1}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{mine}");
     let (_, _, list) = bob.client.send("GET", "/api/v1/reservations", None).await;
-    assert_eq!(list, json!([]));
-    let (_, _, list) = bob
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list[0]["id"], mine["id"]);
+    let (_, _, foreign) = bob
         .client
         .send("GET", &format!("/api/v1/reservations?after={rid}"), None)
         .await;
-    assert_eq!(list, json!([]));
+    let (_, _, unknown) = bob
+        .client
+        .send(
+            "GET",
+            "/api/v1/reservations?after=00000000000000000000000000000000",
+            None,
+        )
+        .await;
+    assert_eq!(foreign, unknown);
+    let (_, _, foreign) = bob
+        .client
+        .send("GET", &format!("/api/v1/tokens?after={token_id}"), None)
+        .await;
+    let (_, _, unknown) = bob
+        .client
+        .send(
+            "GET",
+            "/api/v1/tokens?after=00000000000000000000000000000000",
+            None,
+        )
+        .await;
+    assert_eq!(foreign, unknown);
     let (_, _, tokens) = bob.client.send("GET", "/api/v1/tokens", None).await;
     assert!(
         tokens

@@ -94,11 +94,13 @@ impl AccessStore for SqlStore {
         limit: u32,
         after: Option<&str>,
     ) -> Result<Vec<Token>> {
-        // Newest first; the cursor is the last token of the previous page.
+        // Newest first; the cursor is the last token of the previous page, looked up among
+        // the caller's own (another user's token id answers an empty page, as an unknown one).
         sqlx::query(&format!(
             "SELECT {TOKEN_COLUMNS} WHERE ($1 = '' OR user_id = $1)
-               AND ($2 = '' OR (created_at, id) < (SELECT created_at, id FROM api_tokens
-                                                   WHERE id = $2))
+               AND ($2 = '' OR (created_at, id) < (SELECT c.created_at, c.id FROM api_tokens c
+                                                   WHERE c.id = $2
+                                                     AND ($1 = '' OR c.user_id = $1)))
              ORDER BY created_at DESC, id DESC LIMIT $3"
         ))
         .bind(user_id.unwrap_or(""))

@@ -779,12 +779,15 @@ impl ReservationStore for SqlStore {
         limit: u32,
         after: Option<&str>,
     ) -> Result<Vec<Reservation>> {
-        // Newest first; the cursor is the last reservation of the previous page (another
-        // tenant's id as a cursor reveals nothing: it only bounds the caller's own rows).
+        // Newest first; the cursor is the last reservation of the previous page, looked up in
+        // the caller's scope: another tenant's id answers an empty page, as an unknown one, so
+        // a cursor cannot probe which ids exist.
         sqlx::query(&format!(
             "SELECT {RESERVATION_COLUMNS} WHERE ($1 = '' OR r.tenant_id = $1)
-               AND ($2 = '' OR r.created_at < (SELECT created_at FROM reservations WHERE id = $2)
-                    OR (r.created_at = (SELECT created_at FROM reservations WHERE id = $2)
+               AND ($2 = '' OR r.created_at < (SELECT c.created_at FROM reservations c
+                                               WHERE c.id = $2 AND ($1 = '' OR c.tenant_id = $1))
+                    OR (r.created_at = (SELECT c.created_at FROM reservations c
+                                        WHERE c.id = $2 AND ($1 = '' OR c.tenant_id = $1))
                         AND r.id > $2))
              ORDER BY r.created_at DESC, r.id LIMIT $3"
         ))
