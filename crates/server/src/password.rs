@@ -11,6 +11,8 @@ pub enum PasswordError {
     // password_hash's error is not `std::error::Error` without its `std` feature.
     #[error("cannot hash the password: {0}")]
     Hash(argon2::password_hash::Error),
+    #[error("the password hashing task failed")]
+    Busy,
 }
 
 fn hasher() -> Argon2<'static> {
@@ -47,6 +49,28 @@ pub fn verify(password: &str, stored: Option<&str>) -> bool {
         .verify_password(password.as_bytes(), &parsed)
         .is_ok();
     ok && real
+}
+
+/// At most this many hashes run at once: each holds 19 MiB and a core for tens of
+/// milliseconds, so a flood of logins queues here instead of exhausting memory.
+static HASHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+
+/// `verify` off the async workers, at most `HASHING` at once.
+pub async fn verify_blocking(password: String, stored: Option<String>) -> bool {
+    let Ok(_permit) = HASHING.acquire().await else {
+        return false;
+    };
+    tokio::task::spawn_blocking(move || verify(&password, stored.as_deref()))
+        .await
+        .unwrap_or(false)
+}
+
+/// `hash` off the async workers, at most `HASHING` at once.
+pub async fn hash_blocking(password: String) -> Result<String, PasswordError> {
+    let _permit = HASHING.acquire().await.map_err(|_| PasswordError::Busy)?;
+    tokio::task::spawn_blocking(move || hash(&password))
+        .await
+        .map_err(|_| PasswordError::Busy)?
 }
 
 #[cfg(test)]

@@ -30,10 +30,8 @@ pub(crate) async fn login(
     let stored = facts.as_ref().and_then(|f| f.password_hash.clone());
     let given = body.password.chars().take(MAX_PASSWORD).collect::<String>();
     // argon2 runs whether or not the user exists (against a dummy hash when not), off the
-    // async workers: it takes tens of milliseconds of CPU by design.
-    let matches = tokio::task::spawn_blocking(move || password::verify(&given, stored.as_deref()))
-        .await
-        .unwrap_or(false);
+    // async workers and a few at a time: it takes tens of milliseconds of CPU by design.
+    let matches = password::verify_blocking(given, stored).await;
     let Some(facts) = facts.filter(|_| matches) else {
         return Err(ApiError::Unauthorized("wrong name or password".into()));
     };
@@ -85,9 +83,8 @@ pub(crate) async fn set_password(
             "password: {n} characters; it needs {MIN_PASSWORD} to {MAX_PASSWORD}"
         )));
     }
-    let hashed = tokio::task::spawn_blocking(move || password::hash(&body.password))
+    let hashed = password::hash_blocking(body.password)
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     state.store.set_password(&id, &hashed).await?;
     tracing::info!(user_id = %id, by = %caller.0.id, "password set");

@@ -72,6 +72,47 @@ async fn a_burst_gets_429_with_retry_after(backend: Backend) {
 }
 both_stores!(rate_limits, a_burst_gets_429_with_retry_after);
 
+fn startup_then_tiny_per_address(config: &mut ServerConfig) {
+    config.rate_limits.per_token = None;
+    // Room for the test app's own start (a join token, polls until the node is ready).
+    config.rate_limits.per_address = Some(Rate {
+        per_second: 0.001,
+        burst: 200,
+    });
+}
+
+/// An agent's heartbeats are never refused, even from an address that is over its limit:
+/// a node must not look lost because its host's users were busy.
+#[tokio::test]
+async fn agents_syncs_are_exempt() {
+    let app = TestApp::with(Backend::Sqlite)
+        .with_sim_gpus("1xRTX4090")
+        .with_liveness(std::time::Duration::from_millis(100), 3)
+        .with_config(startup_then_tiny_per_address)
+        .start()
+        .await;
+    let anonymous = app.anonymous();
+    let mut last = StatusCode::OK;
+    for _ in 0..201 {
+        last = anonymous.send("GET", "/healthz", None).await.0;
+        if last == StatusCode::TOO_MANY_REQUESTS {
+            break;
+        }
+    }
+    assert_eq!(last, StatusCode::TOO_MANY_REQUESTS);
+    // Ten heartbeats later, from the same address, the node is still heard from.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let recent = chrono::Utc::now() - chrono::Duration::milliseconds(300);
+    let nodes = gpurent_store::NodeStore::list_nodes(&*app.store, recent, None)
+        .await
+        .unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].status, "ready", "{:?}", nodes[0]);
+    let (status, _, _) = anonymous.send("GET", "/healthz", None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "still limited");
+    app.shutdown().await;
+}
+
 async fn oversized_bodies_get_413_on_every_route(backend: Backend) {
     let app = TestApp::with(backend)
         .with_config(no_rate_limits)
