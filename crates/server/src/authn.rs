@@ -7,6 +7,10 @@ use crate::auth::{bearer, hash_token, Caller};
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// Expired and revoked tokens are listed (and named in their 401s) this long, then forgotten
+/// by the maintenance loop.
+pub(crate) const KEEP_DEAD_TOKENS: chrono::Duration = chrono::Duration::days(30);
+
 /// The caller of a request by its `Authorization: Bearer` token, at the state's clock.
 pub(crate) async fn authenticate(
     state: &AppState,

@@ -10,6 +10,9 @@ ALTER TABLE api_tokens ADD COLUMN revoked_at BIGINT;
 UPDATE api_tokens SET id = substr(token_hash, 1, 32) WHERE id IS NULL;
 CREATE UNIQUE INDEX api_tokens_id ON api_tokens (id);
 CREATE INDEX api_tokens_user ON api_tokens (user_id, created_at);
+-- The maintenance loop forgets tokens expired or revoked long ago.
+CREATE INDEX api_tokens_expired ON api_tokens (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX api_tokens_revoked ON api_tokens (revoked_at) WHERE revoked_at IS NOT NULL;
 
 -- An argon2id PHC string; NULL: the user has no password and logs in by token only.
 ALTER TABLE users ADD COLUMN password_hash TEXT;

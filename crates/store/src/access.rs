@@ -86,6 +86,9 @@ pub trait AccessStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> Result<Token>;
 
+    /// Forgets tokens that expired or were revoked before `before`. Returns how many.
+    async fn prune_tokens(&self, before: DateTime<Utc>) -> Result<u64>;
+
     /// Sets a user's password hash (an argon2id PHC string).
     async fn set_password(&self, user_id: &str, password_hash: &str) -> Result<()>;
 

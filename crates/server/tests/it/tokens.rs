@@ -106,6 +106,17 @@ async fn tokens_expire_and_are_revoked(backend: Backend) {
         .as_str()
         .unwrap()
         .contains("expires_in_days"));
+
+    // A month after they died, expired and revoked tokens are forgotten.
+    app.advance(chrono::Duration::days(31));
+    app.maintenance_tick().await;
+    let (_, _, all) = app.admin().send("GET", "/api/v1/tokens", None).await;
+    let all = all.as_array().unwrap();
+    assert!(
+        all.iter().all(|t| t["user_id"] != json!(tina.id)),
+        "{all:?}"
+    );
+    assert_eq!(all.len(), 1, "the admin's own token stays: {all:?}");
     app.shutdown().await;
 }
 both_stores!(expiry_and_revocation, tokens_expire_and_are_revoked);
