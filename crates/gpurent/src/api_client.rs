@@ -118,6 +118,60 @@ impl ApiClient {
     }
 }
 
+impl ApiClient {
+    /// Every page of a list endpoint, following its `X-Next-After` cursor.
+    pub async fn get_all<T: DeserializeOwned>(&self, path: &str) -> Result<Vec<T>, CliError> {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let url = match &after {
+                Some(a) => format!("{path}{sep}limit=1000&after={a}"),
+                None => format!("{path}{sep}limit=1000"),
+            };
+            let response = self.send(Method::GET, &url, None, None).await?;
+            let next = response
+                .headers()
+                .get("x-next-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let page: Vec<T> = decode(response).await?;
+            let empty = page.is_empty();
+            all.extend(page);
+            match next {
+                Some(n) if !empty && after.as_deref() != Some(n.as_str()) => after = Some(n),
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
+        decode(self.send(Method::DELETE, path, None, None).await?).await
+    }
+
+    pub async fn patch<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, CliError> {
+        let body =
+            serde_json::to_value(body).map_err(|e| CliError::new("bad_request", e.to_string()))?;
+        decode(self.send(Method::PATCH, path, Some(&body), None).await?).await
+    }
+
+    /// A POST whose success has no body (204).
+    pub async fn post_no_content<B: Serialize>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<(), CliError> {
+        let body =
+            serde_json::to_value(body).map_err(|e| CliError::new("bad_request", e.to_string()))?;
+        self.send(Method::POST, path, Some(&body), None).await?;
+        Ok(())
+    }
+}
+
 async fn decode<T: DeserializeOwned>(response: reqwest::Response) -> Result<T, CliError> {
     response.json::<T>().await.map_err(|e| {
         CliError::new(

@@ -44,6 +44,12 @@ pub enum Command {
     /// Prepaid credit (admin).
     #[command(subcommand)]
     Credit(CreditCommand),
+    /// API tokens: create with an expiry, list, revoke.
+    #[command(subcommand)]
+    Tokens(TokensCommand),
+    /// Log in with a password (GPURENT_PASSWORD, else one line of stdin); prints a session
+    /// token that expires.
+    Login { name: String },
     /// Your balance.
     Balance,
     /// GPUs you can rent now, per type, with prices.
@@ -403,6 +409,8 @@ pub struct UpArgs {
     #[command(flatten)]
     pub host: HostArgs,
     #[command(flatten)]
+    pub access: AccessArgs,
+    #[command(flatten)]
     pub liveness: LivenessArgs,
     #[command(flatten)]
     pub audit: AuditArgs,
@@ -439,6 +447,28 @@ pub struct HostArgs {
     pub alert_webhook: Option<String>,
 }
 
+/// Sessions, rate limits and per-tenant caps.
+#[derive(Debug, Args)]
+pub struct AccessArgs {
+    /// How long a password login's session token is valid.
+    #[arg(long, value_name = "HOURS", default_value_t = 12)]
+    pub session_hours: u32,
+    /// Requests per second per API token (bursts of twice as many); 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub rate_limit_per_token: u32,
+    /// Requests per second per client address (bursts of twice as many); 0: no limit.
+    /// Behind a proxy every client has the proxy's address: raise it or turn it off there.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub rate_limit_per_address: u32,
+    /// Most live reservations of one tenant (an admin can set a tenant's own with
+    /// `PATCH /api/v1/users/ID`); 0: no cap.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub max_reservations_per_tenant: u32,
+    /// Most spend per hour of one tenant: the sum of its live reservations' price_per_hour.
+    #[arg(long, value_name = "AMOUNT", default_value = "80.00")]
+    pub max_spend_per_hour: gpurent_types::Money,
+}
+
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -459,6 +489,8 @@ pub struct ServerArgs {
     pub scale: ScaleArgs,
     #[command(flatten)]
     pub host: HostArgs,
+    #[command(flatten)]
+    pub access: AccessArgs,
     #[command(flatten)]
     pub liveness: LivenessArgs,
     #[command(flatten)]
@@ -514,6 +546,39 @@ pub enum UsersCommand {
     },
     /// List users.
     Ls,
+    /// Set a console password (your own, or as an admin anyone's); read from the
+    /// GPURENT_PASSWORD environment variable, else one line of stdin.
+    Passwd {
+        /// Whose (default: yours).
+        user_id: Option<String>,
+    },
+    /// Set a tenant's own caps (admin).
+    Limits {
+        user_id: String,
+        /// Most live reservations at once.
+        #[arg(long)]
+        max_reservations: Option<u32>,
+        /// Most spend per hour of its live reservations, e.g. 120.00.
+        #[arg(long)]
+        max_spend_per_hour: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokensCommand {
+    /// Create an API token for yourself; prints it once.
+    Create {
+        /// A label for `tokens ls`.
+        #[arg(long)]
+        name: Option<String>,
+        /// Valid for this many days (default: until revoked).
+        #[arg(long, value_name = "N")]
+        expires_in_days: Option<u32>,
+    },
+    /// Your tokens (admin: everyone's), never their secrets.
+    Ls,
+    /// Revoke a token by its id: your own (admin: any).
+    Revoke { id: String },
 }
 
 #[derive(Debug, Subcommand)]

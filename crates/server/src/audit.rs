@@ -192,6 +192,13 @@ impl AuditNote {
     }
 }
 
+/// Tells the request's audit record who made it.
+pub(crate) fn note_caller(extensions: &axum::http::Extensions, id: &str) {
+    if let Some(note) = extensions.get::<AuditNote>() {
+        note.caller(id);
+    }
+}
+
 /// The request's note (a detached one where the trail is off).
 impl<S: Send + Sync> FromRequestParts<S> for AuditNote {
     type Rejection = std::convert::Infallible;

@@ -20,9 +20,8 @@ pub fn hash_token(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
-fn bearer(parts: &Parts) -> Result<&str, ApiError> {
-    let header = parts
-        .headers
+pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Result<&str, ApiError> {
+    let header = headers
         .get(axum::http::header::AUTHORIZATION)
         .ok_or_else(|| {
             ApiError::Unauthorized("missing Authorization: Bearer TOKEN header".into())
@@ -41,27 +40,8 @@ fn bearer(parts: &Parts) -> Result<&str, ApiError> {
 #[derive(Debug, Clone)]
 pub struct Caller(pub AuthUser);
 
+/// Which roles may call which route is `policy.rs`'s table, enforced before any handler runs.
 impl Caller {
-    pub fn require_admin(&self) -> Result<(), ApiError> {
-        if self.0.role == Role::Admin {
-            Ok(())
-        } else {
-            Err(ApiError::Forbidden("this needs the admin role".into()))
-        }
-    }
-
-    pub fn require_role(&self, roles: &[Role]) -> Result<(), ApiError> {
-        if roles.contains(&self.0.role) {
-            Ok(())
-        } else {
-            let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
-            Err(ApiError::Forbidden(format!(
-                "this needs one of the roles: {}",
-                names.join(", ")
-            )))
-        }
-    }
-
     pub fn is_admin(&self) -> bool {
         self.0.role == Role::Admin
     }
@@ -71,21 +51,13 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let token = bearer(parts)?;
-        state
-            .store
-            .authenticate(&hash_token(token))
-            .await?
-            .map(Caller)
-            .inspect(|caller| note_caller(parts, &caller.0.id))
-            .ok_or_else(|| ApiError::Unauthorized("unknown or revoked token".into()))
-    }
-}
-
-/// Tells the request's audit record who made it.
-fn note_caller(parts: &Parts, id: &str) {
-    if let Some(note) = parts.extensions.get::<crate::audit::AuditNote>() {
-        note.caller(id);
+        // `policy::authorize` authenticated the caller already; tokens are checked in `authn`.
+        if let Some(caller) = parts.extensions.get::<Caller>() {
+            return Ok(caller.clone());
+        }
+        let caller = crate::authn::authenticate(state, &parts.headers).await?;
+        crate::audit::note_caller(&parts.extensions, &caller.0.id);
+        Ok(caller)
     }
 }
 
@@ -97,13 +69,15 @@ impl FromRequestParts<AppState> for AgentNode {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let token = bearer(parts)?;
+        let token = bearer(&parts.headers)?;
         state
             .store
             .authenticate_node(&hash_token(token))
             .await?
             .map(AgentNode)
-            .inspect(|node| note_caller(parts, &format!("node:{}", node.0)))
+            .inspect(|node| {
+                crate::audit::note_caller(&parts.extensions, &format!("node:{}", node.0))
+            })
             .ok_or_else(|| ApiError::Unauthorized("unknown node credential".into()))
     }
 }

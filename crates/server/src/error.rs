@@ -27,6 +27,10 @@ pub enum ApiError {
     NoRoute(String),
     #[error("{0} is not allowed on this route")]
     MethodNotAllowed(String),
+    #[error("too many requests; retry in {} s", retry_after_secs(*.retry_after))]
+    RateLimited { retry_after: std::time::Duration },
+    #[error("{0}")]
+    Internal(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -46,11 +50,15 @@ impl ApiError {
             }
             ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            ApiError::Idempotency(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::Idempotency(_) | ApiError::Internal(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+            }
             ApiError::Store(e) => match e {
                 StoreError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
                 StoreError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
                 StoreError::NoCapacity(_) => (StatusCode::CONFLICT, "no_capacity"),
+                StoreError::LimitExceeded(_) => (StatusCode::CONFLICT, "limit_exceeded"),
                 StoreError::UnknownGpuType { .. } => {
                     (StatusCode::UNPROCESSABLE_ENTITY, "unknown_gpu_type")
                 }
@@ -90,6 +98,20 @@ impl IntoResponse for ApiError {
                 message,
             },
         };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if let ApiError::RateLimited { retry_after } = self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(retry_after_secs(retry_after)),
+            );
+        }
+        response
     }
+}
+
+/// Whole seconds to wait, at least 1 (`Retry-After` has no fractions).
+fn retry_after_secs(wait: std::time::Duration) -> u64 {
+    wait.as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0))
+        .max(1)
 }

@@ -5,6 +5,7 @@
 mod alerts;
 mod audit;
 mod auth;
+mod authn;
 mod bootstrap;
 mod elastic;
 mod error;
@@ -14,6 +15,10 @@ mod idempotency;
 mod maintenance;
 mod metrics;
 mod openapi;
+mod pagination;
+mod password;
+mod policy;
+mod rate_limit;
 mod report;
 mod routes;
 mod scheduler;
@@ -38,9 +43,12 @@ pub use auth::{hash_token, new_token};
 pub use bootstrap::{bootstrap_admin, BootstrapError};
 pub use elastic::{ScaleConfig, ScaleEvent, ScaleFigures};
 pub use error::ApiError;
+pub use gpurent_store::TenantLimits;
 pub use health_rules::HealthRules;
 pub use idempotency::IdempotencyError;
 pub use openapi::openapi_document;
+pub use policy::{Access, POLICY};
+pub use rate_limit::{Rate, RateLimits};
 pub use state::AppState;
 pub use verification::HostPolicy;
 
@@ -80,6 +88,13 @@ pub struct ServerConfig {
     pub alert_webhook: Option<String>,
     /// The audit trail of every API request.
     pub audit: AuditConfig,
+    /// How long a login's session token is valid (`--session-hours`, 12).
+    pub session_ttl: Duration,
+    /// Requests per token and per client address (`rate_limit.rs`).
+    pub rate_limits: RateLimits,
+    /// Caps on each tenant's live reservations and their spend per hour, unless the tenant
+    /// has its own (`--max-reservations-per-tenant`, `--max-spend-per-hour`).
+    pub tenant_limits: TenantLimits,
 }
 
 impl Default for ServerConfig {
@@ -99,11 +114,26 @@ impl Default for ServerConfig {
             idle_reclaim: Some(Duration::from_secs(5 * 60)),
             alert_webhook: None,
             audit: AuditConfig::default(),
+            session_ttl: Duration::from_secs(12 * 3600),
+            rate_limits: RateLimits::default(),
+            tenant_limits: TenantLimits::default(),
         }
     }
 }
 
 impl ServerConfig {
+    /// No rate limits and no per-tenant caps: the benchmarks, which load one tenant hard.
+    pub fn without_limits(self) -> Self {
+        ServerConfig {
+            rate_limits: RateLimits {
+                per_token: None,
+                per_address: None,
+            },
+            tenant_limits: TenantLimits::UNLIMITED,
+            ..self
+        }
+    }
+
     /// How long a node may go unheard before it is `lost`: heartbeat interval x missed beats.
     pub fn node_ttl(&self) -> Duration {
         self.heartbeat_interval

@@ -44,6 +44,13 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
     }
     let pruned = state
         .store
+        .prune_tokens(now - crate::authn::KEEP_DEAD_TOKENS)
+        .await?;
+    if pruned > 0 {
+        tracing::debug!(pruned, "forgot tokens expired or revoked a month ago");
+    }
+    let pruned = state
+        .store
         .prune_gpu_hours(now - crate::report::KEEP_TELEMETRY)
         .await?;
     if pruned > 0 {

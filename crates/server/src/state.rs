@@ -22,6 +22,8 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Where each request's audit record goes; None when the trail is off.
     pub audit: Option<crate::audit::AuditTrail>,
+    /// The token buckets of this process.
+    pub rate_limits: Arc<crate::rate_limit::RateLimiters>,
 }
 
 impl AppState {
@@ -34,6 +36,7 @@ impl AppState {
             elastic: Arc::new(ElasticState::new(&config.scale)),
             alerts: Arc::default(),
             metrics: Arc::default(),
+            rate_limits: Arc::new(crate::rate_limit::RateLimiters::new(&config.rate_limits)),
             store,
             clock,
             config: Arc::new(config),

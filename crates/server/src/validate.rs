@@ -120,6 +120,8 @@ pub fn reservation(
         on_node_loss: body.on_node_loss.unwrap_or_default(),
         idle_reclaim: body.idle_reclaim.unwrap_or(true),
         checkpoint: body.checkpoint,
+        // The handler sets the platform's caps.
+        limits: gpurent_store::TenantLimits::default(),
     })
 }
 

@@ -8,6 +8,8 @@ pub enum StoreError {
     NotFound { what: &'static str, id: String },
     #[error("{0}")]
     Conflict(String),
+    #[error("limit exceeded: {0}")]
+    LimitExceeded(String),
     #[error("no capacity: {0}")]
     NoCapacity(String),
     #[error("no GPU of type {wanted:?} in this cluster; known types: {known}")]

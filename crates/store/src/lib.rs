@@ -4,6 +4,7 @@
 //! One SQL implementation, [`SqlStore`], serves SQLite (embedded default) and PostgreSQL
 //! (production) with the same statements and migrations; see `docs/ARCHITECTURE.md` for why.
 
+mod access;
 mod audit_trail;
 mod error;
 mod model;
@@ -20,6 +21,7 @@ use gpurent_types::api::{
 };
 use gpurent_types::Money;
 
+pub use access::{AccessStore, LoginFacts, NewToken, TenantLimits, TokenCheck};
 pub use audit_trail::verify_audit;
 pub use error::StoreError;
 pub use model::{
@@ -33,7 +35,8 @@ pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        AuditStore, MetricsStore, NodeStore, ReservationStore, StatementStore, Store, UserStore,
+        AccessStore, AuditStore, MetricsStore, NodeStore, ReservationStore, StatementStore, Store,
+        UserStore,
     };
 }
 
@@ -42,6 +45,7 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// Everything the control plane keeps. Supertraits group it by subject.
 pub trait Store:
     UserStore
+    + AccessStore
     + NodeStore
     + ReservationStore
     + StatementStore
@@ -53,6 +57,7 @@ pub trait Store:
 
 impl<T> Store for T where
     T: UserStore
+        + AccessStore
         + NodeStore
         + ReservationStore
         + StatementStore
@@ -119,6 +124,8 @@ pub trait UserStore: Send + Sync {
     /// Creates the `admin` user with this token hash unless an admin exists. True if created.
     async fn ensure_admin(&self, token_hash: &str, now: DateTime<Utc>) -> Result<bool>;
 
+    /// The user of a token that is not revoked, whatever its expiry (start-up and the
+    /// benchmarks); API requests use `AccessStore::check_token`, which also judges expiry.
     async fn authenticate(&self, token_hash: &str) -> Result<Option<AuthUser>>;
 
     /// Creates a user, its token and its balance account, and grants its initial credit.
@@ -126,7 +133,8 @@ pub trait UserStore: Send + Sync {
 
     async fn get_user(&self, id: &str) -> Result<User>;
 
-    async fn list_users(&self) -> Result<Vec<User>>;
+    /// Users, oldest first: at most `limit` (capped at 1000), after the user `after`.
+    async fn list_users(&self, limit: u32, after: Option<&str>) -> Result<Vec<User>>;
 
     /// Moves `amount` of platform credit to the user. A repeated `transfer_id` is a no-op;
     /// the same id with another amount is refused.
@@ -282,7 +290,14 @@ pub trait ReservationStore: Send + Sync {
 
     async fn get_reservation(&self, id: &str, scope: &Scope) -> Result<Reservation>;
 
-    async fn list_reservations(&self, scope: &Scope) -> Result<Vec<Reservation>>;
+    /// The reservations in scope, newest first: at most `limit` (capped at 1000), after the
+    /// reservation `after` (the last one of the previous page).
+    async fn list_reservations(
+        &self,
+        scope: &Scope,
+        limit: u32,
+        after: Option<&str>,
+    ) -> Result<Vec<Reservation>>;
 
     /// The instance's output from byte `offset` on (at most about `max_bytes`), and the
     /// offset that follows it.

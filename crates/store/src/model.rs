@@ -87,6 +87,9 @@ pub struct NewReservation {
     pub idle_reclaim: bool,
     /// Its instance gets a checkpoint volume that outlives it.
     pub checkpoint: bool,
+    /// The platform's caps on the tenant's live reservations, checked in the same
+    /// transaction as the insert.
+    pub limits: crate::TenantLimits,
 }
 
 /// A reservation waiting in the queue, as the scheduling pass reads it.

@@ -8,6 +8,10 @@ use utoipa::ToSchema;
 
 use crate::{Money, OnNodeLoss, ReservationStatus, Role, Tier};
 
+pub use crate::access_api::{
+    CreateToken, Login, Session, SetPassword, Token, TokenCreated, UpdateUser,
+};
+
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
@@ -48,6 +52,12 @@ pub struct User {
     pub role: Role,
     pub balance: Money,
     pub created_at: DateTime<Utc>,
+    /// Its override of the platform's cap on live reservations (none: the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_reservations: Option<u32>,
+    /// Its override of the platform's cap on spend per hour (none: the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_spend_per_hour: Option<Money>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -1,6 +1,7 @@
 //! Types shared by every gpurent crate: money, GPU type names, statuses, and the
 //! request and response bodies of the HTTP API and of the agent protocol.
 
+mod access_api;
 pub mod agent;
 pub mod api;
 mod clock;

@@ -106,7 +106,8 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         heartbeat_interval: Duration::from_secs(24 * 3600),
         missed_heartbeats: 1,
         ..ServerConfig::default()
-    };
+    }
+    .without_limits();
     // With the trail and without, in alternate rounds on the same store, so that the two
     // meet the same machine and an equally full cluster.
     let modes: &[bool] = match args.audit {

@@ -39,7 +39,7 @@ pub async fn control_plane(
         "127.0.0.1:0".parse()?,
         store.clone(),
         Arc::new(SystemClock),
-        ServerConfig::default(),
+        ServerConfig::default().without_limits(),
     )
     .await?;
     Ok((store, server))

@@ -118,7 +118,7 @@ pub async fn run(
             print_line(&format!("token (shown once): {}", u.token));
         }
         Command::Users(UsersCommand::Ls) => {
-            let users: Vec<User> = api.get("/api/v1/users").await?;
+            let users: Vec<User> = api.get_all("/api/v1/users").await?;
             if json {
                 return print_json(&users);
             }
@@ -314,7 +314,7 @@ pub async fn run(
             print_table(&RESERVATION_HEADER, &reservation_rows(&[r]));
         }
         Command::Ls => {
-            let rs: Vec<Reservation> = api.get("/api/v1/reservations").await?;
+            let rs: Vec<Reservation> = api.get_all("/api/v1/reservations").await?;
             if json {
                 return print_json(&rs);
             }
@@ -416,6 +416,19 @@ pub async fn run(
         }
         Command::Report(report) => super::report::run(&api, report, json).await?,
         Command::Audit(audit) => super::audit::run(&api, audit, json).await?,
+        Command::Users(UsersCommand::Passwd { user_id }) => {
+            super::access::passwd(&api, user_id, json).await?;
+        }
+        Command::Users(UsersCommand::Limits {
+            user_id,
+            max_reservations,
+            max_spend_per_hour,
+        }) => {
+            super::access::limits(&api, &user_id, max_reservations, max_spend_per_hour, json)
+                .await?;
+        }
+        Command::Tokens(command) => super::access::tokens(&api, command, json).await?,
+        Command::Login { name } => super::access::login(&api, &name, json).await?,
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());
         }

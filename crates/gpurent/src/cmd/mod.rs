@@ -1,5 +1,6 @@
 //! One module per kind of command: daemons (`up`, `server`, `agent`) and API clients.
 
+pub mod access;
 pub mod agent;
 pub mod audit;
 pub mod bench;

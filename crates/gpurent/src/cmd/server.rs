@@ -6,7 +6,8 @@ use anyhow::Context;
 use gpurent_audit::Signer;
 use gpurent_billing::PriceList;
 use gpurent_server::{
-    bootstrap_admin, AuditConfig, HealthRules, HostPolicy, RunningServer, ScaleConfig, ServerConfig,
+    bootstrap_admin, AuditConfig, HealthRules, HostPolicy, Rate, RateLimits, RunningServer,
+    ScaleConfig, ServerConfig, TenantLimits,
 };
 use gpurent_store::SqlStore;
 use gpurent_types::SystemClock;
@@ -29,6 +30,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         Policies {
             scale: scale_config(&args.scale),
             host: &args.host,
+            access: &args.access,
             liveness: &args.liveness,
             audit: &args.audit,
         },
@@ -46,6 +48,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
 pub struct Policies<'a> {
     pub scale: ScaleConfig,
     pub host: &'a HostArgs,
+    pub access: &'a crate::cli::AccessArgs,
     pub liveness: &'a LivenessArgs,
     pub audit: &'a AuditArgs,
 }
@@ -62,6 +65,7 @@ pub async fn start(
     let Policies {
         scale,
         host,
+        access,
         liveness,
         audit,
     } = policies;
@@ -97,6 +101,9 @@ pub async fn start(
             heartbeat_interval: liveness.heartbeat(),
             missed_heartbeats: liveness.missed_heartbeats.max(1),
             audit: audit_config(audit, data_dir)?,
+            session_ttl: std::time::Duration::from_secs(u64::from(access.session_hours) * 3600),
+            rate_limits: rate_limits(access),
+            tenant_limits: tenant_limits(access),
             ..ServerConfig::default()
         },
     )
@@ -173,5 +180,30 @@ fn redact(url: &str) -> String {
             format!("{}://***{}", &url[..scheme], &url[at..])
         }
         _ => url.to_owned(),
+    }
+}
+
+/// `--rate-limit-per-token` and `--rate-limit-per-address`: N a second, bursts of 2N.
+fn rate_limits(access: &crate::cli::AccessArgs) -> RateLimits {
+    let rate = |n: u32| {
+        (n > 0).then(|| Rate {
+            per_second: f64::from(n),
+            burst: n.saturating_mul(2),
+        })
+    };
+    RateLimits {
+        per_token: rate(access.rate_limit_per_token),
+        per_address: rate(access.rate_limit_per_address),
+    }
+}
+
+/// `--max-reservations-per-tenant` (0: none) and `--max-spend-per-hour`.
+fn tenant_limits(access: &crate::cli::AccessArgs) -> TenantLimits {
+    TenantLimits {
+        max_reservations: match access.max_reservations_per_tenant {
+            0 => u32::MAX,
+            n => n,
+        },
+        max_spend_per_hour: access.max_spend_per_hour,
     }
 }

@@ -26,6 +26,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         super::server::Policies {
             scale: super::server::scale_config(&args.scale),
             host: &args.host,
+            access: &args.access,
             liveness: &args.liveness,
             audit: &args.audit,
         },
@@ -42,7 +43,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     if NodeIdentity::load(&agent_dir)?.is_none() {
         // The local agent joins like any other: with a join token, over HTTP.
         let admin = store
-            .list_users()
+            .list_users(1000, None)
             .await?
             .into_iter()
             .find(|u| u.role == Role::Admin)

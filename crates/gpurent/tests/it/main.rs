@@ -4,6 +4,7 @@
 // A failing test panics; that is what these are for.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod access_cli;
 mod agent_restart;
 mod audit;
 mod cli_flow;

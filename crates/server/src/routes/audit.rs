@@ -72,10 +72,9 @@ fn record(r: gpurent_audit::Record) -> AuditRecord {
         (status = 422, body = ErrorBody)))]
 pub(crate) async fn search(
     State(state): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
     ApiQuery(query): ApiQuery<AuditQuery>,
 ) -> Result<Json<AuditPage>, ApiError> {
-    caller.require_admin()?;
     let limit = query.limit.unwrap_or(MAX_RECORDS).clamp(1, MAX_RECORDS);
     let filter = AuditFilter {
         user_id: query.user.filter(|u| !u.is_empty()),
@@ -101,9 +100,8 @@ pub(crate) async fn search(
     responses((status = 200, body = [AuditCheckpoint]), (status = 403, body = ErrorBody)))]
 pub(crate) async fn checkpoints(
     State(state): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
 ) -> Result<Json<Vec<AuditCheckpoint>>, ApiError> {
-    caller.require_admin()?;
     let anchor = state.store.audit_anchor().await?;
     let rest = state.store.audit_checkpoints().await?;
     let all = anchor
@@ -128,9 +126,8 @@ pub(crate) async fn checkpoints(
     responses((status = 200, body = AuditVerdict), (status = 403, body = ErrorBody)))]
 pub(crate) async fn verify(
     State(state): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
 ) -> Result<Json<AuditVerdict>, ApiError> {
-    caller.require_admin()?;
     let public_key = state.config.audit.signer.public_key();
     let verdict = gpurent_store::verify_audit(&*state.store, &public_key).await?;
     Ok(Json(AuditVerdict {

@@ -5,11 +5,13 @@ mod agent;
 mod audit;
 mod events;
 mod health;
+mod login;
 mod metrics;
 mod nodes;
 mod reports;
 mod reservations;
 mod statements;
+mod tokens;
 mod usage;
 mod users;
 
@@ -35,7 +37,11 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
     use utoipa::OpenApi;
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(users::create_user, users::list_users))
-        .routes(routes!(users::get_user))
+        .routes(routes!(users::get_user, users::update_user))
+        .routes(routes!(login::set_password))
+        .routes(routes!(login::login))
+        .routes(routes!(tokens::create, tokens::list))
+        .routes(routes!(tokens::revoke))
         .routes(routes!(users::grant_credit))
         .routes(routes!(users::balance))
         .routes(routes!(usage::usage))
@@ -83,6 +89,16 @@ pub(crate) fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
             ApiError::MethodNotAllowed(format!("{method} {}", uri.path()))
         })
+        // Access control (issue 8): innermost, so that they run with the matched route.
+        // `authorize` enforces `policy::POLICY`; `limit` answers 429 before any token lookup.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::policy::authorize,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::rate_limit::limit,
+        ))
         .layer(DefaultBodyLimit::max(limit))
         // Inside `run_to_completion`: a request's record is written even if its client left.
         .layer(axum::middleware::from_fn_with_state(

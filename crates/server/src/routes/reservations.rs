@@ -11,6 +11,7 @@ use crate::audit::AuditNote;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{idempotency_key, ApiJson, ApiPath, ApiQuery};
+use crate::pagination::PageQuery;
 use crate::state::AppState;
 use crate::validate;
 
@@ -47,7 +48,8 @@ pub(crate) async fn create(
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateReservation>,
 ) -> Result<(StatusCode, Json<Reservation>), ApiError> {
-    let new = validate::reservation(&caller.0.id, &body, idempotency_key(&headers)?)?;
+    let mut new = validate::reservation(&caller.0.id, &body, idempotency_key(&headers)?)?;
+    new.limits = state.config.tenant_limits;
     let now = state.now();
     let (reservation, nodes) = state
         .store
@@ -69,16 +71,24 @@ pub(crate) async fn create(
     Ok((StatusCode::CREATED, Json(reservation)))
 }
 
-/// The caller's reservations, newest first (an admin sees all).
+/// The caller's reservations, newest first (an admin sees all), a page at a time.
 #[utoipa::path(get, path = "/api/v1/reservations", tag = "reservations",
-    security(("bearer" = [])), responses((status = 200, body = [Reservation])))]
+    security(("bearer" = [])), params(PageQuery),
+    responses((status = 200, body = [Reservation], headers(("X-Next-After" = String,
+        description = "The cursor of the next page, when this one is full"))),
+        (status = 422, body = ErrorBody)))]
 pub(crate) async fn list(
     State(state): State<AppState>,
     caller: Caller,
-) -> Result<Json<Vec<Reservation>>, ApiError> {
-    Ok(Json(
-        state.store.list_reservations(&Scope::of(&caller.0)).await?,
-    ))
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let page = query.page()?;
+    let list = state
+        .store
+        .list_reservations(&Scope::of(&caller.0), page.limit, page.after.as_deref())
+        .await?;
+    let next = page.next_header(list.len(), list.last().map(|r| r.id.as_str()));
+    Ok((axum::response::AppendHeaders(next), Json(list)))
 }
 
 /// One reservation. Another tenant's is reported as not found.

@@ -2,16 +2,18 @@
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{AppendHeaders, IntoResponse};
 use axum::Json;
 use gpurent_store::NewUser;
 use gpurent_types::api::{
-    Balance, CreateUser, CreditGranted, ErrorBody, GrantCredit, User, UserCreated,
+    Balance, CreateUser, CreditGranted, ErrorBody, GrantCredit, UpdateUser, User, UserCreated,
 };
 
 use crate::auth::{hash_token, new_token, Caller};
 use crate::error::ApiError;
-use crate::extract::{idempotency_key, ApiJson, ApiPath};
+use crate::extract::{idempotency_key, ApiJson, ApiPath, ApiQuery};
 use crate::idempotency::{self, Idempotent};
+use crate::pagination::PageQuery;
 use crate::state::AppState;
 use crate::validate;
 
@@ -29,7 +31,6 @@ pub(crate) async fn create_user(
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateUser>,
 ) -> Result<Idempotent<UserCreated>, ApiError> {
-    caller.require_admin()?;
     let (name, role, credit) = validate::user(&body)?;
     let request_hash = validate::request_hash(&body);
     let store = state.store.clone();
@@ -63,15 +64,24 @@ pub(crate) async fn create_user(
     .await
 }
 
-/// List users (admin).
+/// List users (admin), oldest first, a page at a time.
 #[utoipa::path(get, path = "/api/v1/users", tag = "users", security(("bearer" = [])),
-    responses((status = 200, body = [User]), (status = 403, body = ErrorBody)))]
+    params(PageQuery),
+    responses((status = 200, body = [User], headers(("X-Next-After" = String,
+        description = "The cursor of the next page, when this one is full"))),
+        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn list_users(
     State(state): State<AppState>,
-    caller: Caller,
-) -> Result<Json<Vec<User>>, ApiError> {
-    caller.require_admin()?;
-    Ok(Json(state.store.list_users().await?))
+    _caller: Caller,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let page = query.page()?;
+    let users = state
+        .store
+        .list_users(page.limit, page.after.as_deref())
+        .await?;
+    let next = page.next_header(users.len(), users.last().map(|u| u.id.as_str()));
+    Ok((AppendHeaders(next), Json(users)))
 }
 
 /// One user: an admin may see anyone, others only themselves.
@@ -89,6 +99,32 @@ pub(crate) async fn get_user(
     Ok(Json(state.store.get_user(&id).await?))
 }
 
+/// Set a user's overrides of the platform's caps on live reservations and spend per hour
+/// (admin).
+#[utoipa::path(patch, path = "/api/v1/users/{id}", tag = "users", security(("bearer" = [])),
+    params(("id" = String, Path)), request_body = UpdateUser,
+    responses((status = 200, body = User), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn update_user(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<UpdateUser>,
+) -> Result<Json<User>, ApiError> {
+    if body.max_spend_per_hour.is_some_and(|m| m.micros() <= 0) {
+        return Err(ApiError::Invalid(
+            "max_spend_per_hour: must be more than 0".into(),
+        ));
+    }
+    let user = state
+        .store
+        .set_limits(&id, body.max_reservations, body.max_spend_per_hour)
+        .await?;
+    tracing::info!(user_id = %id, by = %caller.0.id, max_reservations = ?body.max_reservations,
+        max_spend_per_hour = ?body.max_spend_per_hour, "caps set");
+    Ok(Json(user))
+}
+
 /// Grant prepaid credit (admin). With an `Idempotency-Key`, a retried grant is applied once.
 #[utoipa::path(post, path = "/api/v1/users/{id}/credit", tag = "users", security(("bearer" = [])),
     params(("id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
@@ -97,12 +133,11 @@ pub(crate) async fn get_user(
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn grant_credit(
     State(state): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
     ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<GrantCredit>,
 ) -> Result<Json<CreditGranted>, ApiError> {
-    caller.require_admin()?;
     let amount = validate::grant_amount(body.amount)?;
     let transfer_id = match idempotency_key(&headers)? {
         Some(key) => format!("grant:{id}:key:{key}"),

@@ -33,6 +33,7 @@ pub struct TestAppBuilder {
     burn_in: Option<gpurent_agent::BurnInConfig>,
     liveness: Option<(Duration, u32)>,
     cuttable: bool,
+    configure: Option<fn(&mut ServerConfig)>,
 }
 
 type RunningAgent = (
@@ -73,6 +74,7 @@ impl TestApp {
             burn_in: None,
             liveness: None,
             cuttable: false,
+            configure: None,
         }
     }
 }
@@ -212,6 +214,12 @@ impl TestAppBuilder {
     }
 
     /// A clock that moves only with `TestApp::advance`.
+    /// Changes the server's configuration last (rate limits, caps, ...).
+    pub fn with_config(mut self, configure: fn(&mut ServerConfig)) -> Self {
+        self.configure = Some(configure);
+        self
+    }
+
     pub fn with_manual_clock(mut self) -> Self {
         self.manual_clock = true;
         self
@@ -252,6 +260,12 @@ impl TestAppBuilder {
             maintenance_interval: Duration::from_millis(100),
             heartbeat_interval,
             missed_heartbeats,
+            // Polling helpers (`eventually`) ask many times a second; `limits.rs` tests the
+            // rate limits with a configuration of its own.
+            rate_limits: gpurent_server::RateLimits {
+                per_token: None,
+                per_address: None,
+            },
             ..ServerConfig::default()
         };
         if let Some(toml) = &self.prices {
@@ -266,6 +280,9 @@ impl TestAppBuilder {
             min_disk_free_gb: 0,
             ..HostPolicy::default()
         });
+        if let Some(configure) = self.configure {
+            configure(&mut config);
+        }
         let server = RunningServer::start(
             "127.0.0.1:0".parse().expect("addr"),
             store.clone(),
@@ -731,6 +748,24 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         (status, response.text().await.expect("body"), value)
+    }
+
+    /// Any request: its status, headers and JSON (or text) body.
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut r = self.request(method, path);
+        if let Some(body) = body {
+            r = r.json(body);
+        }
+        let response = r.send().await.expect("send");
+        let headers = response.headers().clone();
+        let (status, body) = Self::decode(response).await;
+        (status, headers, body)
     }
 
     pub async fn reserve(&self, body: Value) -> (StatusCode, Value) {

@@ -76,6 +76,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "gpu_hours",
         include_str!("../../migrations/0018_gpu_hours.sql"),
     ),
+    (20, "authz", include_str!("../../migrations/0020_authz.sql")),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

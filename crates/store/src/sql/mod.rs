@@ -1,7 +1,9 @@
 //! The SQL implementation of the store, over sqlx's `Any` driver: the same statements run on
 //! SQLite and PostgreSQL (`$1` placeholders, BIGINT everywhere, `ON CONFLICT`).
 
+mod access;
 mod audit;
+mod caps;
 mod gpu_hours;
 mod idempotency;
 mod ledger;

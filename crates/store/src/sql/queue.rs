@@ -138,6 +138,7 @@ impl SqlStore {
         if let Some(r) = earlier_reservation(&mut tx, new).await? {
             return Ok(Attempt::Done(Box::new(r), Vec::new()));
         }
+        super::caps::lock_tenant(&mut tx, &new.tenant_id).await?;
         let key = new.gpu_type.key();
         let largest = sqlx::query(
             "SELECT MAX(vram_mb) AS vram_mb, MIN(type_name) AS type_name,
@@ -196,6 +197,7 @@ impl SqlStore {
         };
         let reason = Reason::NoFit(reason).to_string();
         let id = new_id();
+        super::caps::check_caps(&mut tx, &new.tenant_id, &new.limits, quote.price_per_hour).await?;
         take_hold(&mut tx, new, &id, quote.hold, at).await?;
         let (gpu_count, vram_mb) = match new.want {
             Want::Whole { count } => (count, None),

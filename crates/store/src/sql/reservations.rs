@@ -492,6 +492,7 @@ impl SqlStore {
         if let Some(r) = earlier_reservation(&mut tx, new).await? {
             return Ok(Attempt::Done(Box::new(r), Vec::new()));
         }
+        super::caps::lock_tenant(&mut tx, &new.tenant_id).await?;
 
         if self.backend == Backend::Postgres {
             // Placements of one GPU type queue behind each other instead of all choosing the
@@ -546,6 +547,7 @@ impl SqlStore {
         };
 
         let id = new_id();
+        super::caps::check_caps(&mut tx, &new.tenant_id, &new.limits, quote.price_per_hour).await?;
         take_hold(&mut tx, new, &id, quote.hold, at).await?;
 
         // The compare-and-set: memory only moves if it is still free. Losing means another
@@ -771,12 +773,27 @@ impl ReservationStore for SqlStore {
         fetch_reservation(&mut conn, id, scope).await
     }
 
-    async fn list_reservations(&self, scope: &Scope) -> Result<Vec<Reservation>> {
+    async fn list_reservations(
+        &self,
+        scope: &Scope,
+        limit: u32,
+        after: Option<&str>,
+    ) -> Result<Vec<Reservation>> {
+        // Newest first; the cursor is the last reservation of the previous page, looked up in
+        // the caller's scope: another tenant's id answers an empty page, as an unknown one, so
+        // a cursor cannot probe which ids exist.
         sqlx::query(&format!(
             "SELECT {RESERVATION_COLUMNS} WHERE ($1 = '' OR r.tenant_id = $1)
-             ORDER BY r.created_at DESC, r.id LIMIT 1000"
+               AND ($2 = '' OR r.created_at < (SELECT c.created_at FROM reservations c
+                                               WHERE c.id = $2 AND ($1 = '' OR c.tenant_id = $1))
+                    OR (r.created_at = (SELECT c.created_at FROM reservations c
+                                        WHERE c.id = $2 AND ($1 = '' OR c.tenant_id = $1))
+                        AND r.id > $2))
+             ORDER BY r.created_at DESC, r.id LIMIT $3"
         ))
         .bind(scope_param(scope))
+        .bind(after.unwrap_or(""))
+        .bind(i64::from(limit.min(1000)))
         .fetch_all(&self.pool)
         .await?
         .iter()

@@ -14,7 +14,8 @@ use crate::{
     AuthUser, Backend, IdempotencyClaim, LedgerCheck, NewUser, Result, StoreError, UserStore,
 };
 
-const USER_COLUMNS: &str = "u.id, u.name, u.role, u.created_at, a.balance
+const USER_COLUMNS: &str = "u.id, u.name, u.role, u.created_at, a.balance,
+    u.max_reservations, u.max_spend_per_hour
     FROM users u JOIN accounts a ON a.id = 'user:' || u.id";
 
 fn user_from_row(row: &sqlx::any::AnyRow) -> Result<User> {
@@ -27,6 +28,12 @@ fn user_from_row(row: &sqlx::any::AnyRow) -> Result<User> {
             .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
         balance: Money::from_micros(row.try_get("balance")?),
         created_at: from_ts(row.try_get("created_at")?)?,
+        max_reservations: row
+            .try_get::<Option<i64>, _>("max_reservations")?
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+        max_spend_per_hour: row
+            .try_get::<Option<i64>, _>("max_spend_per_hour")?
+            .map(Money::from_micros),
     })
 }
 
@@ -66,7 +73,7 @@ impl UserStore for SqlStore {
     async fn authenticate(&self, token_hash: &str) -> Result<Option<AuthUser>> {
         let row = sqlx::query(
             "SELECT u.id, u.name, u.role FROM api_tokens t JOIN users u ON u.id = t.user_id
-             WHERE t.token_hash = $1",
+             WHERE t.token_hash = $1 AND t.revoked_at IS NULL",
         )
         .bind(token_hash)
         .fetch_optional(&self.pool)
@@ -105,12 +112,16 @@ impl UserStore for SqlStore {
                 new.name
             )));
         }
-        sqlx::query("INSERT INTO api_tokens (token_hash, user_id, created_at) VALUES ($1, $2, $3)")
-            .bind(&new.token_hash)
-            .bind(&id)
-            .bind(at)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO api_tokens (token_hash, user_id, created_at, id, kind)
+             VALUES ($1, $2, $3, $4, 'api')",
+        )
+        .bind(&new.token_hash)
+        .bind(&id)
+        .bind(at)
+        .bind(new_id())
+        .execute(&mut *tx)
+        .await?;
         for account in ledger::accounts_of(&id) {
             sqlx::query("INSERT INTO accounts (id, balance) VALUES ($1, 0)")
                 .bind(&account)
@@ -140,6 +151,8 @@ impl UserStore for SqlStore {
             role: new.role,
             balance: new.credit,
             created_at: now,
+            max_reservations: None,
+            max_spend_per_hour: None,
         })
     }
 
@@ -152,10 +165,15 @@ impl UserStore for SqlStore {
         user_from_row(&row)
     }
 
-    async fn list_users(&self) -> Result<Vec<User>> {
+    async fn list_users(&self, limit: u32, after: Option<&str>) -> Result<Vec<User>> {
         sqlx::query(&format!(
-            "SELECT {USER_COLUMNS} ORDER BY u.created_at, u.name"
+            "SELECT {USER_COLUMNS} WHERE $1 = ''
+                OR u.created_at > (SELECT created_at FROM users WHERE id = $1)
+                OR (u.created_at = (SELECT created_at FROM users WHERE id = $1) AND u.id > $1)
+             ORDER BY u.created_at, u.id LIMIT $2"
         ))
+        .bind(after.unwrap_or(""))
+        .bind(i64::from(limit.min(1000)))
         .fetch_all(&self.pool)
         .await?
         .iter()

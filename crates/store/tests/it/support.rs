@@ -37,6 +37,7 @@ pub fn one_gpu(tenant: &str) -> NewReservation {
         on_node_loss: Default::default(),
         idle_reclaim: true,
         checkpoint: false,
+        limits: gpurent_store::TenantLimits::UNLIMITED,
     }
 }
 

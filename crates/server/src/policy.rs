@@ -1,0 +1,145 @@
+//! Who may call which route: one table, enforced for every request by `authorize` (default
+//! deny: a route missing from the table answers 403 to everyone).
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use gpurent_types::Role;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone, without a token (health, metrics, the OpenAPI document, login).
+    Public,
+    /// A node agent with its own credential (a join token or a node token), which the
+    /// handler checks; user tokens never pass.
+    Node,
+    /// A user with a valid token and one of these roles. What the user may see within the
+    /// route (its own reservations, its own user) is the handler's and the store's `Scope`.
+    Roles(&'static [Role]),
+}
+
+const ANY: Access = Access::Roles(&[Role::Admin, Role::Host, Role::Tenant]);
+const ADMIN: Access = Access::Roles(&[Role::Admin]);
+const ADMIN_HOST: Access = Access::Roles(&[Role::Admin, Role::Host]);
+
+/// Every route: (method, route template as axum matches it, who may call it).
+pub const POLICY: &[(&str, &str, Access)] = &[
+    ("GET", "/healthz", Access::Public),
+    ("GET", "/readyz", Access::Public),
+    ("GET", "/metrics", Access::Public),
+    ("GET", "/api/v1/openapi.json", Access::Public),
+    ("POST", "/api/v1/login", Access::Public),
+    ("POST", "/api/v1/agent/register", Access::Node),
+    ("POST", "/api/v1/agent/sync", Access::Node),
+    ("POST", "/api/v1/users", ADMIN),
+    ("GET", "/api/v1/users", ADMIN),
+    ("GET", "/api/v1/users/{id}", ANY),
+    ("PATCH", "/api/v1/users/{id}", ADMIN),
+    ("POST", "/api/v1/users/{id}/credit", ADMIN),
+    ("POST", "/api/v1/users/{id}/password", ANY),
+    ("POST", "/api/v1/tokens", ANY),
+    ("GET", "/api/v1/tokens", ANY),
+    ("DELETE", "/api/v1/tokens/{id}", ANY),
+    ("GET", "/api/v1/balance", ANY),
+    ("GET", "/api/v1/usage", ANY),
+    ("GET", "/api/v1/invoices/{month}", ANY),
+    ("GET", "/api/v1/earnings", ANY),
+    ("GET", "/api/v1/offers", ANY),
+    ("POST", "/api/v1/reservations", ANY),
+    ("GET", "/api/v1/reservations", ANY),
+    ("GET", "/api/v1/reservations/{id}", ANY),
+    ("POST", "/api/v1/reservations/{id}/stop", ANY),
+    ("GET", "/api/v1/reservations/{id}/logs", ANY),
+    ("POST", "/api/v1/nodes/join-token", ADMIN_HOST),
+    ("GET", "/api/v1/nodes", ADMIN_HOST),
+    ("POST", "/api/v1/nodes/{node}/cordon", ADMIN),
+    ("POST", "/api/v1/nodes/{node}/drain", ADMIN),
+    ("POST", "/api/v1/nodes/{node}/uncordon", ADMIN),
+    ("GET", "/api/v1/events", ADMIN),
+    ("GET", "/api/v1/audit", ADMIN),
+    ("GET", "/api/v1/audit/checkpoints", ADMIN),
+    ("GET", "/api/v1/audit/verify", ADMIN),
+    ("GET", "/api/v1/admin/ledger-check", ADMIN),
+    ("GET", "/api/v1/admin/spot", ADMIN),
+    ("GET", "/api/v1/reports/daily", ADMIN),
+    ("GET", "/api/v1/reports/weekly", ADMIN),
+];
+
+/// What the table says for a method and route template: `None` when the route is not there
+/// at all, `Some(None)` when the route is there but not with this method.
+pub fn lookup(method: &str, route: &str) -> Option<Option<Access>> {
+    let mut known = false;
+    for &(m, r, access) in POLICY {
+        if r == route {
+            if m.eq_ignore_ascii_case(method) {
+                return Some(Some(access));
+            }
+            known = true;
+        }
+    }
+    known.then_some(None)
+}
+
+/// Authenticates the caller where the route needs a user, and lets the request through only
+/// when the table allows its role. The caller found is kept in the request's extensions for
+/// the `Caller` extractor. Unmatched paths go on to the router's 404.
+pub(crate) async fn authorize(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let Some(route) = request.extensions().get::<MatchedPath>().cloned() else {
+        return next.run(request).await;
+    };
+    let method = request.method().as_str().to_owned();
+    let roles = match lookup(&method, route.as_str()) {
+        Some(Some(Access::Public | Access::Node)) => return next.run(request).await,
+        Some(Some(Access::Roles(roles))) => roles,
+        Some(None) => {
+            return ApiError::MethodNotAllowed(format!("{method} {}", request.uri().path()))
+                .into_response()
+        }
+        None => {
+            tracing::error!(route = route.as_str(), %method, "route has no access policy");
+            return ApiError::Forbidden("this route has no access policy".into()).into_response();
+        }
+    };
+    let caller = match crate::authn::authenticate(&state, request.headers()).await {
+        Ok(caller) => caller,
+        Err(e) => return e.into_response(),
+    };
+    crate::audit::note_caller(request.extensions(), &caller.0.id);
+    if !roles.contains(&caller.0.role) {
+        let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+        return ApiError::Forbidden(format!("this needs one of the roles: {}", names.join(", ")))
+            .into_response();
+    }
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_is_unique() {
+        for (i, (m, r, _)) in POLICY.iter().enumerate() {
+            assert!(
+                !POLICY[i + 1..].iter().any(|(m2, r2, _)| m2 == m && r2 == r),
+                "{m} {r} twice"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_routes_are_denied() {
+        assert_eq!(lookup("GET", "/api/v1/secret"), None);
+        assert_eq!(lookup("PUT", "/api/v1/users"), Some(None));
+        assert_eq!(lookup("get", "/healthz"), Some(Some(Access::Public)));
+    }
+}

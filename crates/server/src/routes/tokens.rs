@@ -1,0 +1,96 @@
+//! API tokens of the caller: create (optionally expiring), list, revoke. An admin may list
+//! and revoke anyone's; anyone else's token id is a 404 to a non-admin.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use gpurent_store::NewToken;
+use gpurent_types::api::{CreateToken, ErrorBody, Token, TokenCreated};
+
+use crate::auth::{hash_token, new_token, Caller};
+use crate::error::ApiError;
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::pagination::PageQuery;
+use crate::state::AppState;
+
+/// Longest expiry a token may be given, in days (ten years).
+const MAX_EXPIRY_DAYS: u32 = 3650;
+
+/// Create an API token for the caller; the token is shown only in this answer.
+#[utoipa::path(post, path = "/api/v1/tokens", tag = "users", security(("bearer" = [])),
+    request_body = CreateToken,
+    responses((status = 201, body = TokenCreated), (status = 401, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<CreateToken>,
+) -> Result<(StatusCode, Json<TokenCreated>), ApiError> {
+    let expires_at = match body.expires_in_days {
+        None => None,
+        Some(days) if (1..=MAX_EXPIRY_DAYS).contains(&days) => {
+            Some(state.now() + chrono::Duration::days(i64::from(days)))
+        }
+        Some(days) => {
+            return Err(ApiError::Invalid(format!(
+                "expires_in_days: {days} is not between 1 and {MAX_EXPIRY_DAYS}"
+            )))
+        }
+    };
+    if body.name.as_ref().is_some_and(|n| n.len() > 100) {
+        return Err(ApiError::Invalid("name: longer than 100 characters".into()));
+    }
+    let token = new_token("gpr");
+    let info = state
+        .store
+        .create_token(
+            NewToken {
+                user_id: caller.0.id.clone(),
+                token_hash: hash_token(&token),
+                kind: "api",
+                name: body.name,
+                expires_at,
+            },
+            state.now(),
+        )
+        .await?;
+    tracing::info!(user_id = %caller.0.id, token_id = %info.id, "token created");
+    Ok((StatusCode::CREATED, Json(TokenCreated { info, token })))
+}
+
+/// The caller's tokens (an admin: everyone's), newest first, never their secrets.
+#[utoipa::path(get, path = "/api/v1/tokens", tag = "users", security(("bearer" = [])),
+    params(PageQuery),
+    responses((status = 200, body = [Token], headers(("X-Next-After" = String,
+        description = "The cursor of the next page, when this one is full"))),
+        (status = 422, body = ErrorBody)))]
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let page = query.page()?;
+    let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
+    let tokens = state
+        .store
+        .list_tokens(owner, page.limit, page.after.as_deref())
+        .await?;
+    let next = page.next_header(tokens.len(), tokens.last().map(|t| t.id.as_str()));
+    Ok((axum::response::AppendHeaders(next), Json(tokens)))
+}
+
+/// Revoke a token: requests with it get 401 from now on. A non-admin may revoke only its own.
+#[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "users", security(("bearer" = [])),
+    params(("id" = String, Path)),
+    responses((status = 200, body = Token), (status = 404, body = ErrorBody)))]
+pub(crate) async fn revoke(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Token>, ApiError> {
+    let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
+    let token = state.store.revoke_token(&id, owner, state.now()).await?;
+    tracing::info!(user_id = %caller.0.id, token_id = %id, "token revoked");
+    Ok(Json(token))
+}

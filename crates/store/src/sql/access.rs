@@ -1,0 +1,209 @@
+//! Tokens with expiry and revocation, passwords and per-user cap overrides in SQL.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use gpurent_types::api::{Token, User};
+use gpurent_types::Money;
+use sqlx::Row;
+
+use super::{from_ts, new_id, ts, SqlStore};
+use crate::{AccessStore, AuthUser, LoginFacts, NewToken, Result, StoreError, TokenCheck};
+
+const TOKEN_COLUMNS: &str =
+    "id, user_id, kind, name, created_at, expires_at, revoked_at FROM api_tokens";
+
+fn token_from_row(row: &sqlx::any::AnyRow) -> Result<Token> {
+    let opt = |col: &str| -> Result<Option<DateTime<Utc>>> {
+        row.try_get::<Option<i64>, _>(col)?.map(from_ts).transpose()
+    };
+    Ok(Token {
+        id: row.try_get("id")?,
+        user_id: row.try_get("user_id")?,
+        kind: row.try_get("kind")?,
+        name: row.try_get("name")?,
+        created_at: from_ts(row.try_get("created_at")?)?,
+        expires_at: opt("expires_at")?,
+        revoked_at: opt("revoked_at")?,
+    })
+}
+
+#[async_trait]
+impl AccessStore for SqlStore {
+    async fn check_token(&self, token_hash: &str, now: DateTime<Utc>) -> Result<TokenCheck> {
+        let row = sqlx::query(
+            "SELECT u.id, u.name, u.role, t.expires_at, t.revoked_at
+             FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = $1",
+        )
+        .bind(token_hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else {
+            return Ok(TokenCheck::Unknown);
+        };
+        if let Some(at) = row.try_get::<Option<i64>, _>("revoked_at")? {
+            return Ok(TokenCheck::Revoked(from_ts(at)?));
+        }
+        if let Some(at) = row.try_get::<Option<i64>, _>("expires_at")? {
+            if at <= ts(now) {
+                return Ok(TokenCheck::Expired(from_ts(at)?));
+            }
+        }
+        let role: String = row.try_get("role")?;
+        Ok(TokenCheck::Valid(AuthUser {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            role: role
+                .parse()
+                .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+        }))
+    }
+
+    async fn create_token(&self, new: NewToken, now: DateTime<Utc>) -> Result<Token> {
+        let id = new_id();
+        let inserted = sqlx::query(
+            "INSERT INTO api_tokens (token_hash, user_id, created_at, id, kind, name, expires_at)
+             SELECT $1, u.id, $3, $4, $5, $6, $7 FROM users u WHERE u.id = $2",
+        )
+        .bind(&new.token_hash)
+        .bind(&new.user_id)
+        .bind(ts(now))
+        .bind(&id)
+        .bind(new.kind)
+        .bind(&new.name)
+        .bind(new.expires_at.map(ts))
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if inserted == 0 {
+            return Err(StoreError::not_found("user", &new.user_id));
+        }
+        Ok(Token {
+            id,
+            user_id: new.user_id,
+            kind: new.kind.to_owned(),
+            name: new.name,
+            created_at: from_ts(ts(now))?,
+            expires_at: new.expires_at.map(ts).map(from_ts).transpose()?,
+            revoked_at: None,
+        })
+    }
+
+    async fn list_tokens(
+        &self,
+        user_id: Option<&str>,
+        limit: u32,
+        after: Option<&str>,
+    ) -> Result<Vec<Token>> {
+        // Newest first; the cursor is the last token of the previous page, looked up among
+        // the caller's own (another user's token id answers an empty page, as an unknown one).
+        sqlx::query(&format!(
+            "SELECT {TOKEN_COLUMNS} WHERE ($1 = '' OR user_id = $1)
+               AND ($2 = '' OR (created_at, id) < (SELECT c.created_at, c.id FROM api_tokens c
+                                                   WHERE c.id = $2
+                                                     AND ($1 = '' OR c.user_id = $1)))
+             ORDER BY created_at DESC, id DESC LIMIT $3"
+        ))
+        .bind(user_id.unwrap_or(""))
+        .bind(after.unwrap_or(""))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(token_from_row)
+        .collect()
+    }
+
+    async fn revoke_token(
+        &self,
+        id: &str,
+        user_id: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<Token> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $3)
+             WHERE id = $1 AND ($2 = '' OR user_id = $2)",
+        )
+        .bind(id)
+        .bind(user_id.unwrap_or(""))
+        .bind(ts(now))
+        .execute(&mut *tx)
+        .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {TOKEN_COLUMNS} WHERE id = $1 AND ($2 = '' OR user_id = $2)"
+        ))
+        .bind(id)
+        .bind(user_id.unwrap_or(""))
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::not_found("token", id))?;
+        let token = token_from_row(&row)?;
+        tx.commit().await?;
+        Ok(token)
+    }
+
+    async fn prune_tokens(&self, before: DateTime<Utc>) -> Result<u64> {
+        // Two statements, so that each uses its partial index.
+        let mut pruned = 0;
+        for column in ["expires_at", "revoked_at"] {
+            pruned += sqlx::query(&format!(
+                "DELETE FROM api_tokens WHERE {column} IS NOT NULL AND {column} < $1"
+            ))
+            .bind(ts(before))
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        }
+        Ok(pruned)
+    }
+
+    async fn set_password(&self, user_id: &str, password_hash: &str) -> Result<()> {
+        let updated = sqlx::query("UPDATE users SET password_hash = $2 WHERE id = $1")
+            .bind(user_id)
+            .bind(password_hash)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        if updated == 0 {
+            return Err(StoreError::not_found("user", user_id));
+        }
+        Ok(())
+    }
+
+    async fn login_facts(&self, name: &str) -> Result<Option<LoginFacts>> {
+        let row = sqlx::query("SELECT id, password_hash FROM users WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| {
+            Ok(LoginFacts {
+                user_id: row.try_get("id")?,
+                password_hash: row.try_get("password_hash")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn set_limits(
+        &self,
+        user_id: &str,
+        max_reservations: Option<u32>,
+        max_spend_per_hour: Option<Money>,
+    ) -> Result<User> {
+        let updated = sqlx::query(
+            "UPDATE users SET max_reservations = COALESCE($2, max_reservations),
+                              max_spend_per_hour = COALESCE($3, max_spend_per_hour)
+             WHERE id = $1",
+        )
+        .bind(user_id)
+        .bind(max_reservations.map(i64::from))
+        .bind(max_spend_per_hour.map(Money::micros))
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if updated == 0 {
+            return Err(StoreError::not_found("user", user_id));
+        }
+        crate::UserStore::get_user(self, user_id).await
+    }
+}

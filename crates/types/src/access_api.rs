@@ -1,0 +1,82 @@
+//! Request and response bodies of logins, passwords, API tokens and per-tenant caps
+//! (re-exported by `api`).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::Money;
+
+/// `POST /api/v1/login`: a console login by name and password.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Login {
+    pub name: String,
+    pub password: String,
+}
+
+/// A session token from a login: a `gpr_` token like any other, until `expires_at`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Session {
+    pub user_id: String,
+    pub token_id: String,
+    /// Shown once; only its hash is stored.
+    pub token: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// `POST /api/v1/users/{id}/password`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetPassword {
+    /// 8 to 1024 characters.
+    pub password: String,
+}
+
+/// `POST /api/v1/tokens`: a new API token of the caller.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateToken {
+    /// A label to recognise it by in `tokens ls`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Valid for this many days (1 to 3650); without it, until revoked.
+    #[serde(default)]
+    pub expires_in_days: Option<u32>,
+}
+
+/// An API or session token as listed: never its secret.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Token {
+    pub id: String,
+    pub user_id: String,
+    /// `api` (created by `users create` or `tokens create`) or `session` (a login).
+    pub kind: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub created_at: DateTime<Utc>,
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A token just created: its secret is shown this once.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TokenCreated {
+    #[serde(flatten)]
+    pub info: Token,
+    pub token: String,
+}
+
+/// `PATCH /api/v1/users/{id}` (admin): per-tenant overrides of the platform's caps.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateUser {
+    /// Most live reservations at once.
+    #[serde(default)]
+    pub max_reservations: Option<u32>,
+    /// Most spend per hour: the sum of `price_per_hour` of its live reservations.
+    #[serde(default)]
+    pub max_spend_per_hour: Option<Money>,
+}
