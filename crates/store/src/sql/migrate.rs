@@ -76,6 +76,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "gpu_hours",
         include_str!("../../migrations/0018_gpu_hours.sql"),
     ),
+    (
+        19,
+        "node_certs",
+        include_str!("../../migrations/0019_node_certs.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that
