@@ -26,8 +26,54 @@ pub struct Cli {
     /// Print exactly one JSON document on stdout.
     #[arg(long, global = true)]
     pub json: bool,
+    /// An https:// control plane: trust this CA (or self-signed certificate), a PEM file.
+    #[arg(long, global = true, env = "GPURENT_CA_CERT", value_name = "PEM")]
+    pub ca_cert: Option<PathBuf>,
+    /// An https:// control plane: accept exactly the certificate with this SHA-256 (hex, as
+    /// `--tls-self-signed` prints it), whoever signed it.
+    #[arg(
+        long,
+        global = true,
+        env = "GPURENT_TLS_FINGERPRINT",
+        value_name = "SHA256HEX",
+        conflicts_with = "ca_cert"
+    )]
+    pub tls_fingerprint: Option<String>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// How the CLI and the agent trust an https:// control plane.
+    pub fn client_tls(&self) -> gpurent_agent::tls::ClientTls {
+        gpurent_agent::tls::ClientTls {
+            ca_cert: self.ca_cert.clone(),
+            fingerprint: self.tls_fingerprint.clone(),
+            client_cert: None,
+        }
+    }
+}
+
+/// TLS on the control plane's listener (`up`, `server`). Without it, plain HTTP is allowed on
+/// loopback only, unless `--allow-insecure-http`.
+#[derive(Debug, Args)]
+pub struct ServerTlsArgs {
+    /// The server certificate chain (PEM); reloaded when the file changes.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Make a key and a self-signed certificate in DATA_DIR on first start (`tls.crt`,
+    /// `tls.key`), reuse them afterwards; its SHA-256 goes to stderr and DATA_DIR/tls.fingerprint.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub tls_self_signed: bool,
+    /// Serve plain HTTP on a non-loopback address anyway (tokens cross the network in clear).
+    #[arg(long)]
+    pub allow_insecure_http: bool,
+    /// How often the certificate files are checked for a new certificate.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2)]
+    pub tls_reload_secs: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -374,6 +420,8 @@ pub struct UpArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub agent_metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
+    pub tls: ServerTlsArgs,
+    #[command(flatten)]
     pub scale: ScaleArgs,
     #[command(flatten)]
     pub host: HostArgs,
@@ -428,6 +476,8 @@ pub struct ServerArgs {
     /// (`queue_timeout`), its hold released.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub queue_timeout: u64,
+    #[command(flatten)]
+    pub tls: ServerTlsArgs,
     #[command(flatten)]
     pub scale: ScaleArgs,
     #[command(flatten)]
@@ -555,6 +605,9 @@ pub enum NodesCommand {
     Drain { node: String },
     /// Let the node take new work again.
     Uncordon { node: String },
+    /// Revoke the node's certificate (by name or id): its agent is refused from now on, the
+    /// node is lost after its TTL and its work rescheduled elsewhere.
+    Revoke { node: String },
 }
 
 #[derive(Debug, Args)]

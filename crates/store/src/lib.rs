@@ -24,8 +24,8 @@ pub use audit_trail::verify_audit;
 pub use error::StoreError;
 pub use model::{
     AuthUser, Backend, Drained, Fenced, FleetView, GpuCounts, HeldWork, IdempotencyClaim,
-    LedgerCheck, LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction, NodeCertificate, QueueView,
-    QueuedPlacement, QueuedReservation, Scope, Want,
+    LedgerCheck, LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction,
+    NodeCertificate, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
 };
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
 pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};

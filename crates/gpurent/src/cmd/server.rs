@@ -15,6 +15,7 @@ use crate::output::print_line;
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     super::ensure_dir(&args.data_dir)?;
+    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen)?;
     let url = args
         .database_url
         .clone()
@@ -29,10 +30,15 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             scale: scale_config(&args.scale),
             host: &args.host,
             liveness: &args.liveness,
+            tls,
         },
     )
     .await?;
-    print_line(&format!("gpurent ready: {}", super::local_url(server.addr)));
+    let https = server.state.config.tls.is_some();
+    print_line(&format!(
+        "gpurent ready: {}",
+        super::local_url(server.addr, https)
+    ));
     super::shutdown_signal().await?;
     let store = server.state.store.clone();
     server.shutdown().await.context("the HTTP server failed")?;
@@ -45,6 +51,8 @@ pub struct Policies<'a> {
     pub scale: ScaleConfig,
     pub host: &'a HostArgs,
     pub liveness: &'a LivenessArgs,
+    /// TLS on the listener; `None`: plain HTTP.
+    pub tls: Option<gpurent_server::tls::TlsConfig>,
 }
 
 /// Opens the store, bootstraps the admin and starts serving.
@@ -60,6 +68,7 @@ pub async fn start(
         scale,
         host,
         liveness,
+        tls,
     } = policies;
     let prices = match prices {
         Some(path) => {
@@ -92,6 +101,7 @@ pub async fn start(
             health_rules: health_rules(host),
             heartbeat_interval: liveness.heartbeat(),
             missed_heartbeats: liveness.missed_heartbeats.max(1),
+            tls,
             ..ServerConfig::default()
         },
     )
