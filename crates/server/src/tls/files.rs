@@ -96,6 +96,10 @@ pub fn self_signed(dir: &Path, names: &[String]) -> Result<SelfSigned, TlsError>
     let key = dir.join("tls.key");
     let created = !(cert.exists() && key.exists());
     if created {
+        std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
+            path: dir.to_owned(),
+            source,
+        })?;
         let pair = rcgen::KeyPair::generate().map_err(TlsError::Generate)?;
         let mut params =
             rcgen::CertificateParams::new(names.to_vec()).map_err(TlsError::Generate)?;
