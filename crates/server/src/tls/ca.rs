@@ -141,3 +141,77 @@ fn month(t: DateTime<Utc>) -> u8 {
 fn day(t: DateTime<Utc>) -> u8 {
     u8::try_from(t.day()).unwrap_or(1)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::Arc;
+
+    use rustls::pki_types::UnixTime;
+    use rustls::server::WebPkiClientVerifier;
+
+    use super::*;
+
+    fn csr(name: &str) -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+        params.serialize_request(&key).unwrap().pem().unwrap()
+    }
+
+    #[test]
+    fn a_node_certificate_chains_to_the_ca_and_names_the_node_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = NodeCa::load_or_create(dir.path()).unwrap();
+        // The same CA on the next start.
+        let again = NodeCa::load_or_create(dir.path()).unwrap();
+        assert_eq!(ca.cert_der(), again.cert_der());
+
+        let signed = ca
+            .sign(&csr("admin.example"), "node-42", Utc::now())
+            .unwrap();
+        let der = rustls_pemfile::certs(&mut signed.pem.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(signed.sha256, fingerprint(der.as_ref()));
+        let (_, parsed) = x509_parser::parse_x509_certificate(der.as_ref()).unwrap();
+        let cn: Vec<_> = parsed
+            .subject()
+            .iter_common_name()
+            .map(|c| c.as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(cn, vec!["node-42".to_owned()]);
+        assert!(parsed.subject_alternative_name().unwrap().is_none());
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.cert_der().clone()).unwrap();
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), super::super::provider())
+                .build()
+                .unwrap();
+        verifier
+            .verify_client_cert(&der, &[], UnixTime::now())
+            .expect("a node certificate the CA signed is accepted");
+
+        // Another CA's certificate is not.
+        let other = tempfile::tempdir().unwrap();
+        let stranger = NodeCa::load_or_create(other.path())
+            .unwrap()
+            .sign(&csr("x"), "node-42", Utc::now())
+            .unwrap();
+        let der = rustls_pemfile::certs(&mut stranger.pem.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap();
+        assert!(verifier
+            .verify_client_cert(&der, &[], UnixTime::now())
+            .is_err());
+    }
+
+    #[test]
+    fn a_garbled_csr_is_refused() {
+        assert!(NodeCa::check_csr("not a csr").is_err());
+        assert!(NodeCa::check_csr(&csr("fine")).is_ok());
+    }
+}
