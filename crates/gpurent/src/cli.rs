@@ -420,7 +420,7 @@ pub struct UpArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub agent_metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
-    pub tls: ServerTlsArgs,
+    pub tls: Box<ServerTlsArgs>,
     #[command(flatten)]
     pub scale: ScaleArgs,
     #[command(flatten)]
@@ -477,7 +477,7 @@ pub struct ServerArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub queue_timeout: u64,
     #[command(flatten)]
-    pub tls: ServerTlsArgs,
+    pub tls: Box<ServerTlsArgs>,
     #[command(flatten)]
     pub scale: ScaleArgs,
     #[command(flatten)]
