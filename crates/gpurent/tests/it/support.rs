@@ -189,7 +189,8 @@ impl Cluster {
         cluster
     }
 
-    fn start_with(listen: &str, extra: &[&str]) -> Cluster {
+    /// A control plane started with `extra` flags.
+    pub fn start_with(listen: &str, extra: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let args = [
