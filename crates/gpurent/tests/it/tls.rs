@@ -345,6 +345,11 @@ fn agents_sync_on_mutual_tls_and_a_revoked_node_is_cut_off() {
     cluster.wait_ready(2);
     let dirs = ["box-a", "box-b"].map(|n| cluster.dir.path().join(n));
     for dir in &dirs {
+        // A node counts as ready from its registration, a moment before its agent has
+        // written what the answer carried.
+        eventually("the node's identity written", 10, || {
+            dir.join("node.json").exists()
+        });
         for file in ["node.key", "node.crt", "node.json"] {
             assert_eq!(mode(&dir.join(file)), 0o600, "{file}");
         }
@@ -410,4 +415,39 @@ fn agents_sync_on_mutual_tls_and_a_revoked_node_is_cut_off() {
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(cluster.node_status(&victim).as_deref(), Some("lost"));
     drop(agents);
+}
+
+#[test]
+fn up_with_tls_runs_its_local_agent_on_mutual_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let up = Daemon::start(
+        &[
+            "up",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-self-signed",
+            "--sim-gpus",
+            "1xRTX4090",
+            "--executor",
+            "sim",
+        ],
+        &dir.path().join("up.log"),
+    );
+    assert!(up.url.starts_with("https://127.0.0.1:"), "{}", up.url);
+    let fingerprint = std::fs::read_to_string(data.join("tls.fingerprint")).unwrap();
+    let pin = [
+        "--tls-fingerprint".to_owned(),
+        fingerprint.trim().to_owned(),
+    ];
+    let admin = crate::support::read_token(&data);
+    let nodes = cli_with(&up.url, &pin, Some(&admin), true, &["nodes", "ls"]).json();
+    assert_eq!(nodes[0]["status"], "ready", "{nodes}");
+    eventually("the local agent's certificate", 10, || {
+        data.join("agent/node.crt").exists()
+    });
+    let status = up.terminate();
+    assert!(status.success(), "{status:?}");
 }
