@@ -8,6 +8,7 @@ use gpurent_types::api::ErrorBody;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::tls::ClientTls;
 use crate::AgentError;
 
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +45,25 @@ impl ControlPlane {
             base: base.trim_end_matches('/').to_owned(),
             retry,
         }
+    }
+
+    /// A client of an `https://` control plane: trusting it as `tls` says, and presenting the
+    /// node's client certificate when `tls` has one. A plain `http://` URL needs none of it.
+    pub fn with_tls(base: &str, retry: RetryPolicy, tls: &ClientTls) -> Result<Self, AgentError> {
+        if !base.starts_with("https://") {
+            return Ok(Self::new(base, retry));
+        }
+        let http = tls
+            .reqwest_builder()?
+            .connect_timeout(Duration::from_secs(5))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .map_err(|e| AgentError::Tls(crate::tls::TlsError::Client(e.to_string())))?;
+        Ok(ControlPlane {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            retry,
+        })
     }
 
     pub fn base(&self) -> &str {

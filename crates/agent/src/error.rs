@@ -19,6 +19,8 @@ pub enum AgentError {
         status: u16,
         message: String,
     },
+    #[error("TLS to the control plane is not usable")]
+    Tls(#[from] crate::tls::TlsError),
     #[error("this node has no identity in {dir} and no join token was given (--join-token)")]
     NoJoinToken { dir: PathBuf },
     #[error("cannot read or write the node identity at {path}")]

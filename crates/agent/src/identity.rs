@@ -33,23 +33,58 @@ impl NodeIdentity {
     /// Writes the identity with mode 0600, atomically (temporary file, fsync, rename).
     pub fn save(&self, data_dir: &Path) -> Result<(), AgentError> {
         let path = Self::path(data_dir);
-        let tmp = data_dir.join("node.json.tmp");
-        let fail = |source| AgentError::Identity {
-            path: path.clone(),
-            source,
-        };
-        std::fs::create_dir_all(data_dir).map_err(fail)?;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&tmp).map_err(fail)?;
         let json = serde_json::to_vec_pretty(self).map_err(|e| AgentError::IdentityFormat {
             path: path.clone(),
             source: e,
         })?;
-        file.write_all(&json).map_err(fail)?;
-        file.sync_all().map_err(fail)?;
-        std::fs::rename(&tmp, &path).map_err(fail)
+        write_private(data_dir, &path, &json)
     }
+
+    /// The node's client certificate and its key (`node.crt`, `node.key`): the key is made on
+    /// the node and never leaves it; the control plane's CA signed the certificate at join.
+    pub fn cert_paths(data_dir: &Path) -> (PathBuf, PathBuf) {
+        (data_dir.join("node.crt"), data_dir.join("node.key"))
+    }
+
+    /// The client certificate, if this node joined over TLS.
+    pub fn client_cert(data_dir: &Path) -> Option<(PathBuf, PathBuf)> {
+        let (cert, key) = Self::cert_paths(data_dir);
+        (cert.exists() && key.exists()).then_some((cert, key))
+    }
+
+    /// Keeps the node's key, its certificate and the CA that signed it (`node-ca.pem`).
+    pub fn save_certificate(
+        data_dir: &Path,
+        key_pem: &str,
+        cert_pem: &str,
+        ca_pem: Option<&str>,
+    ) -> Result<(), AgentError> {
+        let (cert, key) = Self::cert_paths(data_dir);
+        write_private(data_dir, &key, key_pem.as_bytes())?;
+        write_private(data_dir, &cert, cert_pem.as_bytes())?;
+        if let Some(ca) = ca_pem {
+            write_private(data_dir, &data_dir.join("node-ca.pem"), ca.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes a file with mode 0600, atomically (temporary file, fsync, rename).
+fn write_private(data_dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), AgentError> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let fail = |source| AgentError::Identity {
+        path: path.to_owned(),
+        source,
+    };
+    std::fs::create_dir_all(data_dir).map_err(fail)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&tmp).map_err(fail)?;
+    file.write_all(bytes).map_err(fail)?;
+    file.sync_all().map_err(fail)?;
+    std::fs::rename(&tmp, path).map_err(fail)
 }

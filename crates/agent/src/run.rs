@@ -19,6 +19,7 @@ use crate::cpu::{CpuSampler, CpuSource};
 use crate::metrics::AgentMetrics;
 use crate::reconcile::{self, Action, Observed, ObservedState};
 use crate::stops::Stops;
+use crate::tls::{self, ClientTls};
 use crate::{AgentError, CheckpointConfig, Executor, GpuBackend, NodeIdentity};
 
 /// Output shipped with one sync, for one instance and for all.
@@ -45,6 +46,9 @@ pub struct AgentConfig {
     pub burn_in: Option<BurnInConfig>,
     /// Where checkpoint volumes live, and the owner's hook for them.
     pub checkpoint: CheckpointConfig,
+    /// How an `https://` control plane is trusted (`--ca-cert`, `--tls-fingerprint`); the
+    /// node's client certificate is added once it has one.
+    pub tls: ClientTls,
 }
 
 impl AgentConfig {
@@ -60,6 +64,7 @@ impl AgentConfig {
             cpu: CpuSource::default(),
             burn_in: None,
             checkpoint: CheckpointConfig::new(data_dir.join("checkpoints")),
+            tls: ClientTls::default(),
             data_dir,
         }
     }
@@ -81,7 +86,11 @@ impl Agent {
         gpus: Arc<dyn GpuBackend>,
         executor: Arc<dyn Executor>,
     ) -> Self {
-        let client = ControlPlane::new(&config.server, config.retry);
+        let client = Self::client(&config).unwrap_or_else(|e| {
+            // `gpurent agent` checks the TLS settings before it starts; this is a fallback.
+            tracing::error!(error = %e, "TLS settings not usable");
+            ControlPlane::new(&config.server, config.retry)
+        });
         let cpu = std::sync::Mutex::new(CpuSampler::new(config.cpu.clone()));
         Agent {
             metrics: Arc::new(AgentMetrics::new(&config.name)),
@@ -91,6 +100,13 @@ impl Agent {
             executor,
             client,
         }
+    }
+
+    /// The control plane's client: with the node's client certificate once it has one.
+    fn client(config: &AgentConfig) -> Result<ControlPlane, AgentError> {
+        let mut settings = config.tls.clone();
+        settings.client_cert = NodeIdentity::client_cert(&config.data_dir);
+        ControlPlane::with_tls(&config.server, config.retry, &settings)
     }
 
     /// What the agent's `/metrics` shows (`metrics::serve`): updated by every heartbeat.
@@ -121,6 +137,13 @@ impl Agent {
             .ok_or_else(|| AgentError::NoJoinToken {
                 dir: self.config.data_dir.clone(),
             })?;
+        // Over TLS the node makes its key here and sends only a CSR: the control plane
+        // signs the client certificate the node presents from then on (mutual TLS).
+        let key_and_csr = if self.config.server.starts_with("https://") {
+            Some(tls::new_key_and_csr(&self.config.name)?)
+        } else {
+            None
+        };
         let registered = self
             .client
             .register(&RegisterNode {
@@ -130,8 +153,18 @@ impl Agent {
                 gpu_backend: self.gpus.name().to_owned(),
                 gpus: self.gpus.discover()?,
                 host: Some(self.host_facts()),
+                csr: key_and_csr.as_ref().map(|(_, csr)| csr.clone()),
             })
             .await?;
+        if let (Some((key, _)), Some(cert)) = (&key_and_csr, &registered.certificate) {
+            NodeIdentity::save_certificate(
+                &self.config.data_dir,
+                key,
+                cert,
+                registered.ca_certificate.as_deref(),
+            )?;
+            tracing::info!("node certificate received: mutual TLS from now on");
+        }
         let identity = NodeIdentity {
             node_id: registered.node_id,
             node_token: registered.node_token,
@@ -144,8 +177,11 @@ impl Agent {
 
     /// Runs until `shutdown` turns true. Instances keep running when the agent stops, so a
     /// restarted agent adopts them; stops already begun are finished first.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), AgentError> {
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), AgentError> {
         let identity = self.identity().await?;
+        if NodeIdentity::client_cert(&self.config.data_dir).is_some() {
+            self.client = Self::client(&self.config)?;
+        }
         let inventory = self.gpus.discover()?;
         tracing::info!(
             node_id = %identity.node_id,
@@ -185,7 +221,11 @@ impl Agent {
         stops: &mut Stops,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), AgentError> {
-        let heartbeat_ms = u64::try_from(self.config.heartbeat.as_millis()).unwrap_or(u64::MAX);
+        // A sync is held at most three quarters of a heartbeat, so that the next one goes out
+        // well within the heartbeat and its answer well within the lease (which counts from
+        // the last answered sync's sending).
+        let wait_ms =
+            u64::try_from((self.config.heartbeat * 3 / 4).as_millis()).unwrap_or(u64::MAX);
         // Sent with the inventory, until the control plane has both.
         let host = self.host_facts();
         let mut known_version = None;
@@ -226,7 +266,7 @@ impl Agent {
                 },
                 instances,
                 known_version,
-                wait_ms: Some(heartbeat_ms),
+                wait_ms: Some(wait_ms),
                 telemetry,
                 logs: self.new_output(&desired, &actual).await,
                 host: if known_version.is_none() {
@@ -302,8 +342,15 @@ impl Agent {
                         fenced = true;
                         desired.clear();
                     }
+                    // Waiting to try again must not let the lease run out unnoticed either.
+                    let lease_end = last_contact + self.config.lease;
                     tokio::select! {
                         _ = tokio::time::sleep(self.config.heartbeat) => {}
+                        () = tokio::time::sleep_until(lease_end), if !fenced => {
+                            self.fence(stops).await;
+                            fenced = true;
+                            desired.clear();
+                        }
                         _ = shutdown.changed() => return Ok(()),
                     }
                 }

@@ -1,5 +1,6 @@
 //! The CLI's client of the HTTP API: bearer token, JSON, and the API's error shape.
 
+use gpurent_agent::tls::ClientTls;
 use gpurent_types::api::ErrorBody;
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
@@ -38,6 +39,25 @@ impl ApiClient {
         }
     }
 
+    /// A client of an `https://` control plane, trusting it as `tls` says (`--ca-cert`,
+    /// `--tls-fingerprint`, else the system's CAs).
+    pub fn with_tls(base: &str, token: Option<String>, tls: &ClientTls) -> Result<Self, CliError> {
+        if !base.starts_with("https://") {
+            return Ok(Self::new(base, token));
+        }
+        let bad = |e: &dyn std::error::Error| CliError::new("tls_config", chain(e));
+        let http = tls
+            .reqwest_builder()
+            .map_err(|e| bad(&e))?
+            .build()
+            .map_err(|e| bad(&e))?;
+        Ok(ApiClient {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+        })
+    }
+
     async fn send(
         &self,
         method: Method,
@@ -59,7 +79,11 @@ impl ApiClient {
         let response = request.send().await.map_err(|e| {
             CliError::new(
                 "unreachable",
-                format!("cannot reach the control plane at {}: {e}", self.base),
+                format!(
+                    "cannot reach the control plane at {}: {}",
+                    self.base,
+                    chain(&e)
+                ),
             )
         })?;
         if response.status().is_success() {
@@ -179,4 +203,19 @@ async fn decode<T: DeserializeOwned>(response: reqwest::Response) -> Result<T, C
             format!("unexpected answer from the control plane: {e}"),
         )
     })
+}
+
+/// An error and its causes on one line: a TLS failure is only named in the causes.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
 }

@@ -26,8 +26,54 @@ pub struct Cli {
     /// Print exactly one JSON document on stdout.
     #[arg(long, global = true)]
     pub json: bool,
+    /// An https:// control plane: trust this CA (or self-signed certificate), a PEM file.
+    #[arg(long, global = true, env = "GPURENT_CA_CERT", value_name = "PEM")]
+    pub ca_cert: Option<PathBuf>,
+    /// An https:// control plane: accept exactly the certificate with this SHA-256 (hex, as
+    /// `--tls-self-signed` prints it), whoever signed it.
+    #[arg(
+        long,
+        global = true,
+        env = "GPURENT_TLS_FINGERPRINT",
+        value_name = "SHA256HEX",
+        conflicts_with = "ca_cert"
+    )]
+    pub tls_fingerprint: Option<String>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// How the CLI and the agent trust an https:// control plane.
+    pub fn client_tls(&self) -> gpurent_agent::tls::ClientTls {
+        gpurent_agent::tls::ClientTls {
+            ca_cert: self.ca_cert.clone(),
+            fingerprint: self.tls_fingerprint.clone(),
+            client_cert: None,
+        }
+    }
+}
+
+/// TLS on the control plane's listener (`up`, `server`). Without it, plain HTTP is allowed on
+/// loopback only, unless `--allow-insecure-http`.
+#[derive(Debug, Args)]
+pub struct ServerTlsArgs {
+    /// The server certificate chain (PEM); reloaded when the file changes.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Make a key and a self-signed certificate in DATA_DIR on first start (`tls.crt`,
+    /// `tls.key`), reuse them afterwards; its SHA-256 goes to stderr and DATA_DIR/tls.fingerprint.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub tls_self_signed: bool,
+    /// Serve plain HTTP on a non-loopback address anyway (tokens cross the network in clear).
+    #[arg(long)]
+    pub allow_insecure_http: bool,
+    /// How often the certificate files are checked for a new certificate.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2)]
+    pub tls_reload_secs: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -299,8 +345,8 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = 16)]
     pub memory_per_gpu_gb: u64,
     /// Out of touch with the control plane for longer than this, the agent stops its
-    /// instances (self-fencing), so work rescheduled elsewhere never runs twice (default: one
-    /// heartbeat less than the node TTL, heartbeat interval x missed heartbeats, after which
+    /// instances (self-fencing), so work rescheduled elsewhere never runs twice (default: half
+    /// a heartbeat less than the node TTL, heartbeat interval x missed heartbeats, after which
     /// the control plane reschedules the work).
     #[arg(long)]
     pub lease_secs: Option<u64>,
@@ -356,12 +402,13 @@ impl LivenessArgs {
             .saturating_mul(self.missed_heartbeats.max(1))
     }
 
-    /// The agent's default lease: a heartbeat less than the node TTL (but at least one
+    /// The agent's default lease: half a heartbeat less than the node TTL (but at least one
     /// heartbeat), so that a cut-off agent has stopped its work before the control plane
-    /// starts it elsewhere.
+    /// starts it elsewhere, while a sync held in a long poll (three quarters of a heartbeat)
+    /// never runs into it.
     pub fn default_lease(&self) -> std::time::Duration {
         self.node_ttl()
-            .saturating_sub(self.heartbeat())
+            .saturating_sub(self.heartbeat() / 2)
             .max(self.heartbeat())
     }
 }
@@ -404,6 +451,8 @@ pub struct UpArgs {
     /// control plane's own are at /metrics on --listen).
     #[arg(long, value_name = "HOST:PORT")]
     pub agent_metrics_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    pub tls: Box<ServerTlsArgs>,
     #[command(flatten)]
     pub scale: ScaleArgs,
     #[command(flatten)]
@@ -485,6 +534,8 @@ pub struct ServerArgs {
     /// (`queue_timeout`), its hold released.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub queue_timeout: u64,
+    #[command(flatten)]
+    pub tls: Box<ServerTlsArgs>,
     #[command(flatten)]
     pub scale: ScaleArgs,
     #[command(flatten)]
@@ -701,6 +752,9 @@ pub enum NodesCommand {
     Drain { node: String },
     /// Let the node take new work again.
     Uncordon { node: String },
+    /// Revoke the node's certificate (by name or id): its agent is refused from now on, the
+    /// node is lost after its TTL and its work rescheduled elsewhere.
+    Revoke { node: String },
 }
 
 #[derive(Debug, Args)]

@@ -55,10 +55,11 @@ fn main() -> ExitCode {
         }
     };
     let json = cli.json;
+    let tls = cli.client_tls();
     match cli.command {
         Command::Up(args) => {
             init_logging();
-            report_daemon(runtime.block_on(cmd::up::run(*args)))
+            report_daemon(runtime.block_on(cmd::up::run(*args, tls)))
         }
         Command::Server(args) => {
             init_logging();
@@ -66,7 +67,7 @@ fn main() -> ExitCode {
         }
         Command::Agent(args) => {
             init_logging();
-            report_daemon(runtime.block_on(cmd::agent::run(args, &cli.server)))
+            report_daemon(runtime.block_on(cmd::agent::run(args, &cli.server, tls)))
         }
         Command::Bench(cli::BenchCommand::Reserve(args)) => {
             report_daemon(runtime.block_on(cmd::bench::run(args, json)))
@@ -89,7 +90,13 @@ fn main() -> ExitCode {
         }
         Command::Sim(args) => report_daemon(cmd::sim::run(&args, json)),
         command => {
-            let result = runtime.block_on(cmd::client::run(command, &cli.server, cli.token, json));
+            let result = runtime.block_on(cmd::client::run(
+                command,
+                &cli.server,
+                cli.token,
+                &tls,
+                json,
+            ));
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

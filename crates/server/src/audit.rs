@@ -1,7 +1,6 @@
 //! The audit trail's writer: every API request, allowed or refused, becomes one record
 //! (`gpurent-audit`), written in batches by one task before the request's answer goes out.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -241,8 +240,8 @@ pub(crate) async fn record(
         .map_or_else(|| "(no route)".to_owned(), |m| m.as_str().to_owned());
     let client = request
         .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or_else(|| "unknown".to_owned(), |c| c.0.to_string());
+        .get::<ConnectInfo<crate::tls::Peer>>()
+        .map_or_else(|| "unknown".to_owned(), |c| c.0.addr.to_string());
     let note = AuditNote::default();
     let mut request = request;
     request.extensions_mut().insert(note.clone());

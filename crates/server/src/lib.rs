@@ -23,6 +23,7 @@ mod report;
 mod routes;
 mod scheduler;
 mod state;
+pub mod tls;
 mod validate;
 mod verification;
 mod wake;
@@ -95,6 +96,8 @@ pub struct ServerConfig {
     /// Caps on each tenant's live reservations and their spend per hour, unless the tenant
     /// has its own (`--max-reservations-per-tenant`, `--max-spend-per-hour`).
     pub tenant_limits: TenantLimits,
+    /// TLS 1.3 on the listener and mutual TLS for agents; `None`: plain HTTP (loopback).
+    pub tls: Option<tls::TlsConfig>,
 }
 
 impl Default for ServerConfig {
@@ -117,6 +120,7 @@ impl Default for ServerConfig {
             session_ttl: Duration::from_secs(12 * 3600),
             rate_limits: RateLimits::default(),
             tenant_limits: TenantLimits::default(),
+            tls: None,
         }
     }
 }
@@ -151,6 +155,8 @@ pub enum ServeError {
     },
     #[error("the HTTP server failed")]
     Serve(#[source] std::io::Error),
+    #[error("cannot set up TLS")]
+    Tls(#[from] tls::TlsError),
 }
 
 /// A control plane serving on a bound socket until [`RunningServer::shutdown`].
@@ -185,17 +191,42 @@ impl RunningServer {
         let router = routes::router(state.clone());
         let (stop, stopped) = watch::channel(false);
         let mut http_stopped = stopped.clone();
-        let http = tokio::spawn(async move {
-            axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move {
-                let _ = http_stopped.wait_for(|s| *s).await;
-            })
-            .await
-            .map_err(ServeError::Serve)
-        });
+        let graceful = async move {
+            let _ = http_stopped.wait_for(|s| *s).await;
+        };
+        let http = match &state.config.tls {
+            None => tokio::spawn(async move {
+                axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<tls::Peer>(),
+                )
+                .with_graceful_shutdown(graceful)
+                .await
+                .map_err(ServeError::Serve)
+            }),
+            Some(settings) => {
+                let resolver = tls::ReloadingResolver::load(&settings.cert, &settings.key)?;
+                tracing::info!(fingerprint = %resolver.fingerprint(), "TLS 1.3 on, mutual TLS for agents");
+                let config = tls::server_config(resolver.clone(), &settings.node_ca)?;
+                tokio::spawn(resolver.watch(
+                    settings.cert.clone(),
+                    settings.key.clone(),
+                    settings.reload_every,
+                    stopped.clone(),
+                ));
+                let listener = tls::TlsListener::new(listener, Arc::new(config))
+                    .map_err(|source| ServeError::Bind { addr, source })?;
+                tokio::spawn(async move {
+                    axum::serve(
+                        listener,
+                        router.into_make_service_with_connect_info::<tls::Peer>(),
+                    )
+                    .with_graceful_shutdown(graceful)
+                    .await
+                    .map_err(ServeError::Serve)
+                })
+            }
+        };
         let maintenance = tokio::spawn(maintenance::run(state.clone(), stopped));
         tracing::info!(%addr, backend = ?state.store.backend(), "control plane listening");
         let scale = &state.config.scale;

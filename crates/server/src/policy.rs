@@ -59,6 +59,7 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("POST", "/api/v1/nodes/{node}/cordon", ADMIN),
     ("POST", "/api/v1/nodes/{node}/drain", ADMIN),
     ("POST", "/api/v1/nodes/{node}/uncordon", ADMIN),
+    ("POST", "/api/v1/nodes/{node}/revoke", ADMIN),
     ("GET", "/api/v1/events", ADMIN),
     ("GET", "/api/v1/audit", ADMIN),
     ("GET", "/api/v1/audit/checkpoints", ADMIN),

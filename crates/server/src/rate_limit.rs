@@ -2,7 +2,6 @@
 //! the middleware that answers 429 with `Retry-After`. Agents' routes are exempt.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -123,8 +122,8 @@ pub(crate) async fn limit(State(state): State<AppState>, request: Request, next:
         let limits = &state.rate_limits;
         let address = request
             .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(a)| a.ip().to_string());
+            .get::<ConnectInfo<crate::tls::Peer>>()
+            .map(|ConnectInfo(peer)| peer.addr.ip().to_string());
         if let (Some(limiter), Some(address)) = (&limits.per_address, address) {
             if let Err(wait) = limiter.take(&address, now) {
                 return ApiError::RateLimited { retry_after: wait }.into_response();

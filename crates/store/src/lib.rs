@@ -26,8 +26,8 @@ pub use audit_trail::verify_audit;
 pub use error::StoreError;
 pub use model::{
     AuthUser, Backend, Drained, Fenced, FleetView, GpuCounts, HeldWork, IdempotencyClaim,
-    LedgerCheck, LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction, QueueView,
-    QueuedPlacement, QueuedReservation, Scope, Want,
+    LedgerCheck, LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction,
+    NodeCertificate, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
 };
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
 pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};
@@ -222,6 +222,16 @@ pub trait NodeStore: Send + Sync {
     ) -> Result<()>;
 
     async fn authenticate_node(&self, token_hash: &str) -> Result<Option<String>>;
+
+    /// Records the SHA-256 of the client certificate signed for a node at registration.
+    async fn set_node_certificate(&self, node_id: &str, sha256: &str) -> Result<()>;
+
+    /// The node's client certificate: its SHA-256 and whether it is revoked.
+    async fn node_certificate(&self, node_id: &str) -> Result<NodeCertificate>;
+
+    /// Revokes the certificate of a node (by id or name): from now on its syncs are refused,
+    /// so it goes the way of a lost node. Revoking twice keeps the first time. Returns its id.
+    async fn revoke_node(&self, node: &str, now: DateTime<Utc>) -> Result<String>;
 
     /// Records a heartbeat: new GPUs, the state of each instance the agent reports, and the
     /// latest telemetry.

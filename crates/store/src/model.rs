@@ -44,6 +44,15 @@ pub struct NewUser {
     pub credit: Money,
 }
 
+/// A node's client certificate as the store knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCertificate {
+    /// The SHA-256 of the certificate signed at registration; `None`: it joined without TLS.
+    pub sha256: Option<String>,
+    /// An admin revoked it: the node's syncs are refused.
+    pub revoked: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct NewNode {
     pub join_token_hash: String,

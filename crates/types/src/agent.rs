@@ -112,6 +112,10 @@ pub struct RegisterNode {
     /// The host as the agent found it, verified by the control plane before any work lands.
     #[serde(default)]
     pub host: Option<HostFacts>,
+    /// A PEM certificate signing request for the node's own key. Over TLS the control plane
+    /// requires it and signs the node's client certificate from it (mutual TLS from then on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csr: Option<String>,
 }
 
 /// The periodic burn-in of a node's idle GPUs, as its agent reports it.
@@ -147,6 +151,12 @@ pub struct NodeRegistered {
     pub node_id: String,
     /// The node's credential for every later call. Shown once; only its hash is stored.
     pub node_token: String,
+    /// The node's client certificate (PEM), signed from its CSR by the control plane's CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<String>,
+    /// The CA that signed it (PEM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_certificate: Option<String>,
 }
 
 /// What the control plane wants a node to run. The epoch fences it: the agent acts only on the

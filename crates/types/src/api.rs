@@ -225,6 +225,14 @@ pub struct ReservationStopped {
     pub status: ReservationStatus,
 }
 
+/// A node whose certificate an admin revoked (`gpurent nodes revoke`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeRevoked {
+    pub node_id: String,
+    /// Always true: its syncs are refused from now on.
+    pub revoked: bool,
+}
+
 /// A node after a cordon, drain or uncordon (admin).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct NodeScheduled {

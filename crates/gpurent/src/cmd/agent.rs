@@ -7,17 +7,24 @@ use anyhow::{bail, Context};
 use gpurent_agent::executor::docker::CONNECT_TIMEOUT;
 use gpurent_agent::executor::{DockerExecutor, ProcessExecutor, ResourcesPerGpu, SimExecutor};
 use gpurent_agent::gpu::{FakeNvml, NvmlGpus, SimGpus};
+use gpurent_agent::tls::ClientTls;
 use gpurent_agent::{Agent, AgentConfig, Executor, GpuBackend};
 use tokio::sync::watch;
 
 use crate::cli::{AgentArgs, ExecutorKind, LivenessArgs, NodeArgs};
 
-pub async fn run(args: AgentArgs, server: &str) -> anyhow::Result<()> {
+pub async fn run(args: AgentArgs, server: &str, tls: ClientTls) -> anyhow::Result<()> {
     super::ensure_dir(&args.data_dir)?;
+    if server.starts_with("https://") {
+        // Settings that cannot work fail here, before the agent starts.
+        tls.client_config()
+            .context("the TLS settings (--ca-cert, --tls-fingerprint) are not usable")?;
+    }
     let name = args.name.clone().unwrap_or_else(host_name);
     let (gpus, executor) = backends(&args.node, &name, &args.data_dir, false).await?;
     let mut config = AgentConfig::new(server, args.data_dir.clone(), &name);
     config.join_token = args.join_token.clone();
+    config.tls = tls;
     configure_node(&mut config, &args.liveness, &args.node);
     let agent = Agent::new(config, gpus, executor);
     let (stop, stopped) = watch::channel(false);

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use gpurent_types::api::{
     Balance, CreateReservation, CreateUser, CreditGranted, Earnings, Event, GrantCredit, Invoice,
-    JoinToken, LedgerReport, Node, NodeScheduled, Offer, Reservation, ReservationStopped,
-    SpotStats, Usage, User, UserCreated,
+    JoinToken, LedgerReport, Node, NodeRevoked, NodeScheduled, Offer, Reservation,
+    ReservationStopped, SpotStats, Usage, User, UserCreated,
 };
 use gpurent_types::{Money, Role, Tier};
 
@@ -90,6 +90,7 @@ pub async fn run(
     command: Command,
     server: &str,
     token: Option<String>,
+    tls: &gpurent_agent::tls::ClientTls,
     json: bool,
 ) -> Result<(), CliError> {
     // An explicitly empty token means none: no fallback to the admin's.
@@ -98,7 +99,7 @@ pub async fn run(
         Some(t) => Some(t),
         None => default_token(),
     };
-    let api = ApiClient::new(server, token);
+    let api = ApiClient::with_tls(server, token, tls)?;
     match command {
         Command::Users(UsersCommand::Create { name, role, credit }) => {
             let role = role
@@ -347,6 +348,19 @@ pub async fn run(
         }
         Command::Nodes(NodesCommand::Uncordon { node }) => {
             schedule_node(&api, &node, "uncordon", json).await?;
+        }
+        Command::Nodes(NodesCommand::Revoke { node }) => {
+            let done: NodeRevoked = api
+                .post(
+                    &format!("/api/v1/nodes/{}/revoke", segment(&node)),
+                    &serde_json::json!({}),
+                    None,
+                )
+                .await?;
+            if json {
+                return print_json(&done);
+            }
+            print_line(&format!("{}: revoked", done.node_id));
         }
         Command::Nodes(NodesCommand::Ls) => {
             let nodes: Vec<Node> = api.get("/api/v1/nodes").await?;

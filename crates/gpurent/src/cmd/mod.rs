@@ -18,6 +18,7 @@ pub mod server;
 pub mod sim;
 pub mod sim_plot;
 pub mod sim_replay;
+pub mod tls;
 pub mod up;
 
 use std::path::Path;
@@ -48,13 +49,14 @@ pub fn ensure_dir(dir: &Path) -> anyhow::Result<()> {
 }
 
 /// The URL of the API on an address we listen on (0.0.0.0 is reached through loopback).
-pub fn local_url(addr: std::net::SocketAddr) -> String {
+pub fn local_url(addr: std::net::SocketAddr, tls: bool) -> String {
     let ip = if addr.ip().is_unspecified() {
         "127.0.0.1".parse().unwrap_or(addr.ip())
     } else {
         addr.ip()
     };
-    format!("http://{}", std::net::SocketAddr::new(ip, addr.port()))
+    let scheme = if tls { "https" } else { "http" };
+    format!("{scheme}://{}", std::net::SocketAddr::new(ip, addr.port()))
 }
 
 /// Writes a new secret file readable by its owner only; an existing file is never replaced.

@@ -17,6 +17,7 @@ use crate::output::print_line;
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     super::ensure_dir(&args.data_dir)?;
+    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen)?;
     let url = args
         .database_url
         .clone()
@@ -33,10 +34,15 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             access: &args.access,
             liveness: &args.liveness,
             audit: &args.audit,
+            tls,
         },
     )
     .await?;
-    print_line(&format!("gpurent ready: {}", super::local_url(server.addr)));
+    let https = server.state.config.tls.is_some();
+    print_line(&format!(
+        "gpurent ready: {}",
+        super::local_url(server.addr, https)
+    ));
     super::shutdown_signal().await?;
     let store = server.state.store.clone();
     server.shutdown().await.context("the HTTP server failed")?;
@@ -51,6 +57,8 @@ pub struct Policies<'a> {
     pub access: &'a crate::cli::AccessArgs,
     pub liveness: &'a LivenessArgs,
     pub audit: &'a AuditArgs,
+    /// TLS on the listener; `None`: plain HTTP.
+    pub tls: Option<gpurent_server::tls::TlsConfig>,
 }
 
 /// Opens the store, bootstraps the admin and starts serving.
@@ -68,6 +76,7 @@ pub async fn start(
         access,
         liveness,
         audit,
+        tls,
     } = policies;
     let prices = match prices {
         Some(path) => {
@@ -104,6 +113,7 @@ pub async fn start(
             session_ttl: std::time::Duration::from_secs(u64::from(access.session_hours) * 3600),
             rate_limits: rate_limits(access),
             tenant_limits: tenant_limits(access),
+            tls,
             ..ServerConfig::default()
         },
     )

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use gpurent_agent::tls::ClientTls;
 use gpurent_agent::{Agent, AgentConfig, NodeIdentity};
 use gpurent_server::{hash_token, new_token};
 use gpurent_types::Role;
@@ -14,8 +15,22 @@ use crate::output::print_line;
 /// How long `up` waits for its local agent to report in before giving up.
 const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
     super::ensure_dir(&args.data_dir)?;
+    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen)?;
+    // The local agent trusts what the CLI flags say, else the certificate served at start.
+    let agent_tls = match &tls {
+        Some(settings) if client_tls.ca_cert.is_none() && client_tls.fingerprint.is_none() => {
+            ClientTls {
+                fingerprint: Some(
+                    gpurent_server::tls::ReloadingResolver::load(&settings.cert, &settings.key)?
+                        .fingerprint(),
+                ),
+                ..client_tls
+            }
+        }
+        _ => client_tls,
+    };
     let url = format!("sqlite://{}", args.data_dir.join("gpurent.db").display());
     let server = super::server::start(
         &url,
@@ -29,16 +44,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             access: &args.access,
             liveness: &args.liveness,
             audit: &args.audit,
+            tls,
         },
     )
     .await?;
-    let base = super::local_url(server.addr);
+    let base = super::local_url(server.addr, server.state.config.tls.is_some());
     let store = server.state.store.clone();
 
     let agent_dir = args.data_dir.join("agent");
     let name = super::agent::host_name();
     let (gpus, executor) = super::agent::backends(&args.node, &name, &agent_dir, true).await?;
     let mut config = AgentConfig::new(&base, agent_dir.clone(), &name);
+    config.tls = agent_tls;
     super::agent::configure_node(&mut config, &args.liveness, &args.node);
     if NodeIdentity::load(&agent_dir)?.is_none() {
         // The local agent joins like any other: with a join token, over HTTP.

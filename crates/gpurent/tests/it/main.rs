@@ -16,3 +16,4 @@ mod report;
 mod sim;
 mod sim_replay;
 mod support;
+mod tls;

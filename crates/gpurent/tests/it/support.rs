@@ -114,8 +114,22 @@ impl Run {
 
 /// Runs `gpurent --server URL [--json] ARGS` with a token.
 pub fn cli(url: &str, token: Option<&str>, json: bool, args: &[&str]) -> Run {
+    cli_with(url, &[], token, json, args)
+}
+
+/// `cli` with more global flags (`--tls-fingerprint HEX`, say).
+pub fn cli_with(
+    url: &str,
+    global: &[String],
+    token: Option<&str>,
+    json: bool,
+    args: &[&str],
+) -> Run {
     let mut cmd = Command::new(BIN);
     cmd.args(["--server", url])
+        .args(global)
+        .env_remove("GPURENT_CA_CERT")
+        .env_remove("GPURENT_TLS_FINGERPRINT")
         .env_remove("GPURENT_TOKEN")
         .env("GPURENT_DATA_DIR", "/nonexistent");
     if json {
@@ -156,55 +170,83 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub url: String,
     pub admin: String,
+    /// Global flags of every command: how clients trust an https:// control plane.
+    pub tls: Vec<String>,
     _server: Daemon,
 }
 
 impl Cluster {
     pub fn start(listen: &str) -> Cluster {
+        Cluster::start_with(listen, &[])
+    }
+
+    /// A control plane with TLS (`--tls-self-signed`): clients pin its certificate.
+    pub fn start_tls(listen: &str) -> Cluster {
+        let mut cluster = Cluster::start_with(listen, &["--tls-self-signed"]);
+        let fingerprint =
+            std::fs::read_to_string(cluster.dir.path().join("data/tls.fingerprint")).unwrap();
+        cluster.tls = vec!["--tls-fingerprint".into(), fingerprint.trim().to_owned()];
+        cluster
+    }
+
+    /// A control plane started with `extra` flags.
+    pub fn start_with(listen: &str, extra: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let server = Daemon::start(
+        let args = [
             &[
                 "server",
                 "--data-dir",
                 data.to_str().unwrap(),
                 "--listen",
                 listen,
-            ],
-            &dir.path().join("server.log"),
-        );
+            ][..],
+            extra,
+        ]
+        .concat();
+        let server = Daemon::start(&args, &dir.path().join("server.log"));
         Cluster {
             url: server.url.clone(),
             admin: read_token(&data),
+            tls: Vec::new(),
             dir,
             _server: server,
         }
     }
 
+    /// `gpurent` as `token`, with the cluster's TLS flags.
+    pub fn cli(&self, token: Option<&str>, json: bool, args: &[&str]) -> Run {
+        cli_with(&self.url, &self.tls, token, json, args)
+    }
+
     /// `gpurent ... agent` joining as NAME, with one simulated RTX 4090, the process executor
     /// (not the machine's cgroup tree: these tests are about nodes, not limits) and `extra`.
     pub fn agent_args(&self, name: &str, extra: &[&str]) -> Vec<String> {
-        let join = cli(&self.url, Some(&self.admin), true, &["nodes", "join-token"]).json();
+        let join = self
+            .cli(Some(&self.admin), true, &["nodes", "join-token"])
+            .json();
         let data = self.dir.path().join(name);
-        let mut args: Vec<String> = [
-            "--server",
-            self.url.as_str(),
-            "agent",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--name",
-            name,
-            "--sim-gpus",
-            "1xRTX4090",
-            "--executor",
-            "process",
-            "--cgroup-root",
-            "/nonexistent/gpurent",
-            "--join-token",
-            join["token"].as_str().unwrap(),
-        ]
-        .map(str::to_owned)
-        .to_vec();
+        let mut args: Vec<String> = self.tls.clone();
+        args.extend(
+            [
+                "--server",
+                self.url.as_str(),
+                "agent",
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--name",
+                name,
+                "--sim-gpus",
+                "1xRTX4090",
+                "--executor",
+                "process",
+                "--cgroup-root",
+                "/nonexistent/gpurent",
+                "--join-token",
+                join["token"].as_str().unwrap(),
+            ]
+            .map(str::to_owned),
+        );
         args.extend(extra.iter().map(|a| (*a).to_owned()));
         args
     }
@@ -217,7 +259,7 @@ impl Cluster {
 
     /// The nodes as `gpurent nodes ls` shows them.
     pub fn nodes(&self) -> Vec<Value> {
-        let nodes = cli(&self.url, Some(&self.admin), true, &["nodes", "ls"]).json();
+        let nodes = self.cli(Some(&self.admin), true, &["nodes", "ls"]).json();
         nodes.as_array().cloned().unwrap_or_default()
     }
 
@@ -238,28 +280,23 @@ impl Cluster {
     /// A tenant with 50 of credit; its token.
     pub fn tenant(&self, name: &str) -> String {
         let args = ["users", "create", name, "--credit", "50"];
-        let tenant = cli(&self.url, Some(&self.admin), true, &args).json();
+        let tenant = self.cli(Some(&self.admin), true, &args).json();
         tenant["token"].as_str().unwrap().to_owned()
     }
 
     /// `gpurent reserve` as the tenant; the reservation's id.
     pub fn reserve(&self, token: &str, args: &[&str]) -> String {
-        let r = cli(&self.url, Some(token), true, &[&["reserve"], args].concat());
+        let r = self.cli(Some(token), true, &[&["reserve"], args].concat());
         assert_eq!(r.code, 0, "{r:?}");
         r.json()["id"].as_str().unwrap().to_owned()
     }
 
     pub fn get(&self, token: &str, id: &str) -> Value {
-        cli(&self.url, Some(token), true, &["get", id]).json()
+        self.cli(Some(token), true, &["get", id]).json()
     }
 
     pub fn ledger_check(&self) {
-        let check = cli(
-            &self.url,
-            Some(&self.admin),
-            true,
-            &["admin", "ledger-check"],
-        );
+        let check = self.cli(Some(&self.admin), true, &["admin", "ledger-check"]);
         assert_eq!(check.code, 0, "{check:?}");
     }
 }

@@ -17,6 +17,7 @@ use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::health_rules::{breaches, burn_in_issue};
 use crate::state::AppState;
+use crate::tls::{NodeCa, PeerCert};
 use crate::verification::verify;
 
 const MAX_GPUS_PER_NODE: usize = 256;
@@ -49,7 +50,7 @@ fn validate_gpus(gpus: &[GpuInfo]) -> Result<(), ApiError> {
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn register(
     State(state): State<AppState>,
-    ApiJson(body): ApiJson<RegisterNode>,
+    ApiJson(mut body): ApiJson<RegisterNode>,
 ) -> Result<(StatusCode, Json<NodeRegistered>), ApiError> {
     let name_ok = !body.name.is_empty()
         && body.name.len() <= 64
@@ -63,6 +64,20 @@ pub(crate) async fn register(
         ));
     }
     validate_gpus(&body.gpus)?;
+    // Over TLS every node gets a client certificate, signed from its CSR.
+    let node_ca = state.config.tls.as_ref().map(|tls| &tls.node_ca);
+    let csr = match (node_ca, body.csr.take()) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(ApiError::Invalid(
+                "over TLS, registration needs a certificate signing request (csr)".into(),
+            ))
+        }
+        (Some(_), Some(csr)) => {
+            NodeCa::check_csr(&csr).map_err(|e| ApiError::Invalid(e.to_string()))?;
+            Some(csr)
+        }
+    };
     let verification = body
         .host
         .as_ref()
@@ -83,6 +98,19 @@ pub(crate) async fn register(
             state.now(),
         )
         .await?;
+    let (certificate, ca_certificate) = match (node_ca, csr) {
+        (Some(ca), Some(csr)) => {
+            let signed = ca
+                .sign(&csr, &node_id, state.now())
+                .map_err(|e| ApiError::Invalid(e.to_string()))?;
+            state
+                .store
+                .set_node_certificate(&node_id, &signed.sha256)
+                .await?;
+            (Some(signed.pem), Some(ca.cert_pem().to_owned()))
+        }
+        _ => (None, None),
+    };
     // New GPUs: queued work may fit now.
     state.wake.wake_scheduler();
     Ok((
@@ -90,20 +118,27 @@ pub(crate) async fn register(
         Json(NodeRegistered {
             node_id,
             node_token,
+            certificate,
+            ca_certificate,
         }),
     ))
 }
 
 /// Report the node's GPUs and instances; answer with its desired state. With `known_version`
 /// and `wait_ms`, the answer waits until the desired state is newer or the wait is over.
+/// Over TLS the connection must carry the node's own client certificate; a node whose
+/// certificate was revoked is refused (403).
 #[utoipa::path(post, path = "/api/v1/agent/sync", tag = "agent", request_body = SyncRequest,
     security(("bearer" = [])),
-    responses((status = 200, body = SyncResponse), (status = 401, body = ErrorBody)))]
+    responses((status = 200, body = SyncResponse), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody)))]
 pub(crate) async fn sync(
     State(state): State<AppState>,
     AgentNode(node_id): AgentNode,
+    peer: PeerCert,
     ApiJson(body): ApiJson<SyncRequest>,
 ) -> Result<Json<SyncResponse>, ApiError> {
+    check_node_cert(&state, &node_id, &peer).await?;
     validate_gpus(&body.gpus)?;
     if body.instances.len() > MAX_REPORTS {
         return Err(ApiError::Invalid(format!(
@@ -179,4 +214,28 @@ pub(crate) async fn sync(
         server_time: state.now(),
         assignments,
     }))
+}
+
+/// The node token names the node; its certificate must agree (defense in depth: a stolen
+/// token alone is not enough over TLS), and must not be revoked.
+async fn check_node_cert(state: &AppState, node_id: &str, peer: &PeerCert) -> Result<(), ApiError> {
+    let cert = state.store.node_certificate(node_id).await?;
+    if cert.revoked {
+        tracing::warn!(%node_id, "sync of a revoked node refused");
+        return Err(ApiError::Forbidden(
+            "this node's certificate is revoked".into(),
+        ));
+    }
+    if state.config.tls.is_none() {
+        return Ok(());
+    }
+    match (&peer.0, &cert.sha256) {
+        (Some(presented), Some(issued)) if presented == issued => Ok(()),
+        (None, _) => Err(ApiError::Forbidden(
+            "the agent protocol needs the node's client certificate (mutual TLS)".into(),
+        )),
+        _ => Err(ApiError::Forbidden(
+            "the client certificate is not the one issued to this node".into(),
+        )),
+    }
 }

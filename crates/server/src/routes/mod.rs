@@ -57,6 +57,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(nodes::cordon))
         .routes(routes!(nodes::drain))
         .routes(routes!(nodes::uncordon))
+        .routes(routes!(nodes::revoke))
         .routes(routes!(events::list))
         .merge(
             // Heartbeats of large nodes carry telemetry for every GPU.

@@ -1,11 +1,11 @@
 //! Nodes for admins: join tokens for new agents, the inventory, and taking nodes out of
-//! placement (cordon, drain) and back (uncordon).
+//! placement (cordon, drain) and back (uncordon), and cutting one off (revoke).
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use gpurent_types::api::{ErrorBody, JoinToken, Node, NodeScheduled};
+use gpurent_types::api::{ErrorBody, JoinToken, Node, NodeRevoked, NodeScheduled};
 
 use crate::auth::{hash_token, new_token, Caller};
 use crate::error::ApiError;
@@ -138,4 +138,24 @@ pub(crate) async fn uncordon(
     ApiPath(node): ApiPath<String>,
 ) -> Result<Json<NodeScheduled>, ApiError> {
     schedule(&state, &caller, &node, gpurent_store::NodeAction::Uncordon).await
+}
+
+/// Revoke a node's certificate (by id or name): its agent's syncs are refused (403) from now
+/// on, so the node is fenced as lost after its TTL and its work rescheduled elsewhere.
+#[utoipa::path(post, path = "/api/v1/nodes/{node}/revoke", tag = "nodes",
+    security(("bearer" = [])), params(("node" = String, Path)),
+    responses((status = 200, body = NodeRevoked), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(crate) async fn revoke(
+    State(state): State<AppState>,
+    _caller: Caller,
+    ApiPath(node): ApiPath<String>,
+) -> Result<Json<NodeRevoked>, ApiError> {
+    let node_id = state.store.revoke_node(&node, state.now()).await?;
+    // A sync held in a long poll answers now; the next one is refused.
+    state.wake.wake(&node_id);
+    Ok(Json(NodeRevoked {
+        node_id,
+        revoked: true,
+    }))
 }

@@ -23,6 +23,7 @@ mod metrics;
 mod openapi;
 mod queue;
 mod reports;
+mod revoke;
 mod settlement;
 mod telemetry;
 mod tiers;

@@ -76,6 +76,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "gpu_hours",
         include_str!("../../migrations/0018_gpu_hours.sql"),
     ),
+    (
+        19,
+        "node_certs",
+        include_str!("../../migrations/0019_node_certs.sql"),
+    ),
     (20, "authz", include_str!("../../migrations/0020_authz.sql")),
 ];
 

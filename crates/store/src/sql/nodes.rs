@@ -15,7 +15,9 @@ use sqlx::{AnyConnection, Row};
 use super::gpu_hours;
 use super::ledger::{self, Kind, Transfer, PLATFORM_REVENUE};
 use super::{from_ts, gib, new_id, retry_transient, ts, SqlStore};
-use crate::{Drained, Fenced, FleetView, NewNode, NodeAction, NodeStore, Result, StoreError};
+use crate::{
+    Drained, Fenced, FleetView, NewNode, NodeAction, NodeCertificate, NodeStore, Result, StoreError,
+};
 
 async fn insert_gpus(conn: &mut AnyConnection, node_id: &str, gpus: &[GpuInfo]) -> Result<()> {
     for g in gpus {
@@ -1070,6 +1072,65 @@ impl NodeStore for SqlStore {
         )
     }
 
+    async fn set_node_certificate(&self, node_id: &str, sha256: &str) -> Result<()> {
+        let updated = sqlx::query("UPDATE nodes SET cert_sha256 = $1 WHERE id = $2")
+            .bind(sha256)
+            .bind(node_id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        found(updated, node_id)
+    }
+
+    async fn node_certificate(&self, node_id: &str) -> Result<NodeCertificate> {
+        let row: Option<(Option<String>, Option<i64>)> =
+            sqlx::query_as("SELECT cert_sha256, cert_revoked_at FROM nodes WHERE id = $1")
+                .bind(node_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        let (sha256, revoked_at) = row.ok_or_else(|| StoreError::NotFound {
+            what: "node",
+            id: node_id.to_owned(),
+        })?;
+        Ok(NodeCertificate {
+            sha256,
+            revoked: revoked_at.is_some(),
+        })
+    }
+
+    async fn revoke_node(&self, node: &str, now: DateTime<Utc>) -> Result<String> {
+        let ids: Vec<String> =
+            sqlx::query_scalar("SELECT id FROM nodes WHERE id = $1 OR name = $1 ORDER BY id")
+                .bind(node)
+                .fetch_all(&self.pool)
+                .await?;
+        let node_id = match ids.as_slice() {
+            [id] => id.clone(),
+            [] => {
+                return Err(StoreError::NotFound {
+                    what: "node",
+                    id: node.to_owned(),
+                })
+            }
+            _ => {
+                return Err(StoreError::Conflict(format!(
+                    "several nodes are named {node}: give its id"
+                )))
+            }
+        };
+        let updated = sqlx::query(
+            "UPDATE nodes SET cert_revoked_at = COALESCE(cert_revoked_at, $1) WHERE id = $2",
+        )
+        .bind(ts(now))
+        .bind(&node_id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        found(updated, &node_id)?;
+        tracing::warn!(%node_id, "node certificate revoked");
+        Ok(node_id)
+    }
+
     async fn sync_node(
         &self,
         node_id: &str,
@@ -1315,4 +1376,15 @@ impl NodeStore for SqlStore {
             .transpose()?;
         Ok(fleet)
     }
+}
+
+/// `NotFound` when an update by node id touched no row.
+fn found(updated: u64, node_id: &str) -> Result<()> {
+    if updated == 0 {
+        return Err(StoreError::NotFound {
+            what: "node",
+            id: node_id.to_owned(),
+        });
+    }
+    Ok(())
 }

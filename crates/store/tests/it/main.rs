@@ -11,5 +11,6 @@ mod idempotency;
 mod lifecycle;
 mod liveness;
 mod metrics;
+mod node_certs;
 mod queue;
 mod support;

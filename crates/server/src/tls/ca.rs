@@ -1,0 +1,217 @@
+//! The control plane's own CA (`ca.pem`, `ca.key` in the data dir, mode 0600): it signs each
+//! node's certificate from the node's CSR at registration, so a node's key never leaves it.
+
+use std::path::Path;
+
+use chrono::{DateTime, Datelike, Utc};
+use rustls::pki_types::CertificateDer;
+
+use super::files::{fingerprint, load_certs, write_private};
+use super::TlsError;
+
+/// How long a node certificate is valid.
+pub const NODE_CERT_DAYS: i64 = 90;
+
+/// The CA of node certificates.
+pub struct NodeCa {
+    cert_pem: String,
+    cert_der: CertificateDer<'static>,
+    issuer: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl std::fmt::Debug for NodeCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeCa")
+            .field("fingerprint", &fingerprint(self.cert_der.as_ref()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A node certificate just signed.
+#[derive(Debug, Clone)]
+pub struct SignedNodeCert {
+    pub pem: String,
+    /// Its SHA-256: the store keeps it, and each connection's certificate must match it.
+    pub sha256: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the certificate signing request is not usable: {0}")]
+pub struct BadCsr(String);
+
+impl NodeCa {
+    /// Loads the CA from `dir`, or creates it there on first start.
+    pub fn load_or_create(dir: &Path) -> Result<NodeCa, TlsError> {
+        let cert_path = dir.join("ca.pem");
+        let key_path = dir.join("ca.key");
+        if !(cert_path.exists() && key_path.exists()) {
+            let key = rcgen::KeyPair::generate().map_err(TlsError::Generate)?;
+            let mut params = rcgen::CertificateParams::default();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, "gpurent node CA");
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+            params.key_usages = vec![
+                rcgen::KeyUsagePurpose::KeyCertSign,
+                rcgen::KeyUsagePurpose::CrlSign,
+                rcgen::KeyUsagePurpose::DigitalSignature,
+            ];
+            params.not_before = rcgen::date_time_ymd(2024, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2124, 1, 1);
+            let cert = params.self_signed(&key).map_err(TlsError::Generate)?;
+            write_private(&key_path, key.serialize_pem().as_bytes())?;
+            write_private(&cert_path, cert.pem().as_bytes())?;
+        }
+        let read = |path: &Path| {
+            std::fs::read_to_string(path).map_err(|source| TlsError::Read {
+                path: path.to_owned(),
+                source,
+            })
+        };
+        let cert_pem = read(&cert_path)?;
+        let key = rcgen::KeyPair::from_pem(&read(&key_path)?).map_err(TlsError::Generate)?;
+        let cert_der = load_certs(&cert_path)?.remove(0);
+        // rcgen signs with an issuer built from the CA's parameters and key; the DER that
+        // agents trust is the file's.
+        let issuer = rcgen::CertificateParams::from_ca_cert_pem(&cert_pem)
+            .and_then(|params| params.self_signed(&key))
+            .map_err(TlsError::Generate)?;
+        Ok(NodeCa {
+            cert_pem,
+            cert_der,
+            issuer,
+            key,
+        })
+    }
+
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    pub fn cert_der(&self) -> &CertificateDer<'static> {
+        &self.cert_der
+    }
+
+    /// Checks that a CSR parses and carries a valid self-signature.
+    pub fn check_csr(csr_pem: &str) -> Result<(), BadCsr> {
+        rcgen::CertificateSigningRequestParams::from_pem(csr_pem)
+            .map(|_| ())
+            .map_err(|e| BadCsr(e.to_string()))
+    }
+
+    /// Signs the CSR's public key into a client certificate for `node_id` (its common name
+    /// and only name, whatever the CSR asked for), valid from `now` for [`NODE_CERT_DAYS`].
+    pub fn sign(
+        &self,
+        csr_pem: &str,
+        node_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<SignedNodeCert, BadCsr> {
+        let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem)
+            .map_err(|e| BadCsr(e.to_string()))?;
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, node_id);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+        let start = now - chrono::Duration::hours(1);
+        let end = now + chrono::Duration::days(NODE_CERT_DAYS);
+        params.not_before = rcgen::date_time_ymd(start.year(), month(start), day(start));
+        params.not_after = rcgen::date_time_ymd(end.year(), month(end), day(end));
+        let mut serial: [u8; 16] = rand::random();
+        serial[0] &= 0x7f;
+        params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
+        csr.params = params;
+        let cert = csr
+            .signed_by(&self.issuer, &self.key)
+            .map_err(|e| BadCsr(e.to_string()))?;
+        Ok(SignedNodeCert {
+            sha256: fingerprint(cert.der().as_ref()),
+            pem: cert.pem(),
+        })
+    }
+}
+
+fn month(t: DateTime<Utc>) -> u8 {
+    u8::try_from(t.month()).unwrap_or(1)
+}
+
+fn day(t: DateTime<Utc>) -> u8 {
+    u8::try_from(t.day()).unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::Arc;
+
+    use rustls::pki_types::UnixTime;
+    use rustls::server::WebPkiClientVerifier;
+
+    use super::*;
+
+    fn csr(name: &str) -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+        params.serialize_request(&key).unwrap().pem().unwrap()
+    }
+
+    #[test]
+    fn a_node_certificate_chains_to_the_ca_and_names_the_node_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = NodeCa::load_or_create(dir.path()).unwrap();
+        // The same CA on the next start.
+        let again = NodeCa::load_or_create(dir.path()).unwrap();
+        assert_eq!(ca.cert_der(), again.cert_der());
+
+        let signed = ca
+            .sign(&csr("admin.example"), "node-42", Utc::now())
+            .unwrap();
+        let der = rustls_pemfile::certs(&mut signed.pem.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(signed.sha256, fingerprint(der.as_ref()));
+        let (_, parsed) = x509_parser::parse_x509_certificate(der.as_ref()).unwrap();
+        let cn: Vec<_> = parsed
+            .subject()
+            .iter_common_name()
+            .map(|c| c.as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(cn, vec!["node-42".to_owned()]);
+        assert!(parsed.subject_alternative_name().unwrap().is_none());
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.cert_der().clone()).unwrap();
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), super::super::provider())
+                .build()
+                .unwrap();
+        verifier
+            .verify_client_cert(&der, &[], UnixTime::now())
+            .expect("a node certificate the CA signed is accepted");
+
+        // Another CA's certificate is not.
+        let other = tempfile::tempdir().unwrap();
+        let stranger = NodeCa::load_or_create(other.path())
+            .unwrap()
+            .sign(&csr("x"), "node-42", Utc::now())
+            .unwrap();
+        let der = rustls_pemfile::certs(&mut stranger.pem.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap();
+        assert!(verifier
+            .verify_client_cert(&der, &[], UnixTime::now())
+            .is_err());
+    }
+
+    #[test]
+    fn a_garbled_csr_is_refused() {
+        assert!(NodeCa::check_csr("not a csr").is_err());
+        assert!(NodeCa::check_csr(&csr("fine")).is_ok());
+    }
+}
