@@ -145,6 +145,8 @@ mod tests {
             log_offset: 0,
             stop_grace_s: None,
             checkpoint: false,
+            secrets: Default::default(),
+            sealed_secrets: None,
             ports: vec![],
         }
     }

@@ -462,7 +462,7 @@ pub struct UpArgs {
     #[command(flatten)]
     pub liveness: LivenessArgs,
     #[command(flatten)]
-    pub audit: AuditArgs,
+    pub keys: KeysArgs,
     #[command(flatten)]
     pub node: NodeArgs,
 }
@@ -545,12 +545,19 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub liveness: LivenessArgs,
     #[command(flatten)]
-    pub audit: AuditArgs,
+    pub keys: KeysArgs,
 }
 
-/// The audit trail of every API request: its signing key and how long it is kept.
+/// The control plane's keys: the audit trail's signing key (and how long the trail is kept)
+/// and the master key that seals tenants' secrets.
 #[derive(Debug, Args)]
-pub struct AuditArgs {
+pub struct KeysArgs {
+    /// The master key (64 hex characters) that seals tenants' secrets at rest (envelope
+    /// encryption: it wraps a data key per reservation). Default: DATA_DIR/master.key, made on
+    /// first start (mode 0600); `GPURENT_MASTER_KEY` in the environment wins over both. Back it
+    /// up: sealed secrets cannot be opened without it.
+    #[arg(long, value_name = "FILE")]
+    pub master_key_file: Option<PathBuf>,
     /// The Ed25519 key (hex seed) that signs the trail's checkpoints (default:
     /// DATA_DIR/audit.key, made on first start, mode 0600). Keep a copy of its public key
     /// (logged at start, and in `gpurent audit verify`) where the database's admins cannot
@@ -797,6 +804,11 @@ pub struct ReserveArgs {
     /// platform's idle time, `--idle-reclaim-minutes` of `up`/`server`, 5).
     #[arg(long)]
     pub no_idle_reclaim: bool,
+    /// A secret environment variable for the instance, its value taken from this command's
+    /// own environment variable of that name (never from the command line): kept encrypted,
+    /// never shown again. Repeatable.
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
     /// Give the instance a checkpoint volume (`$GPURENT_CHECKPOINT_DIR`, `/checkpoint` in a
     /// container) that a rescheduled run finds again, on nodes that share checkpoint storage.
     #[arg(long)]

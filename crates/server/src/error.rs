@@ -35,6 +35,8 @@ pub enum ApiError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Idempotency(#[from] IdempotencyError),
+    #[error(transparent)]
+    Secrets(#[from] crate::secrets::SecretsError),
 }
 
 impl ApiError {
@@ -51,7 +53,7 @@ impl ApiError {
             ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
-            ApiError::Idempotency(_) | ApiError::Internal(_) => {
+            ApiError::Idempotency(_) | ApiError::Internal(_) | ApiError::Secrets(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }
             ApiError::Store(e) => match e {

@@ -22,6 +22,7 @@ mod rate_limit;
 mod report;
 mod routes;
 mod scheduler;
+pub mod secrets;
 mod state;
 pub mod tls;
 mod validate;
@@ -98,6 +99,8 @@ pub struct ServerConfig {
     pub tenant_limits: TenantLimits,
     /// TLS 1.3 on the listener and mutual TLS for agents; `None`: plain HTTP (loopback).
     pub tls: Option<tls::TlsConfig>,
+    /// Seals tenants' secrets at rest (`--master-key-file`, `GPURENT_MASTER_KEY`).
+    pub master_key: secrets::MasterKey,
 }
 
 impl Default for ServerConfig {
@@ -121,6 +124,7 @@ impl Default for ServerConfig {
             rate_limits: RateLimits::default(),
             tenant_limits: TenantLimits::default(),
             tls: None,
+            master_key: Arc::new(secrets::LocalKey::from_bytes(&rand::random())),
         }
     }
 }

@@ -79,21 +79,34 @@ pub fn reservation(
     if body.env.len() > MAX_ENV {
         return Err(invalid(format!("env may have at most {MAX_ENV} variables")));
     }
-    for (k, v) in &body.env {
-        let valid_name = k
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && k.len() <= 255;
-        if !valid_name {
-            return Err(invalid(format!("env: {k:?} is not a valid variable name")));
+    for (what, vars) in [("env", &body.env), ("secrets", &body.secrets)] {
+        for (k, v) in vars {
+            let valid_name = k
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && k.len() <= 255;
+            if !valid_name {
+                return Err(invalid(format!(
+                    "{what}: {k:?} is not a valid variable name"
+                )));
+            }
+            // A secret's value is never repeated, not even in an error.
+            if v.len() > MAX_TEXT {
+                return Err(invalid(format!(
+                    "{what}: the value of {k} is longer than {MAX_TEXT} bytes"
+                )));
+            }
         }
-        if v.len() > MAX_TEXT {
-            return Err(invalid(format!(
-                "env: the value of {k} is longer than {MAX_TEXT} bytes"
-            )));
-        }
+    }
+    if body.secrets.len() > MAX_ENV {
+        return Err(invalid(format!("secrets: at most {MAX_ENV} variables")));
+    }
+    if let Some(name) = body.secrets.keys().find(|k| body.env.contains_key(*k)) {
+        return Err(invalid(format!(
+            "secrets: {name} is also in env; give each variable once"
+        )));
     }
     let mut ports = body.ports.clone();
     ports.sort_unstable();
@@ -115,11 +128,22 @@ pub fn reservation(
         env: body.env.clone(),
         ports: body.ports.clone(),
         idempotency_key,
-        request_hash: request_hash(body),
+        // Without the secrets' values: the hash is kept, and must not let anyone test a guess.
+        request_hash: request_hash(&CreateReservation {
+            secrets: body
+                .secrets
+                .keys()
+                .map(|k| (k.clone(), String::new()))
+                .collect(),
+            ..body.clone()
+        }),
         queue: body.queue,
         on_node_loss: body.on_node_loss.unwrap_or_default(),
         idle_reclaim: body.idle_reclaim.unwrap_or(true),
         checkpoint: body.checkpoint,
+        // Sealed by the handler, with the master key.
+        sealed_secrets: None,
+        secret_names: body.secrets.keys().cloned().collect(),
         // The handler sets the platform's caps.
         limits: gpurent_store::TenantLimits::default(),
     })

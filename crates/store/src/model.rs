@@ -96,6 +96,10 @@ pub struct NewReservation {
     pub idle_reclaim: bool,
     /// Its instance gets a checkpoint volume that outlives it.
     pub checkpoint: bool,
+    /// Its secret environment variables, sealed by the control plane (the store never sees
+    /// them in clear), and their names.
+    pub sealed_secrets: Option<String>,
+    pub secret_names: Vec<String>,
     /// The platform's caps on the tenant's live reservations, checked in the same
     /// transaction as the insert.
     pub limits: crate::TenantLimits,

@@ -161,6 +161,24 @@ pub struct NodeRegistered {
 
 /// What the control plane wants a node to run. The epoch fences it: the agent acts only on the
 /// highest epoch it has seen for a reservation, and the server ignores reports of older epochs.
+/// Secret environment variables of an instance: sent to its agent as a map, never shown by
+/// `Debug` (logs) but by name.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secrets(pub BTreeMap<String, String>);
+
+impl Secrets {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Assignment {
     pub reservation_id: String,
@@ -185,6 +203,14 @@ pub struct Assignment {
     /// Mount the reservation's checkpoint volume (kept across epochs and restarts).
     #[serde(default)]
     pub checkpoint: bool,
+    /// Secret environment variables, opened by the control plane for this answer only.
+    #[serde(default, skip_serializing_if = "Secrets::is_empty")]
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub secrets: Secrets,
+    /// The secrets as the store keeps them, sealed; never sent.
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub sealed_secrets: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

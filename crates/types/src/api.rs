@@ -158,6 +158,10 @@ pub struct CreateReservation {
     /// one saved there, where the nodes share the owner's checkpoint storage.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub checkpoint: bool,
+    /// Secret environment variables: kept encrypted, given only to the instance, never shown
+    /// again (a reservation lists their names).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -217,6 +221,9 @@ pub struct Reservation {
     /// Whether its instance gets a checkpoint volume that outlives it.
     #[serde(default)]
     pub checkpoint: bool,
+    /// The names of its secret environment variables (their values are never shown).
+    #[serde(default)]
+    pub secrets: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

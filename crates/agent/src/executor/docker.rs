@@ -159,7 +159,12 @@ impl Executor for DockerExecutor {
         // A container left by an earlier epoch of this reservation goes first.
         self.stop(id, None).await?;
         let visible = a.gpus.join(",");
-        let mut env: Vec<String> = a.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut env: Vec<String> = a
+            .env
+            .iter()
+            .chain(&a.secrets.0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         env.push(format!("NVIDIA_VISIBLE_DEVICES={visible}"));
         env.push(format!("CUDA_VISIBLE_DEVICES={visible}"));
         env.push(format!("GPURENT_RESERVATION_ID={id}"));

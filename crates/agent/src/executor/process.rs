@@ -220,6 +220,7 @@ impl Executor for ProcessExecutor {
             .env("GPURENT_RESERVATION_ID", id)
             .env("GPURENT_EPOCH", a.epoch.to_string())
             .envs(&a.env)
+            .envs(&a.secrets.0)
             .stdin(std::process::Stdio::null())
             .stdout(output)
             .stderr(errors)

@@ -133,6 +133,8 @@ pub(crate) fn assignment(id: &str, gpus: &[&str], script: &str) -> Assignment {
         log_offset: 0,
         stop_grace_s: None,
         checkpoint: false,
+        secrets: Default::default(),
+        sealed_secrets: None,
     }
 }
 

@@ -24,6 +24,8 @@ fn assignment(id: &str, epoch: i64, script: &str) -> Assignment {
         log_offset: 0,
         stop_grace_s: None,
         checkpoint: true,
+        secrets: Default::default(),
+        sealed_secrets: None,
         ports: vec![],
     }
 }

@@ -24,6 +24,8 @@ fn assignment(id: &str, script: &str) -> Assignment {
         log_offset: 0,
         stop_grace_s: None,
         checkpoint: false,
+        secrets: Default::default(),
+        sealed_secrets: None,
         ports: vec![],
     }
 }

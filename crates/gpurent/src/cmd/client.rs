@@ -494,6 +494,18 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
         }),
         idle_reclaim: args.no_idle_reclaim.then_some(false),
         checkpoint: args.checkpoint,
+        secrets: args
+            .secrets
+            .iter()
+            .map(|name| {
+                std::env::var(name).map(|v| (name.clone(), v)).map_err(|_| {
+                    CliError::new(
+                        "invalid_value",
+                        format!("--secret {name}: set {name} in the environment to its value"),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
     };
     let r: Reservation = api
         .post(

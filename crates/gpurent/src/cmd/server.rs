@@ -12,7 +12,7 @@ use gpurent_server::{
 use gpurent_store::SqlStore;
 use gpurent_types::SystemClock;
 
-use crate::cli::{AuditArgs, HostArgs, LivenessArgs, ScaleArgs, ServerArgs};
+use crate::cli::{HostArgs, KeysArgs, LivenessArgs, ScaleArgs, ServerArgs};
 use crate::output::print_line;
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
@@ -33,7 +33,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             host: &args.host,
             access: &args.access,
             liveness: &args.liveness,
-            audit: &args.audit,
+            keys: &args.keys,
             tls,
         },
     )
@@ -56,7 +56,7 @@ pub struct Policies<'a> {
     pub host: &'a HostArgs,
     pub access: &'a crate::cli::AccessArgs,
     pub liveness: &'a LivenessArgs,
-    pub audit: &'a AuditArgs,
+    pub keys: &'a KeysArgs,
     /// TLS on the listener; `None`: plain HTTP.
     pub tls: Option<gpurent_server::tls::TlsConfig>,
 }
@@ -75,7 +75,7 @@ pub async fn start(
         host,
         access,
         liveness,
-        audit,
+        keys,
         tls,
     } = policies;
     let prices = match prices {
@@ -109,7 +109,8 @@ pub async fn start(
             health_rules: health_rules(host),
             heartbeat_interval: liveness.heartbeat(),
             missed_heartbeats: liveness.missed_heartbeats.max(1),
-            audit: audit_config(audit, data_dir)?,
+            audit: audit_config(keys, data_dir)?,
+            master_key: master_key(keys, data_dir)?,
             session_ttl: std::time::Duration::from_secs(u64::from(access.session_hours) * 3600),
             rate_limits: rate_limits(access),
             tenant_limits: tenant_limits(access),
@@ -121,8 +122,41 @@ pub async fn start(
     Ok(server)
 }
 
+/// The master key that seals tenants' secrets: `GPURENT_MASTER_KEY` (hex), else the file
+/// (`--master-key-file`, default DATA_DIR/master.key, made on first start, mode 0600).
+fn master_key(
+    args: &KeysArgs,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<gpurent_server::secrets::MasterKey> {
+    use gpurent_server::secrets::LocalKey;
+    if let Ok(hex) = std::env::var("GPURENT_MASTER_KEY") {
+        let key = LocalKey::from_hex(&hex).context("GPURENT_MASTER_KEY")?;
+        return Ok(Arc::new(key));
+    }
+    let path = args
+        .master_key_file
+        .clone()
+        .unwrap_or_else(|| data_dir.join("master.key"));
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && args.master_key_file.is_none() => {
+            let text = LocalKey::generate_hex();
+            super::write_secret(&path, &text)
+                .with_context(|| format!("cannot write the master key to {}", path.display()))?;
+            tracing::info!(path = %path.display(), "made the master key that seals secrets; back it up: without it they cannot be opened");
+            text
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot read the master key {}", path.display()))
+        }
+    };
+    let key = LocalKey::from_hex(&text)
+        .with_context(|| format!("the master key in {}", path.display()))?;
+    Ok(Arc::new(key))
+}
+
 /// The audit trail's settings, with its signing key read from its file (made on first start).
-fn audit_config(args: &AuditArgs, data_dir: &std::path::Path) -> anyhow::Result<AuditConfig> {
+fn audit_config(args: &KeysArgs, data_dir: &std::path::Path) -> anyhow::Result<AuditConfig> {
     let path = args
         .audit_key
         .clone()

@@ -43,7 +43,7 @@ pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
             host: &args.host,
             access: &args.access,
             liveness: &args.liveness,
-            audit: &args.audit,
+            keys: &args.keys,
             tls,
         },
     )

@@ -207,7 +207,18 @@ pub(crate) async fn sync(
             }
         }
     }
-    let (version, assignments) = state.store.desired_state(&node_id).await?;
+    let (version, mut assignments) = state.store.desired_state(&node_id).await?;
+    // Secrets are opened for this answer only (it goes over TLS beyond loopback).
+    for a in &mut assignments {
+        if let Some(sealed) = a.sealed_secrets.take() {
+            match crate::secrets::open(&*state.config.master_key, &sealed) {
+                Ok(secrets) => a.secrets = gpurent_types::agent::Secrets(secrets),
+                Err(e) => {
+                    tracing::error!(reservation_id = %a.reservation_id, error = %e, "cannot open a reservation's secrets; its instance starts without them");
+                }
+            }
+        }
+    }
     Ok(Json(SyncResponse {
         node_id,
         version,

@@ -50,6 +50,12 @@ pub(crate) async fn create(
 ) -> Result<(StatusCode, Json<Reservation>), ApiError> {
     let mut new = validate::reservation(&caller.0.id, &body, idempotency_key(&headers)?)?;
     new.limits = state.config.tenant_limits;
+    if !body.secrets.is_empty() {
+        new.sealed_secrets = Some(
+            crate::secrets::seal(&*state.config.master_key, &body.secrets)
+                .map_err(ApiError::from)?,
+        );
+    }
     let now = state.now();
     let (reservation, nodes) = state
         .store

@@ -626,6 +626,17 @@ impl TestApp {
         sqlx::query(sql).execute(&mut conn).await.expect("raw SQL");
     }
 
+    /// A count from SQL run on the database behind the server's back.
+    pub async fn raw_count(&self, sql: &str) -> i64 {
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&self._db.url)
+            .await
+            .expect("connect");
+        sqlx::query_scalar(sql)
+            .fetch_one(&mut conn)
+            .await
+            .expect("raw SQL")
+    }
+
     pub async fn shutdown(mut self) {
         for (stop, _) in &self.agents {
             let _ = stop.send(true);

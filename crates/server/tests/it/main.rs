@@ -24,6 +24,7 @@ mod openapi;
 mod queue;
 mod reports;
 mod revoke;
+mod secrets;
 mod settlement;
 mod telemetry;
 mod tiers;

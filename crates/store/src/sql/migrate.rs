@@ -82,6 +82,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/0019_node_certs.sql"),
     ),
     (20, "authz", include_str!("../../migrations/0020_authz.sql")),
+    (
+        21,
+        "secrets",
+        include_str!("../../migrations/0021_secrets.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

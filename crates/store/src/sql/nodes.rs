@@ -1161,7 +1161,7 @@ impl NodeStore for SqlStore {
             .ok_or_else(|| StoreError::not_found("node", node_id))?;
         let rows = sqlx::query(
             "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_bytes - log_base AS log_bytes, ports,
-                stop_grace_s, checkpoint FROM reservations
+                stop_grace_s, checkpoint, secrets FROM reservations
              WHERE node_id = $1 AND status IN ('pending', 'starting', 'running', 'stopping')
              ORDER BY created_at, id",
         )
@@ -1195,6 +1195,8 @@ impl NodeStore for SqlStore {
                         .try_get::<Option<i64>, _>("stop_grace_s")?
                         .map(|g| u64::try_from(g).unwrap_or(0)),
                     checkpoint: r.try_get::<i64, _>("checkpoint")? != 0,
+                    secrets: Default::default(),
+                    sealed_secrets: r.try_get("secrets")?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -37,6 +37,8 @@ pub fn one_gpu(tenant: &str) -> NewReservation {
         on_node_loss: Default::default(),
         idle_reclaim: true,
         checkpoint: false,
+        sealed_secrets: None,
+        secret_names: vec![],
         limits: gpurent_store::TenantLimits::UNLIMITED,
     }
 }
