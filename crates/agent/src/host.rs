@@ -7,6 +7,8 @@ use std::process::Command;
 
 use gpurent_types::agent::{HostFacts, NodeTelemetry};
 
+use crate::AgentError;
+
 /// The facts, from a telemetry sample of the GPU backend and the data directory. `gpu_containers`:
 /// whether this node runs real GPUs in containers (then the toolkit is needed).
 pub(crate) fn host_facts(
@@ -40,6 +42,41 @@ fn parse_toolkit_version(text: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
+/// The first NVIDIA Container Toolkit release without a known container escape:
+/// CVE-2024-0132 (fixed in 1.16.2) and CVE-2025-23266 "NVIDIAScape" (fixed in 1.17.8).
+pub const SAFE_TOOLKIT: [u64; 3] = [1, 17, 8];
+
+/// The numbers of a version such as `1.17.8` or `1.17.8-rc.1` (what follows a dash ignored).
+fn version_numbers(version: &str) -> Vec<u64> {
+    version
+        .split('-')
+        .next()
+        .unwrap_or_default()
+        .split('.')
+        .map_while(|p| p.trim().parse().ok())
+        .collect()
+}
+
+/// Whether this toolkit version has a known container escape (older than `SAFE_TOOLKIT`).
+/// A version that does not read as numbers counts as vulnerable: it cannot be shown safe.
+pub fn toolkit_is_vulnerable(version: &str) -> bool {
+    let numbers = version_numbers(version);
+    numbers.is_empty() || numbers.as_slice() < SAFE_TOOLKIT.as_slice()
+}
+
+/// Refuses a node that runs GPUs in containers with a toolkit that has a known escape.
+pub(crate) fn check_toolkit(facts: &HostFacts) -> Result<(), AgentError> {
+    match &facts.container_toolkit {
+        Some(version) if facts.gpu_containers && toolkit_is_vulnerable(version) => {
+            Err(AgentError::VulnerableToolkit {
+                version: version.clone(),
+                safe: SAFE_TOOLKIT.map(|n| n.to_string()).join("."),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 fn disk_free_mb(dir: &Path) -> Option<u64> {
     let st = nix::sys::statvfs::statvfs(dir).ok()?;
     let bytes = st.blocks_available().saturating_mul(st.fragment_size());
@@ -49,6 +86,33 @@ fn disk_free_mb(dir: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn toolkits_with_a_known_escape_are_refused() {
+        for v in ["1.16.1", "1.16.2", "1.17.7", "1.17", "1.9.0", "garbage", ""] {
+            assert!(toolkit_is_vulnerable(v), "{v}");
+        }
+        for v in ["1.17.8", "1.17.8-rc.1", "1.17.10", "1.18.0", "2.0"] {
+            assert!(!toolkit_is_vulnerable(v), "{v}");
+        }
+        let facts = |toolkit: &str, gpu_containers| HostFacts {
+            driver_version: None,
+            cuda_version: None,
+            container_toolkit: Some(toolkit.to_owned()),
+            gpu_containers,
+            disk_free_mb: None,
+        };
+        let refused = check_toolkit(&facts("1.17.7", true))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("1.17.7") && refused.contains("1.17.8"),
+            "{refused}"
+        );
+        assert!(check_toolkit(&facts("1.17.8", true)).is_ok());
+        // Processes or simulated GPUs do not go through the toolkit.
+        assert!(check_toolkit(&facts("1.17.7", false)).is_ok());
+    }
 
     #[test]
     fn reads_the_toolkit_version() {

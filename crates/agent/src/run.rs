@@ -178,6 +178,11 @@ impl Agent {
     /// Runs until `shutdown` turns true. Instances keep running when the agent stops, so a
     /// restarted agent adopts them; stops already begun are finished first.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), AgentError> {
+        let facts = self.host_facts();
+        crate::host::check_toolkit(&facts)?;
+        if let Some(toolkit) = &facts.container_toolkit {
+            tracing::info!(%toolkit, "NVIDIA Container Toolkit");
+        }
         let identity = self.identity().await?;
         if NodeIdentity::client_cert(&self.config.data_dir).is_some() {
             self.client = Self::client(&self.config)?;

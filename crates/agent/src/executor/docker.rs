@@ -122,6 +122,11 @@ impl DockerExecutor {
             cap_drop: Some(vec!["ALL".to_owned()]),
             security_opt: Some(vec!["no-new-privileges".to_owned()]),
             privileged: Some(false),
+            // Never the host's network, processes or IPC (the Docker socket is never mounted:
+            // the only bind is the checkpoint volume).
+            network_mode: Some("bridge".to_owned()),
+            ipc_mode: Some("private".to_owned()),
+            pid_mode: None,
             device_requests: self.gpu_devices.then(|| {
                 vec![DeviceRequest {
                     driver: Some("nvidia".to_owned()),

@@ -93,6 +93,12 @@ async fn containers_are_confined_and_labelled() {
         .unwrap_or_default()
         .iter()
         .all(|b| !b.contains("docker.sock")));
+    // Nothing of the host's namespaces: its own network, process and IPC namespaces.
+    assert_eq!(host.network_mode.as_deref(), Some("bridge"));
+    assert_eq!(host.pid_mode.as_deref().unwrap_or_default(), "");
+    assert_eq!(host.ipc_mode.as_deref(), Some("private"));
+    assert_eq!(host.userns_mode.as_deref().unwrap_or_default(), "");
+    assert!(host.devices.unwrap_or_default().is_empty());
     let config = inspect.config.unwrap();
     let labels = config.labels.unwrap();
     assert_eq!(labels.get(LABEL_RESERVATION), Some(&id));
