@@ -626,6 +626,17 @@ impl TestApp {
         sqlx::query(sql).execute(&mut conn).await.expect("raw SQL");
     }
 
+    /// A node's status as `GET /nodes` shows it (empty when there is no such node).
+    pub async fn node_status(&self, name: &str) -> String {
+        let (_, nodes) = self.admin().get("/api/v1/nodes").await;
+        nodes
+            .as_array()
+            .and_then(|ns| ns.iter().find(|n| n["name"] == name))
+            .and_then(|n| n["status"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     /// A count from SQL run on the database behind the server's back.
     pub async fn raw_count(&self, sql: &str) -> i64 {
         let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&self._db.url)

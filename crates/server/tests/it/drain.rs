@@ -9,16 +9,6 @@ use serde_json::{json, Value};
 use crate::app::TestApp;
 use crate::both_stores;
 
-async fn status_of(app: &TestApp, name: &str) -> String {
-    let (_, nodes) = app.admin().get("/api/v1/nodes").await;
-    nodes
-        .as_array()
-        .and_then(|ns| ns.iter().find(|n| n["name"] == name))
-        .and_then(|n| n["status"].as_str())
-        .unwrap_or_default()
-        .to_owned()
-}
-
 async fn drain_moves_work_without_billing_twice(backend: Backend) {
     let app = TestApp::with(backend)
         .with_sim_gpus("1xRTX4090")
@@ -63,7 +53,7 @@ async fn drain_moves_work_without_billing_twice(backend: Backend) {
         .get(&format!("/api/v1/reservations/{id}"))
         .await;
     assert_eq!(moved["epoch"], json!(2), "{moved}");
-    assert_eq!(status_of(&app, &from).await, "draining");
+    assert_eq!(app.node_status(&from).await, "draining");
 
     // Cordoned: nothing new lands there (the other node is full).
     let (status, body) = alice

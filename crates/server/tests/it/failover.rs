@@ -57,16 +57,6 @@ async fn step(app: &TestApp, seconds: i64, live: &str) {
     }
 }
 
-async fn node_status(app: &TestApp, name: &str) -> String {
-    let (_, nodes) = app.admin().get("/api/v1/nodes").await;
-    nodes
-        .as_array()
-        .and_then(|ns| ns.iter().find(|n| n["name"] == name))
-        .and_then(|n| n["status"].as_str())
-        .unwrap_or_default()
-        .to_owned()
-}
-
 /// Samples every executor until stopped and records any moment at which two nodes ran the
 /// same reservation with the same epoch (the fencing guarantee), or with `any_epoch`, at all.
 fn watch_executors(
@@ -156,7 +146,7 @@ async fn lost_node_work_runs_again_elsewhere(backend: gpurent_store::Backend) {
     step(&app, 6, other).await;
     app.maintenance_tick().await;
     assert_eq!(app.wait_status(&t.client, &id, "running").await["epoch"], 1);
-    assert_ne!(node_status(&app, &first).await, "lost");
+    assert_ne!(app.node_status(&first).await, "lost");
     // The seventh: fenced at t0 + 6 s, queued again and placed on the other node at once.
     step(&app, 1, other).await;
     let placed_at = now(&app);
@@ -165,7 +155,7 @@ async fn lost_node_work_runs_again_elsewhere(backend: gpurent_store::Backend) {
         r["status"] == "running" && r["node"] == other && r["epoch"] == 2
     })
     .await;
-    assert_eq!(node_status(&app, &first).await, "lost");
+    assert_eq!(app.node_status(&first).await, "lost");
     assert_eq!(epochs_on(&new, &id).await, vec![2]);
     let (_, r) = t.client.get(&format!("/api/v1/reservations/{id}")).await;
     // Billed for the six seconds up to the fence, not the time until it was noticed; its
@@ -186,7 +176,7 @@ async fn lost_node_work_runs_again_elsewhere(backend: gpurent_store::Backend) {
     })
     .await;
     app.eventually("the old node to be ready", || async {
-        node_status(&app, &first).await == "ready"
+        app.node_status(&first).await == "ready"
     })
     .await;
     for _ in 0..10 {
@@ -313,10 +303,10 @@ async fn a_partitioned_agent_fences_itself_first(backend: gpurent_store::Backend
         epochs_on(&old, &id).await.is_empty(),
         "the cut-off agent fenced itself"
     );
-    assert_eq!(node_status(&app, &first).await, "lost");
+    assert_eq!(app.node_status(&first).await, "lost");
     app.heal(&first);
     app.eventually("the old node to be ready", || async {
-        node_status(&app, &first).await == "ready"
+        app.node_status(&first).await == "ready"
     })
     .await;
     let (_, r) = t.client.get(&format!("/api/v1/reservations/{id}")).await;

@@ -34,16 +34,6 @@ async fn step(app: &TestApp, seconds: i64, live: &str) {
     }
 }
 
-async fn node_status(app: &TestApp, name: &str) -> String {
-    let (_, nodes) = app.admin().get("/api/v1/nodes").await;
-    nodes
-        .as_array()
-        .and_then(|ns| ns.iter().find(|n| n["name"] == name))
-        .and_then(|n| n["status"].as_str())
-        .unwrap_or_default()
-        .to_owned()
-}
-
 async fn a_revoked_node_is_cut_off_and_its_work_runs_elsewhere(backend: gpurent_store::Backend) {
     let app = TestApp::with(backend)
         .with_manual_clock()
@@ -91,13 +81,13 @@ async fn a_revoked_node_is_cut_off_and_its_work_runs_elsewhere(backend: gpurent_
         r["status"] == "running" && r["node"] == other && r["epoch"] == 2
     })
     .await;
-    assert_eq!(node_status(&app, &first).await, "lost");
+    assert_eq!(app.node_status(&first).await, "lost");
     // Revoking again changes nothing; the node stays lost while its agent keeps trying.
     let (status, _) = app.admin().post(&path, &json!({})).await;
     assert_eq!(status, StatusCode::OK);
     step(&app, 3, other).await;
     app.maintenance_tick().await;
-    assert_eq!(node_status(&app, &first).await, "lost");
+    assert_eq!(app.node_status(&first).await, "lost");
     app.assert_consistent().await;
 }
 
