@@ -125,14 +125,15 @@ struct Envelope {
     sealed: String,
 }
 
-/// Seals a reservation's secrets (name to value) for the store.
-pub fn seal(
+/// Seals bytes under a fresh data key wrapped by the master key; `purpose` is bound to the
+/// ciphertext (what was sealed for one purpose does not open for another).
+pub fn seal_bytes(
     provider: &dyn KeyProvider,
-    secrets: &BTreeMap<String, String>,
+    plaintext: &[u8],
+    purpose: &[u8],
 ) -> Result<String, SecretsError> {
     let data_key: [u8; 32] = rand::random();
-    let plaintext = serde_json::to_vec(secrets).map_err(|_| SecretsError::Seal)?;
-    let sealed = seal_with(&Aes256Gcm::new((&data_key).into()), &plaintext, PURPOSE)?;
+    let sealed = seal_with(&Aes256Gcm::new((&data_key).into()), plaintext, purpose)?;
     let envelope = Envelope {
         key_id: provider.key_id().to_owned(),
         data_key: hex::encode(provider.wrap(&data_key)?),
@@ -141,11 +142,12 @@ pub fn seal(
     serde_json::to_string(&envelope).map_err(|_| SecretsError::Seal)
 }
 
-/// Opens what `seal` made.
-pub fn open(
+/// Opens what `seal_bytes` made for the same purpose.
+pub fn open_bytes(
     provider: &dyn KeyProvider,
     sealed: &str,
-) -> Result<BTreeMap<String, String>, SecretsError> {
+    purpose: &[u8],
+) -> Result<Vec<u8>, SecretsError> {
     let envelope: Envelope = serde_json::from_str(sealed).map_err(|_| SecretsError::Format)?;
     if envelope.key_id != provider.key_id() {
         return Err(SecretsError::UnknownKey(envelope.key_id));
@@ -153,7 +155,24 @@ pub fn open(
     let wrapped = hex::decode(&envelope.data_key).map_err(|_| SecretsError::Format)?;
     let data_key = provider.unwrap(&wrapped)?;
     let sealed = hex::decode(&envelope.sealed).map_err(|_| SecretsError::Format)?;
-    let plaintext = open_with(&Aes256Gcm::new((&data_key).into()), &sealed, PURPOSE)?;
+    open_with(&Aes256Gcm::new((&data_key).into()), &sealed, purpose)
+}
+
+/// Seals a reservation's secrets (name to value) for the store.
+pub fn seal(
+    provider: &dyn KeyProvider,
+    secrets: &BTreeMap<String, String>,
+) -> Result<String, SecretsError> {
+    let plaintext = serde_json::to_vec(secrets).map_err(|_| SecretsError::Seal)?;
+    seal_bytes(provider, &plaintext, PURPOSE)
+}
+
+/// Opens what `seal` made.
+pub fn open(
+    provider: &dyn KeyProvider,
+    sealed: &str,
+) -> Result<BTreeMap<String, String>, SecretsError> {
+    let plaintext = open_bytes(provider, sealed, PURPOSE)?;
     serde_json::from_slice(&plaintext).map_err(|_| SecretsError::Format)
 }
 

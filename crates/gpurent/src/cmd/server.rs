@@ -17,7 +17,8 @@ use crate::output::print_line;
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     super::ensure_dir(&args.data_dir)?;
-    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen)?;
+    let master_key = super::server::master_key(&args.keys, &args.data_dir)?;
+    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen, &*master_key)?;
     let url = args
         .database_url
         .clone()
@@ -34,6 +35,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             access: &args.access,
             liveness: &args.liveness,
             keys: &args.keys,
+            master_key,
             tls,
         },
     )
@@ -57,6 +59,8 @@ pub struct Policies<'a> {
     pub access: &'a crate::cli::AccessArgs,
     pub liveness: &'a LivenessArgs,
     pub keys: &'a KeysArgs,
+    /// Seals tenants' secrets and the node CA's key.
+    pub master_key: gpurent_server::secrets::MasterKey,
     /// TLS on the listener; `None`: plain HTTP.
     pub tls: Option<gpurent_server::tls::TlsConfig>,
 }
@@ -76,6 +80,7 @@ pub async fn start(
         access,
         liveness,
         keys,
+        master_key,
         tls,
     } = policies;
     let prices = match prices {
@@ -110,7 +115,7 @@ pub async fn start(
             heartbeat_interval: liveness.heartbeat(),
             missed_heartbeats: liveness.missed_heartbeats.max(1),
             audit: audit_config(keys, data_dir)?,
-            master_key: master_key(keys, data_dir)?,
+            master_key,
             session_ttl: std::time::Duration::from_secs(u64::from(access.session_hours) * 3600),
             rate_limits: rate_limits(access),
             tenant_limits: tenant_limits(access),
@@ -124,7 +129,7 @@ pub async fn start(
 
 /// The master key that seals tenants' secrets: `GPURENT_MASTER_KEY` (hex), else the file
 /// (`--master-key-file`, default DATA_DIR/master.key, made on first start, mode 0600).
-fn master_key(
+pub fn master_key(
     args: &KeysArgs,
     data_dir: &std::path::Path,
 ) -> anyhow::Result<gpurent_server::secrets::MasterKey> {

@@ -17,6 +17,7 @@ pub fn server_tls(
     args: &ServerTlsArgs,
     data_dir: &Path,
     listen: SocketAddr,
+    master_key: &dyn gpurent_server::secrets::KeyProvider,
 ) -> anyhow::Result<Option<TlsConfig>> {
     let (cert, key) = match (&args.tls_cert, &args.tls_key, args.tls_self_signed) {
         (Some(cert), Some(key), _) => (cert.clone(), key.clone()),
@@ -42,7 +43,8 @@ pub fn server_tls(
             return Ok(None);
         }
     };
-    let node_ca = NodeCa::load_or_create(data_dir).context("cannot open the node CA")?;
+    let node_ca =
+        NodeCa::load_or_create(data_dir, master_key).context("cannot open the node CA")?;
     Ok(Some(TlsConfig {
         cert,
         key,

@@ -17,7 +17,8 @@ const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
     super::ensure_dir(&args.data_dir)?;
-    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen)?;
+    let master_key = super::server::master_key(&args.keys, &args.data_dir)?;
+    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen, &*master_key)?;
     // The local agent trusts what the CLI flags say, else the certificate served at start.
     let agent_tls = match &tls {
         Some(settings) if client_tls.ca_cert.is_none() && client_tls.fingerprint.is_none() => {
@@ -44,6 +45,7 @@ pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
             access: &args.access,
             liveness: &args.liveness,
             keys: &args.keys,
+            master_key,
             tls,
         },
     )

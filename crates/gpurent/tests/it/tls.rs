@@ -167,7 +167,13 @@ fn a_self_signed_control_plane_speaks_tls13_to_pinned_and_ca_trusting_clients() 
         log.contains(&format!("SHA-256 fingerprint: {fingerprint}")),
         "{log}"
     );
-    for secret in ["tls.key", "ca.key", "ca.pem"] {
+    for secret in [
+        "tls.key",
+        "ca.key.sealed",
+        "ca.pem",
+        "master.key",
+        "audit.key",
+    ] {
         assert_eq!(mode(&data.join(secret)), 0o600, "{secret}");
     }
     assert_eq!(served_fingerprint(&cluster.url), fingerprint);

@@ -1,5 +1,6 @@
-//! The control plane's own CA (`ca.pem`, `ca.key` in the data dir, mode 0600): it signs each
-//! node's certificate from the node's CSR at registration, so a node's key never leaves it.
+//! The control plane's own CA (`ca.pem`, and its key sealed by the master key in
+//! `ca.key.sealed`, both in the data dir, mode 0600): it signs each node's certificate from the
+//! node's CSR at registration, so a node's key never leaves it.
 
 use std::path::Path;
 
@@ -7,6 +8,10 @@ use chrono::{DateTime, Datelike, Utc};
 use rustls::pki_types::CertificateDer;
 
 use super::files::{fingerprint, load_certs, write_private};
+use crate::secrets::{open_bytes, seal_bytes, KeyProvider};
+
+/// Bound to the sealed CA key.
+const CA_KEY_PURPOSE: &[u8] = b"gpurent-node-ca-key-v1";
 use super::TlsError;
 
 /// How long a node certificate is valid.
@@ -41,11 +46,29 @@ pub struct SignedNodeCert {
 pub struct BadCsr(String);
 
 impl NodeCa {
-    /// Loads the CA from `dir`, or creates it there on first start.
-    pub fn load_or_create(dir: &Path) -> Result<NodeCa, TlsError> {
+    /// Loads the CA from `dir`, or creates it there on first start; its key is kept sealed by
+    /// the master key (a plain `ca.key` from an older version is sealed, then removed).
+    pub fn load_or_create(dir: &Path, master: &dyn KeyProvider) -> Result<NodeCa, TlsError> {
         let cert_path = dir.join("ca.pem");
-        let key_path = dir.join("ca.key");
-        if !(cert_path.exists() && key_path.exists()) {
+        let sealed_path = dir.join("ca.key.sealed");
+        let plain_path = dir.join("ca.key");
+        let seal = |pem: &str| -> Result<(), TlsError> {
+            let sealed = seal_bytes(master, pem.as_bytes(), CA_KEY_PURPOSE)
+                .map_err(|e| TlsError::Sealed(e.to_string()))?;
+            write_private(&sealed_path, sealed.as_bytes())
+        };
+        if cert_path.exists() && plain_path.exists() && !sealed_path.exists() {
+            let pem = std::fs::read_to_string(&plain_path).map_err(|source| TlsError::Read {
+                path: plain_path.clone(),
+                source,
+            })?;
+            seal(&pem)?;
+            std::fs::remove_file(&plain_path).map_err(|source| TlsError::Read {
+                path: plain_path.clone(),
+                source,
+            })?;
+        }
+        if !(cert_path.exists() && sealed_path.exists()) {
             let key = rcgen::KeyPair::generate().map_err(TlsError::Generate)?;
             let mut params = rcgen::CertificateParams::default();
             params
@@ -60,7 +83,7 @@ impl NodeCa {
             params.not_before = rcgen::date_time_ymd(2024, 1, 1);
             params.not_after = rcgen::date_time_ymd(2124, 1, 1);
             let cert = params.self_signed(&key).map_err(TlsError::Generate)?;
-            write_private(&key_path, key.serialize_pem().as_bytes())?;
+            seal(&key.serialize_pem())?;
             write_private(&cert_path, cert.pem().as_bytes())?;
         }
         let read = |path: &Path| {
@@ -70,7 +93,11 @@ impl NodeCa {
             })
         };
         let cert_pem = read(&cert_path)?;
-        let key = rcgen::KeyPair::from_pem(&read(&key_path)?).map_err(TlsError::Generate)?;
+        let key_pem = open_bytes(master, &read(&sealed_path)?, CA_KEY_PURPOSE)
+            .map_err(|e| TlsError::Sealed(e.to_string()))?;
+        let key_pem = String::from_utf8(key_pem)
+            .map_err(|_| TlsError::Sealed("the CA key is not PEM".to_owned()))?;
+        let key = rcgen::KeyPair::from_pem(&key_pem).map_err(TlsError::Generate)?;
         let cert_der = load_certs(&cert_path)?.remove(0);
         // rcgen signs with an issuer built from the CA's parameters and key; the DER that
         // agents trust is the file's.
@@ -162,10 +189,17 @@ mod tests {
     #[test]
     fn a_node_certificate_chains_to_the_ca_and_names_the_node_only() {
         let dir = tempfile::tempdir().unwrap();
-        let ca = NodeCa::load_or_create(dir.path()).unwrap();
-        // The same CA on the next start.
-        let again = NodeCa::load_or_create(dir.path()).unwrap();
+        let master = crate::secrets::LocalKey::from_bytes(&[5; 32]);
+        let ca = NodeCa::load_or_create(dir.path(), &master).unwrap();
+        // The same CA on the next start; its key only sealed on disk.
+        let again = NodeCa::load_or_create(dir.path(), &master).unwrap();
         assert_eq!(ca.cert_der(), again.cert_der());
+        assert!(!dir.path().join("ca.key").exists());
+        let sealed = std::fs::read_to_string(dir.path().join("ca.key.sealed")).unwrap();
+        assert!(!sealed.contains("PRIVATE KEY"));
+        // Another master key cannot open it.
+        let other_master = crate::secrets::LocalKey::from_bytes(&[6; 32]);
+        assert!(NodeCa::load_or_create(dir.path(), &other_master).is_err());
 
         let signed = ca
             .sign(&csr("admin.example"), "node-42", Utc::now())
@@ -196,7 +230,7 @@ mod tests {
 
         // Another CA's certificate is not.
         let other = tempfile::tempdir().unwrap();
-        let stranger = NodeCa::load_or_create(other.path())
+        let stranger = NodeCa::load_or_create(other.path(), &master)
             .unwrap()
             .sign(&csr("x"), "node-42", Utc::now())
             .unwrap();

@@ -64,6 +64,8 @@ pub enum TlsError {
     Config(#[source] rustls::Error),
     #[error("cannot build the client certificate verifier: {0}")]
     Verifier(String),
+    #[error("the node CA's sealed key: {0}")]
+    Sealed(String),
 }
 
 /// The one crypto provider: ring (no aws-lc-rs, which needs cmake to build).
