@@ -71,7 +71,10 @@ fn a_killed_agents_work_runs_on_the_other_node() {
     assert_eq!(instance_pgid(&dir.join(&on), &id), pgid);
     let log = std::fs::read_to_string(dir.join(format!("{on}.log"))).unwrap();
     assert!(!log.contains("lost the control plane"), "{log}");
-    assert_eq!(std::fs::read_to_string(volume.join("n")).unwrap().trim(), "1");
+    assert_eq!(
+        std::fs::read_to_string(volume.join("n")).unwrap().trim(),
+        "1"
+    );
     let killed = Instant::now();
     victim.kill9();
     // The machine is gone with its agent: its instance too.
