@@ -11,7 +11,7 @@
 # schemathesis's: any failing check fails the run.
 #
 # Environment:
-#   GPURENT_SCHEMATHESIS_EXAMPLES  examples per operation (default 30)
+#   GPURENT_SCHEMATHESIS_EXAMPLES  examples per operation (default 100)
 #   GPURENT_SCHEMATHESIS_SEED      seed (default 8); a failure prints the seed and the
 #                                  curl command that reproduces it
 #   GPURENT_SCHEMATHESIS_VERSION   pip requirement (default 'schemathesis>=4.1,<5')
@@ -88,7 +88,7 @@ TOKEN="$(cat "$DATA/data/admin.token")"
 say "server ready at $URL"
 
 seed="${GPURENT_SCHEMATHESIS_SEED:-8}"
-examples="${GPURENT_SCHEMATHESIS_EXAMPLES:-30}"
+examples="${GPURENT_SCHEMATHESIS_EXAMPLES:-100}"
 say "running schemathesis: --checks all, seed $seed, $examples examples per operation"
 # Every check runs but one: positive_data_acceptance (any schema-valid request must get a
 # 2xx/401/403/404/409) contradicts the documented contract that a well-formed but invalid
