@@ -6,10 +6,12 @@
 # Starts a throwaway PostgreSQL cluster (installing PostgreSQL with apt if it
 # is missing), exports GPURENT_TEST_DATABASE_URL, runs the workspace tests
 # (`cargo nextest run` when available, else `cargo test`) and then the
-# doctests, and stops the cluster again on exit, whatever happens.
+# doctests, then (full runs only) scripts/schemathesis.sh (the API against its OpenAPI
+# document) and scripts/fuzz.sh (every fuzz target for 20 s; skipped without nightly), and
+# stops the cluster again on exit, whatever happens.
 # ARGS are passed to the main test runner, e.g. `scripts/test.sh -E 'test(foo)'`
 # with nextest or `scripts/test.sh foo` with cargo test. When ARGS are given
-# the doctest pass is skipped (a targeted run).
+# the doctest, schemathesis and fuzz passes are skipped (a targeted run).
 #
 # Environment:
 #   GPURENT_TEST_DATABASE_URL  use this database; no local cluster is started.
@@ -420,6 +422,15 @@ if [ "$#" -gt 0 ]; then
 else
   say "running: cargo test --workspace --doc"
   cargo test --workspace --doc || status=$?
+fi
+
+if [ "$#" -eq 0 ]; then
+  # The API against its own OpenAPI document, then the parsers under libFuzzer (skipped
+  # without a nightly toolchain). Full runs only.
+  say "running: scripts/schemathesis.sh"
+  "$ROOT/scripts/schemathesis.sh" || status=$?
+  say "running: scripts/fuzz.sh"
+  "$ROOT/scripts/fuzz.sh" || status=$?
 fi
 
 if [ "$status" -ne 0 ]; then

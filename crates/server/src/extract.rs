@@ -17,8 +17,10 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+        // Every body is an object: serde would also take a struct from an array of its fields
+        // (`[null, null]`), which the schema does not allow.
+        match axum::Json::<ObjectOnly<T>>::from_request(req, state).await {
+            Ok(axum::Json(ObjectOnly(v))) => Ok(ApiJson(v)),
             Err(JsonRejection::JsonDataError(e)) => Err(ApiError::Invalid(e.body_text())),
             Err(JsonRejection::JsonSyntaxError(e)) => Err(ApiError::Malformed(e.body_text())),
             Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::UnsupportedMediaType(
@@ -29,6 +31,26 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
             }),
             Err(e) => Err(ApiError::Malformed(e.body_text())),
         }
+    }
+}
+
+/// `T` from a JSON object only.
+struct ObjectOnly<T>(T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for ObjectOnly<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Object<T>(std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Object<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Object(std::marker::PhantomData))
+            .map(ObjectOnly)
     }
 }
 

@@ -14,10 +14,12 @@ pub static NEXT_AFTER: HeaderName = HeaderName::from_static("x-next-after");
 
 /// `?limit=N&after=ID` of a list endpoint.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct PageQuery {
     /// Most items in the answer: 1 to 1000, 100 by default.
     #[serde(default)]
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
     /// The id of the last item of the previous page (its `X-Next-After` header).
     #[serde(default)]

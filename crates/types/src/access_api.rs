@@ -30,6 +30,7 @@ pub struct Session {
 #[serde(deny_unknown_fields)]
 pub struct SetPassword {
     /// 8 to 1024 characters.
+    #[schema(min_length = 8, max_length = 1024)]
     pub password: String,
 }
 
@@ -42,6 +43,7 @@ pub struct CreateToken {
     pub name: Option<String>,
     /// Valid for this many days (1 to 3650); without it, until revoked.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 3650)]
     pub expires_in_days: Option<u32>,
 }
 
@@ -75,6 +77,7 @@ pub struct TokenCreated {
 pub struct UpdateUser {
     /// Most live reservations at once.
     #[serde(default)]
+    #[schema(maximum = 1_000_000)]
     pub max_reservations: Option<u32>,
     /// Most spend per hour: the sum of `price_per_hour` of its live reservations.
     #[serde(default)]

@@ -105,6 +105,8 @@ pub struct GpuProcess {
 #[serde(deny_unknown_fields)]
 pub struct RegisterNode {
     pub join_token: String,
+    /// 1 to 64 letters, digits and `- _ .`.
+    #[schema(pattern = r"^[A-Za-z0-9_.-]{1,64}$")]
     pub name: String,
     pub executor: String,
     pub gpu_backend: String,

@@ -28,6 +28,8 @@ pub struct ErrorDetail {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateUser {
+    /// 1 to 64 letters, digits and `_ - . @`.
+    #[schema(pattern = r"^[A-Za-z0-9_.@-]{1,64}$")]
     pub name: String,
     #[serde(default)]
     pub role: Option<Role>,
@@ -117,14 +119,19 @@ pub struct ReservedDiscount {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateReservation {
+    /// A GPU model (`RTX 4090`, `rtx4090`, `A100-80GB`): letters, digits, spaces, `-` and `_`.
+    #[schema(pattern = r"^[A-Za-z0-9][A-Za-z0-9 _-]{0,63}$")]
     pub gpu_type: String,
     /// Whole GPUs on one node. Default 1 unless `vram_gb` asks for a share.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 64)]
     pub gpu_count: Option<u32>,
     /// A share of one GPU: this many GB of its memory.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1024)]
     pub vram_gb: Option<u32>,
     /// How long the reservation runs before it expires, counted from when it starts running.
+    #[schema(minimum = 0.001, maximum = 8760.0)]
     pub hours: f64,
     #[serde(default)]
     pub tier: Option<Tier>,

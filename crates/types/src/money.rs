@@ -122,6 +122,7 @@ impl utoipa::PartialSchema for Money {
             .description(Some(
                 "Decimal amount with at most 6 decimals, e.g. \"2.50\"",
             ))
+            .pattern(Some(r"^-?[0-9]{1,12}(\.[0-9]{1,6})?$"))
             .examples([serde_json::json!("2.50")])
             .into()
     }

@@ -18,6 +18,8 @@ const MAX_RECORDS: u32 = 1000;
 
 /// Which records, and where the page starts.
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct AuditQuery {
     /// Only this user's requests (a user id, or `node:<id>`).
     user: Option<String>,
@@ -30,8 +32,10 @@ pub(crate) struct AuditQuery {
     to: Option<String>,
     /// The last position seen (0, the default: from the first).
     #[serde(default)]
+    #[param(required = false, maximum = 9_223_372_036_854_775_807_i64)]
     after: u64,
     /// At most this many (default and cap 1000).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
@@ -75,7 +79,18 @@ pub(crate) async fn search(
     _caller: Caller,
     ApiQuery(query): ApiQuery<AuditQuery>,
 ) -> Result<Json<AuditPage>, ApiError> {
-    let limit = query.limit.unwrap_or(MAX_RECORDS).clamp(1, MAX_RECORDS);
+    if i64::try_from(query.after).is_err() {
+        return Err(ApiError::Invalid(format!(
+            "after: {} is not a position",
+            query.after
+        )));
+    }
+    let limit = query.limit.unwrap_or(MAX_RECORDS);
+    if limit == 0 || limit > MAX_RECORDS {
+        return Err(ApiError::Invalid(format!(
+            "limit: {limit} is not between 1 and {MAX_RECORDS}"
+        )));
+    }
     let filter = AuditFilter {
         user_id: query.user.filter(|u| !u.is_empty()),
         resource: query.resource.filter(|r| !r.is_empty()),

@@ -11,11 +11,15 @@ use crate::state::AppState;
 
 /// Where `GET /events` resumes.
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct EventsQuery {
     /// The last event id seen (0, the default: from the first).
     #[serde(default)]
+    #[param(required = false, minimum = 0)]
     after: i64,
     /// At most this many: 1 to 1000, 100 by default.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
@@ -30,6 +34,12 @@ pub(crate) async fn list(
     ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> Result<Json<Vec<Event>>, ApiError> {
     // Its cursor is the event id, which the events carry: no `X-Next-After` needed.
+    if query.after < 0 {
+        return Err(ApiError::Invalid(format!(
+            "after: {} is not an event id (0 or more)",
+            query.after
+        )));
+    }
     let page = crate::pagination::PageQuery {
         limit: query.limit,
         after: None,

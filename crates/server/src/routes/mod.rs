@@ -79,7 +79,8 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
 }
 
 pub(crate) fn router(state: AppState) -> Router {
-    let (router, openapi) = api().split_for_parts();
+    let (router, mut openapi) = api().split_for_parts();
+    crate::openapi::common_responses(&mut openapi);
     let limit = state.config.max_body_bytes;
     router
         .route(

@@ -22,7 +22,7 @@ const JOIN_TOKEN_TTL: chrono::Duration = chrono::Duration::hours(24);
 /// the nodes it registers belong to the caller, who earns the host share of their work.
 /// The request has no parameters: its body, if any, is ignored.
 #[utoipa::path(post, path = "/api/v1/nodes/join-token", tag = "nodes", security(("bearer" = [])),
-    params(("Idempotency-Key" = Option<String>, Header,
+    params(("Idempotency-Key" = Option<String>, Header, pattern = r"^[!-~]{1,255}$",
         description = "A retried request with the same key returns the first join token")),
     responses((status = 201, body = JoinToken), (status = 403, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]

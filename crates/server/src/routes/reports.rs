@@ -12,8 +12,11 @@ use crate::report::{self, window};
 use crate::state::AppState;
 
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct DailyQuery {
     /// The UTC day, `YYYY-MM-DD`.
+    #[param(required = true, pattern = r"^\d{4}-\d{2}-\d{2}$")]
     date: Option<String>,
 }
 
@@ -37,6 +40,8 @@ pub(crate) async fn daily(
 }
 
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct WeeklyQuery {
     /// The ISO week, `YYYY-Www` (default: the last whole week).
     week: Option<String>,

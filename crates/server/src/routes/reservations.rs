@@ -36,7 +36,7 @@ pub(crate) async fn offers(
 /// (its `queue_reason` says why it waits) that the scheduling loop places later.
 #[utoipa::path(post, path = "/api/v1/reservations", tag = "reservations",
     security(("bearer" = [])), request_body = CreateReservation,
-    params(("Idempotency-Key" = Option<String>, Header,
+    params(("Idempotency-Key" = Option<String>, Header, pattern = r"^[!-~]{1,255}$",
         description = "A retried request with the same key returns the first reservation")),
     responses((status = 201, body = Reservation), (status = 400, body = ErrorBody),
         (status = 402, body = ErrorBody), (status = 409, body = ErrorBody),
@@ -144,9 +144,12 @@ pub(crate) async fn stop(
 
 /// Where `GET .../logs` resumes.
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct LogsQuery {
     /// Byte offset to read from: 0, or the `X-Log-Next-Offset` of the previous answer.
     #[serde(default)]
+    #[param(required = false)]
     offset: u64,
 }
 

@@ -15,6 +15,8 @@ use crate::extract::{ApiPath, ApiQuery};
 use crate::state::AppState;
 
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct InvoiceQuery {
     /// Whose invoice (admin only; default: the caller).
     user_id: Option<String>,
@@ -159,6 +161,8 @@ fn csv_cell(value: &str) -> String {
 }
 
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct EarningsQuery {
     /// Start (inclusive): `YYYY-MM-DD` or RFC 3339. Default: the beginning.
     from: Option<String>,

@@ -11,6 +11,8 @@ use crate::extract::ApiQuery;
 use crate::state::AppState;
 
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct UsageQuery {
     /// Start (inclusive): `YYYY-MM-DD` (midnight UTC) or RFC 3339. Default: the beginning.
     from: Option<String>,

@@ -21,7 +21,7 @@ use crate::validate;
 /// retry with the same `Idempotency-Key`.
 #[utoipa::path(post, path = "/api/v1/users", tag = "users", request_body = CreateUser,
     security(("bearer" = [])),
-    params(("Idempotency-Key" = Option<String>, Header,
+    params(("Idempotency-Key" = Option<String>, Header, pattern = r"^[!-~]{1,255}$",
         description = "A retried request with the same key returns the first answer, token included")),
     responses((status = 201, body = UserCreated), (status = 403, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -99,6 +99,9 @@ pub(crate) async fn get_user(
     Ok(Json(state.store.get_user(&id).await?))
 }
 
+/// The highest cap on live reservations an admin may set (the schema's `maximum`).
+const MAX_RESERVATIONS_CAP: u32 = 1_000_000;
+
 /// Set a user's overrides of the platform's caps on live reservations and spend per hour
 /// (admin).
 #[utoipa::path(patch, path = "/api/v1/users/{id}", tag = "users", security(("bearer" = [])),
@@ -111,6 +114,14 @@ pub(crate) async fn update_user(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<UpdateUser>,
 ) -> Result<Json<User>, ApiError> {
+    if body
+        .max_reservations
+        .is_some_and(|n| n > MAX_RESERVATIONS_CAP)
+    {
+        return Err(ApiError::Invalid(format!(
+            "max_reservations: must be at most {MAX_RESERVATIONS_CAP}"
+        )));
+    }
     if body.max_spend_per_hour.is_some_and(|m| m.micros() <= 0) {
         return Err(ApiError::Invalid(
             "max_spend_per_hour: must be more than 0".into(),
