@@ -155,7 +155,7 @@ impl ProcessExecutor {
     /// from the start, before it has moved itself into the cgroup) or its cgroup (which also
     /// holds processes that left the group).
     fn group_alive(&self, f: &InstanceFile) -> bool {
-        killpg(Pid::from_raw(f.pgid), None).is_ok()
+        group_runs(f.pgid)
             || self
                 .cgroup
                 .as_ref()
@@ -167,6 +167,30 @@ impl ProcessExecutor {
         let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
         children.retain(|_, child| matches!(child.try_wait(), Ok(None)));
     }
+}
+
+/// Whether a process of the group still runs. Zombies do not count: a killed workload's
+/// children are orphaned to the init process, which may take a while to reap them.
+fn group_runs(pgid: i32) -> bool {
+    if killpg(Pid::from_raw(pgid), None).is_err() {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries.flatten().any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        // `pid (comm) state ppid pgrp ...`; the name may hold spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
+        pgrp == Some(pgid) && state != Some("Z")
+    })
 }
 
 #[async_trait]

@@ -37,8 +37,13 @@ fn executor(dir: &Path) -> ProcessExecutor {
 }
 
 fn alive(pid: i32) -> bool {
-    // A zombie has no /proc/PID/cmdline contents; a live process has.
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| !c.is_empty())
+    // Not a zombie: its state (after the name in parentheses) is not `Z`. (Its command line,
+    // read instead before, is briefly empty while it execs.)
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z")
+    })
 }
 
 #[tokio::test]

@@ -22,13 +22,34 @@ fn beats(path: &std::path::Path) -> Vec<(i64, u128)> {
         .collect()
 }
 
-/// Whether any process of the group is alive (the executor's own state of an instance).
+/// Kills a process group when dropped: a copy deaf to SIGTERM must not outlive a failed test.
+struct KillOnDrop(i64);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0)])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// Whether a process of the group still runs (the executor's own state of an instance);
+/// zombies waiting for init to reap them do not count.
 fn group_alive(pgid: i64) -> bool {
-    std::process::Command::new("kill")
-        .args(["-0", "--", &format!("-{pgid}")])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<i64>().ok());
+        pgrp == Some(pgid) && state != Some("Z")
+    })
 }
 
 #[test]
@@ -76,6 +97,7 @@ fn a_cut_off_agent_fences_itself_and_the_work_never_runs_twice() {
     cluster.wait_ready(2);
     eventually("the first copy to write", 10, || !beats(&out).is_empty());
     let pgid = instance_pgid(&dir.join("box-a"), &id);
+    let _first = KillOnDrop(pgid);
     assert!(group_alive(pgid));
 
     let cut = Instant::now();
@@ -88,6 +110,7 @@ fn a_cut_off_agent_fences_itself_and_the_work_never_runs_twice() {
     eventually("the second copy to write", 10, || {
         beats(&out).iter().any(|&(epoch, _)| epoch == 2)
     });
+    let _second = KillOnDrop(instance_pgid(&dir.join("box-b"), &id));
     // box-a's executor stopped its copy by itself: it never heard of the move.
     assert!(
         !group_alive(pgid),
