@@ -25,26 +25,30 @@ pub(super) async fn check_caps(
     defaults: &TenantLimits,
     price_per_hour: Money,
 ) -> Result<()> {
-    let row = sqlx::query(
-        "SELECT u.max_reservations, u.max_spend_per_hour,
-                (SELECT COUNT(*) FROM reservations r
-                 WHERE r.tenant_id = u.id AND r.status IN ('pending', 'starting', 'running'))
-                    AS live,
-                (SELECT CAST(COALESCE(SUM(r.price_per_hour), 0) AS BIGINT) FROM reservations r
-                 WHERE r.tenant_id = u.id AND r.status IN ('pending', 'starting', 'running'))
-                    AS spend
-         FROM users u WHERE u.id = $1",
-    )
-    .bind(tenant_id)
-    .fetch_optional(&mut *conn)
-    .await?
-    .ok_or_else(|| StoreError::not_found("user", tenant_id))?;
-    let max_live = row
+    let caps = sqlx::query("SELECT max_reservations, max_spend_per_hour FROM users WHERE id = $1")
+        .bind(tenant_id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| StoreError::not_found("user", tenant_id))?;
+    let max_live = caps
         .try_get::<Option<i64>, _>("max_reservations")?
         .unwrap_or(i64::from(defaults.max_reservations));
-    let max_spend = row
+    let max_spend = caps
         .try_get::<Option<i64>, _>("max_spend_per_hour")?
         .map_or(defaults.max_spend_per_hour, Money::from_micros);
+    if max_live >= i64::from(u32::MAX) && max_spend.micros() == i64::MAX {
+        // No cap: nothing to count (a tenant with thousands of live reservations would pay
+        // for the count on every reservation).
+        return Ok(());
+    }
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS live, CAST(COALESCE(SUM(price_per_hour), 0) AS BIGINT) AS spend
+         FROM reservations
+         WHERE tenant_id = $1 AND status IN ('pending', 'starting', 'running')",
+    )
+    .bind(tenant_id)
+    .fetch_one(&mut *conn)
+    .await?;
     let live: i64 = row.try_get("live")?;
     let spend = Money::from_micros(row.try_get("spend")?);
     if live >= max_live {
