@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use gpurent_server::{hash_token, RunningServer, ServerConfig};
 use gpurent_store::prelude::*;
-use gpurent_store::{NewNode, NewUser, SqlStore};
+use gpurent_store::{NewNode, SqlStore};
 use gpurent_types::agent::GpuInfo;
-use gpurent_types::{Money, Role, SystemClock};
+use gpurent_types::SystemClock;
 use serde::Serialize;
 
 use super::bench_common::percentile_ms;
@@ -92,14 +92,8 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
             )
             .await?;
     }
-    let tenant_token = "gpr_bench_tenant";
-    let new = NewUser {
-        name: "bench".into(),
-        role: Role::Tenant,
-        token_hash: hash_token(tenant_token),
-        credit: Money::units(1_000_000_000),
-    };
-    store.create_user(new, now).await?;
+    let tenant_token = super::bench_common::TENANT_TOKEN;
+    super::bench_common::bench_tenant(&store, 1_000_000_000).await?;
 
     // Nodes are registered once and never heartbeat here: keep them live for the whole run.
     let config = ServerConfig {

@@ -58,3 +58,18 @@ pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[i].as_secs_f64() * 1000.0
 }
+
+/// The token of the tenant that benchmarks reserve as.
+pub const TENANT_TOKEN: &str = "gpr_bench_tenant";
+
+/// Creates the benchmarks' tenant (token [`TENANT_TOKEN`]) with `credit` whole units.
+pub async fn bench_tenant(store: &SqlStore, credit: i64) -> anyhow::Result<()> {
+    let tenant = gpurent_store::NewUser {
+        name: "bench".into(),
+        role: gpurent_types::Role::Tenant,
+        token_hash: hash_token(TENANT_TOKEN),
+        credit: gpurent_types::Money::units(credit),
+    };
+    store.create_user(tenant, chrono::Utc::now()).await?;
+    Ok(())
+}

@@ -14,11 +14,9 @@ use anyhow::{bail, Context};
 use gpurent_agent::executor::SimExecutor;
 use gpurent_agent::gpu::SimGpus;
 use gpurent_agent::{Agent, AgentConfig, Executor, GpuBackend};
-use gpurent_server::{hash_token, ServerConfig};
-use gpurent_store::prelude::*;
-use gpurent_store::NewUser;
+use gpurent_server::ServerConfig;
 use gpurent_types::api::{Node, Reservation};
-use gpurent_types::{Money, ReservationStatus, Role};
+use gpurent_types::ReservationStatus;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -77,20 +75,10 @@ pub async fn run(args: BenchFailoverArgs, json: bool) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("gpurent-bench-failover-{}", std::process::id()));
     let (store, server) = control_plane(&dir).await?;
     let config = (*server.state.config).clone();
-    let now = chrono::Utc::now();
-    let tenant = "gpr_bench_tenant";
+    let _now = chrono::Utc::now();
+    let tenant = super::bench_common::TENANT_TOKEN;
     let admin = "gpr_bench_admin";
-    store
-        .create_user(
-            NewUser {
-                name: "bench".into(),
-                role: Role::Tenant,
-                token_hash: hash_token(tenant),
-                credit: Money::units(1_000_000),
-            },
-            now,
-        )
-        .await?;
+    super::bench_common::bench_tenant(&store, 1_000_000).await?;
     let base = format!("http://{}", server.addr);
     let mut nodes: Vec<Node1> = Vec::new();
     for name in ["failover-a", "failover-b"] {

@@ -9,11 +9,7 @@ use anyhow::{bail, Context};
 use gpurent_agent::executor::{DockerExecutor, ProcessExecutor, ResourcesPerGpu, SimExecutor};
 use gpurent_agent::gpu::SimGpus;
 use gpurent_agent::{Agent, AgentConfig, Executor};
-use gpurent_server::hash_token;
-use gpurent_store::prelude::*;
-use gpurent_store::NewUser;
 use gpurent_types::api::Reservation;
-use gpurent_types::{Money, Role};
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -34,19 +30,9 @@ struct RunningResult {
 pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("gpurent-bench-running-{}", std::process::id()));
     let (store, server) = control_plane(&dir).await?;
-    let now = chrono::Utc::now();
-    let tenant = "gpr_bench_tenant";
-    store
-        .create_user(
-            NewUser {
-                name: "bench".into(),
-                role: Role::Tenant,
-                token_hash: hash_token(tenant),
-                credit: Money::units(1_000_000),
-            },
-            now,
-        )
-        .await?;
+    let _now = chrono::Utc::now();
+    let tenant = super::bench_common::TENANT_TOKEN;
+    super::bench_common::bench_tenant(&store, 1_000_000).await?;
     let base = format!("http://{}", server.addr);
 
     let resources = ResourcesPerGpu {

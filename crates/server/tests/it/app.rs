@@ -666,6 +666,15 @@ impl TestApp {
     }
 }
 
+/// Of the two nodes `node-0` and `node-1` (`with_sim_gpus` twice), the one that is not `first`.
+pub fn other_node(first: &str) -> &'static str {
+    if first == "node-0" {
+        "node-1"
+    } else {
+        "node-0"
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Tenant {
     pub id: String,

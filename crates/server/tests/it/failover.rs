@@ -15,7 +15,7 @@ use gpurent_billing::Rate;
 use gpurent_types::{Clock, Money};
 use serde_json::{json, Value};
 
-use crate::app::TestApp;
+use crate::app::{other_node, TestApp};
 use crate::both_stores;
 
 /// Two nodes of one RTX 4090 each, a manual clock, and the default liveness (2 s x 3 beats).
@@ -59,6 +59,29 @@ async fn step(app: &TestApp, seconds: i64, live: &str) {
 
 /// Samples every executor until stopped and records any moment at which two nodes ran the
 /// same reservation with the same epoch (the fencing guarantee), or with `any_epoch`, at all.
+/// The executors of the two nodes, watched (`watch_executors`) from now on.
+fn watch_both(
+    app: &TestApp,
+    first: &str,
+    other: &str,
+    any_epoch: bool,
+) -> (
+    Arc<SimExecutor>,
+    Arc<SimExecutor>,
+    Arc<AtomicBool>,
+    tokio::task::JoinHandle<Vec<String>>,
+) {
+    let (old, new) = (app.sim_executor(first), app.sim_executor(other));
+    let (stop, watcher) = watch_executors(
+        vec![
+            (first.to_owned(), old.clone()),
+            (other.to_owned(), new.clone()),
+        ],
+        any_epoch,
+    );
+    (old, new, stop, watcher)
+}
+
 fn watch_executors(
     executors: Vec<(String, Arc<SimExecutor>)>,
     any_epoch: bool,
@@ -127,19 +150,8 @@ async fn lost_node_work_runs_again_elsewhere(backend: gpurent_store::Backend) {
     assert_eq!(r["epoch"], 1);
     let t0 = at(&r["started_at"]);
     let first = r["node"].as_str().unwrap().to_owned();
-    let other = if first == "node-0" {
-        "node-1"
-    } else {
-        "node-0"
-    };
-    let (old, new) = (app.sim_executor(&first), app.sim_executor(other));
-    let (stop_watch, watcher) = watch_executors(
-        vec![
-            (first.clone(), old.clone()),
-            (other.to_owned(), new.clone()),
-        ],
-        false,
-    );
+    let other = other_node(&first);
+    let (old, new, stop_watch, watcher) = watch_both(&app, &first, other, false);
 
     app.kill_agent(&first).await;
     // Six seconds of silence is the TTL: not lost yet.
@@ -222,11 +234,7 @@ async fn work_that_chose_stop_ends_lost(backend: gpurent_store::Backend) {
     let r = app.wait_status(&t.client, &id, "running").await;
     let t0 = at(&r["started_at"]);
     let first = r["node"].as_str().unwrap().to_owned();
-    let other = if first == "node-0" {
-        "node-1"
-    } else {
-        "node-0"
-    };
+    let other = other_node(&first);
     app.kill_agent(&first).await;
     step(&app, 8, other).await;
     let r = app.wait_status(&t.client, &id, "lost").await;
@@ -275,19 +283,8 @@ async fn a_partitioned_agent_fences_itself_first(backend: gpurent_store::Backend
     let id = r["id"].as_str().unwrap().to_owned();
     let r = app.wait_status(&t.client, &id, "running").await;
     let first = r["node"].as_str().unwrap().to_owned();
-    let other = if first == "node-0" {
-        "node-1"
-    } else {
-        "node-0"
-    };
-    let (old, new) = (app.sim_executor(&first), app.sim_executor(other));
-    let (stop_watch, watcher) = watch_executors(
-        vec![
-            (first.clone(), old.clone()),
-            (other.to_owned(), new.clone()),
-        ],
-        true,
-    );
+    let other = other_node(&first);
+    let (old, _, stop_watch, watcher) = watch_both(&app, &first, other, true);
     app.cut(&first);
     let mut moved = false;
     for _ in 0..300 {

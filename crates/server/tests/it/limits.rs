@@ -6,9 +6,9 @@
 use gpurent_server::{Access, Rate, ServerConfig, POLICY};
 use gpurent_store::Backend;
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::app::TestApp;
+use crate::app::{Client, TestApp};
 use crate::both_stores;
 
 /// So slow a refill that no token comes back during a test: no timing in the assertions.
@@ -32,6 +32,29 @@ fn no_rate_limits(config: &mut ServerConfig) {
     config.rate_limits.per_address = None;
 }
 
+/// Sends `n` reservations at once; every one refused must be refused by the cap named
+/// `cap`. How many were created.
+async fn at_once(client: &Client, body: &Value, n: usize, cap: &str) -> usize {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (client, body) = (client.clone(), body.clone());
+            tokio::spawn(async move { client.reserve(body).await })
+        })
+        .collect();
+    let mut created = 0;
+    for task in tasks {
+        let (status, body) = task.await.unwrap();
+        match status {
+            StatusCode::CREATED => created += 1,
+            StatusCode::CONFLICT => {
+                assert_eq!(body["error"]["code"], "limit_exceeded", "{body}");
+                assert!(body["error"]["message"].as_str().unwrap().contains(cap));
+            }
+            other => panic!("{other}: {body}"),
+        }
+    }
+    created
+}
 async fn a_burst_gets_429_with_retry_after(backend: Backend) {
     let app = TestApp::with(backend)
         .with_config(tiny_per_token)
@@ -266,58 +289,18 @@ async fn caps_hold_under_concurrent_requests(backend: Backend) {
     assert_eq!(status, StatusCode::OK);
 
     // Ten at once, each a small share: room for all, but tina may have 3 live.
-    let mut tasks = Vec::new();
-    for _ in 0..10 {
-        let client = tina.client.clone();
-        tasks.push(tokio::spawn(async move {
-            client
-                .reserve(json!({"gpu_type": "rtx4090", "vram_gb": 1, "hours": 1}))
-                .await
-        }));
-    }
-    let mut created = 0;
-    for task in tasks {
-        let (status, body) = task.await.unwrap();
-        match status {
-            StatusCode::CREATED => created += 1,
-            StatusCode::CONFLICT => {
-                assert_eq!(body["error"]["code"], "limit_exceeded", "{body}");
-                assert!(body["error"]["message"]
-                    .as_str()
-                    .unwrap()
-                    .contains("max_reservations"));
-            }
-            other => panic!("{other}: {body}"),
-        }
-    }
-    assert_eq!(created, 3);
+    let body = json!({"gpu_type": "rtx4090", "vram_gb": 1, "hours": 1});
+    assert_eq!(
+        at_once(&tina.client, &body, 10, "max_reservations").await,
+        3
+    );
 
     // Whole RTX 4090s at 2.50/h: two fit under 5.00/h, however many ask at once.
-    let mut tasks = Vec::new();
-    for _ in 0..6 {
-        let client = tom.client.clone();
-        tasks.push(tokio::spawn(async move {
-            client
-                .reserve(json!({"gpu_type": "rtx4090", "hours": 1}))
-                .await
-        }));
-    }
-    let mut created = 0;
-    for task in tasks {
-        let (status, body) = task.await.unwrap();
-        match status {
-            StatusCode::CREATED => created += 1,
-            StatusCode::CONFLICT => {
-                assert_eq!(body["error"]["code"], "limit_exceeded", "{body}");
-                assert!(body["error"]["message"]
-                    .as_str()
-                    .unwrap()
-                    .contains("max_spend_per_hour"));
-            }
-            other => panic!("{other}: {body}"),
-        }
-    }
-    assert_eq!(created, 2);
+    let body = json!({"gpu_type": "rtx4090", "hours": 1});
+    assert_eq!(
+        at_once(&tom.client, &body, 6, "max_spend_per_hour").await,
+        2
+    );
     app.assert_consistent().await;
     app.shutdown().await;
 }

@@ -8,7 +8,7 @@ use gpurent_types::Clock;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::app::TestApp;
+use crate::app::{other_node, TestApp};
 use crate::both_stores;
 
 fn at(v: &Value) -> DateTime<Utc> {
@@ -53,11 +53,7 @@ async fn a_revoked_node_is_cut_off_and_its_work_runs_elsewhere(backend: gpurent_
         .as_str()
         .expect("node")
         .to_owned();
-    let other = if first == "node-0" {
-        "node-1"
-    } else {
-        "node-0"
-    };
+    let other = other_node(&first);
 
     // Only admins revoke; an unknown node is not found.
     let path = format!("/api/v1/nodes/{first}/revoke");
