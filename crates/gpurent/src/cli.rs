@@ -629,9 +629,15 @@ pub enum TokensCommand {
         /// A label for `tokens ls`.
         #[arg(long)]
         name: Option<String>,
-        /// Valid for this many days (default: until revoked).
+        /// Valid for this many days, and never longer than the token you make it with
+        /// (default: as long as that token; until revoked only for an admin or with
+        /// `--with-password`). Revoking that token revokes this one.
         #[arg(long, value_name = "N")]
         expires_in_days: Option<u32>,
+        /// Give your password (GPURENT_PASSWORD, else a line on stdin): the token is then
+        /// one of its own, which may never expire and outlives the token you used.
+        #[arg(long)]
+        with_password: bool,
     },
     /// Your tokens (admin: everyone's), never their secrets.
     Ls,

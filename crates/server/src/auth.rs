@@ -2,7 +2,7 @@
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use gpurent_store::AuthUser;
+use gpurent_store::{AuthUser, TokenFacts};
 use gpurent_types::Role;
 use sha2::{Digest, Sha256};
 
@@ -36,9 +36,9 @@ pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Result<&str, ApiError> 
         .ok_or_else(|| ApiError::Unauthorized("Authorization header must be `Bearer TOKEN`".into()))
 }
 
-/// The authenticated user making a request.
+/// The authenticated user making a request, and the token it was made with.
 #[derive(Debug, Clone)]
-pub struct Caller(pub AuthUser);
+pub struct Caller(pub AuthUser, pub TokenFacts);
 
 /// Which roles may call which route is `policy.rs`'s table, enforced before any handler runs.
 impl Caller {

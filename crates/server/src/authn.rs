@@ -22,7 +22,7 @@ pub(crate) async fn authenticate(
         .check_token(&hash_token(token), state.now())
         .await?
     {
-        TokenCheck::Valid(user) => Ok(Caller(user)),
+        TokenCheck::Valid(user, token) => Ok(Caller(user, token)),
         TokenCheck::Expired(at) => Err(ApiError::Unauthorized(format!(
             "this token expired at {}; log in again or create a new token",
             at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)

@@ -1,6 +1,7 @@
 //! Turning request bodies into store intents, with a 422 naming the field for every bad value.
 
 use gpurent_store::{NewReservation, Want};
+use gpurent_types::agent::GpuInfo;
 use gpurent_types::api::{CreateReservation, CreateUser};
 use gpurent_types::{GpuType, Money, Role, Tier};
 use sha2::{Digest, Sha256};
@@ -12,6 +13,8 @@ pub const MAX_GPU_COUNT: u32 = 64;
 pub const MAX_VRAM_GB: u32 = 1024;
 /// A year.
 pub const MAX_HOURS: f64 = 8760.0;
+/// 3.6 seconds: the schema's minimum.
+pub const MIN_HOURS: f64 = 0.001;
 const MAX_ARGS: usize = 256;
 const MAX_ENV: usize = 128;
 const MAX_TEXT: usize = 8192;
@@ -21,11 +24,62 @@ fn invalid(msg: impl Into<String>) -> ApiError {
     ApiError::Invalid(msg.into())
 }
 
+/// What the executors set for every instance: which GPUs it sees, what the NVIDIA runtime
+/// gives it, and gpurent's own facts. A tenant's value would give it another tenant's GPUs.
+const RESERVED_VARIABLES: &str = "CUDA_VISIBLE_DEVICES, NVIDIA_*, GPURENT_*";
+
+/// Case-insensitively: a tool that upper-cases names must not find a way around it.
+pub fn is_reserved_variable(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper == "CUDA_VISIBLE_DEVICES" || upper.starts_with("NVIDIA_") || upper.starts_with("GPURENT_")
+}
+
+/// Characters that rewrite a terminal or reorder what a person reads: C0 and C1 controls
+/// (ESC, CR, TAB, NUL ...), DEL, and the bidirectional overrides and isolates.
+fn is_unprintable(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A name or label shown in lists (`tokens ls`, `nodes ls`): no control characters.
+pub fn printable(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.chars().any(is_unprintable) {
+        return Err(invalid(format!(
+            "{field}: control characters (escape sequences, carriage returns, tabs, NUL) are not allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// NUL bytes end C strings: an argument, variable or image name with one would be cut short
+/// (or refused) only at the agent, after the tenant was charged. Secrets' values are never
+/// repeated, so the message names only where.
+fn no_nul_in_request(body: &CreateReservation) -> Result<(), ApiError> {
+    let nul = |t: &str| t.contains('\0');
+    if nul(&body.gpu_type) {
+        return Err(invalid("gpu_type: contains a NUL byte"));
+    }
+    if body.image.as_deref().is_some_and(nul) {
+        return Err(invalid("image: contains a NUL byte"));
+    }
+    if let Some(i) = body.command.iter().position(|a| nul(a)) {
+        return Err(invalid(format!("command[{i}]: contains a NUL byte")));
+    }
+    for (what, vars) in [("env", &body.env), ("secrets", &body.secrets)] {
+        if vars.iter().any(|(k, v)| nul(k) || nul(v)) {
+            return Err(invalid(format!(
+                "{what}: a variable's name or value contains a NUL byte"
+            )));
+        }
+    }
+    Ok(())
+}
+
 pub fn reservation(
     tenant_id: &str,
     body: &CreateReservation,
     idempotency_key: Option<String>,
 ) -> Result<NewReservation, ApiError> {
+    no_nul_in_request(body)?;
     let gpu_type = GpuType::parse(&body.gpu_type).map_err(|e| invalid(format!("gpu_type: {e}")))?;
     let want = match (body.gpu_count, body.vram_gb) {
         (Some(_), Some(_)) => {
@@ -49,16 +103,13 @@ pub fn reservation(
         (Some(count), None) => Want::Whole { count },
         (None, None) => Want::Whole { count: 1 },
     };
-    if !body.hours.is_finite() || body.hours <= 0.0 || body.hours > MAX_HOURS {
+    if !body.hours.is_finite() || body.hours < MIN_HOURS || body.hours > MAX_HOURS {
         return Err(invalid(format!(
-            "hours must be more than 0 and at most {MAX_HOURS}"
+            "hours must be at least {MIN_HOURS} and at most {MAX_HOURS}"
         )));
     }
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // bounded just above
     let duration_s = (body.hours * 3600.0).round() as u64;
-    if duration_s == 0 {
-        return Err(invalid("hours must be at least one second (0.0003)"));
-    }
     let tier = body.tier.unwrap_or_default();
     if body.bid.is_some() && tier != Tier::Spot {
         return Err(invalid("bid is only for the spot tier"));
@@ -90,6 +141,11 @@ pub fn reservation(
             if !valid_name {
                 return Err(invalid(format!(
                     "{what}: {k:?} is not a valid variable name"
+                )));
+            }
+            if is_reserved_variable(k) {
+                return Err(invalid(format!(
+                    "{what}: {k} is set by gpurent for every instance ({RESERVED_VARIABLES}) and cannot be given"
                 )));
             }
             // A secret's value is never repeated, not even in an error.
@@ -156,7 +212,8 @@ pub(crate) fn request_hash<T: serde::Serialize>(body: &T) -> String {
 }
 
 pub fn user(body: &CreateUser) -> Result<(String, Role, Money), ApiError> {
-    let name = body.name.trim();
+    // Not trimmed: "alice\r" is not alice.
+    let name = body.name.as_str();
     let valid = !name.is_empty()
         && name.len() <= 64
         && name
@@ -178,6 +235,55 @@ pub fn user(body: &CreateUser) -> Result<(String, Role, Money), ApiError> {
 
 /// The most credit an admin may grant at once.
 const MAX_GRANT_UNITS: i64 = 1_000_000_000;
+
+/// The most a GPU's memory may be declared as: 1 TiB, four times the largest GPU sold.
+pub const MAX_GPU_VRAM_MB: u64 = 1024 * 1024;
+const MAX_GPU_TEXT: usize = 128;
+const MAX_GPU_INDEX: u32 = 1023;
+
+/// What an agent may declare of its GPUs (at registration and in every sync): a host's
+/// claims are billed to tenants, so each is bounded, and names are printable.
+pub fn inventory(gpus: &[GpuInfo]) -> Result<(), ApiError> {
+    if gpus.len() > MAX_GPU_COUNT as usize {
+        return Err(invalid(format!(
+            "at most {MAX_GPU_COUNT} GPUs per node (the agent declared {})",
+            gpus.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, g) in gpus.iter().enumerate() {
+        let at = format!("gpus[{i}]");
+        let graphic = !g.uuid.is_empty()
+            && g.uuid.len() <= MAX_GPU_TEXT
+            && g.uuid.bytes().all(|b| b.is_ascii_graphic());
+        if !graphic {
+            return Err(invalid(format!(
+                "{at}.uuid must be 1-{MAX_GPU_TEXT} printable ASCII characters without spaces"
+            )));
+        }
+        if !seen.insert(g.uuid.as_str()) {
+            return Err(invalid(format!("{at}.uuid {} is declared twice", g.uuid)));
+        }
+        if g.model.trim().is_empty() || g.model.len() > MAX_GPU_TEXT {
+            return Err(invalid(format!(
+                "{at}.model must be 1-{MAX_GPU_TEXT} characters"
+            )));
+        }
+        printable(&format!("{at}.model"), &g.model)?;
+        if g.vram_mb == 0 || g.vram_mb > MAX_GPU_VRAM_MB {
+            return Err(invalid(format!(
+                "{at}.vram_mb must be from 1 to {MAX_GPU_VRAM_MB} (1 TiB); the agent declared {}",
+                g.vram_mb
+            )));
+        }
+        if g.index > MAX_GPU_INDEX {
+            return Err(invalid(format!(
+                "{at}.index must be at most {MAX_GPU_INDEX}"
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// Credit an admin may grant at once: positive and at most a billion.
 pub fn grant_amount(amount: Money) -> Result<Money, ApiError> {

@@ -11,10 +11,17 @@ use crate::{AuthUser, Result};
 /// What a bearer token's hash turned out to be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenCheck {
-    Valid(AuthUser),
+    Valid(AuthUser, TokenFacts),
     Expired(DateTime<Utc>),
     Revoked(DateTime<Utc>),
     Unknown,
+}
+
+/// The token a request was authenticated with: what a token made with it inherits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenFacts {
+    pub id: String,
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// A token to store: only its hash, never the secret.
@@ -26,6 +33,8 @@ pub struct NewToken {
     pub kind: &'static str,
     pub name: Option<String>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// The token it was made with: revoking that one revokes this one too.
+    pub parent_id: Option<String>,
 }
 
 /// The platform's caps on one tenant's live reservations (`pending`, `starting`, `running`);
@@ -77,8 +86,9 @@ pub trait AccessStore: Send + Sync {
         after: Option<&str>,
     ) -> Result<Vec<Token>>;
 
-    /// Revokes token `id` of `user_id` (any user's for `None`); a revoked one stays revoked
-    /// at its first time. NotFound for another user's token, as for none.
+    /// Revokes token `id` of `user_id` (any user's for `None`) and every token made from it,
+    /// down its lineage; a revoked one stays revoked at its first time. NotFound for another
+    /// user's token, as for none.
     async fn revoke_token(
         &self,
         id: &str,

@@ -21,7 +21,7 @@ use gpurent_types::api::{
 };
 use gpurent_types::Money;
 
-pub use access::{AccessStore, LoginFacts, NewToken, TenantLimits, TokenCheck};
+pub use access::{AccessStore, LoginFacts, NewToken, TenantLimits, TokenCheck, TokenFacts};
 pub use audit_trail::verify_audit;
 pub use error::StoreError;
 pub use model::{

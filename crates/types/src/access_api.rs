@@ -35,16 +35,34 @@ pub struct SetPassword {
 }
 
 /// `POST /api/v1/tokens`: a new API token of the caller.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
     /// A label to recognise it by in `tokens ls`.
     #[serde(default)]
     pub name: Option<String>,
-    /// Valid for this many days (1 to 3650); without it, until revoked.
+    /// Valid for this many days (1 to 3650), and never longer than the token that makes it
+    /// (which revokes it when it is revoked). Without it: as long as that token, and a token
+    /// that never expires only for an admin or with `password`.
     #[serde(default)]
     #[schema(minimum = 1, maximum = 3650)]
     pub expires_in_days: Option<u32>,
+    /// The caller's password: the new token is then a credential of its own, neither bound
+    /// to the token of this request nor limited by its expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 1024)]
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for CreateToken {
+    /// Without the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateToken")
+            .field("name", &self.name)
+            .field("expires_in_days", &self.expires_in_days)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// An API or session token as listed: never its secret.

@@ -250,6 +250,8 @@ pub struct PublishedPort {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SyncRequest {
+    /// The node's whole inventory, on the first sync after the agent starts (with `host`);
+    /// empty on the others. A GPU it no longer lists leaves placement.
     pub gpus: Vec<GpuInfo>,
     pub instances: Vec<InstanceReport>,
     /// The desired-state version the agent already has; the server waits for a newer one.

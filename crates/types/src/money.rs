@@ -8,6 +8,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Micro-units per unit of currency: money has at most 6 decimals.
 pub const MICROS_PER_UNIT: i64 = 1_000_000;
+/// The most digits before the point an amount may be written with (the schema's `{1,12}`).
+const MAX_UNIT_DIGITS: usize = 12;
 
 /// An amount of money in micro-units of the platform currency. Never a float.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -63,27 +65,38 @@ impl Money {
 impl FromStr for Money {
     type Err = MoneyError;
 
+    /// Exactly the schema's form, `^-?[0-9]{1,12}(\.[0-9]{1,6})?$`: no sign but a minus, no
+    /// spaces, no bare or trailing point, no exponent, at most six decimals.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let trimmed = s.trim();
-        // Reject exponents and other forms Decimal would accept but a person would not write.
-        if trimmed.is_empty()
-            || !trimmed
-                .chars()
-                .all(|c| c.is_ascii_digit() || c == '.' || c == '-' || c == '+')
-        {
-            return Err(MoneyError::NotDecimal(s.to_owned()));
+        let not_decimal = || MoneyError::NotDecimal(s.to_owned());
+        let (negative, digits) = match s.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, s),
+        };
+        let (units, frac) = match digits.split_once('.') {
+            Some((units, frac)) => (units, Some(frac)),
+            None => (digits, None),
+        };
+        let all_digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if !all_digits(units) || frac.is_some_and(|f| !all_digits(f)) {
+            return Err(not_decimal());
         }
-        let d =
-            Decimal::from_str_exact(trimmed).map_err(|_| MoneyError::NotDecimal(s.to_owned()))?;
-        if d.scale() > 6 && d.normalize().scale() > 6 {
+        let frac = frac.unwrap_or("");
+        if frac.len() > 6 {
             return Err(MoneyError::TooPrecise(s.to_owned()));
         }
-        let micros = d
-            .checked_mul(Decimal::from(MICROS_PER_UNIT))
-            .ok_or_else(|| MoneyError::OutOfRange(s.to_owned()))?;
-        let micros = i64::try_from(micros.trunc().mantissa() / 10i128.pow(micros.trunc().scale()))
-            .map_err(|_| MoneyError::OutOfRange(s.to_owned()))?;
-        Ok(Money(micros))
+        if units.len() > MAX_UNIT_DIGITS {
+            return Err(MoneyError::OutOfRange(s.to_owned()));
+        }
+        // Twelve digits of units and six of micros fit an i64 with room to spare.
+        let parse = |t: &str| t.parse::<i64>().map_err(|_| not_decimal());
+        let micros = parse(units)? * MICROS_PER_UNIT
+            + if frac.is_empty() {
+                0
+            } else {
+                parse(frac)? * 10i64.pow(6 - u32::try_from(frac.len()).unwrap_or(6))
+            };
+        Ok(Money(if negative { -micros } else { micros }))
     }
 }
 
@@ -146,7 +159,11 @@ mod tests {
         assert_eq!(Money(6_944).to_string(), "0.006944");
         assert_eq!(Money(100_000_000).to_string(), "100.00");
         assert_eq!(Money(-1_250_000).to_string(), "-1.25");
-        assert_eq!("1.5000000".parse::<Money>(), Ok(Money(1_500_000)));
+        assert_eq!("007.10".parse::<Money>(), Ok(Money(7_100_000)));
+        assert_eq!(
+            "999999999999.999999".parse::<Money>(),
+            Ok(Money(999_999_999_999_999_999))
+        );
     }
 
     #[test]
@@ -171,11 +188,28 @@ mod tests {
             "99999999999999999".parse::<Money>(),
             Err(MoneyError::OutOfRange(_))
         ));
+        // What the schema's pattern forbids, though a decimal parser would take it.
+        for bad in [
+            "+5",
+            " 5",
+            "5 ",
+            "5.",
+            ".5",
+            "-",
+            "-.5",
+            "1.5000000",
+            "1_000",
+            "٣",
+            "5\n",
+            "--5",
+        ] {
+            assert!(bad.parse::<Money>().is_err(), "{bad:?}");
+        }
     }
 
     proptest! {
         #[test]
-        fn display_then_parse_round_trips(micros in i64::MIN / 2..i64::MAX / 2) {
+        fn display_then_parse_round_trips(micros in -999_999_999_999_999_999i64..=999_999_999_999_999_999) {
             let m = Money(micros);
             prop_assert_eq!(m.to_string().parse::<Money>(), Ok(m));
         }

@@ -104,10 +104,12 @@ pub async fn tokens(api: &ApiClient, command: TokensCommand, json: bool) -> Resu
         TokensCommand::Create {
             name,
             expires_in_days,
+            with_password,
         } => {
             let body = CreateToken {
                 name,
                 expires_in_days,
+                password: with_password.then(read_password).transpose()?,
             };
             let created: TokenCreated = api.post("/api/v1/tokens", &body, None).await?;
             if json {

@@ -60,6 +60,18 @@ fn tokens_and_logins_through_the_cli() {
     assert_ne!(code, 0);
     assert_eq!(refused["error"]["code"], "unauthorized", "{refused}");
 
+    // From a twelve-hour session, a token of its own only with the password.
+    let (code, own) = with_password(
+        &url,
+        Some(&console),
+        "correct horse battery",
+        &["tokens", "create", "--with-password", "--name", "own"],
+    );
+    assert_eq!(code, 0, "{own}");
+    assert!(own["expires_at"].is_null(), "{own}");
+    let bound = cli(&url, Some(&console), true, &["tokens", "create"]).json();
+    assert_eq!(bound["expires_at"], session["expires_at"], "{bound}");
+
     let made = cli(
         &url,
         Some(&token),
@@ -77,7 +89,7 @@ fn tokens_and_logins_through_the_cli() {
     let made = made.json();
     let ci = made["token"].as_str().unwrap().to_owned();
     let listed = cli(&url, Some(&token), true, &["tokens", "ls"]).json();
-    assert_eq!(listed.as_array().unwrap().len(), 3, "{listed}");
+    assert_eq!(listed.as_array().unwrap().len(), 5, "{listed}");
     let revoked = cli(
         &url,
         Some(&token),

@@ -8,41 +8,22 @@ use axum::http::StatusCode;
 use axum::Json;
 use gpurent_store::NewNode;
 use gpurent_types::agent::{
-    GpuInfo, InstanceState, NodeRegistered, RegisterNode, SyncRequest, SyncResponse,
+    InstanceState, NodeRegistered, RegisterNode, SyncRequest, SyncResponse,
 };
 use gpurent_types::api::ErrorBody;
 
 use crate::auth::{hash_token, new_token, AgentNode};
 use crate::error::ApiError;
-use crate::extract::ApiJson;
+use crate::extract::AgentJson;
 use crate::health_rules::{breaches, burn_in_issue};
 use crate::state::AppState;
 use crate::tls::{NodeCa, PeerCert};
+use crate::validate;
 use crate::verification::verify;
 
-const MAX_GPUS_PER_NODE: usize = 256;
 const MAX_REPORTS: usize = 4096;
-/// 16 TiB: more than any GPU has, small enough for every integer column.
-const MAX_VRAM_MB: u64 = 16 * 1024 * 1024;
 /// A replica re-reads the version this often while holding a sync, to see other replicas' changes.
 const VERSION_RECHECK: Duration = Duration::from_secs(1);
-
-fn validate_gpus(gpus: &[GpuInfo]) -> Result<(), ApiError> {
-    if gpus.len() > MAX_GPUS_PER_NODE {
-        return Err(ApiError::Invalid(format!(
-            "at most {MAX_GPUS_PER_NODE} GPUs per node"
-        )));
-    }
-    let bad = |g: &GpuInfo| {
-        g.uuid.is_empty() || g.uuid.len() > 128 || g.vram_mb == 0 || g.vram_mb > MAX_VRAM_MB
-    };
-    if gpus.iter().any(bad) {
-        return Err(ApiError::Invalid(
-            "every GPU needs a UUID (at most 128 characters) and its memory size".into(),
-        ));
-    }
-    Ok(())
-}
 
 /// Trade a join token for a node identity and credential.
 #[utoipa::path(post, path = "/api/v1/agent/register", tag = "agent", request_body = RegisterNode,
@@ -50,7 +31,7 @@ fn validate_gpus(gpus: &[GpuInfo]) -> Result<(), ApiError> {
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn register(
     State(state): State<AppState>,
-    ApiJson(mut body): ApiJson<RegisterNode>,
+    AgentJson(mut body): AgentJson<RegisterNode>,
 ) -> Result<(StatusCode, Json<NodeRegistered>), ApiError> {
     let name_ok = !body.name.is_empty()
         && body.name.len() <= 64
@@ -63,7 +44,7 @@ pub(crate) async fn register(
             "name must be 1-64 characters of letters, digits and - _ .".into(),
         ));
     }
-    validate_gpus(&body.gpus)?;
+    validate::inventory(&body.gpus)?;
     // Over TLS every node gets a client certificate, signed from its CSR.
     let node_ca = state.config.tls.as_ref().map(|tls| &tls.node_ca);
     let csr = match (node_ca, body.csr.take()) {
@@ -136,10 +117,10 @@ pub(crate) async fn sync(
     State(state): State<AppState>,
     AgentNode(node_id): AgentNode,
     peer: PeerCert,
-    ApiJson(body): ApiJson<SyncRequest>,
+    AgentJson(body): AgentJson<SyncRequest>,
 ) -> Result<Json<SyncResponse>, ApiError> {
     check_node_cert(&state, &node_id, &peer).await?;
-    validate_gpus(&body.gpus)?;
+    validate::inventory(&body.gpus)?;
     if body.instances.len() > MAX_REPORTS {
         return Err(ApiError::Invalid(format!(
             "at most {MAX_REPORTS} instance reports per sync"

@@ -48,6 +48,7 @@ pub(crate) async fn login(
                 kind: "session",
                 name: None,
                 expires_at: Some(now + ttl),
+                parent_id: None,
             },
             now,
         )

@@ -13,6 +13,7 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::pagination::PageQuery;
 use crate::state::AppState;
+use crate::validate;
 
 /// Longest expiry a token may be given, in days (ten years).
 const MAX_EXPIRY_DAYS: u32 = 3650;
@@ -27,7 +28,13 @@ pub(crate) async fn create(
     caller: Caller,
     ApiJson(body): ApiJson<CreateToken>,
 ) -> Result<(StatusCode, Json<TokenCreated>), ApiError> {
-    let expires_at = match body.expires_in_days {
+    if let Some(name) = &body.name {
+        if name.chars().count() > 100 {
+            return Err(ApiError::Invalid("name: longer than 100 characters".into()));
+        }
+        validate::printable("name", name)?;
+    }
+    let asked = match body.expires_in_days {
         None => None,
         Some(days) if (1..=MAX_EXPIRY_DAYS).contains(&days) => {
             Some(state.now() + chrono::Duration::days(i64::from(days)))
@@ -38,9 +45,16 @@ pub(crate) async fn create(
             )))
         }
     };
-    if body.name.as_ref().is_some_and(|n| n.len() > 100) {
-        return Err(ApiError::Invalid("name: longer than 100 characters".into()));
-    }
+    let (expires_at, parent_id) = match body.password {
+        Some(password) => {
+            // Re-authenticated: a credential of its own, as a fresh login would give.
+            if !password_matches(&state, &caller, password).await? {
+                return Err(ApiError::Unauthorized("wrong password".into()));
+            }
+            (asked, None)
+        }
+        None => (lineage(&caller, asked)?, Some(caller.1.id.clone())),
+    };
     let token = new_token("gpr");
     let info = state
         .store
@@ -51,12 +65,50 @@ pub(crate) async fn create(
                 kind: "api",
                 name: body.name,
                 expires_at,
+                parent_id,
             },
             state.now(),
         )
         .await?;
     tracing::info!(user_id = %caller.0.id, token_id = %info.id, "token created");
     Ok((StatusCode::CREATED, Json(TokenCreated { info, token })))
+}
+
+/// When a token made with the caller's token expires: never after that token, and never
+/// at all only for an admin (a tenant's token that never expires was made by one).
+fn lineage(
+    caller: &Caller,
+    asked: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, ApiError> {
+    match (asked, caller.1.expires_at) {
+        (Some(asked), Some(parent)) => Ok(Some(asked.min(parent))),
+        (None, Some(parent)) => Ok(Some(parent)),
+        (asked, None) if asked.is_some() || caller.is_admin() => Ok(asked),
+        (_, None) => Err(ApiError::Invalid(
+            "expires_in_days: required; a token that never expires needs your password \
+             (password) or an admin"
+                .into(),
+        )),
+    }
+}
+
+/// Whether `password` is the caller's (argon2, off the async workers, as a login).
+async fn password_matches(
+    state: &AppState,
+    caller: &Caller,
+    password: String,
+) -> Result<bool, ApiError> {
+    const MAX_PASSWORD: usize = 1024;
+    if password.len() > MAX_PASSWORD {
+        return Ok(false);
+    }
+    let stored = state
+        .store
+        .login_facts(&caller.0.name)
+        .await?
+        .filter(|f| f.user_id == caller.0.id)
+        .and_then(|f| f.password_hash);
+    Ok(crate::password::verify_blocking(password, stored).await)
 }
 
 /// The caller's tokens (an admin: everyone's), newest first, never their secrets.

@@ -385,6 +385,27 @@ impl TestApp {
     /// Starts the node's agent again with its data dir, GPUs and executor (it resumes its
     /// node identity and adopts what its executor runs).
     pub async fn restart_agent(&mut self, name: &str) {
+        self.restart_agent_with(name, None).await;
+    }
+
+    /// Restarts the node's agent with other simulated GPUs (`spec`, named as the node's own:
+    /// `"1xRTX4090"` keeps the first of two and drops the second).
+    pub async fn restart_agent_with_gpus(&mut self, name: &str, spec: &str) {
+        let gpus: Arc<dyn gpurent_agent::GpuBackend> =
+            Arc::new(SimGpus::parse(spec, name).expect("spec"));
+        self.restart_agent_with(name, Some(gpus)).await;
+    }
+
+    async fn restart_agent_with(
+        &mut self,
+        name: &str,
+        gpus: Option<Arc<dyn gpurent_agent::GpuBackend>>,
+    ) {
+        if let Some(gpus) = gpus {
+            if let Some(p) = self.agent_parts.iter_mut().find(|p| p.name == name) {
+                p.gpus = gpus;
+            }
+        }
         let parts = self
             .agent_parts
             .iter()

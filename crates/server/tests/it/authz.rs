@@ -133,7 +133,11 @@ async fn another_tenants_ids_are_not_found(backend: Backend) {
     let rid = r["id"].as_str().unwrap().to_owned();
     let (status, _, token) = alice
         .client
-        .send("POST", "/api/v1/tokens", Some(&json!({"name": "ci"})))
+        .send(
+            "POST",
+            "/api/v1/tokens",
+            Some(&json!({"name": "ci", "expires_in_days": 30})),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{token}");
     let token_id = token["id"].as_str().unwrap().to_owned();

@@ -14,6 +14,7 @@ mod elastic;
 mod failover;
 mod fencing;
 mod health;
+mod hostile;
 mod idempotency;
 mod idle;
 mod lifecycle;

@@ -7,7 +7,9 @@ use gpurent_types::Money;
 use sqlx::Row;
 
 use super::{from_ts, new_id, ts, SqlStore};
-use crate::{AccessStore, AuthUser, LoginFacts, NewToken, Result, StoreError, TokenCheck};
+use crate::{
+    AccessStore, AuthUser, LoginFacts, NewToken, Result, StoreError, TokenCheck, TokenFacts,
+};
 
 const TOKEN_COLUMNS: &str =
     "id, user_id, kind, name, created_at, expires_at, revoked_at FROM api_tokens";
@@ -31,7 +33,7 @@ fn token_from_row(row: &sqlx::any::AnyRow) -> Result<Token> {
 impl AccessStore for SqlStore {
     async fn check_token(&self, token_hash: &str, now: DateTime<Utc>) -> Result<TokenCheck> {
         let row = sqlx::query(
-            "SELECT u.id, u.name, u.role, t.expires_at, t.revoked_at
+            "SELECT u.id, u.name, u.role, t.id AS token_id, t.expires_at, t.revoked_at
              FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = $1",
         )
         .bind(token_hash)
@@ -43,26 +45,34 @@ impl AccessStore for SqlStore {
         if let Some(at) = row.try_get::<Option<i64>, _>("revoked_at")? {
             return Ok(TokenCheck::Revoked(from_ts(at)?));
         }
-        if let Some(at) = row.try_get::<Option<i64>, _>("expires_at")? {
+        let expires_at = row.try_get::<Option<i64>, _>("expires_at")?;
+        if let Some(at) = expires_at {
             if at <= ts(now) {
                 return Ok(TokenCheck::Expired(from_ts(at)?));
             }
         }
         let role: String = row.try_get("role")?;
-        Ok(TokenCheck::Valid(AuthUser {
-            id: row.try_get("id")?,
-            name: row.try_get("name")?,
-            role: role
-                .parse()
-                .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
-        }))
+        Ok(TokenCheck::Valid(
+            AuthUser {
+                id: row.try_get("id")?,
+                name: row.try_get("name")?,
+                role: role
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+            },
+            TokenFacts {
+                id: row.try_get("token_id")?,
+                expires_at: expires_at.map(from_ts).transpose()?,
+            },
+        ))
     }
 
     async fn create_token(&self, new: NewToken, now: DateTime<Utc>) -> Result<Token> {
         let id = new_id();
         let inserted = sqlx::query(
-            "INSERT INTO api_tokens (token_hash, user_id, created_at, id, kind, name, expires_at)
-             SELECT $1, u.id, $3, $4, $5, $6, $7 FROM users u WHERE u.id = $2",
+            "INSERT INTO api_tokens (token_hash, user_id, created_at, id, kind, name, expires_at,
+                parent_id)
+             SELECT $1, u.id, $3, $4, $5, $6, $7, $8 FROM users u WHERE u.id = $2",
         )
         .bind(&new.token_hash)
         .bind(&new.user_id)
@@ -71,6 +81,7 @@ impl AccessStore for SqlStore {
         .bind(new.kind)
         .bind(&new.name)
         .bind(new.expires_at.map(ts))
+        .bind(&new.parent_id)
         .execute(&self.pool)
         .await?
         .rows_affected();
@@ -120,9 +131,15 @@ impl AccessStore for SqlStore {
         now: DateTime<Utc>,
     ) -> Result<Token> {
         let mut tx = self.begin().await?;
+        // The token and its descendants: children are made by their parent's owner, so the
+        // owner check on the first is the check on all.
         sqlx::query(
-            "UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $3)
-             WHERE id = $1 AND ($2 = '' OR user_id = $2)",
+            "WITH RECURSIVE lineage (id) AS (
+                 SELECT id FROM api_tokens WHERE id = $1 AND ($2 = '' OR user_id = $2)
+                 UNION SELECT t.id FROM api_tokens t JOIN lineage l ON t.parent_id = l.id
+             )
+             UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $3)
+             WHERE id IN (SELECT id FROM lineage)",
         )
         .bind(id)
         .bind(user_id.unwrap_or(""))

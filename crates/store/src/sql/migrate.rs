@@ -87,6 +87,16 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "secrets",
         include_str!("../../migrations/0021_secrets.sql"),
     ),
+    (
+        24,
+        "token_lineage",
+        include_str!("../../migrations/0024_token_lineage.sql"),
+    ),
+    (
+        25,
+        "missing_gpus",
+        include_str!("../../migrations/0025_missing_gpus.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

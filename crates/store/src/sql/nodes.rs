@@ -400,14 +400,16 @@ pub(crate) async fn release_gpus(conn: &mut AnyConnection, reservation_id: &str)
     for a in allocations {
         let uuid: String = a.try_get("gpu_uuid")?;
         let mb: i64 = a.try_get("vram_mb")?;
+        // A missing GPU has none free until its agent reports it again.
         let row = sqlx::query(
-            "UPDATE gpus SET free_mb = free_mb + $1 WHERE uuid = $2
+            "UPDATE gpus SET free_mb = free_mb + $1 WHERE uuid = $2 AND missing_since IS NULL
              RETURNING node_id, type_key, vram_mb - free_mb AS used",
         )
         .bind(mb)
         .bind(&uuid)
-        .fetch_one(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await?;
+        let Some(row) = row else { continue };
         if row.try_get::<i64, _>("used")? == 0 {
             let node_id: String = row.try_get("node_id")?;
             let type_key: String = row.try_get("type_key")?;
@@ -585,6 +587,164 @@ async fn requeue_lost(
     Ok(true)
 }
 
+/// A reservation whose node, or one of whose GPUs, was lost at `fence_at` (`row`: its id,
+/// status, on_node_loss, started_at, duration_s): what had run out its hours expired, what
+/// was stopping ends, what chose `stop` ends as lost, and the rest waits to run again
+/// (`requeue_lost`), each noted in `fenced`.
+async fn lose_reservation(
+    conn: &mut AnyConnection,
+    r: &sqlx::any::AnyRow,
+    fence_at: i64,
+    now: i64,
+    requeue_reason: &str,
+    fenced: &mut Fenced,
+) -> Result<()> {
+    let id: String = r.try_get("id")?;
+    let status: ReservationStatus = r
+        .try_get::<String, _>("status")?
+        .parse()
+        .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
+    let choice: String = r.try_get("on_node_loss")?;
+    let report = InstanceReport {
+        reservation_id: id.clone(),
+        epoch: 0,
+        state: InstanceState::Stopped,
+        exit_code: None,
+        message: None,
+        ports: Vec::new(),
+    };
+    let duration_us = r.try_get::<i64, _>("duration_s")?.saturating_mul(1_000_000);
+    let deadline = r
+        .try_get::<Option<i64>, _>("started_at")?
+        .map(|s| s.saturating_add(duration_us))
+        .filter(|d| *d <= fence_at);
+    let end_as = match (deadline, status) {
+        // Its billing already ended when the stop was asked for.
+        (_, ReservationStatus::Stopping) => None,
+        // Its hours were up before the fence: it expired, wherever it ran.
+        (Some(deadline), _) => Some(("expired", deadline)),
+        (None, _) if choice == OnNodeLoss::Stop.as_str() => Some((NODE_LOST, fence_at)),
+        (None, _) => {
+            if requeue_lost(conn, &id, status, fence_at, now, requeue_reason).await? {
+                fenced.rescheduled.push(id);
+            }
+            return Ok(());
+        }
+    };
+    if let Some((reason, at)) = end_as {
+        sqlx::query(
+            "UPDATE reservations SET end_reason = $1, stop_requested_at = $2
+             WHERE id = $3 AND status = $4",
+        )
+        .bind(reason)
+        .bind(at)
+        .bind(&id)
+        .bind(status.as_str())
+        .execute(&mut *conn)
+        .await?;
+    }
+    if finish(conn, &id, status, &report, fence_at).await? {
+        fenced.ended.push(id);
+    }
+    Ok(())
+}
+
+/// The live reservations of a node (`column` = node_id) or of one GPU, as `lose_reservation`
+/// reads them, in id order (the lock order).
+const LIVE_ON: &str = "SELECT id, status, on_node_loss, started_at, duration_s FROM reservations
+    WHERE status IN ('pending', 'starting', 'running', 'stopping') AND ";
+
+/// GPUs of the node that its agent no longer reports (restarted with fewer, or one fell off
+/// the bus and out of the driver's list) leave placement now, and the work on them is handled
+/// as on a lost node; GPUs reported again come back. True when the node's desired state
+/// changed.
+async fn reconcile_inventory(
+    conn: &mut AnyConnection,
+    node_id: &str,
+    reported: &[GpuInfo],
+    at: i64,
+) -> Result<bool> {
+    let known =
+        sqlx::query("SELECT uuid, missing_since FROM gpus WHERE node_id = $1 ORDER BY uuid")
+            .bind(node_id)
+            .fetch_all(&mut *conn)
+            .await?;
+    let reported: HashSet<&str> = reported.iter().map(|g| g.uuid.as_str()).collect();
+    let mut changed = false;
+    let mut gone = Vec::new();
+    for g in &known {
+        let uuid: String = g.try_get("uuid")?;
+        let missing = g.try_get::<Option<i64>, _>("missing_since")?.is_some();
+        match (missing, reported.contains(uuid.as_str())) {
+            (false, false) => gone.push(uuid),
+            (true, true) => {
+                // Back: whatever ran on it was moved, so all of it is free again.
+                let row = sqlx::query(
+                    "UPDATE gpus SET missing_since = NULL, free_mb = vram_mb
+                     WHERE uuid = $1 AND node_id = $2 RETURNING type_key",
+                )
+                .bind(&uuid)
+                .bind(node_id)
+                .fetch_one(&mut *conn)
+                .await?;
+                let type_key: String = row.try_get("type_key")?;
+                adjust_pool(conn, node_id, &type_key, 1).await?;
+                tracing::info!(node_id, gpu = %uuid, "GPU reported again: back in placement");
+                changed = true;
+            }
+            _ => {}
+        }
+    }
+    if gone.is_empty() {
+        return Ok(changed);
+    }
+    // Reservations first (the lock order), then the GPUs they gave back.
+    let mut fenced = Fenced::default();
+    for uuid in &gone {
+        let rows = sqlx::query(&format!(
+            "{LIVE_ON} id IN (SELECT reservation_id FROM allocations WHERE gpu_uuid = $1) ORDER BY id"
+        ))
+        .bind(uuid)
+        .fetch_all(&mut *conn)
+        .await?;
+        for r in &rows {
+            lose_reservation(
+                conn,
+                r,
+                at,
+                at,
+                "a GPU it ran on is gone from its node; waiting to run again",
+                &mut fenced,
+            )
+            .await?;
+        }
+    }
+    for uuid in &gone {
+        // Out of placement: no memory free, and not counted as a whole free GPU (which it
+        // was unless something it could not move, already ended, still holds it).
+        let whole_free = sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM gpus WHERE uuid = $1 AND free_mb = vram_mb",
+        )
+        .bind(uuid)
+        .fetch_one(&mut *conn)
+        .await?;
+        let type_key: String = sqlx::query_scalar(
+            "UPDATE gpus SET missing_since = $1, free_mb = 0 WHERE uuid = $2 AND node_id = $3
+             RETURNING type_key",
+        )
+        .bind(at)
+        .bind(uuid)
+        .bind(node_id)
+        .fetch_one(&mut *conn)
+        .await?;
+        if whole_free == 1 {
+            adjust_pool(conn, node_id, &type_key, -1).await?;
+        }
+        tracing::warn!(node_id, gpu = %uuid, rescheduled = fenced.rescheduled.len(), ended = fenced.ended.len(), "GPU no longer reported by its agent: out of placement");
+    }
+    Ok(true)
+}
+
 impl SqlStore {
     /// Fences one node not heard from since `seen` (see `NodeStore::fence_lost_nodes`). `None`
     /// when it synced meanwhile (nothing of this is kept).
@@ -597,84 +757,21 @@ impl SqlStore {
     ) -> Result<Option<Fenced>> {
         let fence_at = seen.saturating_add(ttl_us).min(now);
         let mut tx = self.begin().await?;
-        let rows = sqlx::query(
-            "SELECT id, status, on_node_loss, started_at, duration_s FROM reservations
-             WHERE node_id = $1 AND status IN ('pending', 'starting', 'running', 'stopping')
-             ORDER BY id",
-        )
-        .bind(node_id)
-        .fetch_all(&mut *tx)
-        .await?;
+        let rows = sqlx::query(&format!("{LIVE_ON} node_id = $1 ORDER BY id"))
+            .bind(node_id)
+            .fetch_all(&mut *tx)
+            .await?;
         let mut fenced = Fenced::default();
-        let gone = InstanceReport {
-            reservation_id: String::new(),
-            epoch: 0,
-            state: InstanceState::Stopped,
-            exit_code: None,
-            message: None,
-            ports: Vec::new(),
-        };
         for r in &rows {
-            let id: String = r.try_get("id")?;
-            let status: ReservationStatus = r
-                .try_get::<String, _>("status")?
-                .parse()
-                .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
-            let choice: String = r.try_get("on_node_loss")?;
-            let report = InstanceReport {
-                reservation_id: id.clone(),
-                ..gone.clone()
-            };
-            let duration_us = r.try_get::<i64, _>("duration_s")?.saturating_mul(1_000_000);
-            let deadline = r
-                .try_get::<Option<i64>, _>("started_at")?
-                .map(|s| s.saturating_add(duration_us))
-                .filter(|d| *d <= fence_at);
-            if let (Some(deadline), false) = (deadline, status == ReservationStatus::Stopping) {
-                // Its hours were up before the fence: it expired, wherever it ran.
-                sqlx::query(
-                    "UPDATE reservations SET end_reason = 'expired', stop_requested_at = $1
-                     WHERE id = $2 AND status = $3",
-                )
-                .bind(deadline)
-                .bind(&id)
-                .bind(status.as_str())
-                .execute(&mut *tx)
-                .await?;
-                if finish(&mut tx, &id, status, &report, fence_at).await? {
-                    fenced.ended.push(id);
-                }
-            } else if status == ReservationStatus::Stopping {
-                // Its billing already ended when the stop was asked for.
-                if finish(&mut tx, &id, status, &report, fence_at).await? {
-                    fenced.ended.push(id);
-                }
-            } else if choice == OnNodeLoss::Stop.as_str() {
-                sqlx::query(
-                    "UPDATE reservations SET end_reason = $1, stop_requested_at = $2
-                     WHERE id = $3 AND status = $4",
-                )
-                .bind(NODE_LOST)
-                .bind(fence_at)
-                .bind(&id)
-                .bind(status.as_str())
-                .execute(&mut *tx)
-                .await?;
-                if finish(&mut tx, &id, status, &report, fence_at).await? {
-                    fenced.ended.push(id);
-                }
-            } else if requeue_lost(
+            lose_reservation(
                 &mut tx,
-                &id,
-                status,
+                r,
                 fence_at,
                 now,
                 "its node was lost; waiting to run again",
+                &mut fenced,
             )
-            .await?
-            {
-                fenced.rescheduled.push(id);
-            }
+            .await?;
         }
         // Nodes last in the lock order; the compare-and-set on its last heartbeat loses to a
         // sync that came meanwhile, and then nothing of this is kept.
@@ -743,6 +840,11 @@ impl SqlStore {
         if let Some(t) = &report.telemetry {
             mark_active(&mut tx, node_id, &t.gpus, at).await?;
             gpu_hours::record(&mut tx, node_id, &t.gpus, at).await?;
+        }
+        // The whole inventory comes with the first sync after the agent starts (with its host
+        // facts); later syncs leave it out.
+        if !gpus.is_empty() || report.host.is_some() {
+            changed |= reconcile_inventory(&mut tx, node_id, gpus, at).await?;
         }
         let known: HashSet<String> =
             sqlx::query_scalar::<_, String>("SELECT uuid FROM gpus WHERE node_id = $1")
@@ -1217,8 +1319,8 @@ impl NodeStore for SqlStore {
         .fetch_all(&self.pool)
         .await?;
         let gpus = sqlx::query(
-            "SELECT node_id, uuid, type_name, vram_mb, free_mb, switch_group FROM gpus
-             ORDER BY node_id, idx",
+            "SELECT node_id, uuid, type_name, vram_mb, free_mb, switch_group, missing_since
+             FROM gpus ORDER BY node_id, idx",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -1226,7 +1328,10 @@ impl NodeStore for SqlStore {
         for g in gpus {
             let vram: i64 = g.try_get("vram_mb")?;
             let free: i64 = g.try_get("free_mb")?;
-            let status = if free == vram {
+            let missing = g.try_get::<Option<i64>, _>("missing_since")?.is_some();
+            let status = if missing {
+                "missing"
+            } else if free == vram {
                 "free"
             } else if free == 0 {
                 "allocated"

@@ -1015,7 +1015,9 @@ impl ReservationStore for SqlStore {
     async fn allocation_problems(&self) -> Result<Vec<String>> {
         let mut problems = Vec::new();
         let gpus = sqlx::query(
-            "SELECT g.uuid, g.vram_mb - g.free_mb AS used,
+            // A missing GPU has nothing free and should have nothing allocated.
+            "SELECT g.uuid, CASE WHEN g.missing_since IS NULL THEN g.vram_mb - g.free_mb
+                    ELSE g.free_mb END AS used,
                     CAST(COALESCE((SELECT SUM(a.vram_mb) FROM allocations a WHERE a.gpu_uuid = g.uuid), 0)
                          AS BIGINT) AS allocated
              FROM gpus g",
