@@ -239,14 +239,16 @@ const MAX_GRANT_UNITS: i64 = 1_000_000_000;
 /// The most a GPU's memory may be declared as: 1 TiB, four times the largest GPU sold.
 pub const MAX_GPU_VRAM_MB: u64 = 1024 * 1024;
 const MAX_GPU_TEXT: usize = 128;
+/// GPUs one agent may declare: far more than any host has (simulated fleets use 256).
+const MAX_GPUS_PER_NODE: usize = 256;
 const MAX_GPU_INDEX: u32 = 1023;
 
 /// What an agent may declare of its GPUs (at registration and in every sync): a host's
 /// claims are billed to tenants, so each is bounded, and names are printable.
 pub fn inventory(gpus: &[GpuInfo]) -> Result<(), ApiError> {
-    if gpus.len() > MAX_GPU_COUNT as usize {
+    if gpus.len() > MAX_GPUS_PER_NODE {
         return Err(invalid(format!(
-            "at most {MAX_GPU_COUNT} GPUs per node (the agent declared {})",
+            "at most {MAX_GPUS_PER_NODE} GPUs per node (the agent declared {})",
             gpus.len()
         )));
     }

@@ -307,7 +307,7 @@ async fn a_lying_inventory_is_refused(backend: Backend) {
         json!({"join_token": join["token"], "name": "liar", "executor": "sim",
             "gpu_backend": "sim", "gpus": gpus})
     };
-    let many: Vec<Value> = (0..65)
+    let many: Vec<Value> = (0..257)
         .map(|i| json!({"index": i, "uuid": format!("GPU-{i}"), "model": "NVIDIA H100", "vram_mb": 81_559}))
         .collect();
     let cases = [
