@@ -119,7 +119,7 @@ impl ControlPlane {
                     let message = response
                         .json::<ErrorBody>()
                         .await
-                        .map(|b| b.error.message)
+                        .map(|b| format!("{} ({})", b.error.message, b.error.code))
                         .unwrap_or_else(|_| "no error body".to_owned());
                     return Err(AgentError::Refused {
                         what,

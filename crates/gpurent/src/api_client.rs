@@ -28,6 +28,8 @@ pub struct ApiClient {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
+    /// Why no token was sent, said when the server asks for one (401).
+    unauthorized_hint: Option<String>,
 }
 
 impl ApiClient {
@@ -36,6 +38,7 @@ impl ApiClient {
             http: reqwest::Client::new(),
             base: base.trim_end_matches('/').to_owned(),
             token,
+            unauthorized_hint: None,
         }
     }
 
@@ -55,7 +58,14 @@ impl ApiClient {
             http,
             base: base.trim_end_matches('/').to_owned(),
             token,
+            unauthorized_hint: None,
         })
+    }
+
+    /// What a 401 answer says instead of the server's message: why no token was sent.
+    pub fn unauthorized_hint(mut self, hint: Option<String>) -> Self {
+        self.unauthorized_hint = hint;
+        self
     }
 
     async fn send(
@@ -90,6 +100,9 @@ impl ApiClient {
             return Ok(response);
         }
         let status = response.status();
+        if let (StatusCode::UNAUTHORIZED, Some(hint)) = (status, &self.unauthorized_hint) {
+            return Err(CliError::new("unauthorized", hint.clone()));
+        }
         Err(match response.json::<ErrorBody>().await {
             Ok(body) => CliError {
                 code: body.error.code,

@@ -20,7 +20,9 @@ pub struct Cli {
         default_value = "http://127.0.0.1:8080"
     )]
     pub server: String,
-    /// API token (default: the admin token in ./gpurent-data/admin.token, if there is one).
+    /// API token (default: the admin token in ./gpurent-data/admin.token, or
+    /// GPURENT_DATA_DIR's, but only for the server that data dir's `up`/`server` wrote to its
+    /// server.url; any other --server needs --token).
     #[arg(long, global = true, env = "GPURENT_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Print exactly one JSON document on stdout.

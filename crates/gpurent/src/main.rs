@@ -112,7 +112,7 @@ fn report_daemon(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", output::escape_control(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
@@ -121,8 +121,13 @@ fn report_daemon(result: anyhow::Result<()>) -> ExitCode {
 fn report_cli_error(e: &CliError, json: bool) {
     if json {
         let body = serde_json::json!({"error": {"code": e.code, "message": e.message}});
-        output::print_line(&body.to_string());
+        // As JSON is: its own escapes, no others.
+        let _ = output::print_json_line(&body);
     } else {
-        eprintln!("error: {} ({})", e.message, e.code);
+        eprintln!(
+            "error: {} ({})",
+            output::escape_control(&e.message),
+            output::escape_control(&e.code)
+        );
     }
 }

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use crate::cli::{AgentArgs, ExecutorKind, LivenessArgs, NodeArgs};
 
 pub async fn run(args: AgentArgs, server: &str, tls: ClientTls) -> anyhow::Result<()> {
-    super::ensure_dir(&args.data_dir)?;
+    super::private::agent_data_dir(&args.data_dir)?;
     if server.starts_with("https://") {
         // Settings that cannot work fail here, before the agent starts.
         tls.client_config()
@@ -31,10 +31,14 @@ pub async fn run(args: AgentArgs, server: &str, tls: ClientTls) -> anyhow::Resul
     if let Some(listen) = args.metrics_listen {
         gpurent_agent::metrics::serve(listen, agent.metrics(), stopped.clone()).await?;
     }
-    let task = tokio::spawn(agent.run(stopped));
+    let mut task = tokio::spawn(agent.run(stopped));
     tokio::select! {
         r = super::shutdown_signal() => r?,
-        r = wait_agent(&task) => return r,
+        // Stopped unasked: its error (a refused registration, say) is the reason to print.
+        r = &mut task => {
+            r.context("the agent task failed")?.context("the agent failed")?;
+            bail!("the agent stopped unasked");
+        }
     }
     let _ = stop.send(true);
     task.await
@@ -67,15 +71,6 @@ pub fn configure_node(config: &mut AgentConfig, liveness: &LivenessArgs, node: &
     }
     config.checkpoint.hook.clone_from(&node.checkpoint_hook);
     config.checkpoint.keep = std::time::Duration::from_secs(node.checkpoint_keep_days * 24 * 3600);
-}
-
-async fn wait_agent(
-    task: &tokio::task::JoinHandle<Result<(), gpurent_agent::AgentError>>,
-) -> anyhow::Result<()> {
-    while !task.is_finished() {
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    bail!("the agent stopped; see the log above")
 }
 
 /// Picks the GPU backend and the executor, and says which. Without `--sim-gpus`, real GPUs

@@ -10,22 +10,10 @@ use gpurent_types::api::{
 };
 use gpurent_types::{Money, Role, Tier};
 
+use super::admin_token::{default_token, DefaultToken};
 use crate::api_client::{ApiClient, CliError};
 use crate::cli::{AdminCommand, Command, CreditCommand, NodesCommand, ReserveArgs, UsersCommand};
 use crate::output::{print_json, print_json_line, print_line, print_raw, print_table};
-
-/// Without --token, the admin token of a local `gpurent up` is used when there is one, and
-/// the CLI says so on stderr.
-fn default_token() -> Option<String> {
-    let dir = std::env::var("GPURENT_DATA_DIR").unwrap_or_else(|_| "./gpurent-data".to_owned());
-    let path = std::path::Path::new(&dir).join("admin.token");
-    let token = std::fs::read_to_string(&path).ok()?.trim().to_owned();
-    eprintln!(
-        "gpurent: no --token given; using the admin token in {}",
-        path.display()
-    );
-    Some(token)
-}
 
 /// An id as one URL path segment: everything but unreserved characters percent-encoded, so
 /// that an id can never reach another endpoint.
@@ -94,12 +82,16 @@ pub async fn run(
     json: bool,
 ) -> Result<(), CliError> {
     // An explicitly empty token means none: no fallback to the admin's.
-    let token = match token {
-        Some(t) if t.trim().is_empty() => None,
-        Some(t) => Some(t),
-        None => default_token(),
+    let (token, withheld) = match token {
+        Some(t) if t.trim().is_empty() => (None, None),
+        Some(t) => (Some(t), None),
+        None => match default_token(server) {
+            DefaultToken::Admin(t) => (Some(t), None),
+            DefaultToken::Withheld(why) => (None, Some(why)),
+            DefaultToken::None => (None, None),
+        },
     };
-    let api = ApiClient::with_tls(server, token, tls)?;
+    let api = ApiClient::with_tls(server, token, tls)?.unauthorized_hint(withheld);
     match command {
         Command::Users(UsersCommand::Create { name, role, credit }) => {
             let role = role

@@ -1,6 +1,7 @@
 //! One module per kind of command: daemons (`up`, `server`, `agent`) and API clients.
 
 pub mod access;
+pub mod admin_token;
 pub mod agent;
 pub mod audit;
 pub mod bench;
@@ -11,6 +12,8 @@ pub mod bench_failover;
 pub mod bench_running;
 pub mod bench_settle;
 pub mod client;
+pub mod lock;
+pub mod private;
 pub mod report;
 pub mod report_csv;
 pub mod report_plot;
@@ -35,17 +38,6 @@ pub async fn shutdown_signal() -> anyhow::Result<()> {
     }
     tracing::info!("shutting down");
     Ok(())
-}
-
-/// Creates a data dir readable by its owner only: it holds tokens and the database.
-pub fn ensure_dir(dir: &Path) -> anyhow::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder
-        .create(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))
 }
 
 /// The URL of the API on an address we listen on (0.0.0.0 is reached through loopback).

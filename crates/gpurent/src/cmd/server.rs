@@ -12,17 +12,23 @@ use gpurent_server::{
 use gpurent_store::SqlStore;
 use gpurent_types::SystemClock;
 
+use super::lock::DataDirLock;
 use crate::cli::{HostArgs, KeysArgs, LivenessArgs, ScaleArgs, ServerArgs};
 use crate::output::print_line;
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
-    super::ensure_dir(&args.data_dir)?;
-    let master_key = super::server::master_key(&args.keys, &args.data_dir)?;
-    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen, &*master_key)?;
+    super::private::server_data_dir(&args.data_dir)?;
     let url = args
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", args.data_dir.join("gpurent.db").display()));
+    // Replicas share a PostgreSQL database; a SQLite data dir has one control plane.
+    let mut lock = url
+        .starts_with("sqlite://")
+        .then(|| DataDirLock::acquire(&args.data_dir))
+        .transpose()?;
+    let master_key = super::server::master_key(&args.keys, &args.data_dir)?;
+    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen, &*master_key)?;
     let server = start(
         &url,
         &args.data_dir,
@@ -40,12 +46,14 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         },
     )
     .await?;
-    let https = server.state.config.tls.is_some();
-    print_line(&format!(
-        "gpurent ready: {}",
-        super::local_url(server.addr, https)
-    ));
+    let base = super::local_url(server.addr, server.state.config.tls.is_some());
+    match &mut lock {
+        Some(lock) => lock.serving(&base)?,
+        None => super::lock::write_server_url(&args.data_dir, &base)?,
+    }
+    print_line(&format!("gpurent ready: {base}"));
     super::shutdown_signal().await?;
+    super::lock::remove_server_url(&args.data_dir);
     let store = server.state.store.clone();
     server.shutdown().await.context("the HTTP server failed")?;
     drop(store);
@@ -92,6 +100,7 @@ pub async fn start(
         }
         None => PriceList::defaults(),
     };
+    super::private::sqlite_database(database_url)?;
     let store = SqlStore::connect(database_url)
         .await
         .with_context(|| format!("cannot open the store at {}", redact(database_url)))?;
@@ -155,6 +164,9 @@ pub fn master_key(
             return Err(e).with_context(|| format!("cannot read the master key {}", path.display()))
         }
     };
+    if args.master_key_file.is_some() {
+        super::private::warn_if_open(&path);
+    }
     let key = LocalKey::from_hex(&text)
         .with_context(|| format!("the master key in {}", path.display()))?;
     Ok(Arc::new(key))
@@ -166,6 +178,9 @@ fn audit_config(args: &KeysArgs, data_dir: &std::path::Path) -> anyhow::Result<A
         .audit_key
         .clone()
         .unwrap_or_else(|| data_dir.join("audit.key"));
+    if args.audit_key.is_some() {
+        super::private::warn_if_open(&path);
+    }
     let signer = match std::fs::read_to_string(&path) {
         Ok(text) => Signer::from_seed_hex(&text)
             .with_context(|| format!("the audit key in {}", path.display()))?,

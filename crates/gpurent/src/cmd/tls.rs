@@ -20,7 +20,10 @@ pub fn server_tls(
     master_key: &dyn gpurent_server::secrets::KeyProvider,
 ) -> anyhow::Result<Option<TlsConfig>> {
     let (cert, key) = match (&args.tls_cert, &args.tls_key, args.tls_self_signed) {
-        (Some(cert), Some(key), _) => (cert.clone(), key.clone()),
+        (Some(cert), Some(key), _) => {
+            super::private::warn_if_open(key);
+            (cert.clone(), key.clone())
+        }
         (_, _, true) => {
             let made = tls::self_signed(data_dir, &names(listen))
                 .context("cannot make the self-signed certificate")?;

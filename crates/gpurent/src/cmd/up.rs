@@ -9,6 +9,7 @@ use gpurent_server::{hash_token, new_token};
 use gpurent_types::Role;
 use tokio::sync::watch;
 
+use super::lock::DataDirLock;
 use crate::cli::UpArgs;
 use crate::output::print_line;
 
@@ -16,7 +17,10 @@ use crate::output::print_line;
 const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
-    super::ensure_dir(&args.data_dir)?;
+    super::private::server_data_dir(&args.data_dir)?;
+    let agent_dir = args.data_dir.join("agent");
+    super::private::agent_data_dir(&agent_dir)?;
+    let mut lock = DataDirLock::acquire(&args.data_dir)?;
     let master_key = super::server::master_key(&args.keys, &args.data_dir)?;
     let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen, &*master_key)?;
     // The local agent trusts what the CLI flags say, else the certificate served at start.
@@ -53,7 +57,6 @@ pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
     let base = super::local_url(server.addr, server.state.config.tls.is_some());
     let store = server.state.store.clone();
 
-    let agent_dir = args.data_dir.join("agent");
     let name = super::agent::host_name();
     let (gpus, executor) = super::agent::backends(&args.node, &name, &agent_dir, true).await?;
     let mut config = AgentConfig::new(&base, agent_dir.clone(), &name);
@@ -103,12 +106,14 @@ pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    lock.serving(&base)?;
     print_line(&format!("gpurent ready: {base}"));
 
     let agent_failed = tokio::select! {
         r = super::shutdown_signal() => { r?; None }
         r = &mut agent => Some(r),
     };
+    super::lock::remove_server_url(&args.data_dir);
     let _ = stop.send(true);
     let agent_result = match agent_failed {
         Some(r) => r,

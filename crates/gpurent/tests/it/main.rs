@@ -5,10 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod access_cli;
+mod agent_register;
 mod agent_restart;
 mod audit;
 mod cli_flow;
+mod cli_safety;
 mod crash;
+mod data_dir;
 mod failover_processes;
 mod netns;
 mod partition;
