@@ -13,8 +13,12 @@ pub fn default_token(server: &str) -> DefaultToken {
         return DefaultToken::None;
     };
     let url_path = dir.join(super::lock::SERVER_URL_FILE);
+    // A server killed with kill -9 leaves its URL behind; whoever listens there later must not
+    // get the token. Its lock, which the kernel released, tells.
+    let stale = super::lock::is_held(dir) == Some(false);
     let owner = std::fs::read_to_string(&url_path)
         .ok()
+        .filter(|_| !stale)
         .map(|u| u.trim().to_owned());
     match owner {
         Some(owner) if same_server(server, &owner) => {
@@ -27,6 +31,10 @@ pub fn default_token(server: &str) -> DefaultToken {
         owner => {
             let whose = match owner {
                 Some(owner) => format!("is only sent to {owner}, the server of that data dir"),
+                None if stale => format!(
+                    "is only sent to the server of that data dir, which is not running (its lock {} is free)",
+                    dir.join(super::lock::LOCK_FILE).display()
+                ),
                 None => format!(
                     "is only sent to the server named in {}, and there is none (is it running?)",
                     url_path.display()

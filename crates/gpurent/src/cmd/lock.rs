@@ -15,6 +15,19 @@ pub const LOCK_FILE: &str = "gpurent.lock";
 /// The URL the daemon of a data dir serves, written once it is ready.
 pub const SERVER_URL_FILE: &str = "server.url";
 
+/// Whether a daemon holds the lock of `dir` now: `Some(false)` when the lock file is there
+/// and free (its daemon ended, kill -9 included, so its `server.url` is stale), `None` when
+/// there is none to ask (a PostgreSQL `server` takes no lock).
+pub fn is_held(dir: &Path) -> Option<bool> {
+    let file = File::open(dir.join(LOCK_FILE)).ok()?;
+    match file.try_lock_shared() {
+        // Taken for a moment and released when `file` is dropped.
+        Ok(()) => Some(false),
+        Err(std::fs::TryLockError::WouldBlock) => Some(true),
+        Err(std::fs::TryLockError::Error(_)) => None,
+    }
+}
+
 /// A held data dir; dropping it (or the process ending) releases it.
 #[derive(Debug)]
 pub struct DataDirLock {

@@ -30,7 +30,11 @@ fn cli_in(cwd: &Path, args: &[&str]) -> Run {
 
 /// A listener that answers every request 401 and sends the request heads it read.
 fn recording_server() -> (String, mpsc::Receiver<String>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    recording_server_at("127.0.0.1:0")
+}
+
+fn recording_server_at(addr: &str) -> (String, mpsc::Receiver<String>) {
+    let listener = TcpListener::bind(addr).unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -104,6 +108,22 @@ fn the_admin_token_of_the_data_dir_goes_only_to_its_own_server() {
     let run = cli_in(dir.path(), &["--server", &renamed, "ls"]);
     assert_ne!(run.code, 0, "{run:?}");
     assert!(run.stderr.contains("--token"), "{run:?}");
+
+    // Killed with kill -9, the server leaves its URL behind; whoever listens on its port
+    // next gets no token: the data dir's lock, released by the kernel, tells it is gone.
+    let mut server = server;
+    let url = server.url.clone();
+    server.kill9();
+    assert!(data.join("server.url").exists());
+    let (squatter, heads) = recording_server_at(url.trim_start_matches("http://"));
+    assert_eq!(squatter, url);
+    let run = cli_in(dir.path(), &["--server", &url, "ls"]);
+    let sent: Vec<String> = heads.try_iter().collect();
+    assert!(
+        sent.iter().all(|h| !h.contains(&admin)),
+        "the admin token went to the dead server's port: {sent:?}"
+    );
+    assert!(run.stderr.contains("not running"), "{run:?}");
 }
 
 #[test]
