@@ -19,6 +19,7 @@ mod idle;
 mod lifecycle;
 mod limits;
 mod logs;
+mod logs_kept;
 mod metrics;
 mod openapi;
 mod queue;

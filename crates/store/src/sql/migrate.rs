@@ -87,6 +87,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "secrets",
         include_str!("../../migrations/0021_secrets.sql"),
     ),
+    (
+        22,
+        "log_bytes",
+        include_str!("../../migrations/0022_log_bytes.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that
