@@ -10,6 +10,7 @@ mod audit;
 mod cli_flow;
 mod crash;
 mod failover_processes;
+mod logs_download;
 mod netns;
 mod partition;
 mod report;
