@@ -177,9 +177,11 @@ pub(crate) async fn logs(
         .store
         .read_logs(&id, &Scope::of(&caller.0), query.offset, LOGS_PAGE_BYTES)
         .await?;
-    // Not `charset=utf-8`: the bytes are the instance's, whatever they are.
+    // Not `charset=utf-8`: the bytes are the instance's, whatever they are; and never taken
+    // for anything but text (a tenant's output may look like HTML).
     let headers = [
         (header::CONTENT_TYPE, "text/plain".to_owned()),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
         (
             HeaderName::from_static("x-log-next-offset"),
             next.to_string(),

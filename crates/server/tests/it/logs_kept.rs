@@ -153,6 +153,12 @@ async fn an_offset_reads_from_that_byte(backend: Backend) {
     wait_for(&t.client, &id, "stopped").await;
     let path = format!("/api/v1/reservations/{id}/logs");
     let (_, all, next) = t.client.get_bytes(&path, "x-log-next-offset").await;
+    let (_, _, kind) = t.client.get_bytes(&path, "content-type").await;
+    let (_, _, sniff) = t.client.get_bytes(&path, "x-content-type-options").await;
+    assert_eq!(
+        (kind.as_deref(), sniff.as_deref()),
+        (Some("text/plain"), Some("nosniff"))
+    );
     assert_eq!(
         (all.as_slice(), next.as_deref()),
         (&b"hello\nworld\n"[..], Some("12"))
