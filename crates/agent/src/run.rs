@@ -1,14 +1,14 @@
 //! The agent's loop: sync with the control plane (report actual state, receive desired state),
 //! plan, act; and fence itself when the control plane is out of reach for longer than the lease.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gpurent_types::agent::{
     Assignment, GpuInfo, HostFacts, InstanceReport, InstanceState, LogChunk, NodeTelemetry,
-    PublishedPort, RegisterNode, SyncRequest,
+    PublishedPort, RegisterNode, SyncRequest, LOG_TAIL_BYTES,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -22,9 +22,20 @@ use crate::stops::Stops;
 use crate::tls::{self, ClientTls};
 use crate::{AgentError, CheckpointConfig, Executor, GpuBackend, NodeIdentity};
 
-/// Output shipped with one sync, for one instance and for all.
+/// Output shipped with one sync, for one running instance and for all (an instance that
+/// ended may take all of it: its end waits for its output).
 const LOG_BYTES_PER_INSTANCE: usize = 256 * 1024;
 const LOG_BYTES_PER_SYNC: usize = 1024 * 1024;
+/// The longest the end of an instance is held back while its output is shipped: output that
+/// keeps coming (from a process it left behind) must not keep its reservation going.
+const DRAIN_AT_MOST: Duration = Duration::from_secs(30);
+
+/// The output one sync ships.
+struct NewOutput {
+    chunks: Vec<LogChunk>,
+    /// Instances that ended whose output is not all shipped with these chunks.
+    unshipped: BTreeSet<String>,
+}
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -238,6 +249,10 @@ impl Agent {
         let mut failures: BTreeMap<String, Observed> = BTreeMap::new();
         // Published ports by (reservation, epoch): asked of the executor once.
         let mut published: BTreeMap<(String, i64), Vec<PublishedPort>> = BTreeMap::new();
+        // What the control plane still keeps of each reservation's output (its last answer).
+        let mut log_room: BTreeMap<String, u64> = BTreeMap::new();
+        // Instances that ended, since when their output is being shipped.
+        let mut draining: BTreeMap<String, Instant> = BTreeMap::new();
         let mut last_contact = Instant::now();
         let mut fenced = false;
         let mut burn_in = BurnIn::new(self.config.burn_in.clone());
@@ -252,6 +267,25 @@ impl Agent {
             // An instance being stopped is reported once it is gone, not as it goes down
             // (when it may look exited for a moment).
             instances.retain(|r| !stops.contains(&r.reservation_id));
+            // An instance that ended is reported once its output is all shipped (its end ends
+            // the reservation, and with it the output the control plane takes).
+            let output = self.new_output(&desired, &actual, &log_room).await;
+            draining.retain(|id, _| output.unshipped.contains(id));
+            for id in &output.unshipped {
+                draining.entry(id.clone()).or_insert_with(Instant::now);
+            }
+            instances.retain(|r| {
+                r.state != InstanceState::Exited
+                    || draining
+                        .get(&r.reservation_id)
+                        .is_none_or(|since| since.elapsed() >= DRAIN_AT_MOST)
+            });
+            // More to ship: the answer comes at once rather than after a long poll.
+            let wait = if output.unshipped.is_empty() {
+                wait_ms
+            } else {
+                0
+            };
             self.add_ports(&desired, &mut instances, &mut published)
                 .await;
             let telemetry = self.telemetry().await.map(|mut t| {
@@ -271,9 +305,9 @@ impl Agent {
                 },
                 instances,
                 known_version,
-                wait_ms: Some(wait_ms),
+                wait_ms: Some(wait),
                 telemetry,
-                logs: self.new_output(&desired, &actual).await,
+                logs: output.chunks,
                 host: if known_version.is_none() {
                     Some(host.clone())
                 } else {
@@ -321,6 +355,7 @@ impl Agent {
                     fenced = false;
                     known_version = Some(response.version);
                     desired = response.assignments;
+                    log_room = response.log_room;
                     if !desired.is_empty() {
                         // Work landed (placed just before a burn-in began): it goes first.
                         burn_in.step(true, &gpu_uuids).await;
@@ -397,42 +432,68 @@ impl Agent {
         }
     }
 
-    /// Output the control plane does not have yet, for every instance it knows of.
-    async fn new_output(&self, desired: &[Assignment], actual: &[Observed]) -> Vec<LogChunk> {
+    /// Output the control plane does not have yet, for every instance of the epoch it wants
+    /// (a stale epoch's output is not the current run's), as its bytes. Within what the
+    /// control plane keeps (`log_room`); past that, nothing until the instance ended, then
+    /// the end of its output (the last `LOG_TAIL_BYTES`).
+    async fn new_output(
+        &self,
+        desired: &[Assignment],
+        actual: &[Observed],
+        log_room: &BTreeMap<String, u64>,
+    ) -> NewOutput {
         let mut chunks = Vec::new();
+        let mut unshipped = BTreeSet::new();
         let mut budget = LOG_BYTES_PER_SYNC;
         for a in desired {
-            if budget == 0 || !actual.iter().any(|o| o.reservation_id == a.reservation_id) {
+            let id = &a.reservation_id;
+            let Some(observed) = actual
+                .iter()
+                .find(|o| &o.reservation_id == id && o.epoch == a.epoch)
+            else {
+                continue;
+            };
+            let ended = matches!(observed.state, ObservedState::Exited(_));
+            if budget == 0 {
+                if ended {
+                    unshipped.insert(id.clone());
+                }
                 continue;
             }
-            let max = budget.min(LOG_BYTES_PER_INSTANCE);
-            let bytes = match self
-                .executor
-                .read_output(&a.reservation_id, a.log_offset, max)
-                .await
-            {
+            let mut max = budget.min(if ended {
+                LOG_BYTES_PER_SYNC
+            } else {
+                LOG_BYTES_PER_INSTANCE
+            });
+            let mut from = a.log_offset;
+            match log_room.get(id) {
+                Some(0) if !ended => continue,
+                Some(0) => match self.executor.output_size(id).await {
+                    Ok(Some(size)) => from = from.max(size.saturating_sub(LOG_TAIL_BYTES)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(reservation_id = %id, error = %e, "cannot size output")
+                    }
+                },
+                Some(&room) => max = max.min(usize::try_from(room).unwrap_or(usize::MAX)),
+                None => {}
+            }
+            let bytes = match self.executor.read_output(id, from, max).await {
                 Ok(Some(bytes)) if !bytes.is_empty() => bytes,
                 Ok(_) => continue,
                 Err(e) => {
-                    tracing::warn!(reservation_id = %a.reservation_id, error = %e, "cannot read output");
+                    tracing::warn!(reservation_id = %id, error = %e, "cannot read output");
                     continue;
                 }
             };
-            // Cut before a character split by the read; it goes with the next chunk.
-            let cut = match std::str::from_utf8(&bytes) {
-                Ok(_) => bytes.len(),
-                Err(e) if e.error_len().is_none() && e.valid_up_to() > 0 => e.valid_up_to(),
-                Err(_) => bytes.len(),
-            };
-            budget = budget.saturating_sub(cut);
-            chunks.push(LogChunk {
-                reservation_id: a.reservation_id.clone(),
-                offset: a.log_offset,
-                length: cut as u64,
-                data: String::from_utf8_lossy(&bytes[..cut]).into_owned(),
-            });
+            // A full read may have left more behind.
+            if ended && bytes.len() >= max {
+                unshipped.insert(id.clone());
+            }
+            budget = budget.saturating_sub(bytes.len());
+            chunks.push(LogChunk::of_bytes(id, a.epoch, from, &bytes));
         }
-        chunks
+        NewOutput { chunks, unshipped }
     }
 
     /// The GPUs' telemetry, each compute process attributed to its reservation, and the CPU

@@ -139,6 +139,26 @@ impl ApiClient {
         Ok((text, value))
     }
 
+    /// An answer's bytes as they are (an instance's output need not be UTF-8) and the value
+    /// of one of its headers.
+    pub async fn get_bytes(
+        &self,
+        path: &str,
+        header: &str,
+    ) -> Result<(Vec<u8>, Option<String>), CliError> {
+        let response = self.send(Method::GET, path, None, None).await?;
+        let value = response
+            .headers()
+            .get(header)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| CliError::new("bad_response", e.to_string()))?;
+        Ok((bytes.to_vec(), value))
+    }
+
     pub async fn post<B: Serialize, T: DeserializeOwned>(
         &self,
         path: &str,

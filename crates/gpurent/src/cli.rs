@@ -131,6 +131,10 @@ pub enum Command {
         /// Keep printing until the reservation ends.
         #[arg(long, short)]
         follow: bool,
+        /// Write the whole log (its bytes as they are) to this file instead of printing it:
+        /// a copy to keep past the control plane's log retention.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// Nodes (admin: all; hosts: their own).
     #[command(subcommand)]
@@ -551,7 +555,7 @@ pub struct ServerArgs {
 }
 
 /// The control plane's keys: the audit trail's signing key (and how long the trail is kept)
-/// and the master key that seals tenants' secrets.
+/// and the master key that seals tenants' secrets; and how long reservations' output is kept.
 #[derive(Debug, Args)]
 pub struct KeysArgs {
     /// The master key (64 hex characters) that seals tenants' secrets at rest (envelope
@@ -571,6 +575,11 @@ pub struct KeysArgs {
     #[arg(long, value_name = "DAYS", default_value_t = 365,
         value_parser = clap::value_parser!(u32).range(365..))]
     pub audit_retention_days: u32,
+    /// Days a reservation's output (`gpurent logs`) is kept after it ended; then it is
+    /// pruned. Download it before: `gpurent logs ID --out FILE`.
+    #[arg(long, value_name = "DAYS", default_value_t = 30,
+        value_parser = clap::value_parser!(u32).range(1..))]
+    pub log_retention_days: u32,
 }
 
 #[derive(Debug, Args)]

@@ -77,6 +77,9 @@ pub struct ServerConfig {
     /// A reservation still queued this long after it was queued ends as `failed`
     /// (`queue_timeout`), its hold released.
     pub queue_timeout: Duration,
+    /// A reservation's output is kept this long after it ended, then pruned by the
+    /// maintenance loop (`--log-retention-days`, 30).
+    pub log_retention: Duration,
     /// Elastic capacity: the scale policy and its hook (off unless a hook is configured).
     pub scale: ScaleConfig,
     /// What a node's host must pass before it gets work.
@@ -114,6 +117,7 @@ impl Default for ServerConfig {
             max_sync_wait: Duration::from_secs(10),
             max_body_bytes: 64 * 1024,
             queue_timeout: Duration::from_secs(3600),
+            log_retention: Duration::from_secs(30 * 86_400),
             scale: ScaleConfig::default(),
             host_policy: HostPolicy::default(),
             health_rules: HealthRules::default(),

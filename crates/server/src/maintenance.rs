@@ -1,8 +1,8 @@
 //! The periodic work of the control plane: fencing nodes not heard from for the node TTL
 //! (their work rescheduled by the same tick's scheduling pass), settling running reservations every period,
 //! expiring those whose time is up, the scheduling pass over queued reservations (also run
-//! at once when woken), forgetting day-old idempotency keys, pruning the audit trail past its
-//! retention (hourly), and elastic capacity (when due).
+//! at once when woken), forgetting day-old idempotency keys, pruning reservations' output and
+//! the audit trail (hourly) past their retention, and elastic capacity (when due).
 
 use tokio::sync::watch;
 
@@ -55,6 +55,15 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
         .await?;
     if pruned > 0 {
         tracing::debug!(pruned, "forgot the telemetry rollup of old hours");
+    }
+    let keep =
+        chrono::Duration::from_std(state.config.log_retention).unwrap_or(chrono::Duration::MAX);
+    let before = now
+        .checked_sub_signed(keep)
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+    let pruned = state.store.prune_logs(before).await?;
+    if pruned > 0 {
+        tracing::info!(pruned, %before, "pruned the output of reservations ended before the log retention");
     }
     crate::audit::prune(state, now).await?;
     crate::elastic::tick(state).await

@@ -247,6 +247,10 @@ pub trait NodeStore: Send + Sync {
     /// What the node should run now, with the version it has.
     async fn desired_state(&self, node_id: &str) -> Result<(i64, Vec<Assignment>)>;
 
+    /// Per live reservation on the node, how many more bytes of its output are kept from its
+    /// agent's offset on before only the end of the run is (the sync's `log_room`).
+    async fn log_rooms(&self, node_id: &str) -> Result<std::collections::BTreeMap<String, u64>>;
+
     /// Nodes (of `owner`, or all) with their status: `lost` once fenced, `ready` when seen at
     /// or after `live_since`, else `unreachable` (past the TTL, not fenced yet).
     async fn list_nodes(&self, live_since: DateTime<Utc>, owner: Option<&str>)
@@ -309,15 +313,19 @@ pub trait ReservationStore: Send + Sync {
         after: Option<&str>,
     ) -> Result<Vec<Reservation>>;
 
-    /// The instance's output from byte `offset` on (at most about `max_bytes`), and the
-    /// offset that follows it.
+    /// The instance's output, its bytes from byte `offset` on (at most `max_bytes`), and the
+    /// offset that follows them.
     async fn read_logs(
         &self,
         id: &str,
         scope: &Scope,
         offset: u64,
         max_bytes: u64,
-    ) -> Result<(String, u64)>;
+    ) -> Result<(Vec<u8>, u64)>;
+
+    /// Removes the output of reservations that ended before `before` (a batch of them at a
+    /// time); how many reservations' output went.
+    async fn prune_logs(&self, before: DateTime<Utc>) -> Result<u64>;
 
     /// Asks for a reservation to stop; billing ends now. Stopping a stopped one is a no-op.
     async fn request_stop(

@@ -270,17 +270,62 @@ pub struct SyncRequest {
     pub host: Option<HostFacts>,
 }
 
-/// A piece of an instance's output (stdout and stderr, as they were interleaved).
+/// What the control plane keeps of a reservation's output: its first bytes up to the cap, and
+/// past it a marker line and the last [`LOG_TAIL_BYTES`] of each epoch's output.
+pub const LOG_CAP_BYTES: u64 = 16 * 1024 * 1024;
+/// The end of an epoch's output kept past the cap.
+pub const LOG_TAIL_BYTES: u64 = 64 * 1024;
+
+/// A piece of an instance's output (stdout and stderr, as they were interleaved), as its bytes
+/// (`data_base64`). Older agents sent `data`, text with invalid UTF-8 replaced; the control
+/// plane still takes that.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LogChunk {
     pub reservation_id: String,
-    /// Where in the output this chunk starts, in bytes.
+    /// The epoch whose run wrote it; a chunk of another epoch's run is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<i64>,
+    /// Where in the epoch's output this chunk starts, in bytes.
     pub offset: u64,
-    /// How many bytes of the output it covers (`data` may differ where invalid UTF-8 was
-    /// replaced).
+    /// How many bytes it holds: a chunk whose data has another size is refused.
     pub length: u64,
-    /// The bytes, as text (invalid UTF-8 replaced).
+    /// The bytes, as text (older agents; invalid UTF-8 replaced).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub data: String,
+    /// The bytes, base64 (standard alphabet, padded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_base64: Option<String>,
+}
+
+/// A chunk whose bytes cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the chunk's data_base64 is not base64: {0}")]
+pub struct LogChunkError(String);
+
+impl LogChunk {
+    /// A chunk of these bytes of the epoch's output, from `offset`.
+    pub fn of_bytes(reservation_id: &str, epoch: i64, offset: u64, bytes: &[u8]) -> Self {
+        use base64::Engine as _;
+        LogChunk {
+            reservation_id: reservation_id.to_owned(),
+            epoch: Some(epoch),
+            offset,
+            length: bytes.len() as u64,
+            data: String::new(),
+            data_base64: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        }
+    }
+
+    /// Its bytes: `data_base64` decoded, else the bytes of `data`.
+    pub fn bytes(&self) -> Result<Vec<u8>, LogChunkError> {
+        use base64::Engine as _;
+        match &self.data_base64 {
+            Some(b64) => base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|e| LogChunkError(e.to_string())),
+            None => Ok(self.data.as_bytes().to_vec()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -289,4 +334,10 @@ pub struct SyncResponse {
     pub version: i64,
     pub server_time: DateTime<Utc>,
     pub assignments: Vec<Assignment>,
+    /// Per reservation, how many more bytes of its output the control plane keeps from its
+    /// `log_offset` on; past them it keeps only the end of the epoch's output (its last 64 KiB),
+    /// which the agent ships once the instance ended. Not named: no limit known (an older
+    /// control plane).
+    #[serde(default)]
+    pub log_room: BTreeMap<String, u64>,
 }

@@ -334,6 +334,25 @@ impl Executor for DockerExecutor {
         Ok(Some(all[start..end].to_vec()))
     }
 
+    async fn output_size(&self, id: &str) -> Result<Option<u64>, AgentError> {
+        use futures_util::StreamExt;
+        let options = LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .follow(false)
+            .build();
+        let mut stream = self.docker.logs(&container_name(id), Some(options));
+        let mut size = 0_u64;
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(output) => size += output.into_bytes().len() as u64,
+                Err(e) if is_not_found(&e) => return Ok(None),
+                Err(e) => return Err(docker_error("read the output of", id, e)),
+            }
+        }
+        Ok(Some(size))
+    }
+
     async fn published_ports(&self, a: &Assignment) -> Vec<PublishedPort> {
         if a.ports.is_empty() {
             return Vec::new();

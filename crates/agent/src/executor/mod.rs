@@ -51,6 +51,14 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
         Ok(None)
     }
 
+    /// How many bytes of output the instance has written so far; None when the executor
+    /// keeps no output or cannot say. (Past the control plane's cap only the end of an
+    /// ended instance's output is shipped: it is read from here less the tail.)
+    async fn output_size(&self, reservation_id: &str) -> Result<Option<u64>, AgentError> {
+        let _ = reservation_id;
+        Ok(None)
+    }
+
     /// Where the instance's ports are reachable on the node. Processes share the node's
     /// network, so by default a port is published as itself.
     async fn published_ports(&self, assignment: &Assignment) -> Vec<PublishedPort> {

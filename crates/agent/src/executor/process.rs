@@ -162,6 +162,13 @@ impl ProcessExecutor {
                 .is_some_and(|cg| !cg.pids(&f.reservation_id).is_empty())
     }
 
+    /// The exit code the wrapper wrote once the workload ended by itself.
+    fn exit_code(&self, id: &str) -> Option<i32> {
+        std::fs::read_to_string(self.instance_dir(id).join("exit_code"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+    }
+
     /// Reaps instances this agent started that have ended, so their group id is free.
     fn reap(&self) {
         let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
@@ -338,15 +345,16 @@ impl Executor for ProcessExecutor {
             .read_instances()
             .into_iter()
             .map(|f| {
-                let exit =
-                    std::fs::read_to_string(self.instance_dir(&f.reservation_id).join("exit_code"))
-                        .ok()
-                        .and_then(|s| s.trim().parse::<i32>().ok());
+                let exit = self.exit_code(&f.reservation_id);
                 let state = match exit {
                     Some(code) => ObservedState::Exited(code),
                     None if self.group_alive(&f) => ObservedState::Running,
-                    // Killed from outside, wrapper and all: no exit code was written.
-                    None => ObservedState::Exited(137),
+                    // The wrapper may have written its code and ended since it was read.
+                    None => match self.exit_code(&f.reservation_id) {
+                        Some(code) => ObservedState::Exited(code),
+                        // Killed from outside, wrapper and all: no exit code was written.
+                        None => ObservedState::Exited(137),
+                    },
                 };
                 Observed {
                     reservation_id: f.reservation_id,
@@ -376,6 +384,14 @@ impl Executor for ProcessExecutor {
             .read_to_end(&mut buf)
             .map_err(|e| exec_error("read the output of", id, e))?;
         Ok(Some(buf))
+    }
+
+    async fn output_size(&self, id: &str) -> Result<Option<u64>, AgentError> {
+        match std::fs::metadata(self.output_path(id)) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(exec_error("read the output of", id, e)),
+        }
     }
 
     async fn owner_of(&self, pid: u32) -> Option<String> {

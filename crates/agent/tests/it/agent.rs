@@ -114,9 +114,10 @@ pub(crate) fn reports(r: &SyncRequest, id: &str, state: InstanceState) -> bool {
 }
 
 fn output_has(r: &SyncRequest, id: &str, text: &str) -> bool {
-    r.logs
-        .iter()
-        .any(|l| l.reservation_id == id && l.data.contains(text))
+    r.logs.iter().any(|l| {
+        l.reservation_id == id
+            && String::from_utf8_lossy(&l.bytes().unwrap_or_default()).contains(text)
+    })
 }
 
 pub(crate) fn assignment(id: &str, gpus: &[&str], script: &str) -> Assignment {

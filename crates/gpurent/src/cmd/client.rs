@@ -321,7 +321,7 @@ pub async fn run(
             }
             print_line(&format!("{} {}", s.id, s.status));
         }
-        Command::Logs { id, follow } => logs(&api, &id, follow).await?,
+        Command::Logs { id, follow, out } => logs(&api, &id, follow, out.as_deref()).await?,
         Command::Nodes(NodesCommand::JoinToken) => {
             let t: JoinToken = api
                 .post("/api/v1/nodes/join-token", &serde_json::json!({}), None)
@@ -593,16 +593,31 @@ fn event_rows(events: &[Event]) -> Vec<Vec<String>> {
         .collect()
 }
 
-async fn logs(api: &ApiClient, id: &str, follow: bool) -> Result<(), CliError> {
+/// Prints the reservation's log (or writes it to `out`), its bytes as they are.
+async fn logs(
+    api: &ApiClient,
+    id: &str,
+    follow: bool,
+    out: Option<&std::path::Path>,
+) -> Result<(), CliError> {
     use std::io::Write;
+    let mut sink: Box<dyn Write> = match out {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|e| {
+                CliError::new("io_error", format!("cannot create {}: {e}", path.display()))
+            })?,
+        )),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let write_error =
+        |e: std::io::Error| CliError::new("io_error", format!("cannot write the log: {e}"));
+    let path = |offset: u64| format!("/api/v1/reservations/{}/logs?offset={offset}", segment(id));
     let mut offset: u64 = 0;
     loop {
-        let path = format!("/api/v1/reservations/{}/logs?offset={offset}", segment(id));
-        let (text, next) = api.get_text(&path, "x-log-next-offset").await?;
-        if !text.is_empty() {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(text.as_bytes());
-            let _ = out.flush();
+        let (bytes, next) = api.get_bytes(&path(offset), "x-log-next-offset").await?;
+        if !bytes.is_empty() {
+            sink.write_all(&bytes).map_err(write_error)?;
+            sink.flush().map_err(write_error)?;
         }
         let next = next.and_then(|n| n.parse().ok()).unwrap_or(offset);
         let advanced = next > offset;
@@ -611,23 +626,24 @@ async fn logs(api: &ApiClient, id: &str, follow: bool) -> Result<(), CliError> {
             continue;
         }
         if !follow {
-            return Ok(());
+            break;
         }
-        // Nothing new: done once the reservation has ended (its agent ships the rest with the
-        // report of the end), else wait for more.
+        // Nothing new: done once the reservation has ended (its agent ships the rest before
+        // it reports the end), else wait for more.
         let r: Reservation = api
             .get(&format!("/api/v1/reservations/{}", segment(id)))
             .await?;
         if r.status.is_terminal() {
-            let (rest, _) = api
-                .get_text(
-                    &format!("/api/v1/reservations/{}/logs?offset={offset}", segment(id)),
-                    "x-log-next-offset",
-                )
-                .await?;
-            let _ = std::io::stdout().lock().write_all(rest.as_bytes());
-            return Ok(());
+            let (rest, _) = api.get_bytes(&path(offset), "x-log-next-offset").await?;
+            sink.write_all(&rest).map_err(write_error)?;
+            offset += rest.len() as u64;
+            break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    sink.flush().map_err(write_error)?;
+    if let Some(path) = out {
+        eprintln!("wrote {offset} bytes of the log to {}", path.display());
+    }
+    Ok(())
 }

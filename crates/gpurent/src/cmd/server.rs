@@ -124,6 +124,9 @@ pub async fn start(
             heartbeat_interval: liveness.heartbeat(),
             missed_heartbeats: liveness.missed_heartbeats.max(1),
             audit: audit_config(keys, data_dir)?,
+            log_retention: std::time::Duration::from_secs(
+                u64::from(keys.log_retention_days) * 86_400,
+            ),
             master_key,
             session_ttl: std::time::Duration::from_secs(u64::from(access.session_hours) * 3600),
             rate_limits: rate_limits(access),

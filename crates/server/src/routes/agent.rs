@@ -200,11 +200,13 @@ pub(crate) async fn sync(
             }
         }
     }
+    let log_room = state.store.log_rooms(&node_id).await?;
     Ok(Json(SyncResponse {
         node_id,
         version,
         server_time: state.now(),
         assignments,
+        log_room,
     }))
 }
 

@@ -156,8 +156,12 @@ pub(crate) struct LogsQuery {
 /// Most output returned by one `GET .../logs`.
 const LOGS_PAGE_BYTES: u64 = 1024 * 1024;
 
-/// The instance's output (stdout and stderr) from `offset` on, as its agent shipped it. The
-/// `X-Log-Next-Offset` header says where the next read starts (`gpurent logs --follow`).
+/// The instance's output (stdout and stderr), its bytes from byte `offset` on as its agent
+/// shipped them (not necessarily UTF-8), at most 1 MiB. The `X-Log-Next-Offset` header says
+/// where the next read starts (`gpurent logs --follow`); an empty answer, that there is
+/// nothing more for now. Past 16 MiB a log keeps the end of each run, after a line
+/// `[gpurent: N bytes of output left out here; ...]`. Kept until `--log-retention-days` after
+/// the reservation ended.
 #[utoipa::path(get, path = "/api/v1/reservations/{id}/logs", tag = "reservations",
     security(("bearer" = [])), params(("id" = String, Path), LogsQuery),
     responses((status = 200, body = String, content_type = "text/plain",
@@ -169,16 +173,19 @@ pub(crate) async fn logs(
     ApiPath(id): ApiPath<String>,
     ApiQuery(query): ApiQuery<LogsQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let (text, next) = state
+    let (bytes, next) = state
         .store
         .read_logs(&id, &Scope::of(&caller.0), query.offset, LOGS_PAGE_BYTES)
         .await?;
+    // Not `charset=utf-8`: the bytes are the instance's, whatever they are; and never taken
+    // for anything but text (a tenant's output may look like HTML).
     let headers = [
-        (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_owned()),
+        (header::CONTENT_TYPE, "text/plain".to_owned()),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
         (
             HeaderName::from_static("x-log-next-offset"),
             next.to_string(),
         ),
     ];
-    Ok((headers, text))
+    Ok((headers, bytes))
 }

@@ -802,6 +802,31 @@ impl Client {
         (status, response.text().await.expect("body"), value)
     }
 
+    /// A GET whose body is kept as its bytes (an instance's output need not be UTF-8), with
+    /// the status and one header.
+    pub async fn get_bytes(
+        &self,
+        path: &str,
+        header: &str,
+    ) -> (StatusCode, Vec<u8>, Option<String>) {
+        let response = self
+            .request(reqwest::Method::GET, path)
+            .send()
+            .await
+            .expect("send");
+        let status = response.status();
+        let value = response
+            .headers()
+            .get(header)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        (
+            status,
+            response.bytes().await.expect("body").to_vec(),
+            value,
+        )
+    }
+
     /// Any request: its status, headers and JSON (or text) body.
     pub async fn send(
         &self,

@@ -20,6 +20,7 @@ mod idle;
 mod lifecycle;
 mod limits;
 mod logs;
+mod logs_kept;
 mod metrics;
 mod openapi;
 mod queue;

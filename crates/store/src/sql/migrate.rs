@@ -88,6 +88,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/0021_secrets.sql"),
     ),
     (
+        22,
+        "log_bytes",
+        include_str!("../../migrations/0022_log_bytes.sql"),
+    ),
+    (
         24,
         "token_lineage",
         include_str!("../../migrations/0024_token_lineage.sql"),

@@ -7,6 +7,7 @@ mod caps;
 mod gpu_hours;
 mod idempotency;
 mod ledger;
+mod logs;
 mod metrics;
 mod migrate;
 mod nodes;

@@ -344,52 +344,6 @@ fn rate_of(row: &sqlx::any::AnyRow) -> Result<Rate> {
     })
 }
 
-/// The most output kept per reservation.
-const LOG_CAP_BYTES: i64 = 16 * 1024 * 1024;
-
-/// Stores a chunk of output (its offset counts from the start of this epoch's run) if it
-/// continues the stored copy exactly; a repeat (an agent that did not see the last answer) or a
-/// chunk past a gap is dropped.
-async fn append_log(conn: &mut AnyConnection, node_id: &str, chunk: &LogChunk) -> Result<()> {
-    let row = sqlx::query("SELECT node_id, log_bytes, log_base FROM reservations WHERE id = $1")
-        .bind(&chunk.reservation_id)
-        .fetch_optional(&mut *conn)
-        .await?;
-    let Some(row) = row else { return Ok(()) };
-    let owner: Option<String> = row.try_get("node_id")?;
-    let stored: i64 = row.try_get("log_bytes")?;
-    // The agent counts from the start of its own run (this epoch's).
-    let base: i64 = row.try_get("log_base")?;
-    let offset = base.saturating_add(i64::try_from(chunk.offset).unwrap_or(i64::MAX));
-    let length = i64::try_from(chunk.length).unwrap_or(i64::MAX);
-    if owner.as_deref() != Some(node_id)
-        || offset != stored
-        || length <= 0
-        || stored >= LOG_CAP_BYTES
-    {
-        return Ok(());
-    }
-    sqlx::query(
-        "INSERT INTO reservation_logs (reservation_id, byte_offset, length, data) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (reservation_id, byte_offset) DO NOTHING",
-    )
-    .bind(&chunk.reservation_id)
-    .bind(offset)
-    .bind(length)
-    .bind(&chunk.data)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(
-        "UPDATE reservations SET log_bytes = log_bytes + $1 WHERE id = $2 AND log_bytes = $3",
-    )
-    .bind(length)
-    .bind(&chunk.reservation_id)
-    .bind(offset)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
 /// Gives a reservation's GPU memory back.
 pub(crate) async fn release_gpus(conn: &mut AnyConnection, reservation_id: &str) -> Result<()> {
     let allocations =
@@ -496,7 +450,7 @@ async fn requeue_lost(
     });
     let claimed = sqlx::query(
         "UPDATE reservations SET status = 'pending', node_id = NULL, gpus = '[]', epoch = epoch + 1,
-            log_base = log_bytes, queued_at = $1, placed_at = NULL, started_at = NULL, run_before_s = $2,
+            log_read = 0, log_cut = NULL, log_tail = NULL, queued_at = $1, placed_at = NULL, started_at = NULL, run_before_s = $2,
             published = '[]', queue_reason = $5
          WHERE id = $3 AND status = $4",
     )
@@ -831,7 +785,7 @@ impl SqlStore {
         let mut changed = false;
         for (chunks, reports) in by_reservation.values() {
             for chunk in chunks {
-                append_log(&mut tx, node_id, chunk).await?;
+                super::logs::append(&mut tx, node_id, chunk).await?;
             }
             for report in reports {
                 changed |= apply_report(&mut tx, node_id, report, at).await?;
@@ -1246,6 +1200,11 @@ impl NodeStore for SqlStore {
         gpu_hours::prune(&self.pool, ts(before)).await
     }
 
+    async fn log_rooms(&self, node_id: &str) -> Result<BTreeMap<String, u64>> {
+        let mut conn = self.pool.acquire().await?;
+        super::logs::rooms(&mut conn, node_id).await
+    }
+
     async fn desired_version(&self, node_id: &str) -> Result<i64> {
         sqlx::query_scalar("SELECT desired_version FROM nodes WHERE id = $1")
             .bind(node_id)
@@ -1262,7 +1221,7 @@ impl NodeStore for SqlStore {
             .await?
             .ok_or_else(|| StoreError::not_found("node", node_id))?;
         let rows = sqlx::query(
-            "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_bytes - log_base AS log_bytes, ports,
+            "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_read, ports,
                 stop_grace_s, checkpoint, secrets FROM reservations
              WHERE node_id = $1 AND status IN ('pending', 'starting', 'running', 'stopping')
              ORDER BY created_at, id",
@@ -1292,7 +1251,7 @@ impl NodeStore for SqlStore {
                     run: status != "stopping",
                     ports: serde_json::from_str(&r.try_get::<String, _>("ports")?)
                         .map_err(corrupt)?,
-                    log_offset: u64::try_from(r.try_get::<i64, _>("log_bytes")?).unwrap_or(0),
+                    log_offset: u64::try_from(r.try_get::<i64, _>("log_read")?).unwrap_or(0),
                     stop_grace_s: r
                         .try_get::<Option<i64>, _>("stop_grace_s")?
                         .map(|g| u64::try_from(g).unwrap_or(0)),

@@ -810,31 +810,17 @@ impl ReservationStore for SqlStore {
         scope: &Scope,
         offset: u64,
         max_bytes: u64,
-    ) -> Result<(String, u64)> {
+    ) -> Result<(Vec<u8>, u64)> {
         let mut conn = self.pool.acquire().await?;
         fetch_reservation(&mut conn, id, scope).await?;
-        let rows = sqlx::query(
-            "SELECT byte_offset, length, data FROM reservation_logs
-             WHERE reservation_id = $1 AND byte_offset + length > $2
-             ORDER BY byte_offset LIMIT 256",
-        )
-        .bind(id)
-        .bind(i64::try_from(offset).unwrap_or(i64::MAX))
-        .fetch_all(&mut *conn)
-        .await?;
-        let mut text = String::new();
-        let mut next = offset;
-        for row in rows {
-            let start: i64 = row.try_get("byte_offset")?;
-            let length: i64 = row.try_get("length")?;
-            let data: String = row.try_get("data")?;
-            text.push_str(&data);
-            next = u64::try_from(start + length).unwrap_or(next);
-            if text.len() as u64 >= max_bytes {
-                break;
-            }
-        }
-        Ok((text, next))
+        super::logs::read(&mut conn, id, offset, max_bytes).await
+    }
+
+    async fn prune_logs(&self, before: DateTime<Utc>) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        let pruned = super::logs::prune(&mut tx, ts(before)).await?;
+        tx.commit().await?;
+        Ok(pruned)
     }
 
     async fn request_stop(

@@ -10,6 +10,7 @@ mod gpu_hours;
 mod idempotency;
 mod lifecycle;
 mod liveness;
+mod logs;
 mod metrics;
 mod node_certs;
 mod queue;
