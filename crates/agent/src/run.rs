@@ -121,6 +121,7 @@ impl Agent {
             self.gpus.sample().ok().as_ref(),
             &self.config.data_dir,
             gpu_containers,
+            self.executor.isolated(),
         )
     }
 

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use gpurent_agent::executor::docker::CONNECT_TIMEOUT;
-use gpurent_agent::executor::{DockerExecutor, ProcessExecutor, ResourcesPerGpu, SimExecutor};
+use gpurent_agent::executor::{
+    DockerExecutor, Isolation, ProcessExecutor, ResourcesPerGpu, SimExecutor,
+};
 use gpurent_agent::gpu::{FakeNvml, NvmlGpus, SimGpus};
 use gpurent_agent::tls::ClientTls;
 use gpurent_agent::{Agent, AgentConfig, Executor, GpuBackend};
@@ -106,10 +108,13 @@ pub async fn backends(
     // Containers get the GPUs through the NVIDIA runtime only when they are real.
     let real_gpus = gpus.name() == "nvml";
     let process = || -> anyhow::Result<Arc<dyn Executor>> {
-        Ok(Arc::new(ProcessExecutor::new(
-            data_dir,
-            Some(&node.cgroup_root),
-            resources,
+        let isolation = Isolation {
+            cgroup_root: node.cgroup_root.clone(),
+            uid_base: node.instance_uid_base,
+            allow_unisolated: node.allow_unisolated,
+        };
+        Ok(Arc::new(ProcessExecutor::isolated(
+            data_dir, &isolation, resources,
         )?))
     };
     let executor: Arc<dyn Executor> = match node.executor {
@@ -145,6 +150,7 @@ pub async fn backends(
     tracing::info!(
         gpu_backend = gpus.name(),
         executor = executor.name(),
+        isolated = executor.isolated(),
         "node backends chosen"
     );
     Ok((gpus, executor))

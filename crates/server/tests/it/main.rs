@@ -16,6 +16,7 @@ mod fencing;
 mod health;
 mod idempotency;
 mod idle;
+mod isolation;
 mod lifecycle;
 mod limits;
 mod logs;

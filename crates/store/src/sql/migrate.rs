@@ -87,6 +87,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "secrets",
         include_str!("../../migrations/0021_secrets.sql"),
     ),
+    (
+        23,
+        "node_isolation",
+        include_str!("../../migrations/0023_node_isolation.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that
