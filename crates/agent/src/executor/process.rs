@@ -123,7 +123,12 @@ impl ProcessExecutor {
     ) -> Result<Self, AgentError> {
         let mut executor = Self::build(data_dir, resources)?;
         let setup = CgroupRoot::prepare(&isolation.cgroup_root)
-            .map_err(|why| format!("no writable cgroup tree for the limits: {why}"))
+            .map_err(|why| {
+                format!(
+                    "no writable cgroup tree for the limits at {}: {why}",
+                    isolation.cgroup_root.display()
+                )
+            })
             .and_then(|cgroup| {
                 let hidden = vec![data_dir.to_owned()];
                 let probe = executor.dir.join(".probe");
