@@ -64,6 +64,10 @@ pub struct Isolation {
     /// Where isolation cannot be set up, run instances unisolated (with a warning) instead of
     /// refusing to start.
     pub allow_unisolated: bool,
+    /// Directories of the node an instance must never see besides the agent's data dir (the
+    /// control plane's data dir under `up`, the checkpoint volumes' root): where one lies under
+    /// a system directory the sandbox shows (`/etc`, `/opt`, `/usr`), it is covered.
+    pub hidden: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -130,7 +134,8 @@ impl ProcessExecutor {
                 )
             })
             .and_then(|cgroup| {
-                let hidden = vec![data_dir.to_owned()];
+                let mut hidden = isolation.hidden.clone();
+                hidden.push(data_dir.to_owned());
                 let probe = executor.dir.join(".probe");
                 Sandbox::probe(isolation.uid_base, hidden, &probe).map(|sb| (cgroup, sb))
             });

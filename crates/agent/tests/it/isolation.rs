@@ -47,6 +47,7 @@ fn isolated(data_dir: &Path, uid_base: u32, resources: ResourcesPerGpu) -> Optio
         cgroup_root: CGROUP_ROOT.into(),
         uid_base,
         allow_unisolated: false,
+        hidden: vec![],
     };
     match ProcessExecutor::isolated(data_dir, &isolation, resources) {
         Ok(e) => Some(e.with_grace(Duration::from_secs(2))),
@@ -143,6 +144,56 @@ async fn a_tenant_cannot_read_the_agent_data_dir() {
         );
     }
     e.stop("reader", None).await.unwrap();
+}
+
+/// A data dir under a system directory the sandbox shows read-only (`/opt` here; `/etc`
+/// alike), and the control plane's data dir around it (`up`), are covered, not shown.
+#[tokio::test]
+async fn a_data_dir_under_a_system_directory_stays_hidden() {
+    let Ok(dir) = tempfile::tempdir_in("/opt") else {
+        eprintln!("SKIPPED: cannot make a directory in /opt here");
+        return;
+    };
+    let data = dir.path().join("data");
+    let agent = data.join("agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(data.join("admin.token"), "gpa_ADMINSECRET").unwrap();
+    std::fs::write(
+        agent.join("node.json"),
+        r#"{"node_token":"gpn_NODESECRET"}"#,
+    )
+    .unwrap();
+    let isolation = Isolation {
+        cgroup_root: CGROUP_ROOT.into(),
+        uid_base: 310_000,
+        allow_unisolated: false,
+        hidden: vec![data.clone()],
+    };
+    let e = match ProcessExecutor::isolated(&agent, &isolation, ResourcesPerGpu::default()) {
+        Ok(e) => e,
+        Err(e) if !running_as_root() => {
+            eprintln!("SKIPPED: not root, so no isolation to test: {e}");
+            return;
+        }
+        Err(e) => panic!("root, yet no isolation: {e}"),
+    };
+    let mut a = assignment(
+        "peeker",
+        r#"cat "$D/admin.token" "$D/agent/node.json"; ls -R "$D"; echo done"#,
+    );
+    a.env
+        .insert("D".into(), data.to_string_lossy().into_owned());
+    e.start(&a, None).await.unwrap();
+    wait_for(&e, "peeker", ObservedState::Exited(0)).await;
+    let output = output_with(&e, "peeker", "done").await;
+    e.stop("peeker", None).await.unwrap();
+    assert!(output.contains("done"), "{output}");
+    for secret in ["ADMINSECRET", "NODESECRET", "instances"] {
+        assert!(
+            !output.contains(secret),
+            "the tenant saw {secret}: {output}"
+        );
+    }
 }
 
 /// The repros: another tenant's secrets read from `/proc/PID/environ`, and
@@ -358,6 +409,7 @@ async fn a_host_that_cannot_isolate_refuses_unless_allowed() {
         cgroup_root: "/nonexistent/gpurent".into(),
         uid_base: 307_000,
         allow_unisolated: false,
+        hidden: vec![],
     };
     let refused = ProcessExecutor::isolated(dir.path(), &isolation, ResourcesPerGpu::default());
     let Err(err @ AgentError::Unisolated { .. }) = refused else {

@@ -23,7 +23,7 @@ pub async fn run(args: AgentArgs, server: &str, tls: ClientTls) -> anyhow::Resul
             .context("the TLS settings (--ca-cert, --tls-fingerprint) are not usable")?;
     }
     let name = args.name.clone().unwrap_or_else(host_name);
-    let (gpus, executor) = backends(&args.node, &name, &args.data_dir, false).await?;
+    let (gpus, executor) = backends(&args.node, &name, &args.data_dir, &[], false).await?;
     let mut config = AgentConfig::new(server, args.data_dir.clone(), &name);
     config.join_token = args.join_token.clone();
     config.tls = tls;
@@ -81,11 +81,13 @@ async fn wait_agent(
 }
 
 /// Picks the GPU backend and the executor, and says which. Without `--sim-gpus`, real GPUs
-/// are found through NVML; `up` (with `sim_fallback`) falls back to simulated ones.
+/// are found through NVML; `up` (with `sim_fallback`) falls back to simulated ones. `secret`:
+/// directories besides the agent's data dir that instances must never see.
 pub async fn backends(
     node: &NodeArgs,
     node_name: &str,
     data_dir: &Path,
+    secret: &[&Path],
     sim_fallback: bool,
 ) -> anyhow::Result<(Arc<dyn GpuBackend>, Arc<dyn Executor>)> {
     let gpus: Arc<dyn GpuBackend> = match (&node.sim_gpus, &node.fake_nvml) {
@@ -112,6 +114,11 @@ pub async fn backends(
             cgroup_root: node.cgroup_root.clone(),
             uid_base: node.instance_uid_base,
             allow_unisolated: node.allow_unisolated,
+            hidden: secret
+                .iter()
+                .map(|p| p.to_path_buf())
+                .chain(node.checkpoint_dir.clone())
+                .collect(),
         };
         Ok(Arc::new(ProcessExecutor::isolated(
             data_dir, &isolation, resources,
