@@ -25,8 +25,10 @@
 #   GPURENT_TEST_NETNS         1 when this machine can make network namespaces (root
 #                              and iproute2, installed when missing): the partition test
 #                              then must run; else it is skipped. Set 0 to skip it.
-#   (as root, bubblewrap is installed when missing: the process executor's isolation
-#   tests then must run; not root, they are skipped)
+#   GPURENT_TEST_ISOLATION=0   skip the process executor's isolation tests even as root
+#                              (a root without namespaces); as root they must run
+#                              otherwise (bubblewrap is installed when missing), not
+#                              root they are skipped.
 #   GPURENT_TEST_SKIP_PROMTOOL=1  do not install promtool; the metrics test then
 #                              skips its promtool checks instead of failing.
 #   GPURENT_TEST_DOCKER=1      (the default) make sure a Docker daemon is running
@@ -332,8 +334,8 @@ stop_docker() {
 # ---------------------------------------------------------------------------
 
 ensure_bwrap() {
-  if ! is_root; then
-    say "not root: the process executor's isolation tests will be skipped"
+  if ! is_root || [ "${GPURENT_TEST_ISOLATION:-1}" = 0 ]; then
+    say "not root or GPURENT_TEST_ISOLATION=0: the process executor's isolation tests will be skipped"
     return 0
   fi
   [ -x /usr/bin/bwrap ] || [ -x /bin/bwrap ] || apt_install bubblewrap
