@@ -25,6 +25,10 @@
 #   GPURENT_TEST_NETNS         1 when this machine can make network namespaces (root
 #                              and iproute2, installed when missing): the partition test
 #                              then must run; else it is skipped. Set 0 to skip it.
+#   GPURENT_TEST_ISOLATION=0   skip the process executor's isolation tests even as root
+#                              (a root without namespaces); as root they must run
+#                              otherwise (bubblewrap is installed when missing), not
+#                              root they are skipped.
 #   GPURENT_TEST_SKIP_PROMTOOL=1  do not install promtool; the metrics test then
 #                              skips its promtool checks instead of failing.
 #   GPURENT_TEST_DOCKER=1      (the default) make sure a Docker daemon is running
@@ -326,6 +330,18 @@ stop_docker() {
 }
 
 # ---------------------------------------------------------------------------
+# The process executor's sandbox (bubblewrap): as root, its isolation tests must run
+# ---------------------------------------------------------------------------
+
+ensure_bwrap() {
+  if ! is_root || [ "${GPURENT_TEST_ISOLATION:-1}" = 0 ]; then
+    say "not root or GPURENT_TEST_ISOLATION=0: the process executor's isolation tests will be skipped"
+    return 0
+  fi
+  [ -x /usr/bin/bwrap ] || [ -x /bin/bwrap ] || apt_install bubblewrap
+}
+
+# ---------------------------------------------------------------------------
 # Network namespaces (the partition test cuts a real link)
 # ---------------------------------------------------------------------------
 
@@ -378,6 +394,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 probe_netns
+ensure_bwrap
 if [ "${GPURENT_TEST_SKIP_PROMTOOL:-0}" != 1 ]; then
   ensure_promtool
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check of the node agent (issue 3), for a host with an NVIDIA GPU and PyTorch:
 #  1. the bf16 matmul job natively, then the same job reserved through `gpurent up` with real
-#     NVML and the process executor (cgroup v2: 4 CPUs, 16 GiB per GPU);
+#     NVML and the process executor (isolated: bubblewrap, a uid of its own, cgroup limits of
+#     4 CPUs and 16 GiB per GPU; run as root, with bubblewrap installed);
 #  2. while it runs, `gpurent nodes ls` must attribute its GPU memory to its reservation;
 #  3. a table of the figures, and everything as JSON files in $OUT.
 # Usage: scripts/gpu/check.sh [GPURENT_BINARY]   (OUT defaults to a temporary folder)
@@ -34,8 +35,10 @@ GPU_TYPE="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["
 say "reserving one $GPU_TYPE for the same job"
 T0="$(date +%s.%N)"
 # The job's environment is its own (the agent's is not inherited): pass what python needs.
+# It runs sandboxed: this checkout and $OUT do not exist for it (the node's /usr, /etc and
+# /opt do), so the script goes inline and its result comes back through its log.
 g --token "$TENANT" reserve --gpu "$GPU_TYPE" --hours 1 --env "PYTHONPATH=${PYTHONPATH:-}" -- \
-  "$(command -v python3)" "$ROOT/scripts/gpu/matmul.py" --seconds "$SECONDS_PER_RUN" --out "$OUT/reserved.json" \
+  "$(command -v python3)" -c "$(cat "$ROOT/scripts/gpu/matmul.py")" --seconds "$SECONDS_PER_RUN" --out /tmp/reserved.json \
   >"$OUT/reservation.json"
 ID="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$OUT/reservation.json")"
 RUNNING_AT=""
@@ -57,7 +60,9 @@ PY
   sleep 0.5
 done
 g --token "$TENANT" get "$ID" >"$OUT/reservation-end.json"
-CONFINED="$(grep -c "confines instances in cgroup v2" "$OUT/up.log" || true)"
+"$BIN" --server "$URL" --token "$TENANT" logs "$ID" >"$OUT/reserved.log" || true
+grep '^{' "$OUT/reserved.log" | tail -1 >"$OUT/reserved.json" || true
+CONFINED="$(grep -c "isolates instances" "$OUT/up.log" || true)"
 python3 - "$OUT" "$T0" "${RUNNING_AT:-0}" "$ATTRIBUTED" "$CONFINED" <<'PY'
 import json, sys
 out, t0, running_at, attributed, confined = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
@@ -69,7 +74,7 @@ rows = [
     ("native TFLOP/s (bf16 8192^3)", f"{native['tflops']:.1f}"),
     ("reserved TFLOP/s (process executor)", f"{reserved['tflops']:.1f}"),
     ("reserved / native", f"{100 * reserved['tflops'] / native['tflops']:.2f} %"),
-    ("cgroup v2 limits applied", "yes" if confined else "NO"),
+    ("isolated (bwrap, a uid of its own, cgroup limits)", "yes" if confined else "NO"),
     ("CUDA_VISIBLE_DEVICES in the job", reserved["cuda_visible_devices"]),
     ("reservation id seen by the job", "yes" if reserved["reservation_id"] == end["id"] else "NO"),
     ("GPU memory attributed to the reservation", f"{attributed} MiB"),

@@ -10,11 +10,13 @@ use gpurent_types::agent::{HostFacts, NodeTelemetry};
 use crate::AgentError;
 
 /// The facts, from a telemetry sample of the GPU backend and the data directory. `gpu_containers`:
-/// whether this node runs real GPUs in containers (then the toolkit is needed).
+/// whether this node runs real GPUs in containers (then the toolkit is needed); `isolated`:
+/// whether its executor isolates instances.
 pub(crate) fn host_facts(
     sample: Option<&NodeTelemetry>,
     data_dir: &Path,
     gpu_containers: bool,
+    isolated: bool,
 ) -> HostFacts {
     HostFacts {
         driver_version: sample.and_then(|s| s.driver_version.clone()),
@@ -22,6 +24,7 @@ pub(crate) fn host_facts(
         container_toolkit: toolkit_version(),
         gpu_containers,
         disk_free_mb: disk_free_mb(data_dir),
+        isolated: Some(isolated),
     }
 }
 
@@ -101,6 +104,7 @@ mod tests {
             container_toolkit: Some(toolkit.to_owned()),
             gpu_containers,
             disk_free_mb: None,
+            isolated: Some(true),
         };
         let refused = check_toolkit(&facts("1.17.7", true))
             .unwrap_err()
@@ -129,13 +133,13 @@ mod tests {
             cuda_version: Some("13.0".into()),
             ..NodeTelemetry::default()
         };
-        let f = host_facts(Some(&sample), dir.path(), false);
+        let f = host_facts(Some(&sample), dir.path(), false, true);
         assert_eq!(f.driver_version.as_deref(), Some("580.95.05"));
         assert_eq!(f.cuda_version.as_deref(), Some("13.0"));
         assert!(f.disk_free_mb.is_some_and(|mb| mb > 0));
         assert!(!f.gpu_containers);
         assert_eq!(
-            host_facts(None, Path::new("/no/such/dir"), true).disk_free_mb,
+            host_facts(None, Path::new("/no/such/dir"), true, true).disk_free_mb,
             None
         );
     }

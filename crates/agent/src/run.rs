@@ -132,6 +132,7 @@ impl Agent {
             self.gpus.sample().ok().as_ref(),
             &self.config.data_dir,
             gpu_containers,
+            self.executor.isolated(),
         )
     }
 

@@ -153,8 +153,9 @@ mod tests {
     #[tokio::test]
     async fn one_stop_at_a_time_per_reservation() {
         let dir = tempfile::tempdir().unwrap();
-        let executor =
-            Arc::new(ProcessExecutor::new(dir.path(), None, ResourcesPerGpu::default()).unwrap());
+        let executor = Arc::new(
+            ProcessExecutor::unisolated(dir.path(), None, ResourcesPerGpu::default()).unwrap(),
+        );
         executor.start(&stubborn("r1"), None).await.unwrap();
         let ready = dir.path().join("instances/r1/ready");
         for _ in 0..200 {

@@ -356,9 +356,21 @@ pub struct NodeArgs {
     /// the control plane reschedules the work).
     #[arg(long)]
     pub lease_secs: Option<u64>,
-    /// The cgroup v2 directory the process executor puts instances under.
+    /// The cgroup v2 directory the process executor puts instances under (where only cgroup
+    /// v1 exists: a cgroup of this name under its memory, cpu and pids hierarchies).
     #[arg(long, default_value = "/sys/fs/cgroup/gpurent")]
     pub cgroup_root: PathBuf,
+    /// The process executor runs each instance as a uid of its own, the lowest free one of the
+    /// 65536 from this one on; no user of the node may have one of them, nor another agent on
+    /// the node the same range.
+    #[arg(long, value_name = "UID", default_value_t = gpurent_agent::executor::DEFAULT_INSTANCE_UID_BASE)]
+    pub instance_uid_base: u32,
+    /// Where the process executor cannot isolate instances (no bubblewrap, no namespaces, no
+    /// writable cgroup tree, not root), run them anyway, with the agent's rights, instead of
+    /// refusing to start: tenants can then read this node's credentials and each other's
+    /// work. `nodes ls` and the offers say `unisolated`.
+    #[arg(long)]
+    pub allow_unisolated: bool,
     /// Burn in the GPUs while the node is idle with this stress command (run with `sh -c`,
     /// `CUDA_VISIBLE_DEVICES` and `GPURENT_BURN_IN_SECONDS` set; exit 0 passes). The node takes
     /// no work meanwhile, nor after a failed run until one passes. Off when not given.

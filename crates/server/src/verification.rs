@@ -166,6 +166,7 @@ mod tests {
             container_toolkit: Some("1.17.8".into()),
             gpu_containers: true,
             disk_free_mb: Some(100 * 1024),
+            isolated: Some(true),
         }
     }
 

@@ -221,6 +221,10 @@ pub trait NodeStore: Send + Sync {
         verification: &gpurent_types::api::HostVerification,
     ) -> Result<()>;
 
+    /// Records whether a node's executor isolates instances, as its agent reported when it
+    /// started.
+    async fn set_isolation(&self, node_id: &str, isolated: bool) -> Result<()>;
+
     async fn authenticate_node(&self, token_hash: &str) -> Result<Option<String>>;
 
     /// Records the SHA-256 of the client certificate signed for a node at registration.

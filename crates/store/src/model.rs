@@ -63,6 +63,9 @@ pub struct NewNode {
     pub gpus: Vec<GpuInfo>,
     /// Its host verification, recorded with it so that a node that failed never gets work.
     pub verification: Option<gpurent_types::api::HostVerification>,
+    /// Whether its executor isolates instances (`gpurent nodes ls` and the offers say
+    /// `unisolated` otherwise).
+    pub isolated: bool,
 }
 
 /// Whole GPUs or a share of one.

@@ -146,6 +146,11 @@ pub struct HostFacts {
     /// Free space in the agent's data directory, MiB.
     #[serde(default)]
     pub disk_free_mb: Option<u64>,
+    /// Whether the node's executor keeps each instance from the node's secrets and from the
+    /// other instances (false: the process executor with `--allow-unisolated`); absent from
+    /// older agents, whose process executor did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolated: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -108,6 +108,11 @@ pub struct Offer {
     pub share_price_per_gb_hour: Money,
     /// Reserved blocks: percent off the on-demand price by the block's length.
     pub reserved_discounts: Vec<ReservedDiscount>,
+    /// Of `available`, GPUs on nodes that run instances unisolated (their tenants can read the
+    /// node's credentials and each other's work; `gpurent nodes ls` says which); absent when
+    /// none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unisolated: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
@@ -277,6 +282,10 @@ pub struct Node {
     /// `unhealthy` and `draining` are reserved for health rules and drains.
     pub status: String,
     pub executor: String,
+    /// Whether its executor keeps each instance from the node's secrets and from the other
+    /// instances; false: the process executor with `--allow-unisolated` (or an older agent's).
+    #[serde(default = "isolated_by_default")]
+    pub isolated: bool,
     pub gpu_backend: String,
     pub driver_version: Option<String>,
     pub cuda_version: Option<String>,
@@ -288,6 +297,14 @@ pub struct Node {
     /// The health rules its GPUs breach now; a node with any is `unhealthy` and gets no work.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub health: Vec<HealthIssue>,
+}
+
+fn isolated_by_default() -> bool {
+    true
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A GPU health rule breached.

@@ -164,10 +164,14 @@ impl Executor for DockerExecutor {
         // A container left by an earlier epoch of this reservation goes first.
         self.stop(id, None).await?;
         let visible = a.gpus.join(",");
+        // The reserved variables are the executor's alone: a tenant's copy is dropped rather
+        // than left beside ours (the NVIDIA runtime reads NVIDIA_VISIBLE_DEVICES to pick the
+        // GPUs a container gets).
         let mut env: Vec<String> = a
             .env
             .iter()
             .chain(&a.secrets.0)
+            .filter(|(k, _)| !super::is_reserved_env(k))
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         env.push(format!("NVIDIA_VISIBLE_DEVICES={visible}"));

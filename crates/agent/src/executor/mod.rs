@@ -1,10 +1,11 @@
-//! Executors run a reservation's workload on the node: `process` (a process group in a
-//! cgroup v2), `docker` (a container through the Docker Engine), `sim` (in memory, for demos
+//! Executors run a reservation's workload on the node: `process` (a sandboxed process tree in
+//! a cgroup), `docker` (a container through the Docker Engine), `sim` (in memory, for demos
 //! and tests).
 
 mod cgroup;
 pub mod docker;
 mod process;
+mod sandbox;
 mod sim;
 
 use std::path::Path;
@@ -15,16 +16,30 @@ use gpurent_types::agent::{Assignment, PublishedPort};
 
 pub use cgroup::{CgroupLimits, CgroupRoot};
 pub use docker::DockerExecutor;
-pub use process::{ProcessExecutor, ResourcesPerGpu};
+pub use process::{Isolation, ProcessExecutor, ResourcesPerGpu, DEFAULT_INSTANCE_UID_BASE};
+pub use sandbox::UID_RANGE as INSTANCE_UID_RANGE;
 pub use sim::SimExecutor;
 
 use crate::reconcile::Observed;
 use crate::AgentError;
 
+/// Variables every executor sets for an instance (its GPUs, its identity), which a tenant's
+/// environment never overrides: `CUDA_VISIBLE_DEVICES`, `NVIDIA_*`, `GPURENT_*`.
+pub fn is_reserved_env(name: &str) -> bool {
+    name == "CUDA_VISIBLE_DEVICES" || name.starts_with("NVIDIA_") || name.starts_with("GPURENT_")
+}
+
 #[async_trait]
 pub trait Executor: Send + Sync + std::fmt::Debug {
     /// Reported to the control plane and shown in `gpurent nodes ls`.
     fn name(&self) -> &'static str;
+
+    /// Whether an instance is kept from the node's secrets and from other instances (false:
+    /// the process executor on a host whose owner allowed unisolated instances). Reported to
+    /// the control plane: `gpurent nodes ls` and the offers say `unisolated`.
+    fn isolated(&self) -> bool {
+        true
+    }
 
     /// Starts the workload of an assignment, with its checkpoint volume (a directory of the
     /// node) when it has one.

@@ -1,13 +1,19 @@
-//! The process executor, for hosts without Docker: the reservation's command runs as a process
-//! group with `CUDA_VISIBLE_DEVICES` set to its GPUs' UUIDs, in a cgroup v2 with `cpu.max`,
-//! `memory.max` and `pids.max` where the cgroup tree is writable.
+//! The process executor, for hosts without Docker: the reservation's command runs isolated
+//! (`sandbox`: a uid of its own, its own mount and PID namespaces, `no_new_privs`) in a cgroup
+//! with CPU, memory and pids limits (`cgroup`: v2, or v1 where only v1 exists), with
+//! `CUDA_VISIBLE_DEVICES` set to its GPUs' UUIDs. A host where that cannot be set up refuses
+//! it, unless its owner allows unisolated instances (then they run as the agent's user).
 //!
-//! Each instance has a directory under the agent's data dir (`instances/<reservation>/`) with
-//! its identity (`instance.json`), its output (`output.log`) and, once it ends by itself, its
-//! exit code (`exit_code`, written by the wrapper shell). A restarted agent adopts instances
-//! from these directories: nothing runs twice and nothing is orphaned.
+//! Each instance has a directory under the agent's data dir (`instances/<reservation>/`, the
+//! agent's only) with its identity (`instance.json`), its output (`output.log`), once it ends
+//! by itself its exit code (`exit_code`, written by the wrapper shell, outside the sandbox),
+//! and, isolated, the instance's own directory (`home/`, owned by its uid: the sandbox's
+//! `/instance`).
+//! A restarted agent adopts instances from these directories: nothing runs twice and nothing
+//! is orphaned.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -17,9 +23,11 @@ use gpurent_types::agent::Assignment;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
 
 use super::cgroup::{CgroupLimits, CgroupRoot};
-use super::Executor;
+use super::sandbox::{self, Sandbox};
+use super::{is_reserved_env, Executor};
 use crate::reconcile::{Observed, ObservedState};
 use crate::AgentError;
 
@@ -41,29 +49,63 @@ impl Default for ResourcesPerGpu {
     }
 }
 
+/// The default first uid of the range instances run as (`--instance-uid-base`): above the
+/// ranges distributions and `/etc/subuid` usually hand out (100000 + 65536).
+pub const DEFAULT_INSTANCE_UID_BASE: u32 = 200_000;
+
+/// How the process executor isolates instances.
+#[derive(Debug, Clone)]
+pub struct Isolation {
+    /// The cgroup v2 directory instances' cgroups go under; where only cgroup v1 exists, its
+    /// name under each of the memory, cpu and pids hierarchies.
+    pub cgroup_root: PathBuf,
+    /// Instances run as uids from here on, one each (`sandbox::UID_RANGE` of them).
+    pub uid_base: u32,
+    /// Where isolation cannot be set up, run instances unisolated (with a warning) instead of
+    /// refusing to start.
+    pub allow_unisolated: bool,
+    /// Directories of the node an instance must never see besides the agent's data dir (the
+    /// control plane's data dir under `up`, the checkpoint volumes' root): where one lies under
+    /// a system directory the sandbox shows (`/etc`, `/opt`, `/usr`), it is covered.
+    pub hidden: Vec<PathBuf>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct InstanceFile {
     reservation_id: String,
     epoch: i64,
     /// The process group, led by the wrapper shell.
     pgid: i32,
+    /// The uid its command runs as; None when it runs unisolated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    uid: Option<u32>,
 }
 
-/// Runs `"$@"` in the instance's cgroup (when given) and records its exit code.
-const WRAPPER: &str = r#"cg=$1; ex=$2; shift 2
-if [ -n "$cg" ]; then echo $$ > "$cg/cgroup.procs" || exit 125; fi
-"$@"; code=$?
-echo $code > "$ex.tmp" && mv "$ex.tmp" "$ex"
+/// Joins the instance's cgroups (the first `$1` arguments: `cgroup.procs` files), runs the
+/// rest of its arguments (after the exit code file, `mv` and whether fd 3 gets the sandbox's
+/// options from stdin) and records its exit code. It runs outside the sandbox, as the agent's
+/// user, with the agent's environment: no tool it runs is found through the tenant's `PATH`.
+const WRAPPER: &str = r#"n=$1; shift
+while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done
+ex=$1; mv=$2; feed=$3; shift 3
+if [ "$feed" = 1 ]; then "$@" 3<&0 </dev/null; else "$@"; fi
+code=$?
+echo $code > "$ex.tmp" && "$mv" "$ex.tmp" "$ex"
 exit $code"#;
 
 #[derive(Debug)]
 pub struct ProcessExecutor {
     dir: PathBuf,
     cgroup: Option<CgroupRoot>,
+    /// None: instances run unisolated, as the agent's user.
+    sandbox: Option<Sandbox>,
+    mv: PathBuf,
     resources: ResourcesPerGpu,
     grace: Duration,
     /// Instances this agent started: waited on so they do not linger as zombies.
     children: Mutex<HashMap<String, tokio::process::Child>>,
+    /// Serialises uid choice between concurrent starts.
+    uid_lock: tokio::sync::Mutex<()>,
 }
 
 fn exec_error(action: &'static str, id: &str, e: impl std::fmt::Display) -> AgentError {
@@ -76,20 +118,64 @@ fn exec_error(action: &'static str, id: &str, e: impl std::fmt::Display) -> Agen
 }
 
 impl ProcessExecutor {
-    /// `cgroup_root` None runs without resource limits (say why in the log).
-    pub fn new(
+    /// Isolated instances, or an error saying why this host cannot isolate them (unless
+    /// `allow_unisolated`, which falls back to `unisolated` with a warning).
+    pub fn isolated(
+        data_dir: &Path,
+        isolation: &Isolation,
+        resources: ResourcesPerGpu,
+    ) -> Result<Self, AgentError> {
+        let mut executor = Self::build(data_dir, resources)?;
+        let setup = CgroupRoot::prepare(&isolation.cgroup_root)
+            .map_err(|why| {
+                format!(
+                    "no writable cgroup tree for the limits at {}: {why}",
+                    isolation.cgroup_root.display()
+                )
+            })
+            .and_then(|cgroup| {
+                let mut hidden = isolation.hidden.clone();
+                hidden.push(data_dir.to_owned());
+                let probe = executor.dir.join(".probe");
+                Sandbox::probe(isolation.uid_base, hidden, &probe).map(|sb| (cgroup, sb))
+            });
+        match setup {
+            Ok((cgroup, sandbox)) => {
+                tracing::info!(
+                    cgroup = %cgroup.describe(),
+                    uids = ?sandbox.uids(),
+                    "process executor isolates instances: a uid, mount and PID namespaces of their own"
+                );
+                executor.cgroup = Some(cgroup);
+                executor.sandbox = Some(sandbox);
+                Ok(executor)
+            }
+            Err(why) if isolation.allow_unisolated => {
+                tracing::warn!(%why, "process executor runs instances UNISOLATED (--allow-unisolated): tenants can read this node's credentials and each other's work");
+                executor.cgroup = match CgroupRoot::prepare(&isolation.cgroup_root) {
+                    Ok(root) => Some(root),
+                    Err(why) => {
+                        tracing::warn!(%why, "process executor runs instances WITHOUT cpu, memory and pids limits");
+                        None
+                    }
+                };
+                Ok(executor)
+            }
+            Err(why) => Err(AgentError::Unisolated { why }),
+        }
+    }
+
+    /// Unisolated instances, as the agent's user, in cgroups under `cgroup_root` when given
+    /// and writable (tests, and hosts whose owner passed `--allow-unisolated`).
+    pub fn unisolated(
         data_dir: &Path,
         cgroup_root: Option<&Path>,
         resources: ResourcesPerGpu,
     ) -> Result<Self, AgentError> {
-        let dir = data_dir.join("instances");
-        std::fs::create_dir_all(&dir).map_err(|source| AgentError::Identity {
-            path: dir.clone(),
-            source,
-        })?;
-        let cgroup = match cgroup_root.map(CgroupRoot::prepare) {
+        let mut executor = Self::build(data_dir, resources)?;
+        executor.cgroup = match cgroup_root.map(CgroupRoot::prepare) {
             Some(Ok(root)) => {
-                tracing::info!(root = %root.path().display(), "process executor confines instances in cgroup v2");
+                tracing::info!(cgroup = %root.describe(), "process executor confines instances in cgroups");
                 Some(root)
             }
             Some(Err(why)) => {
@@ -98,12 +184,28 @@ impl ProcessExecutor {
             }
             None => None,
         };
+        Ok(executor)
+    }
+
+    fn build(data_dir: &Path, resources: ResourcesPerGpu) -> Result<Self, AgentError> {
+        let dir = data_dir.join("instances");
+        std::fs::create_dir_all(&dir).map_err(|source| AgentError::Identity {
+            path: dir.clone(),
+            source,
+        })?;
+        set_mode(&dir, 0o700).map_err(|source| AgentError::Identity {
+            path: dir.clone(),
+            source,
+        })?;
         Ok(ProcessExecutor {
             dir,
-            cgroup,
+            cgroup: None,
+            sandbox: None,
+            mv: sandbox::system_tool("mv").unwrap_or_else(|| "/bin/mv".into()),
             resources,
             grace: Duration::from_secs(10),
             children: Mutex::new(HashMap::new()),
+            uid_lock: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -118,6 +220,15 @@ impl ProcessExecutor {
         self.cgroup.is_some()
     }
 
+    pub fn is_isolated(&self) -> bool {
+        self.sandbox.is_some()
+    }
+
+    /// The cgroup version instances are confined with, if any.
+    pub fn cgroup_version(&self) -> Option<u8> {
+        self.cgroup.as_ref().map(CgroupRoot::version)
+    }
+
     fn instance_dir(&self, id: &str) -> PathBuf {
         self.dir.join(id)
     }
@@ -125,6 +236,16 @@ impl ProcessExecutor {
     /// The instance's output, for logs.
     pub fn output_path(&self, id: &str) -> PathBuf {
         self.instance_dir(id).join("output.log")
+    }
+
+    /// The instance's own directory on the node: its working directory and `HOME`. Unisolated,
+    /// the instance directory itself (as it always was).
+    pub fn home_path(&self, id: &str) -> PathBuf {
+        if self.sandbox.is_some() {
+            self.instance_dir(id).join("home")
+        } else {
+            self.instance_dir(id)
+        }
     }
 
     fn limits(&self, gpus: usize) -> CgroupLimits {
@@ -156,10 +277,11 @@ impl ProcessExecutor {
     /// holds processes that left the group).
     fn group_alive(&self, f: &InstanceFile) -> bool {
         group_runs(f.pgid)
-            || self
-                .cgroup
-                .as_ref()
-                .is_some_and(|cg| !cg.pids(&f.reservation_id).is_empty())
+            || self.cgroup.as_ref().is_some_and(|cg| {
+                cg.pids(&f.reservation_id)
+                    .into_iter()
+                    .any(|pid| process_state(pid).is_some_and(|s| s != 'Z'))
+            })
     }
 
     /// The exit code the wrapper wrote once the workload ended by itself.
@@ -174,6 +296,150 @@ impl ProcessExecutor {
         let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
         children.retain(|_, child| matches!(child.try_wait(), Ok(None)));
     }
+
+    /// The lowest uid of the range that no instance of this executor has and no process of
+    /// the node runs as (a leftover, or another agent's instance).
+    fn free_uid(&self, sandbox: &Sandbox, id: &str) -> Result<u32, AgentError> {
+        let range = sandbox.uids();
+        let mut taken: BTreeSet<u32> = self
+            .read_instances()
+            .into_iter()
+            .filter(|f| f.reservation_id != id)
+            .filter_map(|f| f.uid)
+            .collect();
+        taken.extend(process_uids().into_iter().filter(|u| range.contains(u)));
+        range.clone().find(|u| !taken.contains(u)).ok_or_else(|| {
+            exec_error(
+                "start",
+                id,
+                format!(
+                    "all {} instance uids from {} are in use",
+                    sandbox::UID_RANGE,
+                    range.start
+                ),
+            )
+        })
+    }
+
+    /// The instance's environment: defaults a tenant may change, the tenant's variables
+    /// (less the reserved ones), then the reserved ones, which no tenant sets.
+    fn environment(
+        &self,
+        a: &Assignment,
+        home: &Path,
+        volume: Option<&Path>,
+    ) -> Vec<(String, OsString)> {
+        let isolated = self.sandbox.is_some();
+        let visible = a.gpus.join(",");
+        let mut env: Vec<(String, OsString)> = Vec::new();
+        let path = match std::env::var_os("PATH") {
+            Some(p) if !isolated => p,
+            _ => sandbox::SYSTEM_PATH.into(),
+        };
+        env.push(("PATH".into(), path));
+        if let Some(ld) = std::env::var_os("LD_LIBRARY_PATH") {
+            env.push(("LD_LIBRARY_PATH".into(), ld));
+        }
+        env.extend(
+            a.env
+                .iter()
+                .chain(&a.secrets.0)
+                .filter(|(k, _)| !is_reserved_env(k) && k.as_str() != "HOME")
+                .map(|(k, v)| (k.clone(), OsString::from(v))),
+        );
+        let (home, checkpoint): (OsString, Option<OsString>) = if isolated {
+            (
+                sandbox::HOME.into(),
+                volume.map(|_| sandbox::CHECKPOINT.into()),
+            )
+        } else {
+            (home.into(), volume.map(Into::into))
+        };
+        env.push(("HOME".into(), home));
+        env.push(("CUDA_VISIBLE_DEVICES".into(), visible.clone().into()));
+        env.push(("NVIDIA_VISIBLE_DEVICES".into(), visible.into()));
+        env.push((
+            "GPURENT_RESERVATION_ID".into(),
+            a.reservation_id.clone().into(),
+        ));
+        env.push(("GPURENT_EPOCH".into(), a.epoch.to_string().into()));
+        if let Some(dir) = checkpoint {
+            env.push(("GPURENT_CHECKPOINT_DIR".into(), dir));
+        }
+        env
+    }
+
+    /// SIGTERM to the instance's workload. Isolated: to every process of its cgroup that runs
+    /// as its uid (the wrapper and bwrap, the agent's, stay to record how it ended);
+    /// unisolated: to its process group and cgroup.
+    fn terminate(&self, f: &InstanceFile) {
+        let id = &f.reservation_id;
+        match (f.uid, &self.cgroup) {
+            (Some(uid), Some(cg)) => {
+                for pid in cg.pids(id) {
+                    if process_uid(pid) == Some(uid) {
+                        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
+                    }
+                }
+            }
+            _ => {
+                let _ = killpg(Pid::from_raw(f.pgid), Signal::SIGTERM);
+                if let Some(cg) = &self.cgroup {
+                    for pid in cg.pids(id) {
+                        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+/// Makes `uid` the owner of `root` and everything under it, links not followed (a directory
+/// an earlier instance of the reservation, with another uid, wrote to).
+fn chown_tree(root: &Path, uid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(root, Some(uid), Some(uid))?;
+    if std::fs::symlink_metadata(root)?.is_dir() {
+        for entry in std::fs::read_dir(root)? {
+            chown_tree(&entry?.path(), uid)?;
+        }
+    }
+    Ok(())
+}
+
+/// The real uid of a process, from `/proc/PID/status`.
+fn process_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The real uids of the node's processes.
+fn process_uids() -> BTreeSet<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return BTreeSet::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(process_uid)
+        .collect()
+}
+
+/// A process's state letter (`R`, `S`, `Z`...), from `/proc/PID/stat`.
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ...`; the name may hold spaces and parentheses.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 /// Whether a process of the group still runs. Zombies do not count: a killed workload's
@@ -206,6 +472,10 @@ impl Executor for ProcessExecutor {
         "process"
     }
 
+    fn isolated(&self) -> bool {
+        self.is_isolated()
+    }
+
     async fn start(&self, a: &Assignment, volume: Option<&Path>) -> Result<(), AgentError> {
         let id = &a.reservation_id;
         let Some((program, args)) = a.command.split_first() else {
@@ -216,59 +486,96 @@ impl Executor for ProcessExecutor {
             ));
         };
         let dir = self.instance_dir(id);
-        std::fs::create_dir_all(&dir).map_err(|e| exec_error("start", id, e))?;
+        let home = self.home_path(id);
+        std::fs::create_dir_all(&home).map_err(|e| exec_error("start", id, e))?;
+        set_mode(&dir, 0o700).map_err(|e| exec_error("start", id, e))?;
+        set_mode(&home, 0o700).map_err(|e| exec_error("start", id, e))?;
         let _ = std::fs::remove_file(dir.join("exit_code"));
-        let cgroup = match &self.cgroup {
-            Some(cg) => Some(
-                cg.create(id, self.limits(a.gpus.len()))
-                    .map_err(|e| exec_error("start", id, e))?,
-            ),
+        // The uid is chosen and recorded under one lock, so two starts never share one.
+        let _uid_guard = self.uid_lock.lock().await;
+        let uid = match &self.sandbox {
+            Some(sandbox) => {
+                let uid = self.free_uid(sandbox, id)?;
+                chown_tree(&home, uid).map_err(|e| exec_error("start", id, e))?;
+                if let Some(volume) = volume {
+                    chown_tree(volume, uid).map_err(|e| {
+                        exec_error("start", id, format!("chown {}: {e}", volume.display()))
+                    })?;
+                }
+                Some(uid)
+            }
             None => None,
+        };
+        let procs = match &self.cgroup {
+            Some(cg) => cg
+                .create(id, self.limits(a.gpus.len()))
+                .map_err(|e| exec_error("start", id, e))?,
+            None => Vec::new(),
         };
         let output = std::fs::File::create(dir.join("output.log"))
             .map_err(|e| exec_error("start", id, e))?;
         let errors = output.try_clone().map_err(|e| exec_error("start", id, e))?;
-        let visible = a.gpus.join(",");
+        let env = self.environment(a, &home, volume);
         let mut command = tokio::process::Command::new("/bin/sh");
         command
             .arg("-c")
             .arg(WRAPPER)
             .arg("gpurent-instance")
-            .arg(cgroup.as_deref().map(Path::as_os_str).unwrap_or_default())
+            .arg(procs.len().to_string())
+            .args(&procs)
             .arg(dir.join("exit_code"))
-            .arg(program)
-            .args(args)
-            .current_dir(&dir)
+            .arg(&self.mv)
+            .arg(if uid.is_some() { "1" } else { "0" })
             // Nothing of the agent's environment (its join token, say) leaks into the workload.
             .env_clear()
-            .env(
-                "PATH",
-                std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
-            )
-            .env("HOME", &dir)
-            .env("CUDA_VISIBLE_DEVICES", &visible)
-            .env("NVIDIA_VISIBLE_DEVICES", &visible)
-            .env("GPURENT_RESERVATION_ID", id)
-            .env("GPURENT_EPOCH", a.epoch.to_string())
-            .envs(&a.env)
-            .envs(&a.secrets.0)
-            .stdin(std::process::Stdio::null())
             .stdout(output)
             .stderr(errors)
             .process_group(0)
             .kill_on_drop(false);
-        if let Some(ld) = std::env::var_os("LD_LIBRARY_PATH") {
-            command.env("LD_LIBRARY_PATH", ld);
+        let options = match (&self.sandbox, uid) {
+            (Some(sandbox), Some(uid)) => {
+                // The wrapper runs with a fixed environment; the tenant's goes to bwrap's
+                // options on the wrapper's stdin (fd 3 of bwrap), in no command line.
+                command
+                    .env("PATH", sandbox::SYSTEM_PATH)
+                    .args(sandbox.command_prefix(uid))
+                    .current_dir(&dir)
+                    .stdin(std::process::Stdio::piped());
+                let spec = sandbox::Spec {
+                    home: &home,
+                    volume,
+                    env: &env,
+                    gpus: &a.gpus,
+                };
+                Some(
+                    sandbox
+                        .options_bytes(&spec)
+                        .map_err(|e| exec_error("start", id, e))?,
+                )
+            }
+            _ => {
+                command
+                    .envs(env.iter().map(|(k, v)| (k, v)))
+                    .current_dir(&home)
+                    .stdin(std::process::Stdio::null());
+                None
+            }
+        };
+        command.arg(program).args(args);
+        let mut child = command.spawn().map_err(|e| exec_error("start", id, e))?;
+        if let (Some(options), Some(mut stdin)) = (options, child.stdin.take()) {
+            // bwrap reads them all before it starts anything; a bwrap that failed before
+            // reading them ends with its exit code, which the wrapper records.
+            if let Err(e) = stdin.write_all(&options).await {
+                tracing::warn!(reservation_id = %id, error = %e, "could not hand the sandbox its options");
+            }
         }
-        if let Some(volume) = volume {
-            command.env("GPURENT_CHECKPOINT_DIR", volume);
-        }
-        let child = command.spawn().map_err(|e| exec_error("start", id, e))?;
         let pgid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
         let file = InstanceFile {
             reservation_id: id.clone(),
             epoch: a.epoch,
             pgid,
+            uid,
         };
         let json = serde_json::to_vec(&file).map_err(|e| exec_error("start", id, e))?;
         std::fs::write(dir.join("instance.json"), json).map_err(|e| exec_error("start", id, e))?;
@@ -276,7 +583,7 @@ impl Executor for ProcessExecutor {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.clone(), child);
-        tracing::info!(reservation_id = %id, pgid, gpus = %visible, confined = self.cgroup.is_some(), "process instance started");
+        tracing::info!(reservation_id = %id, pgid, ?uid, gpus = %a.gpus.join(","), confined = self.cgroup.is_some(), "process instance started");
         Ok(())
     }
 
@@ -288,12 +595,7 @@ impl Executor for ProcessExecutor {
             .and_then(|b| serde_json::from_slice(&b).ok());
         if let Some(f) = &file {
             // SIGTERM first, SIGKILL when the grace period is over.
-            let _ = killpg(Pid::from_raw(f.pgid), Signal::SIGTERM);
-            if let Some(cg) = &self.cgroup {
-                for pid in cg.pids(id) {
-                    let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
-                }
-            }
+            self.terminate(f);
             let deadline = tokio::time::Instant::now() + grace;
             while self.group_alive(f) && tokio::time::Instant::now() < deadline {
                 self.reap();

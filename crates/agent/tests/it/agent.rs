@@ -159,7 +159,7 @@ async fn a_preempted_instance_gets_its_grace_period_while_the_agent_keeps_syncin
     };
     // The assignment's grace (3 s) is what counts, not this default.
     let executor = Arc::new(
-        ProcessExecutor::new(dir.path(), None, ResourcesPerGpu::default())
+        ProcessExecutor::unisolated(dir.path(), None, ResourcesPerGpu::default())
             .unwrap()
             .with_grace(Duration::from_secs(60)),
     );

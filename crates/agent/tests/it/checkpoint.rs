@@ -50,7 +50,7 @@ async fn a_second_run_resumes_from_the_first_through_the_hook() {
         "echo \"$GPURENT_CHECKPOINT_ACTION $GPURENT_RESERVATION_ID ${{GPURENT_EPOCH:-}} $(ls \"$GPURENT_CHECKPOINT_DIR\")\" >> {}",
         hook_log.display()
     ));
-    let e = ProcessExecutor::new(&dir.path().join("node"), None, ResourcesPerGpu::default())
+    let e = ProcessExecutor::unisolated(&dir.path().join("node"), None, ResourcesPerGpu::default())
         .unwrap()
         .with_grace(Duration::from_secs(1));
 

@@ -260,3 +260,49 @@ async fn the_checkpoint_volume_is_mounted() {
         "42"
     );
 }
+
+/// The reserved variables are the executor's: a tenant's `CUDA_VISIBLE_DEVICES`,
+/// `NVIDIA_VISIBLE_DEVICES` (which the NVIDIA runtime reads to pick the GPUs) or `GPURENT_*`
+/// never reaches the container.
+#[tokio::test]
+async fn reserved_variables_cannot_be_overridden() {
+    let Some(e) = docker().await else { return };
+    let id = unique("reserved");
+    let mut a = assignment(
+        &id,
+        "echo cuda=$CUDA_VISIBLE_DEVICES nvidia=$NVIDIA_VISIBLE_DEVICES x=${GPURENT_X:-unset}; sleep 300",
+    );
+    for (k, v) in [
+        ("CUDA_VISIBLE_DEVICES", "all"),
+        ("NVIDIA_VISIBLE_DEVICES", "all"),
+        ("GPURENT_X", "1"),
+    ] {
+        a.env.insert(k.into(), v.into());
+    }
+    e.start(&a, None).await.unwrap();
+    wait_for(&e, &id, ObservedState::Running).await;
+    let inspect = e
+        .docker()
+        .inspect_container(&container_name(&id), None)
+        .await
+        .unwrap();
+    let env = inspect.config.unwrap().env.unwrap();
+    let mut output = String::new();
+    for _ in 0..250 {
+        output = output_of(&e, &id).await;
+        if output.contains("x=") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    e.stop(&id, None).await.unwrap();
+    assert!(
+        !env.iter()
+            .any(|v| v.ends_with("=all") || v.starts_with("GPURENT_X=")),
+        "{env:?}"
+    );
+    assert_eq!(
+        output.trim(),
+        "cuda=GPU-aaaa,GPU-bbbb nvidia=GPU-aaaa,GPU-bbbb x=unset"
+    );
+}

@@ -7,6 +7,7 @@
 mod agent;
 mod checkpoint;
 mod docker;
+mod isolation;
 mod metrics;
 mod process;
 mod support;

@@ -55,7 +55,7 @@ async fn the_agent_serves_its_gpus_and_reservations_from_the_heartbeat_sample() 
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvidia-h200/nvml-busy.json");
     let gpus = Arc::new(FakeNvml::load(&probe).unwrap());
     let executor = Arc::new(
-        ProcessExecutor::new(dir.path(), None, ResourcesPerGpu::default())
+        ProcessExecutor::unisolated(dir.path(), None, ResourcesPerGpu::default())
             .unwrap()
             .with_grace(Duration::from_secs(1)),
     );

@@ -31,7 +31,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
 }
 
 fn executor(dir: &Path) -> ProcessExecutor {
-    ProcessExecutor::new(dir, None, ResourcesPerGpu::default())
+    ProcessExecutor::unisolated(dir, None, ResourcesPerGpu::default())
         .unwrap()
         .with_grace(Duration::from_secs(2))
 }
@@ -112,7 +112,7 @@ async fn stop_ends_the_whole_process_group_even_when_it_ignores_sigterm() {
     .await
     .unwrap();
     wait_for(&e, "stubborn", ObservedState::Running).await;
-    let child = read_pid(&dir.path().join("instances/stubborn/child.pid")).await;
+    let child = read_pid(&e.home_path("stubborn").join("child.pid")).await;
     assert!(alive(child));
     e.stop("stubborn", None).await.unwrap();
     for _ in 0..50 {
@@ -132,7 +132,7 @@ async fn stop_ends_the_whole_process_group_even_when_it_ignores_sigterm() {
 #[tokio::test]
 async fn stop_gives_the_workload_its_grace_period_then_kills_it() {
     let dir = tempfile::tempdir().unwrap();
-    let e = ProcessExecutor::new(dir.path(), None, ResourcesPerGpu::default())
+    let e = ProcessExecutor::unisolated(dir.path(), None, ResourcesPerGpu::default())
         .unwrap()
         .with_grace(Duration::from_secs(60));
     let marker = dir.path().join("got-term");
@@ -198,7 +198,7 @@ async fn gpu_processes_are_attributed_to_their_reservation() {
     )
     .await
     .unwrap();
-    let child = read_pid(&dir.path().join("instances/owner/child.pid")).await;
+    let child = read_pid(&e.home_path("owner").join("child.pid")).await;
     assert_eq!(
         e.owner_of(u32::try_from(child).unwrap()).await.as_deref(),
         Some("owner")
@@ -207,24 +207,29 @@ async fn gpu_processes_are_attributed_to_their_reservation() {
     e.stop("owner", None).await.unwrap();
 }
 
-/// Real cgroup v2 limits: only where the cgroup v2 tree is mounted and writable (as on GPU
-/// hosts); elsewhere the test says why it did not run.
+/// Real cgroup limits: v2 where the cgroup v2 tree is mounted and writable (as on most GPU
+/// hosts), else v1 (the memory, cpu and pids hierarchies); elsewhere the test says why it did
+/// not run.
 #[tokio::test]
-async fn cgroup_limits_are_applied_where_cgroup_v2_is_writable() {
+async fn cgroup_limits_are_applied_where_a_cgroup_tree_is_writable() {
     let root = Path::new("/sys/fs/cgroup/gpurent-test");
     let probe = gpurent_agent::executor::CgroupRoot::prepare(root);
-    if let Err(why) = probe {
-        eprintln!("SKIPPED: no writable cgroup v2 tree here: {why}");
-        return;
-    }
+    let version = match probe {
+        Ok(cg) => cg.version(),
+        Err(why) => {
+            eprintln!("SKIPPED: no writable cgroup tree here: {why}");
+            return;
+        }
+    };
     let dir = tempfile::tempdir().unwrap();
     let resources = ResourcesPerGpu {
         cpus: 2,
         memory_mb: 512,
         pids: 64,
     };
-    let e = ProcessExecutor::new(dir.path(), Some(root), resources).unwrap();
+    let e = ProcessExecutor::unisolated(dir.path(), Some(root), resources).unwrap();
     assert!(e.is_confined());
+    assert_eq!(e.cgroup_version(), Some(version));
     e.start(
         &assignment("limited", "cat /proc/self/cgroup; sleep 300"),
         None,
@@ -232,24 +237,55 @@ async fn cgroup_limits_are_applied_where_cgroup_v2_is_writable() {
     .await
     .unwrap();
     wait_for(&e, "limited", ObservedState::Running).await;
-    let cg = root.join("limited");
+    let read = |p: &str| std::fs::read_to_string(Path::new("/sys/fs/cgroup").join(p)).unwrap();
     // Two GPUs: twice the per-GPU CPUs and memory.
-    assert_eq!(
-        std::fs::read_to_string(cg.join("cpu.max")).unwrap().trim(),
-        "400000 100000"
-    );
-    assert_eq!(
-        std::fs::read_to_string(cg.join("memory.max"))
-            .unwrap()
-            .trim(),
-        (1024u64 * 1024 * 1024).to_string()
-    );
-    assert_eq!(
-        std::fs::read_to_string(cg.join("pids.max")).unwrap().trim(),
-        "64"
-    );
-    let output = std::fs::read_to_string(e.output_path("limited")).unwrap_or_default();
+    let gib = (1024u64 * 1024 * 1024).to_string();
+    let dirs = if version == 2 {
+        assert_eq!(read("gpurent-test/limited/cpu.max").trim(), "400000 100000");
+        assert_eq!(read("gpurent-test/limited/memory.max").trim(), gib);
+        assert_eq!(read("gpurent-test/limited/pids.max").trim(), "64");
+        vec![root.join("limited")]
+    } else {
+        assert_eq!(
+            read("cpu/gpurent-test/limited/cpu.cfs_quota_us").trim(),
+            "400000"
+        );
+        assert_eq!(
+            read("cpu/gpurent-test/limited/cpu.cfs_period_us").trim(),
+            "100000"
+        );
+        assert_eq!(
+            read("memory/gpurent-test/limited/memory.limit_in_bytes").trim(),
+            gib
+        );
+        assert_eq!(read("pids/gpurent-test/limited/pids.max").trim(), "64");
+        ["cpu", "memory", "pids"]
+            .map(|c| {
+                Path::new("/sys/fs/cgroup")
+                    .join(c)
+                    .join("gpurent-test/limited")
+            })
+            .to_vec()
+    };
+    let mut output = String::new();
+    for _ in 0..250 {
+        output = std::fs::read_to_string(e.output_path("limited")).unwrap_or_default();
+        if output.contains("/gpurent-test/limited") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(output.contains("/gpurent-test/limited"), "{output}");
+    // GPU processes are found by their cgroup.
+    let pid = e
+        .list()
+        .await
+        .map(|_| std::fs::read_to_string(dirs[dirs.len() - 1].join("cgroup.procs")).unwrap())
+        .unwrap();
+    let pid: u32 = pid.lines().last().unwrap().trim().parse().unwrap();
+    assert_eq!(e.owner_of(pid).await.as_deref(), Some("limited"));
     e.stop("limited", None).await.unwrap();
-    assert!(!cg.exists());
+    for dir in dirs {
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
 }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use gpurent_agent::executor::docker::CONNECT_TIMEOUT;
-use gpurent_agent::executor::{DockerExecutor, ProcessExecutor, ResourcesPerGpu, SimExecutor};
+use gpurent_agent::executor::{
+    DockerExecutor, Isolation, ProcessExecutor, ResourcesPerGpu, SimExecutor,
+};
 use gpurent_agent::gpu::{FakeNvml, NvmlGpus, SimGpus};
 use gpurent_agent::tls::ClientTls;
 use gpurent_agent::{Agent, AgentConfig, Executor, GpuBackend};
@@ -21,7 +23,7 @@ pub async fn run(args: AgentArgs, server: &str, tls: ClientTls) -> anyhow::Resul
             .context("the TLS settings (--ca-cert, --tls-fingerprint) are not usable")?;
     }
     let name = args.name.clone().unwrap_or_else(host_name);
-    let (gpus, executor) = backends(&args.node, &name, &args.data_dir, false).await?;
+    let (gpus, executor) = backends(&args.node, &name, &args.data_dir, &[], false).await?;
     let mut config = AgentConfig::new(server, args.data_dir.clone(), &name);
     config.join_token = args.join_token.clone();
     config.tls = tls;
@@ -74,11 +76,13 @@ pub fn configure_node(config: &mut AgentConfig, liveness: &LivenessArgs, node: &
 }
 
 /// Picks the GPU backend and the executor, and says which. Without `--sim-gpus`, real GPUs
-/// are found through NVML; `up` (with `sim_fallback`) falls back to simulated ones.
+/// are found through NVML; `up` (with `sim_fallback`) falls back to simulated ones. `secret`:
+/// directories besides the agent's data dir that instances must never see.
 pub async fn backends(
     node: &NodeArgs,
     node_name: &str,
     data_dir: &Path,
+    secret: &[&Path],
     sim_fallback: bool,
 ) -> anyhow::Result<(Arc<dyn GpuBackend>, Arc<dyn Executor>)> {
     let gpus: Arc<dyn GpuBackend> = match (&node.sim_gpus, &node.fake_nvml) {
@@ -101,10 +105,18 @@ pub async fn backends(
     // Containers get the GPUs through the NVIDIA runtime only when they are real.
     let real_gpus = gpus.name() == "nvml";
     let process = || -> anyhow::Result<Arc<dyn Executor>> {
-        Ok(Arc::new(ProcessExecutor::new(
-            data_dir,
-            Some(&node.cgroup_root),
-            resources,
+        let isolation = Isolation {
+            cgroup_root: node.cgroup_root.clone(),
+            uid_base: node.instance_uid_base,
+            allow_unisolated: node.allow_unisolated,
+            hidden: secret
+                .iter()
+                .map(|p| p.to_path_buf())
+                .chain(node.checkpoint_dir.clone())
+                .collect(),
+        };
+        Ok(Arc::new(ProcessExecutor::isolated(
+            data_dir, &isolation, resources,
         )?))
     };
     let executor: Arc<dyn Executor> = match node.executor {
@@ -140,6 +152,7 @@ pub async fn backends(
     tracing::info!(
         gpu_backend = gpus.name(),
         executor = executor.name(),
+        isolated = executor.isolated(),
         "node backends chosen"
     );
     Ok((gpus, executor))

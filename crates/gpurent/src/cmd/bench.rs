@@ -87,6 +87,7 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
                     gpu_backend: "sim".into(),
                     gpus,
                     verification: None,
+                    isolated: true,
                 },
                 now,
             )

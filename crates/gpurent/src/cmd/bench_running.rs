@@ -57,7 +57,11 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
                 ],
             ),
             ExecutorKind::Process => (
-                Arc::new(ProcessExecutor::new(&dir.join("agent"), None, resources)?),
+                Arc::new(ProcessExecutor::unisolated(
+                    &dir.join("agent"),
+                    None,
+                    resources,
+                )?),
                 None,
                 vec!["sleep".into(), "600".into()],
             ),

@@ -66,6 +66,7 @@ pub async fn run(args: BenchSettleArgs, json: bool) -> anyhow::Result<()> {
                     24_564,
                 )],
                 verification: None,
+                isolated: true,
             },
             start,
         )

@@ -167,7 +167,11 @@ pub async fn run(
                     vec![
                         o.gpu_type.clone(),
                         o.vram_gb.to_string(),
-                        o.available.to_string(),
+                        if o.unisolated > 0 {
+                            format!("{} ({} unisolated)", o.available, o.unisolated)
+                        } else {
+                            o.available.to_string()
+                        },
                         o.price_per_hour.to_string(),
                         o.spot_min_bid.to_string(),
                         format!(
@@ -365,7 +369,13 @@ pub async fn run(
                     rows.push(vec![
                         n.name.clone(),
                         n.status.clone(),
-                        format!("{}/{}", n.executor, n.gpu_backend),
+                        // A tenant there can read the node's credentials and other tenants'
+                        // work: said where the executor is.
+                        if n.isolated {
+                            format!("{}/{}", n.executor, n.gpu_backend)
+                        } else {
+                            format!("{} (unisolated)/{}", n.executor, n.gpu_backend)
+                        },
                         g.uuid.clone(),
                         g.model.clone(),
                         g.vram_gb.to_string(),

@@ -58,7 +58,9 @@ pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
     let store = server.state.store.clone();
 
     let name = super::agent::host_name();
-    let (gpus, executor) = super::agent::backends(&args.node, &name, &agent_dir, true).await?;
+    // The control plane's data dir (admin token, master key, database) holds the agent's.
+    let (gpus, executor) =
+        super::agent::backends(&args.node, &name, &agent_dir, &[&args.data_dir], true).await?;
     let mut config = AgentConfig::new(&base, agent_dir.clone(), &name);
     config.tls = agent_tls;
     super::agent::configure_node(&mut config, &args.liveness, &args.node);

@@ -54,9 +54,11 @@ fn a_killed_agent_adopts_its_running_instances() {
             "2xRTX4090".to_owned(),
             "--executor".to_owned(),
             "process".to_owned(),
-            // Not the machine's cgroup tree: this test is about adoption, not limits.
+            // Not the machine's cgroup tree: this test is about adoption, not limits or
+            // isolation.
             "--cgroup-root".to_owned(),
             "/nonexistent/gpurent".to_owned(),
+            "--allow-unisolated".to_owned(),
         ];
         if let Some(join) = join {
             args.extend(["--join-token".to_owned(), join.to_owned()]);
@@ -139,6 +141,7 @@ fn a_killed_agent_adopts_its_running_instances() {
         "the restarted agent must resume its node: {nodes}"
     );
     assert_eq!(nodes[0]["executor"], "process");
+    assert_eq!(nodes[0]["isolated"], false, "{:?}", nodes[0]);
 
     cli(&url, Some(&token), true, &["stop", &id]);
     eventually("stopped", 30, || {

@@ -21,3 +21,4 @@ mod sim;
 mod sim_replay;
 mod support;
 mod tls;
+mod unisolated;

@@ -220,7 +220,8 @@ impl Cluster {
     }
 
     /// `gpurent ... agent` joining as NAME, with one simulated RTX 4090, the process executor
-    /// (not the machine's cgroup tree: these tests are about nodes, not limits) and `extra`.
+    /// (unisolated, not in the machine's cgroup tree: these tests are about nodes, not limits
+    /// or isolation) and `extra`.
     pub fn agent_args(&self, name: &str, extra: &[&str]) -> Vec<String> {
         let join = self
             .cli(Some(&self.admin), true, &["nodes", "join-token"])
@@ -242,6 +243,7 @@ impl Cluster {
                 "process",
                 "--cgroup-root",
                 "/nonexistent/gpurent",
+                "--allow-unisolated",
                 "--join-token",
                 join["token"].as_str().unwrap(),
             ]

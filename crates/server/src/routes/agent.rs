@@ -63,6 +63,12 @@ pub(crate) async fn register(
         .host
         .as_ref()
         .map(|host| verify(&state.config.host_policy, host, &body.gpus));
+    // An agent that does not say is an older one, whose process executor did not isolate.
+    let isolated = body
+        .host
+        .as_ref()
+        .and_then(|h| h.isolated)
+        .unwrap_or(body.executor != "process");
     let node_token = new_token("gpn");
     let node_id = state
         .store
@@ -75,6 +81,7 @@ pub(crate) async fn register(
                 gpu_backend: body.gpu_backend,
                 gpus: body.gpus,
                 verification,
+                isolated,
             },
             state.now(),
         )
@@ -152,6 +159,12 @@ pub(crate) async fn sync(
             .store
             .set_verification(&node_id, &verification)
             .await?;
+        if let Some(isolated) = host.isolated {
+            if !isolated {
+                tracing::warn!(%node_id, "node runs instances unisolated (--allow-unisolated)");
+            }
+            state.store.set_isolation(&node_id, isolated).await?;
+        }
         if verification.ok {
             state.wake.wake_scheduler();
         }

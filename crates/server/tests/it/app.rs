@@ -321,12 +321,12 @@ impl TestApp {
         self.add_node_with(name, gpus).await;
     }
 
-    /// Joins an agent with one simulated RTX 4090 and the process executor (no cgroup limits,
-    /// this grace before SIGKILL); returns the executor's data dir.
+    /// Joins an agent with one simulated RTX 4090 and the process executor (unisolated, no
+    /// cgroup limits, this grace before SIGKILL); returns the executor's data dir.
     pub async fn add_process_node(&mut self, name: &str, grace: Duration) -> std::path::PathBuf {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().to_owned();
-        let executor = gpurent_agent::executor::ProcessExecutor::new(
+        let executor = gpurent_agent::executor::ProcessExecutor::unisolated(
             &path,
             None,
             gpurent_agent::executor::ResourcesPerGpu::default(),

@@ -17,6 +17,7 @@ mod health;
 mod hostile;
 mod idempotency;
 mod idle;
+mod isolation;
 mod lifecycle;
 mod limits;
 mod logs;

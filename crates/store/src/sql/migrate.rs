@@ -93,6 +93,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/0022_log_bytes.sql"),
     ),
     (
+        23,
+        "node_isolation",
+        include_str!("../../migrations/0023_node_isolation.sql"),
+    ),
+    (
         24,
         "token_lineage",
         include_str!("../../migrations/0024_token_lineage.sql"),

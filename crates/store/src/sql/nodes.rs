@@ -1025,6 +1025,22 @@ impl NodeStore for SqlStore {
         Ok(())
     }
 
+    async fn set_isolation(&self, node_id: &str, isolated: bool) -> Result<()> {
+        let updated = sqlx::query("UPDATE nodes SET isolated = $1 WHERE id = $2")
+            .bind(i64::from(isolated))
+            .bind(node_id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        if updated == 0 {
+            return Err(StoreError::NotFound {
+                what: "node",
+                id: node_id.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
     async fn create_join_token(
         &self,
         token_hash: &str,
@@ -1062,8 +1078,8 @@ impl NodeStore for SqlStore {
         let id = new_id();
         let inserted = sqlx::query(
             "INSERT INTO nodes (id, name, token_hash, executor, gpu_backend, desired_version,
-                                last_seen_at, created_at, owner_id, verification, verified)
-             VALUES ($1, $2, $3, $4, $5, 1, $6, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING",
+                                last_seen_at, created_at, owner_id, verification, verified, isolated)
+             VALUES ($1, $2, $3, $4, $5, 1, $6, $6, $7, $8, $9, $10) ON CONFLICT (name) DO NOTHING",
         )
         .bind(&id)
         .bind(&node.name)
@@ -1078,6 +1094,7 @@ impl NodeStore for SqlStore {
                 .and_then(|v| serde_json::to_string(v).ok()),
         )
         .bind(i64::from(node.verification.as_ref().is_none_or(|v| v.ok)))
+        .bind(i64::from(node.isolated))
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -1271,7 +1288,7 @@ impl NodeStore for SqlStore {
     ) -> Result<Vec<Node>> {
         let nodes = sqlx::query(
             "SELECT id, name, executor, gpu_backend, last_seen_at, telemetry, owner_id, status,
-                    verification, verified, health, healthy FROM nodes
+                    verification, verified, health, healthy, isolated FROM nodes
              WHERE $1 = '' OR owner_id = $1 ORDER BY name",
         )
         .bind(owner.unwrap_or(""))
@@ -1353,6 +1370,7 @@ impl NodeStore for SqlStore {
                         .try_get::<Option<String>, _>("verification")?
                         .and_then(|v| serde_json::from_str(&v).ok()),
                     executor: n.try_get("executor")?,
+                    isolated: n.try_get::<i64, _>("isolated")? != 0,
                     gpu_backend: n.try_get("gpu_backend")?,
                     last_seen_at: from_ts(last_seen)?,
                 })

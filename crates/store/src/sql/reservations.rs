@@ -690,7 +690,9 @@ impl ReservationStore for SqlStore {
         let rows = sqlx::query(
             "SELECT g.type_name, g.type_key, MAX(g.vram_mb) AS vram_mb,
                     CAST(SUM(CASE WHEN g.free_mb = g.vram_mb AND n.last_seen_at >= $1 AND n.verified <> 0 AND n.healthy <> 0 AND n.status = 'ready'
-                             THEN 1 ELSE 0 END) AS BIGINT) AS available
+                             THEN 1 ELSE 0 END) AS BIGINT) AS available,
+                    CAST(SUM(CASE WHEN g.free_mb = g.vram_mb AND n.last_seen_at >= $1 AND n.verified <> 0 AND n.healthy <> 0 AND n.status = 'ready' AND n.isolated = 0
+                             THEN 1 ELSE 0 END) AS BIGINT) AS unisolated
              FROM gpus g JOIN nodes n ON n.id = g.node_id
              GROUP BY g.type_name, g.type_key ORDER BY g.type_name",
         )
@@ -711,6 +713,7 @@ impl ReservationStore for SqlStore {
                 Ok(Offer {
                     vram_gb: gib(vram_mb),
                     available: u32::try_from(r.try_get::<i64, _>("available")?).unwrap_or(0),
+                    unisolated: u32::try_from(r.try_get::<i64, _>("unisolated")?).unwrap_or(0),
                     price_per_hour: prices.on_demand_per_hour(&gpu_type, one)?,
                     spot_min_bid: prices.spot_min_bid(&gpu_type, one)?,
                     stepped_price_per_hour: stepped.first,

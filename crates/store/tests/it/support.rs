@@ -126,6 +126,7 @@ impl Fixture {
                     gpu_backend: "sim".to_owned(),
                     gpus,
                     verification: None,
+                    isolated: true,
                 },
                 t0(),
             )

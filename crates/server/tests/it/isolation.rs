@@ -1,0 +1,39 @@
+//! A node whose executor does not isolate instances (the process executor with
+//! `--allow-unisolated`) is said to be so where tenants and admins look: the node list and
+//! the offers.
+
+use std::time::Duration;
+
+use gpurent_store::Backend;
+use reqwest::StatusCode;
+
+use crate::app::TestApp;
+
+async fn unisolated_nodes_are_shown_in_nodes_and_offers(backend: Backend) {
+    let mut app = TestApp::with(backend).start().await;
+    app.add_process_node("bare", Duration::from_secs(1)).await;
+    app.add_node("boxed", "1xRTX4090").await;
+    app.wait_nodes_ready().await;
+    let (status, nodes) = app.admin().get("/api/v1/nodes").await;
+    assert_eq!(status, StatusCode::OK, "{nodes}");
+    let isolated = |name: &str| {
+        nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .map(|n| n["isolated"].clone())
+    };
+    assert_eq!(isolated("bare"), Some(false.into()), "{nodes}");
+    assert_eq!(isolated("boxed"), Some(true.into()), "{nodes}");
+    let t = app.tenant("tess", "10").await;
+    let (status, offers) = t.client.get("/api/v1/offers").await;
+    assert_eq!(status, StatusCode::OK, "{offers}");
+    assert_eq!(offers[0]["available"], 2, "{offers}");
+    assert_eq!(offers[0]["unisolated"], 1, "{offers}");
+    app.shutdown().await;
+}
+crate::both_stores!(
+    unisolated_nodes,
+    unisolated_nodes_are_shown_in_nodes_and_offers
+);
