@@ -18,5 +18,6 @@ mod partition;
 mod report;
 mod sim;
 mod sim_replay;
+mod ssh_keys_cli;
 mod support;
 mod tls;
