@@ -31,6 +31,7 @@
 #                              root they are skipped.
 #   GPURENT_TEST_SKIP_PROMTOOL=1  do not install promtool; the metrics test then
 #                              skips its promtool checks instead of failing.
+#   OpenSSH's client (ssh-keygen, ssh) is installed with apt when missing.
 #   GPURENT_TEST_DOCKER=1      (the default) make sure a Docker daemon is running
 #                              and the test image exists; 0 skips the Docker tests.
 set -euo pipefail
@@ -375,6 +376,16 @@ ensure_promtool() {
 }
 
 # ---------------------------------------------------------------------------
+# OpenSSH's client tools: the SSH tests make keys with ssh-keygen and connect with ssh, scp
+# and sftp.
+# ---------------------------------------------------------------------------
+
+ensure_openssh_client() {
+  command -v ssh-keygen >/dev/null 2>&1 && command -v ssh >/dev/null 2>&1 && return 0
+  apt_install openssh-client
+}
+
+# ---------------------------------------------------------------------------
 
 # shellcheck disable=SC2317  # the EXIT trap
 cleanup() {
@@ -395,6 +406,7 @@ trap 'exit 143' TERM
 
 probe_netns
 ensure_bwrap
+ensure_openssh_client
 if [ "${GPURENT_TEST_SKIP_PROMTOOL:-0}" != 1 ]; then
   ensure_promtool
 fi

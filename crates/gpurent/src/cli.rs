@@ -95,6 +95,9 @@ pub enum Command {
     /// API tokens: create with an expiry, list, revoke.
     #[command(subcommand)]
     Tokens(TokensCommand),
+    /// Your SSH public keys, for `ssh RESERVATION_ID@HOST`: add, list, remove.
+    #[command(subcommand)]
+    Keys(KeysCommand),
     /// Log in with a password (GPURENT_PASSWORD, else one line of stdin); prints a session
     /// token that expires.
     Login { name: String },
@@ -666,6 +669,22 @@ pub enum TokensCommand {
     Ls,
     /// Revoke a token by its id: your own (admin: any).
     Revoke { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Add an OpenSSH public key (a .pub file, or - for stdin): ed25519, ECDSA, or RSA of at
+    /// least 3072 bits.
+    Add {
+        file: std::path::PathBuf,
+        /// A label for `keys ls` (default: the key's comment).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Your keys (admin: everyone's), with their fingerprints as `ssh-keygen -lf` prints them.
+    Ls,
+    /// Remove a key by its id: it gets into nothing from now on.
+    Rm { id: String },
 }
 
 #[derive(Debug, Subcommand)]

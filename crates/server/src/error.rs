@@ -59,6 +59,7 @@ impl ApiError {
             ApiError::Store(e) => match e {
                 StoreError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
                 StoreError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+                StoreError::Duplicate(_) => (StatusCode::UNPROCESSABLE_ENTITY, "duplicate"),
                 StoreError::NoCapacity(_) => (StatusCode::CONFLICT, "no_capacity"),
                 StoreError::LimitExceeded(_) => (StatusCode::CONFLICT, "limit_exceeded"),
                 StoreError::UnknownGpuType { .. } => {

@@ -23,6 +23,7 @@ mod report;
 mod routes;
 mod scheduler;
 pub mod secrets;
+pub mod ssh_keys;
 mod state;
 pub mod tls;
 mod validate;

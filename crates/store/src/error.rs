@@ -8,6 +8,9 @@ pub enum StoreError {
     NotFound { what: &'static str, id: String },
     #[error("{0}")]
     Conflict(String),
+    /// The same thing again where only one may be (a 422, not a 409: nothing to retry).
+    #[error("{0}")]
+    Duplicate(String),
     #[error("limit exceeded: {0}")]
     LimitExceeded(String),
     #[error("no capacity: {0}")]

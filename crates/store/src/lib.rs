@@ -9,6 +9,7 @@ mod audit_trail;
 mod error;
 mod model;
 mod sql;
+mod ssh_keys;
 pub mod testing;
 mod usage_facts;
 
@@ -30,13 +31,14 @@ pub use model::{
     NodeCertificate, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
 };
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
+pub use ssh_keys::{NewSshKey, SshKeyStore};
 pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};
 
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        AccessStore, AuditStore, MetricsStore, NodeStore, ReservationStore, StatementStore, Store,
-        UserStore,
+        AccessStore, AuditStore, MetricsStore, NodeStore, ReservationStore, SshKeyStore,
+        StatementStore, Store, UserStore,
     };
 }
 
@@ -51,6 +53,7 @@ pub trait Store:
     + StatementStore
     + AuditStore
     + MetricsStore
+    + SshKeyStore
     + std::fmt::Debug
 {
 }
@@ -63,6 +66,7 @@ impl<T> Store for T where
         + StatementStore
         + AuditStore
         + MetricsStore
+        + SshKeyStore
         + std::fmt::Debug
 {
 }

@@ -101,3 +101,31 @@ pub struct UpdateUser {
     #[serde(default)]
     pub max_spend_per_hour: Option<Money>,
 }
+
+/// `POST /api/v1/ssh-keys`: an OpenSSH public key of the caller (one line, as in
+/// `~/.ssh/id_ed25519.pub`): ed25519, ECDSA, or RSA of at least 3072 bits.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddSshKey {
+    #[schema(min_length = 1, max_length = 16384)]
+    pub public_key: String,
+    /// A label for `keys ls`; the key's comment when not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 100)]
+    pub name: Option<String>,
+}
+
+/// An SSH public key of a user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SshKey {
+    pub id: String,
+    pub user_id: String,
+    pub name: String,
+    /// `ssh-ed25519`, `ecdsa-sha2-nistp256`, `ssh-rsa`, ...
+    pub algorithm: String,
+    /// `SHA256:...`, as `ssh-keygen -lf` prints it.
+    pub fingerprint: String,
+    /// The key in OpenSSH's one-line form, without its comment.
+    pub public_key: String,
+    pub created_at: DateTime<Utc>,
+}

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use crate::{Money, OnNodeLoss, ReservationStatus, Role, Tier};
 
 pub use crate::access_api::{
-    CreateToken, Login, Session, SetPassword, Token, TokenCreated, UpdateUser,
+    AddSshKey, CreateToken, Login, Session, SetPassword, SshKey, Token, TokenCreated, UpdateUser,
 };
 
 /// The body of every error response.

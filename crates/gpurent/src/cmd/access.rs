@@ -27,7 +27,7 @@ fn read_password() -> Result<String, CliError> {
     Ok(line.trim_end_matches(['\r', '\n']).to_owned())
 }
 
-fn time(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
+pub(crate) fn time(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
     t.map_or_else(
         || "-".to_owned(),
         |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),

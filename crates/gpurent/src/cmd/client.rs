@@ -444,6 +444,7 @@ pub async fn run(
                 .await?;
         }
         Command::Tokens(command) => super::access::tokens(&api, command, json).await?,
+        Command::Keys(command) => super::ssh_keys::keys(&api, command, json).await?,
         Command::Login { name } => super::access::login(&api, &name, json).await?,
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());

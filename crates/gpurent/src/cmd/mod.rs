@@ -21,6 +21,7 @@ pub mod server;
 pub mod sim;
 pub mod sim_plot;
 pub mod sim_replay;
+pub mod ssh_keys;
 pub mod tls;
 pub mod up;
 

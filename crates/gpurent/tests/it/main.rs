@@ -19,6 +19,7 @@ mod partition;
 mod report;
 mod sim;
 mod sim_replay;
+mod ssh_keys_cli;
 mod support;
 mod tls;
 mod unisolated;

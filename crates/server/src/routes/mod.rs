@@ -10,6 +10,7 @@ mod metrics;
 mod nodes;
 mod reports;
 mod reservations;
+mod ssh_keys;
 mod statements;
 mod tokens;
 mod usage;
@@ -42,6 +43,8 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(login::login))
         .routes(routes!(tokens::create, tokens::list))
         .routes(routes!(tokens::revoke))
+        .routes(routes!(ssh_keys::add, ssh_keys::list))
+        .routes(routes!(ssh_keys::remove))
         .routes(routes!(users::grant_credit))
         .routes(routes!(users::balance))
         .routes(routes!(usage::usage))

@@ -29,6 +29,7 @@ mod reports;
 mod revoke;
 mod secrets;
 mod settlement;
+mod ssh_keys;
 mod telemetry;
 mod tiers;
 mod tokens;

@@ -107,6 +107,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "missing_gpus",
         include_str!("../../migrations/0025_missing_gpus.sql"),
     ),
+    (
+        26,
+        "ssh_keys",
+        include_str!("../../migrations/0026_ssh_keys.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

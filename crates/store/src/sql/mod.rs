@@ -16,6 +16,7 @@ mod reports;
 mod reservations;
 mod rows;
 mod settlement;
+mod ssh_keys;
 mod statements;
 mod users;
 
