@@ -26,6 +26,7 @@ mod reports;
 mod revoke;
 mod secrets;
 mod settlement;
+mod slow_clients;
 mod telemetry;
 mod tiers;
 mod tokens;
