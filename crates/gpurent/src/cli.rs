@@ -529,8 +529,9 @@ pub struct HttpArgs {
     /// request for its header from its first byte; then it is closed.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     pub header_timeout_secs: u64,
-    /// Seconds a request has for its whole body after its header; then it is answered 408
-    /// and closed.
+    /// Seconds a request has for its whole body after its header, plus one for each KiB
+    /// received (a steady upload on a thin link keeps going); then it is answered 408 and
+    /// closed.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub body_timeout_secs: u64,
     /// Seconds a kept-alive connection may wait for its next request; then it is closed.

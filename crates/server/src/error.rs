@@ -23,7 +23,7 @@ pub enum ApiError {
     TooLarge { limit: usize },
     #[error("{0}")]
     UnsupportedMediaType(String),
-    #[error("the request body did not arrive within {} s", .0.as_secs())]
+    #[error("the request body did not arrive in time ({} s after the header, plus a second per KiB received)", .0.as_secs())]
     RequestTimeout(std::time::Duration),
     #[error("no route for {0}")]
     NoRoute(String),

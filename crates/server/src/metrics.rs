@@ -210,6 +210,7 @@ impl Metrics {
     pub fn render(&self, view: &MetricsView, now: DateTime<Utc>) -> String {
         let mut e = Exposition::new();
         self.write_http(&mut e);
+        self.write_connections(&mut e);
         write_fleet(&mut e, view, now);
         self.write_events(&mut e);
         write_money(&mut e, view);
@@ -223,6 +224,25 @@ impl Metrics {
             Kind::Histogram,
             "Time to answer an API request, by route template, method and status class.",
         );
+        let http = self
+            .http
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for (key, h) in &http {
+            h.write(
+                e,
+                name,
+                &[
+                    ("route", &key.route),
+                    ("method", &key.method),
+                    ("status", key.status),
+                ],
+            );
+        }
+    }
+
+    fn write_connections(&self, e: &mut Exposition) {
         let c = &self.connections;
         e.single(
             "gpurent_http_connections",
@@ -267,22 +287,6 @@ impl Metrics {
             &[("reason", "body")],
             c.closed_body.load(Ordering::Relaxed),
         );
-        let http = self
-            .http
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        for (key, h) in &http {
-            h.write(
-                e,
-                name,
-                &[
-                    ("route", &key.route),
-                    ("method", &key.method),
-                    ("status", key.status),
-                ],
-            );
-        }
     }
 
     fn write_events(&self, e: &mut Exposition) {

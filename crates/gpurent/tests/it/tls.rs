@@ -479,10 +479,13 @@ fn closed_within(stream: &mut impl Read, bound: Duration) -> bool {
 
 #[test]
 fn tls_clients_slow_to_handshake_or_to_send_a_header_are_closed() {
-    let cluster = Cluster::start_with(
+    let mut cluster = Cluster::start_with(
         "127.0.0.1:0",
         &["--tls-self-signed", "--header-timeout-secs", "1"],
     );
+    let fingerprint =
+        std::fs::read_to_string(cluster.dir.path().join("data/tls.fingerprint")).unwrap();
+    cluster.tls = vec!["--tls-fingerprint".into(), fingerprint.trim().to_owned()];
     let bound = Duration::from_secs(30);
     let addr = host_port(&cluster.url);
     // Connected, no handshake; and half a ClientHello record.
@@ -507,7 +510,6 @@ fn tls_clients_slow_to_handshake_or_to_send_a_header_are_closed() {
     }
     half_header
         .get_ref()
-        .1
         .set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
     // A real client is served meanwhile.

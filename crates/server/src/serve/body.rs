@@ -1,5 +1,7 @@
-//! A request body that must arrive in time: past its deadline, a read that would wait fails,
-//! and the request is answered 408 (the handler sees a failed body read).
+//! A request body that must arrive in time: within the body timeout of its header, plus a
+//! second for each KiB received (a slow but steady upload, such as an agent's logs on a thin
+//! link, keeps going; a trickle does not). Past the deadline a read that would wait fails, and
+//! the request is answered 408 (the handler sees a failed body read).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,6 +12,9 @@ use std::task::{Context, Poll};
 use axum::body::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::time::{Instant, Sleep};
+
+/// Each byte received moves the deadline on by 1/this of a second.
+const MIN_BYTES_PER_SEC: u64 = 1024;
 
 /// The error a late body's read fails with.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +51,13 @@ impl Body for TimedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            if let Some(Ok(data)) = frame.as_ref().map(|f| f.as_ref().map(Frame::data_ref)) {
+                let bytes = data.map_or(0, |d| d.len() as u64);
+                this.deadline += earned(bytes);
+                if let Some(sleep) = this.sleep.as_mut() {
+                    sleep.as_mut().reset(this.deadline);
+                }
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         let deadline = this.deadline;
@@ -67,5 +79,22 @@ impl Body for TimedBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// The time `bytes` received add to the deadline.
+fn earned(bytes: u64) -> std::time::Duration {
+    std::time::Duration::from_millis(bytes.saturating_mul(1000) / MIN_BYTES_PER_SEC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kib_received_earns_a_second() {
+        assert_eq!(earned(0), std::time::Duration::ZERO);
+        assert_eq!(earned(12), std::time::Duration::from_millis(11));
+        assert_eq!(earned(64 * 1024), std::time::Duration::from_secs(64));
     }
 }

@@ -16,8 +16,9 @@ pub struct HttpLimits {
     /// A new connection's TLS handshake and first request header, and a request header from
     /// its first byte, must arrive within this (`--header-timeout-secs`, 10).
     pub header_timeout: Duration,
-    /// A request's body must arrive within this from its header; a handler still working
-    /// after that (an agent's long poll) is never cut (`--body-timeout-secs`, 30).
+    /// A request's body must arrive within this from its header, plus a second for each KiB
+    /// received, or it is answered 408; a handler still working after that (an agent's long
+    /// poll) is never cut (`--body-timeout-secs`, 30).
     pub body_timeout: Duration,
     /// A kept-alive connection that sends no new request for this long is closed
     /// (`--idle-timeout-secs`, 30).

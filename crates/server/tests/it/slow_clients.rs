@@ -218,7 +218,7 @@ async fn slow_clients_are_closed() {
 }
 
 /// A request the handler works on for longer than every timeout (an agent's long poll) is
-/// answered, and so is a body sent slowly but within its time.
+/// answered, and so is a body sent slowly but steadily.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_polls_outlive_the_timeouts() {
     let app = TestApp::with(Backend::Sqlite)
@@ -261,21 +261,28 @@ async fn long_polls_outlive_the_timeouts() {
         );
     }
 
-    // A body that trickles in, all of it within the body timeout.
+    // A body sent slowly but steadily (a KiB each 300 ms), longer in all than the body timeout:
+    // each KiB received earns it a second.
     let (_, token) = tenant(&app, "bob").await;
     let server = app.server.as_ref().expect("running").addr;
     let mut s = connect_from(client_ip(6), server).await.expect("connect");
-    let body = br#"{"name": "slow-but-steady"}"#;
+    let mut body = vec![b' '; 4 * 1024];
+    body.extend_from_slice(br#"{"name": "slow-but-steady"}"#);
     let head = format!(
         "POST /api/v1/tokens HTTP/1.1\r\nHost: gpurent\r\nAuthorization: Bearer {token}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.expect("write");
-    for piece in body.chunks(body.len() / 3 + 1) {
-        tokio::time::sleep(SHORT / 10).await;
+    let started = Instant::now();
+    for piece in body.chunks(1024) {
+        tokio::time::sleep(SHORT * 3 / 10).await;
         s.write_all(piece).await.expect("write");
     }
+    assert!(
+        started.elapsed() > SHORT,
+        "sent faster than the body timeout"
+    );
     let answer = read_response(&mut s).await;
     assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
     app.shutdown().await;
@@ -349,7 +356,7 @@ async fn connections_beyond_the_caps_are_refused() {
     app.shutdown().await;
 }
 
-const HOLDERS: usize = 2;
+const HOLDERS: u8 = 2;
 const PER_HOLDER: usize = 10_000;
 const HOLD_ENV: &str = "GPURENT_TEST_SLOW_HOLDER";
 
@@ -471,7 +478,7 @@ async fn twenty_thousand_slow_sockets() {
     let server = app.server.as_ref().expect("running").addr;
     let (alice, _) = tenant(&app, "alice").await;
     let holders: Vec<Holder> = (0..HOLDERS)
-        .map(|i| Holder::start(server, client_ip(10 + i as u8), PER_HOLDER))
+        .map(|i| Holder::start(server, client_ip(10 + i), PER_HOLDER))
         .collect();
 
     // Served while the sockets are opened and held.
@@ -528,7 +535,7 @@ async fn twenty_thousand_slow_sockets() {
     )
     .await;
     eprintln!("refused at once: {refused}; held until the header timeout: {timed_out}");
-    assert_eq!(refused + timed_out, (HOLDERS * PER_HOLDER) as u64);
+    assert_eq!(refused + timed_out, u64::from(HOLDERS) * PER_HOLDER as u64);
     assert!(refused > 0);
     drop(holders);
     app.shutdown().await;
