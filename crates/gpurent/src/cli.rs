@@ -551,8 +551,9 @@ pub struct HttpArgs {
 impl HttpArgs {
     pub fn limits(&self) -> gpurent_server::HttpLimits {
         use std::time::Duration;
-        // A zero timeout would close every connection at once: at least a second.
-        let secs = |s: u64| Duration::from_secs(s.max(1));
+        // A zero timeout would close every connection at once: at least a second (and at
+        // most a day).
+        let secs = |s: u64| Duration::from_secs(s.clamp(1, 86_400));
         gpurent_server::HttpLimits {
             header_timeout: secs(self.header_timeout_secs),
             body_timeout: secs(self.body_timeout_secs),

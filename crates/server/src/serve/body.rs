@@ -53,7 +53,11 @@ impl Body for TimedBody {
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
             if let Some(Ok(data)) = frame.as_ref().map(|f| f.as_ref().map(Frame::data_ref)) {
                 let bytes = data.map_or(0, |d| d.len() as u64);
-                this.deadline += earned(bytes);
+                // Bodies are capped (64 KiB, 4 MiB for agents): this earns at most hours.
+                this.deadline = this
+                    .deadline
+                    .checked_add(earned(bytes))
+                    .unwrap_or(this.deadline);
                 if let Some(sleep) = this.sleep.as_mut() {
                     sleep.as_mut().reset(this.deadline);
                 }

@@ -9,6 +9,9 @@ const RESERVED_FILES: u64 = 256;
 /// The most connections the automatic cap allows, whatever the open-files limit: each costs
 /// buffers (some KiB) even when idle.
 const AUTO_MAX_CONNECTIONS: u64 = 50_000;
+/// The longest any timeout may be (longer ones are taken as this): deadlines stay far from
+/// the end of the clock.
+const LONGEST_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// Timeouts and connection caps of the HTTP listener; the defaults suit production.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +47,16 @@ impl Default for HttpLimits {
 }
 
 impl HttpLimits {
+    /// These limits with each timeout at most a day.
+    pub(super) fn bounded(self) -> Self {
+        HttpLimits {
+            header_timeout: self.header_timeout.min(LONGEST_TIMEOUT),
+            body_timeout: self.body_timeout.min(LONGEST_TIMEOUT),
+            idle_timeout: self.idle_timeout.min(LONGEST_TIMEOUT),
+            ..self
+        }
+    }
+
     /// The cap on open connections: the configured one, or one below the open-files limit
     /// so that accepting never fails with "too many open files".
     pub fn connection_cap(&self) -> usize {

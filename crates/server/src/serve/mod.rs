@@ -48,6 +48,7 @@ pub(crate) async fn serve(
     metrics: Arc<Metrics>,
     stop: watch::Receiver<bool>,
 ) {
+    let limits = limits.bounded();
     let cap = limits.connection_cap();
     if let Some(files) = open_files_limit() {
         if cap as u64 >= files {
