@@ -472,6 +472,9 @@ async fn twenty_thousand_slow_sockets() {
     let app = TestApp::with(Backend::Sqlite)
         .with_config(|config| {
             config.http.header_timeout = Duration::from_secs(5);
+            // The production default, which `TestApp` lifts for its other tests.
+            config.http.max_connections_per_ip =
+                gpurent_server::HttpLimits::default().max_connections_per_ip;
         })
         .start()
         .await;
