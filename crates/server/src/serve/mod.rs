@@ -143,14 +143,25 @@ async fn connection(
     _closed: watch::Receiver<()>,
 ) {
     let _permit = permit;
+    let accepted = tokio::time::Instant::now();
     let Some(acceptor) = tls else {
         let peer = Peer {
             addr: remote,
             cert: PeerCert(None),
         };
-        return http(stream, peer, router, limits, metrics.clone(), stop).await;
+        return http(
+            stream,
+            accepted,
+            peer,
+            router,
+            limits,
+            metrics.clone(),
+            stop,
+        )
+        .await;
     };
-    // The handshake is part of the first header's time.
+    // The handshake is part of the first header's time (both are due `header_timeout` after
+    // the accept).
     match tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await {
         Ok(Ok(stream)) => {
             let (_, session) = stream.get_ref();
@@ -161,7 +172,16 @@ async fn connection(
                     .map(|leaf| crate::tls::fingerprint(leaf.as_ref())),
             );
             let peer = Peer { addr: remote, cert };
-            http(stream, peer, router, limits, metrics.clone(), stop).await;
+            http(
+                stream,
+                accepted,
+                peer,
+                router,
+                limits,
+                metrics.clone(),
+                stop,
+            )
+            .await;
         }
         Ok(Err(e)) => tracing::debug!(%remote, error = %e, "TLS handshake failed"),
         Err(_) => {
@@ -175,6 +195,7 @@ async fn connection(
 /// it down gracefully on stop.
 async fn http<IO>(
     io: IO,
+    accepted: tokio::time::Instant,
     peer: Peer,
     router: Router,
     limits: HttpLimits,
@@ -184,7 +205,7 @@ async fn http<IO>(
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let remote = peer.addr;
-    let activity = Activity::new(limits.header_timeout, limits.idle_timeout);
+    let activity = Activity::new(limits.header_timeout, limits.idle_timeout, accepted);
     let io = TokioIo::new(Watched::new(io, activity.clone()));
     let router = TowerToHyperService::new(router);
     let requests = activity.clone();

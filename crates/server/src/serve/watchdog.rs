@@ -46,13 +46,18 @@ struct State {
 }
 
 impl Activity {
-    pub(super) fn new(header_timeout: Duration, idle_timeout: Duration) -> Arc<Activity> {
+    /// A connection accepted at `accepted`.
+    pub(super) fn new(
+        header_timeout: Duration,
+        idle_timeout: Duration,
+        accepted: Instant,
+    ) -> Arc<Activity> {
         Arc::new(Activity {
             header_timeout,
             idle_timeout,
             state: Mutex::new(State {
                 in_flight: 0,
-                since: Instant::now(),
+                since: accepted,
                 first: true,
                 header_began: None,
             }),
@@ -234,7 +239,7 @@ mod tests {
 
     #[test]
     fn requests_and_reads_move_the_state() {
-        let activity = Activity::new(HEADER, IDLE);
+        let activity = Activity::new(HEADER, IDLE, Instant::now());
         assert!(matches!(activity.deadline(), Some((_, Slow::Header))));
         let first = activity.begin_request();
         let second = activity.begin_request();
