@@ -481,6 +481,8 @@ pub struct UpArgs {
     #[command(flatten)]
     pub access: AccessArgs,
     #[command(flatten)]
+    pub http: HttpArgs,
+    #[command(flatten)]
     pub liveness: LivenessArgs,
     #[command(flatten)]
     pub keys: KeysArgs,
@@ -539,6 +541,51 @@ pub struct AccessArgs {
     pub max_spend_per_hour: gpurent_types::Money,
 }
 
+/// What one client may take of the API listener: timeouts for clients slow to send, and caps
+/// on open connections. A handler that works long (an agent's long poll, `logs --follow`) is
+/// never cut; only a client that is slow to send its request is.
+#[derive(Debug, Clone, Args)]
+pub struct HttpArgs {
+    /// Seconds a new connection has for its TLS handshake and first request header, and a
+    /// request for its header from its first byte; then it is closed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub header_timeout_secs: u64,
+    /// Seconds a request has for its whole body after its header, plus one for each KiB
+    /// received (a steady upload on a thin link keeps going); then it is answered 408 and
+    /// closed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub body_timeout_secs: u64,
+    /// Seconds a kept-alive connection may wait for its next request; then it is closed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub idle_timeout_secs: u64,
+    /// Most open connections in all; more are answered 503 and closed at once. Default: the
+    /// open-files limit (raised to its hard limit at start) less 256, at most 50,000.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Most open connections from one client address (an IPv6 /64 counts as one); more are
+    /// answered 503 and closed at once; 0: no cap. Behind a proxy every client has the
+    /// proxy's address: raise it or turn it off there.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_connections_per_ip: usize,
+}
+
+impl HttpArgs {
+    pub fn limits(&self) -> gpurent_server::HttpLimits {
+        use std::time::Duration;
+        // A zero timeout would close every connection at once: at least a second (and at
+        // most a day).
+        let secs = |s: u64| Duration::from_secs(s.clamp(1, 86_400));
+        gpurent_server::HttpLimits {
+            header_timeout: secs(self.header_timeout_secs),
+            body_timeout: secs(self.body_timeout_secs),
+            idle_timeout: secs(self.idle_timeout_secs),
+            max_connections: self.max_connections.map(|n| n.max(1)),
+            max_connections_per_ip: (self.max_connections_per_ip > 0)
+                .then_some(self.max_connections_per_ip),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -563,6 +610,8 @@ pub struct ServerArgs {
     pub host: HostArgs,
     #[command(flatten)]
     pub access: AccessArgs,
+    #[command(flatten)]
+    pub http: HttpArgs,
     #[command(flatten)]
     pub liveness: LivenessArgs,
     #[command(flatten)]

@@ -23,6 +23,8 @@ pub enum ApiError {
     TooLarge { limit: usize },
     #[error("{0}")]
     UnsupportedMediaType(String),
+    #[error("the request body did not arrive in time ({} s after the header, plus a second per KiB received)", .0.as_secs())]
+    RequestTimeout(std::time::Duration),
     #[error("no route for {0}")]
     NoRoute(String),
     #[error("{0} is not allowed on this route")]
@@ -50,6 +52,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
+            ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),

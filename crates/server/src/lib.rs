@@ -23,6 +23,7 @@ mod report;
 mod routes;
 mod scheduler;
 pub mod secrets;
+mod serve;
 pub mod ssh_keys;
 mod state;
 pub mod tls;
@@ -52,6 +53,7 @@ pub use idempotency::IdempotencyError;
 pub use openapi::openapi_document;
 pub use policy::{Access, POLICY};
 pub use rate_limit::{Rate, RateLimits};
+pub use serve::{open_files_limit, raise_open_files_limit, HttpLimits, OpenFiles};
 pub use state::AppState;
 pub use verification::HostPolicy;
 
@@ -75,6 +77,8 @@ pub struct ServerConfig {
     pub max_sync_wait: Duration,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// How long a client may be slow to send, and how many connections it may hold.
+    pub http: HttpLimits,
     /// A reservation still queued this long after it was queued ends as `failed`
     /// (`queue_timeout`), its hold released.
     pub queue_timeout: Duration,
@@ -117,6 +121,7 @@ impl Default for ServerConfig {
             settlement_period: Duration::from_secs(60),
             max_sync_wait: Duration::from_secs(10),
             max_body_bytes: 64 * 1024,
+            http: HttpLimits::default(),
             queue_timeout: Duration::from_secs(3600),
             log_retention: Duration::from_secs(30 * 86_400),
             scale: ScaleConfig::default(),
@@ -174,7 +179,7 @@ pub struct RunningServer {
     pub addr: SocketAddr,
     pub state: AppState,
     stop: watch::Sender<bool>,
-    http: JoinHandle<Result<(), ServeError>>,
+    http: JoinHandle<()>,
     maintenance: JoinHandle<()>,
 }
 
@@ -199,20 +204,8 @@ impl RunningServer {
         let state = AppState::new(store, clock, config);
         let router = routes::router(state.clone());
         let (stop, stopped) = watch::channel(false);
-        let mut http_stopped = stopped.clone();
-        let graceful = async move {
-            let _ = http_stopped.wait_for(|s| *s).await;
-        };
-        let http = match &state.config.tls {
-            None => tokio::spawn(async move {
-                axum::serve(
-                    listener,
-                    router.into_make_service_with_connect_info::<tls::Peer>(),
-                )
-                .with_graceful_shutdown(graceful)
-                .await
-                .map_err(ServeError::Serve)
-            }),
+        let tls = match &state.config.tls {
+            None => None,
             Some(settings) => {
                 let resolver = tls::ReloadingResolver::load(&settings.cert, &settings.key)?;
                 tracing::info!(fingerprint = %resolver.fingerprint(), "TLS 1.3 on, mutual TLS for agents");
@@ -223,19 +216,17 @@ impl RunningServer {
                     settings.reload_every,
                     stopped.clone(),
                 ));
-                let listener = tls::TlsListener::new(listener, Arc::new(config))
-                    .map_err(|source| ServeError::Bind { addr, source })?;
-                tokio::spawn(async move {
-                    axum::serve(
-                        listener,
-                        router.into_make_service_with_connect_info::<tls::Peer>(),
-                    )
-                    .with_graceful_shutdown(graceful)
-                    .await
-                    .map_err(ServeError::Serve)
-                })
+                Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
             }
         };
+        let http = tokio::spawn(serve::serve(
+            listener,
+            tls,
+            router,
+            state.config.http,
+            state.metrics.clone(),
+            stopped.clone(),
+        ));
         let maintenance = tokio::spawn(maintenance::run(state.clone(), stopped));
         tracing::info!(%addr, backend = ?state.store.backend(), "control plane listening");
         let scale = &state.config.scale;
@@ -266,17 +257,15 @@ impl RunningServer {
         let _ = self.stop.send(true);
         self.state.wake.wake_all();
         let _ = self.maintenance.await;
-        match self.http.await {
-            Ok(result) => result,
-            Err(e) => Err(ServeError::Serve(std::io::Error::other(e))),
-        }
+        self.http
+            .await
+            .map_err(|e| ServeError::Serve(std::io::Error::other(e)))
     }
 
     /// Resolves when the HTTP server stops by itself (it should not).
     pub async fn wait(&mut self) -> Result<(), ServeError> {
-        match (&mut self.http).await {
-            Ok(result) => result,
-            Err(e) => Err(ServeError::Serve(std::io::Error::other(e))),
-        }
+        (&mut self.http)
+            .await
+            .map_err(|e| ServeError::Serve(std::io::Error::other(e)))
     }
 }

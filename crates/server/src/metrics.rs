@@ -100,6 +100,31 @@ pub struct Metrics {
     nodes_lost: AtomicU64,
     rescheduled: AtomicU64,
     ended_by_loss: AtomicU64,
+    connections: ConnectionCounts,
+}
+
+/// What the HTTP listener did with its connections (`serve/`).
+#[derive(Debug, Default)]
+struct ConnectionCounts {
+    open: AtomicU64,
+    refused_per_ip: AtomicU64,
+    refused_total: AtomicU64,
+    closed_header: AtomicU64,
+    closed_idle: AtomicU64,
+    closed_body: AtomicU64,
+}
+
+/// A connection of the HTTP listener opened, closed, refused over a cap, or closed for being
+/// slow to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionEvent {
+    Opened,
+    Closed,
+    RefusedPerIp,
+    RefusedTotal,
+    SlowHeader,
+    SlowIdle,
+    SlowBody,
 }
 
 impl Default for Metrics {
@@ -110,6 +135,7 @@ impl Default for Metrics {
             nodes_lost: AtomicU64::new(0),
             rescheduled: AtomicU64::new(0),
             ended_by_loss: AtomicU64::new(0),
+            connections: ConnectionCounts::default(),
         }
     }
 }
@@ -160,10 +186,31 @@ impl Metrics {
         self.ended_by_loss.fetch_add(n(ended), Ordering::Relaxed);
     }
 
+    pub fn observe_connection(&self, event: ConnectionEvent) {
+        let c = &self.connections;
+        let counter = match event {
+            ConnectionEvent::Opened => &c.open,
+            ConnectionEvent::Closed => {
+                // Saturating: a gauge never wraps below zero.
+                let _ = c
+                    .open
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+                return;
+            }
+            ConnectionEvent::RefusedPerIp => &c.refused_per_ip,
+            ConnectionEvent::RefusedTotal => &c.refused_total,
+            ConnectionEvent::SlowHeader => &c.closed_header,
+            ConnectionEvent::SlowIdle => &c.closed_idle,
+            ConnectionEvent::SlowBody => &c.closed_body,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The text exposition of everything: this process's series and the store's `view` at `now`.
     pub fn render(&self, view: &MetricsView, now: DateTime<Utc>) -> String {
         let mut e = Exposition::new();
         self.write_http(&mut e);
+        self.write_connections(&mut e);
         write_fleet(&mut e, view, now);
         self.write_events(&mut e);
         write_money(&mut e, view);
@@ -193,6 +240,53 @@ impl Metrics {
                 ],
             );
         }
+    }
+
+    fn write_connections(&self, e: &mut Exposition) {
+        let c = &self.connections;
+        e.single(
+            "gpurent_http_connections",
+            Kind::Gauge,
+            "Connections open on the API listener.",
+            c.open.load(Ordering::Relaxed),
+        );
+        let name = "gpurent_http_connections_refused_total";
+        e.family(
+            name,
+            Kind::Counter,
+            "Connections refused when accepted, over the cap per client address (per_ip) or in all (total).",
+        );
+        e.sample(
+            name,
+            &[("cap", "per_ip")],
+            c.refused_per_ip.load(Ordering::Relaxed),
+        );
+        e.sample(
+            name,
+            &[("cap", "total")],
+            c.refused_total.load(Ordering::Relaxed),
+        );
+        let name = "gpurent_http_slow_clients_closed_total";
+        e.family(
+            name,
+            Kind::Counter,
+            "Connections closed for being slow to send: a request header (header), a next request (idle) or a body (body) not in time.",
+        );
+        e.sample(
+            name,
+            &[("reason", "header")],
+            c.closed_header.load(Ordering::Relaxed),
+        );
+        e.sample(
+            name,
+            &[("reason", "idle")],
+            c.closed_idle.load(Ordering::Relaxed),
+        );
+        e.sample(
+            name,
+            &[("reason", "body")],
+            c.closed_body.load(Ordering::Relaxed),
+        );
     }
 
     fn write_events(&self, e: &mut Exposition) {

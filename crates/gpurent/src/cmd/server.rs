@@ -39,6 +39,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             scale: scale_config(&args.scale),
             host: &args.host,
             access: &args.access,
+            http: &args.http,
             liveness: &args.liveness,
             keys: &args.keys,
             master_key,
@@ -65,6 +66,7 @@ pub struct Policies<'a> {
     pub scale: ScaleConfig,
     pub host: &'a HostArgs,
     pub access: &'a crate::cli::AccessArgs,
+    pub http: &'a crate::cli::HttpArgs,
     pub liveness: &'a LivenessArgs,
     pub keys: &'a KeysArgs,
     /// Seals tenants' secrets and the node CA's key.
@@ -86,11 +88,18 @@ pub async fn start(
         scale,
         host,
         access,
+        http,
         liveness,
         keys,
         master_key,
         tls,
     } = policies;
+    // Every connection is a file descriptor: take what the system allows, so that the
+    // connection cap (below the limit) is the one that refuses, never accept().
+    match gpurent_server::raise_open_files_limit() {
+        Ok(files) => tracing::debug!(soft = files.soft, hard = files.hard, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-files limit"),
+    }
     let prices = match prices {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -131,6 +140,7 @@ pub async fn start(
             session_ttl: std::time::Duration::from_secs(u64::from(access.session_hours) * 3600),
             rate_limits: rate_limits(access),
             tenant_limits: tenant_limits(access),
+            http: http.limits(),
             tls,
             ..ServerConfig::default()
         },

@@ -47,6 +47,7 @@ pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
             scale: super::server::scale_config(&args.scale),
             host: &args.host,
             access: &args.access,
+            http: &args.http,
             liveness: &args.liveness,
             keys: &args.keys,
             master_key,

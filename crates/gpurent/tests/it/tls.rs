@@ -457,3 +457,74 @@ fn up_with_tls_runs_its_local_agent_on_mutual_tls() {
     let status = up.terminate();
     assert!(status.success(), "{status:?}");
 }
+
+/// True when the server closes `stream` (EOF or reset) within `bound`.
+fn closed_within(stream: &mut impl Read, bound: Duration) -> bool {
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 1024];
+    while started.elapsed() < bound {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn tls_clients_slow_to_handshake_or_to_send_a_header_are_closed() {
+    let mut cluster = Cluster::start_with(
+        "127.0.0.1:0",
+        &["--tls-self-signed", "--header-timeout-secs", "1"],
+    );
+    let fingerprint =
+        std::fs::read_to_string(cluster.dir.path().join("data/tls.fingerprint")).unwrap();
+    cluster.tls = vec!["--tls-fingerprint".into(), fingerprint.trim().to_owned()];
+    let bound = Duration::from_secs(30);
+    let addr = host_port(&cluster.url);
+    // Connected, no handshake; and half a ClientHello record.
+    let mut silent = TcpStream::connect(addr).unwrap();
+    let mut half_hello = TcpStream::connect(addr).unwrap();
+    half_hello
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00])
+        .unwrap();
+    // Handshaken, then half a request header.
+    let (_, mut half_header) = connect(
+        &cluster.url,
+        client_config(&[&rustls::version::TLS13], None),
+    )
+    .unwrap();
+    half_header
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .unwrap();
+    half_header.flush().unwrap();
+    for s in [&silent, &half_hello] {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+    }
+    half_header
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    // A real client is served meanwhile.
+    let users = cluster.cli(Some(&cluster.admin), true, &["users", "ls"]);
+    assert_eq!(users.code, 0, "{users:?}");
+    assert!(
+        closed_within(&mut silent, bound),
+        "no handshake: still open"
+    );
+    assert!(
+        closed_within(&mut half_hello, bound),
+        "half a ClientHello: still open"
+    );
+    assert!(
+        closed_within(&mut half_header, bound),
+        "half a header over TLS: still open"
+    );
+}

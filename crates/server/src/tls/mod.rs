@@ -3,7 +3,7 @@
 
 mod ca;
 mod files;
-mod listener;
+mod peer;
 mod reload;
 
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ use rustls::RootCertStore;
 
 pub use ca::{NodeCa, SignedNodeCert};
 pub use files::{fingerprint, load_certified_key, self_signed, SelfSigned};
-pub use listener::{Peer, PeerCert, TlsListener};
+pub use peer::{Peer, PeerCert};
 pub use reload::ReloadingResolver;
 
 /// How often the certificate files are checked for a new certificate.

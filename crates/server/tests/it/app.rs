@@ -266,6 +266,12 @@ impl TestAppBuilder {
                 per_token: None,
                 per_address: None,
             },
+            // Every test client is 127.0.0.1, some hundreds of connections at once
+            // (`concurrency.rs`); `slow_clients.rs` tests the caps with a configuration of its own.
+            http: gpurent_server::HttpLimits {
+                max_connections_per_ip: None,
+                ..gpurent_server::HttpLimits::default()
+            },
             ..ServerConfig::default()
         };
         if let Some(toml) = &self.prices {

@@ -29,6 +29,7 @@ mod reports;
 mod revoke;
 mod secrets;
 mod settlement;
+mod slow_clients;
 mod ssh_keys;
 mod telemetry;
 mod tiers;
