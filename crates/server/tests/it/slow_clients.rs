@@ -267,7 +267,7 @@ async fn long_polls_outlive_the_timeouts() {
     let server = app.server.as_ref().expect("running").addr;
     let mut s = connect_from(client_ip(6), server).await.expect("connect");
     let mut body = vec![b' '; 4 * 1024];
-    body.extend_from_slice(br#"{"name": "slow-but-steady"}"#);
+    body.extend_from_slice(br#"{"name": "slow-but-steady", "expires_in_days": 1}"#);
     let head = format!(
         "POST /api/v1/tokens HTTP/1.1\r\nHost: gpurent\r\nAuthorization: Bearer {token}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
