@@ -286,7 +286,9 @@ impl ProcessExecutor {
         for (_, _, path) in self.kept().into_iter().filter(|(r, _, _)| r == id) {
             let _ = std::fs::remove_file(path);
         }
-        if let Err(e) = std::fs::rename(&output, self.kept_path(id, f.epoch)) {
+        let kept = self.kept_path(id, f.epoch);
+        // The agent's alone (it always was: the instance only ever had an open descriptor).
+        if let Err(e) = std::fs::rename(&output, &kept).and_then(|()| set_mode(&kept, 0o600)) {
             tracing::warn!(reservation_id = %id, error = %e, "cannot keep the output of a stopped instance; what it wrote since the last sync is lost");
         }
     }

@@ -182,7 +182,8 @@ async fn output_of_the_grace_period_is_kept(backend: Backend) {
 both_stores!(grace_output, output_of_the_grace_period_is_kept);
 
 /// The agent stopped the instance and died before it reported (or shipped) anything: the agent
-/// that comes back ships what was kept, reports the stop, and leaves nothing behind.
+/// that comes back ships what was kept, reports the stop, and leaves nothing behind, nor what
+/// was kept of an instance the control plane does not want.
 async fn a_restarted_agent_ships_what_a_stop_kept(backend: Backend) {
     let mut app = TestApp::with(backend).start().await;
     let dir = app
@@ -207,7 +208,34 @@ async fn a_restarted_agent_ships_what_a_stop_kept(backend: Backend) {
     let executor = ProcessExecutor::unisolated(&dir, None, ResourcesPerGpu::default())
         .expect("process executor");
     executor.stop(&id, None).await.expect("stop");
+    // And an instance the control plane never wanted, stopped as well: what it kept goes.
+    let ghost = gpurent_types::agent::Assignment {
+        reservation_id: "ghost".into(),
+        epoch: 1,
+        gpus: vec![],
+        vram_mb: None,
+        image: None,
+        command: vec!["sh".into(), "-c".into(), "echo boo; sleep 30".into()],
+        env: Default::default(),
+        run: true,
+        log_offset: 0,
+        stop_grace_s: None,
+        checkpoint: false,
+        secrets: Default::default(),
+        sealed_secrets: None,
+        ports: vec![],
+    };
+    executor.start(&ghost, None).await.expect("start");
+    executor.stop("ghost", None).await.expect("stop");
     assert!(executor.list().await.expect("list").is_empty());
+    let mut kept = executor.kept_outputs().await.expect("kept outputs");
+    kept.sort();
+    let epoch = status_of(&t.client, &id).await["epoch"]
+        .as_i64()
+        .expect("epoch");
+    let mut expected = vec![("ghost".to_owned(), 1), (id.clone(), epoch)];
+    expected.sort();
+    assert_eq!(kept, expected);
     app.restart_agent("proc-node").await;
     wait_for(&t.client, &id, "stopped").await;
     let log = printed(&whole_log(&t.client, &id).await);
