@@ -181,6 +181,63 @@ async fn output_of_the_grace_period_is_kept(backend: Backend) {
 }
 both_stores!(grace_output, output_of_the_grace_period_is_kept);
 
+/// The cap per reservation, and what is kept of the end of a run past it.
+const CAP: usize = 16 * 1024 * 1024;
+const TAIL: usize = 64 * 1024;
+
+/// Past the cap, a stopped instance's log is its head, the gap marker and its last 64 KiB,
+/// which end with what it said in its TERM trap.
+async fn past_the_cap_a_stopped_instance_keeps_its_tail(backend: Backend) {
+    let mut app = TestApp::with(backend).start().await;
+    let dir = app
+        .add_process_node("proc-node", Duration::from_secs(10))
+        .await;
+    let t = app.tenant("ann", "10").await;
+    // 17 MiB of 'x', then it waits to be stopped.
+    let id = reserve(
+        &t.client,
+        None,
+        "trap 'echo LAST-WORDS; exit 0' TERM; head -c 17825792 /dev/zero | tr '\\0' x; echo; while :; do sleep 0.1; done",
+    )
+    .await;
+    wait_for(&t.client, &id, "running").await;
+    // Until the head is full (shipping 16 MiB takes a while).
+    let mut shipped = 0;
+    for _ in 0..1200 {
+        shipped = whole_log(&t.client, &id).await.len();
+        if shipped >= CAP - TAIL {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        shipped >= CAP - TAIL,
+        "the head never filled: {shipped} bytes"
+    );
+    let (status, r) = t
+        .client
+        .post(&format!("/api/v1/reservations/{id}/stop"), &json!({}))
+        .await;
+    assert!(status.is_success(), "{status}: {r}");
+    wait_for(&t.client, &id, "stopped").await;
+    let log = whole_log(&t.client, &id).await;
+    let text = String::from_utf8_lossy(&log);
+    assert!(
+        String::from_utf8_lossy(&printed(&log)).ends_with("x\nLAST-WORDS\n"),
+        "the log: {}",
+        show(&log)
+    );
+    let marker = text
+        .find("[gpurent:")
+        .unwrap_or_else(|| panic!("no gap marker in the log: {}", show(&log)));
+    let after = marker + text[marker..].find('\n').expect("the marker's line") + 1;
+    assert_eq!(log.len() - after, TAIL, "the tail kept");
+    assert!(log.len() <= CAP + 200, "{} bytes kept in all", log.len());
+    no_leftovers(&dir).await;
+    app.shutdown().await;
+}
+both_stores!(past_the_cap, past_the_cap_a_stopped_instance_keeps_its_tail);
+
 /// The agent stopped the instance and died before it reported (or shipped) anything: the agent
 /// that comes back ships what was kept, reports the stop, and leaves nothing behind, nor what
 /// was kept of an instance the control plane does not want.
