@@ -475,7 +475,7 @@ impl Agent {
             if wanted && !reported.contains(&(id.clone(), *epoch)) {
                 continue;
             }
-            if let Err(e) = self.executor.forget_output(id).await {
+            if let Err(e) = self.executor.forget_output(id, *epoch).await {
                 tracing::warn!(reservation_id = %id, error = %e, "cannot remove the output kept of a stopped instance");
             }
         }

@@ -369,8 +369,26 @@ impl Executor for DockerExecutor {
             .collect())
     }
 
-    async fn forget_output(&self, id: &str) -> Result<(), AgentError> {
-        self.remove(id, &kept_name(id)).await
+    async fn forget_output(&self, id: &str, epoch: i64) -> Result<(), AgentError> {
+        let name = kept_name(id);
+        let inspect = match self
+            .docker
+            .inspect_container(&name, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(inspect) => inspect,
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => return Err(docker_error("inspect", id, e)),
+        };
+        // Kept of another epoch: not this one's to forget.
+        let kept_epoch = inspect
+            .config
+            .and_then(|c| c.labels)
+            .and_then(|l| l.get(LABEL_EPOCH).and_then(|e| e.parse::<i64>().ok()));
+        if kept_epoch.is_some_and(|e| e != epoch) {
+            return Ok(());
+        }
+        self.remove(id, &name).await
     }
 
     async fn list(&self) -> Result<Vec<Observed>, AgentError> {

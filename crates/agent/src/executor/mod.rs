@@ -59,10 +59,10 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
         Ok(Vec::new())
     }
 
-    /// Lets go of the output a stop kept (shipped, or of an instance nobody wants). Forgetting
-    /// what is not kept is not an error.
-    async fn forget_output(&self, reservation_id: &str) -> Result<(), AgentError> {
-        let _ = reservation_id;
+    /// Lets go of the output a stop kept of the reservation's instance of this epoch (shipped,
+    /// or nobody wants it). Forgetting what is not kept is not an error.
+    async fn forget_output(&self, reservation_id: &str, epoch: i64) -> Result<(), AgentError> {
+        let _ = (reservation_id, epoch);
         Ok(())
     }
 

@@ -762,16 +762,13 @@ impl Executor for ProcessExecutor {
             .collect())
     }
 
-    async fn forget_output(&self, id: &str) -> Result<(), AgentError> {
-        for (_, _, path) in self.kept().into_iter().filter(|(r, _, _)| r == id) {
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(exec_error("forget the output of", id, e))
-                }
-                _ => {}
+    async fn forget_output(&self, id: &str, epoch: i64) -> Result<(), AgentError> {
+        match std::fs::remove_file(self.kept_path(id, epoch)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(exec_error("forget the output of", id, e))
             }
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     async fn owner_of(&self, pid: u32) -> Option<String> {

@@ -114,7 +114,10 @@ async fn a_stop_keeps_the_output_until_it_is_forgotten() {
     assert_eq!(e.kept_outputs().await.unwrap(), vec![("r1".to_owned(), 5)]);
     assert_eq!(printed(&e, "r1").await.as_deref(), Some("next\n"));
 
-    e.forget_output("r1").await.unwrap();
+    // Forgetting another epoch's leaves it.
+    e.forget_output("r1", 4).await.unwrap();
+    assert_eq!(e.kept_outputs().await.unwrap(), vec![("r1".to_owned(), 5)]);
+    e.forget_output("r1", 5).await.unwrap();
     assert!(e.kept_outputs().await.unwrap().is_empty());
     assert_eq!(e.read_output("r1", 0, 100).await.unwrap(), None);
     assert!(
@@ -123,7 +126,7 @@ async fn a_stop_keeps_the_output_until_it_is_forgotten() {
         entries(&dir.path().join("instances"))
     );
     // Forgetting what is not kept is fine.
-    e.forget_output("r1").await.unwrap();
+    e.forget_output("r1", 5).await.unwrap();
 }
 
 fn running_as_root() -> bool {
@@ -201,7 +204,7 @@ async fn a_kept_log_is_out_of_reach_of_the_next_instance_with_its_uid() {
         "the next instance wrote to the kept log: {content:?}"
     );
     for id in ["first", "next"] {
-        e.forget_output(id).await.unwrap();
+        e.forget_output(id, 1).await.unwrap();
     }
     assert!(entries(&instances).is_empty(), "{:?}", entries(&instances));
 }
@@ -259,7 +262,11 @@ async fn docker_keeps_a_stopped_container_until_its_output_is_forgotten() {
     e.start(&again, None).await.unwrap();
     wait_for(&e, &id, ObservedState::Exited(0)).await;
     e.stop(&id, None).await.unwrap();
-    e.forget_output(&id).await.unwrap();
+    // The kept container is the later epoch's now: forgetting the earlier leaves it.
+    e.forget_output(&id, 2).await.unwrap();
+    let kept = e.kept_outputs().await.unwrap();
+    assert!(kept.contains(&(id.clone(), 3)), "{kept:?}");
+    e.forget_output(&id, 3).await.unwrap();
     assert!(!e
         .kept_outputs()
         .await
