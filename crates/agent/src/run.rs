@@ -33,7 +33,8 @@ const DRAIN_AT_MOST: Duration = Duration::from_secs(30);
 /// The output one sync ships.
 struct NewOutput {
     chunks: Vec<LogChunk>,
-    /// Instances that ended whose output is not all shipped with these chunks.
+    /// Instances that ended (or were stopped) whose output is not all shipped with these
+    /// chunks.
     unshipped: BTreeSet<String>,
 }
 
@@ -264,23 +265,39 @@ impl Agent {
             burn_in
                 .step(!desired.is_empty() || !actual.is_empty(), &gpu_uuids)
                 .await;
+            let kept = self.kept_outputs().await;
             let mut instances = reconcile::reports(&desired, &actual);
             // An instance being stopped is reported once it is gone, not as it goes down
             // (when it may look exited for a moment).
             instances.retain(|r| !stops.contains(&r.reservation_id));
-            // An instance that ended is reported once its output is all shipped (its end ends
-            // the reservation, and with it the output the control plane takes).
-            let output = self.new_output(&desired, &actual, &log_room).await;
+            // An instance that ended, or was stopped, is reported once its output is all
+            // shipped (its end ends the reservation, and with it the output the control plane
+            // takes).
+            let output = self.new_output(&desired, &actual, &kept, &log_room).await;
             draining.retain(|id, _| output.unshipped.contains(id));
             for id in &output.unshipped {
                 draining.entry(id.clone()).or_insert_with(Instant::now);
             }
             instances.retain(|r| {
-                r.state != InstanceState::Exited
-                    || draining
-                        .get(&r.reservation_id)
-                        .is_none_or(|since| since.elapsed() >= DRAIN_AT_MOST)
+                if !matches!(r.state, InstanceState::Exited | InstanceState::Stopped) {
+                    return true;
+                }
+                let Some(since) = draining.get(&r.reservation_id) else {
+                    return true;
+                };
+                let late = since.elapsed() >= DRAIN_AT_MOST;
+                if late {
+                    tracing::warn!(reservation_id = %r.reservation_id, state = ?r.state, waited = ?DRAIN_AT_MOST, "reporting the end of an instance before all its output is shipped");
+                }
+                late
             });
+            // Kept outputs whose stop this sync reports: forgotten once it is answered.
+            let reported: Vec<(String, i64)> = instances
+                .iter()
+                .filter(|r| r.state == InstanceState::Stopped)
+                .map(|r| (r.reservation_id.clone(), r.epoch))
+                .filter(|k| kept.contains(k))
+                .collect();
             // More to ship: the answer comes at once rather than after a long poll.
             let wait = if output.unshipped.is_empty() {
                 wait_ms
@@ -357,6 +374,7 @@ impl Agent {
                     known_version = Some(response.version);
                     desired = response.assignments;
                     log_room = response.log_room;
+                    self.forget_outputs(&kept, &reported, &desired).await;
                     if !desired.is_empty() {
                         // Work landed (placed just before a burn-in began): it goes first.
                         burn_in.step(true, &gpu_uuids).await;
@@ -433,14 +451,46 @@ impl Agent {
         }
     }
 
+    /// The outputs the executor kept of stopped instances, as (reservation, epoch).
+    async fn kept_outputs(&self) -> Vec<(String, i64)> {
+        self.executor.kept_outputs().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot list the output kept of stopped instances");
+            Vec::new()
+        })
+    }
+
+    /// Once a sync is answered: the output kept of a stop it reported is shipped, and that of
+    /// an instance the control plane no longer wants stopped (gone, another epoch, wanted
+    /// running: a stop of the agent's own, or one before it restarted) will never be asked for.
+    async fn forget_outputs(
+        &self,
+        kept: &[(String, i64)],
+        reported: &[(String, i64)],
+        desired: &[Assignment],
+    ) {
+        for (id, epoch) in kept {
+            let wanted = desired
+                .iter()
+                .any(|a| &a.reservation_id == id && a.epoch == *epoch && !a.run);
+            if wanted && !reported.contains(&(id.clone(), *epoch)) {
+                continue;
+            }
+            if let Err(e) = self.executor.forget_output(id, *epoch).await {
+                tracing::warn!(reservation_id = %id, error = %e, "cannot remove the output kept of a stopped instance");
+            }
+        }
+    }
+
     /// Output the control plane does not have yet, for every instance of the epoch it wants
-    /// (a stale epoch's output is not the current run's), as its bytes. Within what the
+    /// (a stale epoch's output is not the current run's), as its bytes; for an instance it
+    /// stopped and the executor removed, the output the executor kept. Within what the
     /// control plane keeps (`log_room`); past that, nothing until the instance ended, then
     /// the end of its output (the last `LOG_TAIL_BYTES`).
     async fn new_output(
         &self,
         desired: &[Assignment],
         actual: &[Observed],
+        kept: &[(String, i64)],
         log_room: &BTreeMap<String, u64>,
     ) -> NewOutput {
         let mut chunks = Vec::new();
@@ -448,13 +498,14 @@ impl Agent {
         let mut budget = LOG_BYTES_PER_SYNC;
         for a in desired {
             let id = &a.reservation_id;
-            let Some(observed) = actual
+            let observed = actual
                 .iter()
-                .find(|o| &o.reservation_id == id && o.epoch == a.epoch)
-            else {
-                continue;
+                .find(|o| &o.reservation_id == id && o.epoch == a.epoch);
+            let ended = match observed {
+                Some(o) => matches!(o.state, ObservedState::Exited(_)),
+                None if !a.run && kept.contains(&(id.clone(), a.epoch)) => true,
+                None => continue,
             };
-            let ended = matches!(observed.state, ObservedState::Exited(_));
             if budget == 0 {
                 if ended {
                     unshipped.insert(id.clone());

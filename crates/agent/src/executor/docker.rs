@@ -3,7 +3,8 @@
 //! driver, as `--gpus device=UUID` makes), hard and soft memory limits, a CPU quota, a pids
 //! limit, every capability dropped, `no-new-privileges`, never privileged and never the Docker
 //! socket. Labels tie each container to its reservation and epoch, so a restarted agent finds
-//! (adopts) its containers instead of starting them again.
+//! (adopts) its containers instead of starting them again. A stopped container is kept,
+//! renamed (`kept_name`), until the agent has shipped its output (`forget_output`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,11 +12,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::models::{
-    ContainerCreateBody, ContainerSummaryStateEnum, DeviceRequest, HostConfig, PortBinding,
+    ContainerCreateBody, ContainerSummary, ContainerSummaryStateEnum, DeviceRequest, HostConfig,
+    PortBinding,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
-    LogsOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+    LogsOptionsBuilder, RemoveContainerOptionsBuilder, RenameContainerOptionsBuilder,
+    StopContainerOptionsBuilder,
 };
 use bollard::Docker;
 use gpurent_types::agent::{Assignment, PublishedPort};
@@ -66,6 +69,29 @@ const STOP_SLACK: Duration = Duration::from_secs(30);
 /// The container of a reservation.
 pub fn container_name(reservation_id: &str) -> String {
     format!("gpurent-{reservation_id}")
+}
+
+/// The name a stopped container is kept by while its output is shipped (no reservation's
+/// container is named so: `gpurent.` is not `gpurent-`).
+pub fn kept_name(reservation_id: &str) -> String {
+    format!("gpurent.stopped-{reservation_id}")
+}
+
+/// Whether the container (as the Engine lists its names, `/NAME`) is a kept one.
+fn is_kept(c: &ContainerSummary) -> bool {
+    c.names
+        .iter()
+        .flatten()
+        .any(|n| n.trim_start_matches('/').starts_with("gpurent.stopped-"))
+}
+
+/// The reservation and epoch a container's labels say.
+fn labelled(c: &ContainerSummary) -> Option<(String, i64)> {
+    let labels = c.labels.as_ref()?;
+    Some((
+        labels.get(LABEL_RESERVATION)?.clone(),
+        labels.get(LABEL_EPOCH)?.parse().ok()?,
+    ))
 }
 
 impl DockerExecutor {
@@ -136,6 +162,72 @@ impl DockerExecutor {
                 }]
             }),
             ..Default::default()
+        }
+    }
+
+    /// Every container gpurent made on this Engine, stopped ones included.
+    async fn managed(&self) -> Result<Vec<ContainerSummary>, AgentError> {
+        let filters = HashMap::from([("label", vec![format!("{LABEL_MANAGED}=true")])]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        self.docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| docker_error("list", "-", e))
+    }
+
+    /// Removes a container; what is gone, or being removed already, is no error.
+    async fn remove(&self, id: &str, name: &str) -> Result<(), AgentError> {
+        let remove = RemoveContainerOptionsBuilder::default().force(true).build();
+        match self.docker.remove_container(name, Some(remove)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            // 409: another stop of the same container (a retry, or a second reconcile while the
+            // first still waits) is already removing it.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409,
+                message,
+            }) if message.contains("already in progress") => Ok(()),
+            Err(e) => Err(docker_error("remove", id, e)),
+        }
+    }
+
+    /// The output of a container, up to `upto` bytes of it (all where None); None when there
+    /// is no such container.
+    async fn logs_of(
+        &self,
+        id: &str,
+        name: &str,
+        upto: Option<u64>,
+    ) -> Result<Option<Vec<u8>>, AgentError> {
+        use futures_util::StreamExt;
+        let options = LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .follow(false)
+            .build();
+        let mut stream = self.docker.logs(name, Some(options));
+        let mut all = Vec::new();
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(output) => all.extend_from_slice(&output.into_bytes()),
+                Err(e) if is_not_found(&e) => return Ok(None),
+                Err(e) => return Err(docker_error("read the output of", id, e)),
+            }
+            if upto.is_some_and(|upto| all.len() as u64 >= upto) {
+                break;
+            }
+        }
+        Ok(Some(all))
+    }
+
+    /// The output of the reservation's container, else of its kept one.
+    async fn output(&self, id: &str, upto: Option<u64>) -> Result<Option<Vec<u8>>, AgentError> {
+        match self.logs_of(id, &container_name(id), upto).await? {
+            Some(all) => Ok(Some(all)),
+            None => self.logs_of(id, &kept_name(id), upto).await,
         }
     }
 
@@ -251,38 +343,62 @@ impl Executor for DockerExecutor {
             }) => {}
             Err(e) => return Err(docker_error("stop", id, e)),
         }
-        let remove = RemoveContainerOptionsBuilder::default().force(true).build();
-        match self.docker.remove_container(&name, Some(remove)).await {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            // 409: another stop of the same container (a retry, or a second reconcile while the
-            // first still waits) is already removing it.
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 409,
-                message,
-            }) if message.contains("already in progress") => Ok(()),
-            Err(e) => Err(docker_error("remove", id, e)),
+        // Kept under another name (in place of what an earlier stop kept), out of `list`,
+        // while its output is shipped.
+        self.remove(id, &kept_name(id)).await?;
+        let rename = RenameContainerOptionsBuilder::default()
+            .name(&kept_name(id))
+            .build();
+        match self.docker.rename_container(&name, rename).await {
+            Ok(()) => return Ok(()),
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => {
+                tracing::warn!(reservation_id = %id, error = %e, "cannot keep a stopped container; what it wrote since the last sync is lost");
+            }
         }
+        self.remove(id, &name).await
+    }
+
+    async fn kept_outputs(&self) -> Result<Vec<(String, i64)>, AgentError> {
+        Ok(self
+            .managed()
+            .await?
+            .iter()
+            .filter(|c| is_kept(c))
+            .filter_map(labelled)
+            .collect())
+    }
+
+    async fn forget_output(&self, id: &str, epoch: i64) -> Result<(), AgentError> {
+        let name = kept_name(id);
+        let inspect = match self
+            .docker
+            .inspect_container(&name, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(inspect) => inspect,
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => return Err(docker_error("inspect", id, e)),
+        };
+        // Kept of another epoch: not this one's to forget.
+        let kept_epoch = inspect
+            .config
+            .and_then(|c| c.labels)
+            .and_then(|l| l.get(LABEL_EPOCH).and_then(|e| e.parse::<i64>().ok()));
+        if kept_epoch.is_some_and(|e| e != epoch) {
+            return Ok(());
+        }
+        self.remove(id, &name).await
     }
 
     async fn list(&self) -> Result<Vec<Observed>, AgentError> {
-        let filters = HashMap::from([("label", vec![format!("{LABEL_MANAGED}=true")])]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let containers = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| docker_error("list", "-", e))?;
         let mut observed = Vec::new();
-        for c in containers {
-            let labels = c.labels.unwrap_or_default();
-            let (Some(id), Some(epoch)) = (
-                labels.get(LABEL_RESERVATION),
-                labels.get(LABEL_EPOCH).and_then(|e| e.parse().ok()),
-            ) else {
+        for c in self.managed().await? {
+            // A kept container is stopped and gone as far as the agent's plan goes.
+            if is_kept(&c) {
+                continue;
+            }
+            let Some((id, epoch)) = labelled(&c) else {
                 continue;
             };
             let state = match c.state {
@@ -294,12 +410,12 @@ impl Executor for DockerExecutor {
                 // Created but not started yet: the start is in flight or failed half-way.
                 Some(ContainerSummaryStateEnum::CREATED) => ObservedState::Running,
                 _ => {
-                    let code = self.exit_code(&container_name(id)).await.unwrap_or(-1);
+                    let code = self.exit_code(&container_name(&id)).await.unwrap_or(-1);
                     ObservedState::Exited(i32::try_from(code).unwrap_or(-1))
                 }
             };
             observed.push(Observed {
-                reservation_id: id.clone(),
+                reservation_id: id,
                 epoch,
                 state,
             });
@@ -315,46 +431,19 @@ impl Executor for DockerExecutor {
         offset: u64,
         max: usize,
     ) -> Result<Option<Vec<u8>>, AgentError> {
-        use futures_util::StreamExt;
-        let options = LogsOptionsBuilder::default()
-            .stdout(true)
-            .stderr(true)
-            .follow(false)
-            .build();
-        let mut stream = self.docker.logs(&container_name(id), Some(options));
-        let mut all = Vec::new();
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(output) => all.extend_from_slice(&output.into_bytes()),
-                Err(e) if is_not_found(&e) => return Ok(None),
-                Err(e) => return Err(docker_error("read the output of", id, e)),
-            }
-            if all.len() as u64 >= offset.saturating_add(max as u64) {
-                break;
-            }
-        }
+        let Some(all) = self
+            .output(id, Some(offset.saturating_add(max as u64)))
+            .await?
+        else {
+            return Ok(None);
+        };
         let start = usize::try_from(offset).unwrap_or(usize::MAX).min(all.len());
         let end = start.saturating_add(max).min(all.len());
         Ok(Some(all[start..end].to_vec()))
     }
 
     async fn output_size(&self, id: &str) -> Result<Option<u64>, AgentError> {
-        use futures_util::StreamExt;
-        let options = LogsOptionsBuilder::default()
-            .stdout(true)
-            .stderr(true)
-            .follow(false)
-            .build();
-        let mut stream = self.docker.logs(&container_name(id), Some(options));
-        let mut size = 0_u64;
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(output) => size += output.into_bytes().len() as u64,
-                Err(e) if is_not_found(&e) => return Ok(None),
-                Err(e) => return Err(docker_error("read the output of", id, e)),
-            }
-        }
-        Ok(Some(size))
+        Ok(self.output(id, None).await?.map(|all| all.len() as u64))
     }
 
     async fn published_ports(&self, a: &Assignment) -> Vec<PublishedPort> {

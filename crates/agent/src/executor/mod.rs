@@ -47,15 +47,32 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
         -> Result<(), AgentError>;
 
     /// Stops and removes a reservation's workload: SIGTERM, then SIGKILL once `grace` is over
-    /// (None: the executor's default). Stopping what is gone is not an error.
+    /// (None: the executor's default). Stopping what is gone is not an error. Its output is
+    /// kept (`read_output`, `output_size`, `kept_outputs`) until `forget_output`: what it
+    /// wrote since the last sync and in its grace period is shipped before the stop is
+    /// reported.
     async fn stop(&self, reservation_id: &str, grace: Option<Duration>) -> Result<(), AgentError>;
+
+    /// The instances stopped whose output is kept, as (reservation, epoch); also those a
+    /// stop kept before the agent restarted.
+    async fn kept_outputs(&self) -> Result<Vec<(String, i64)>, AgentError> {
+        Ok(Vec::new())
+    }
+
+    /// Lets go of the output a stop kept of the reservation's instance of this epoch (shipped,
+    /// or nobody wants it). Forgetting what is not kept is not an error.
+    async fn forget_output(&self, reservation_id: &str, epoch: i64) -> Result<(), AgentError> {
+        let _ = (reservation_id, epoch);
+        Ok(())
+    }
 
     /// Every instance this executor runs for gpurent on this node, including ones started
     /// before the agent restarted.
     async fn list(&self) -> Result<Vec<Observed>, AgentError>;
 
     /// Up to `max` bytes of the instance's output (stdout and stderr) from byte `offset` on;
-    /// empty when there is nothing new, None when the executor keeps no output.
+    /// empty when there is nothing new, None when the executor keeps no output. A stopped
+    /// instance's kept output once it is gone.
     async fn read_output(
         &self,
         reservation_id: &str,

@@ -9,6 +9,8 @@
 //! by itself its exit code (`exit_code`, written by the wrapper shell, outside the sandbox),
 //! and, isolated, the instance's own directory (`home/`, owned by its uid: the sandbox's
 //! `/instance`).
+//! A stop removes that directory but keeps the output, as `instances/<reservation>.<epoch>.log`
+//! (the agent's, never the tenant's uid's), until the agent has shipped it (`forget_output`).
 //! A restarted agent adopts instances from these directories: nothing runs twice and nothing
 //! is orphaned.
 
@@ -236,6 +238,59 @@ impl ProcessExecutor {
     /// The instance's output, for logs.
     pub fn output_path(&self, id: &str) -> PathBuf {
         self.instance_dir(id).join("output.log")
+    }
+
+    /// Where a stop keeps the output of the instance of this epoch: beside the instance
+    /// directories, outside what any instance sees.
+    fn kept_path(&self, id: &str, epoch: i64) -> PathBuf {
+        self.dir.join(format!("{id}.{epoch}.log"))
+    }
+
+    /// The outputs stops kept: (reservation, epoch, file).
+    fn kept(&self) -> Vec<(String, i64, PathBuf)> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let (id, epoch) = name.strip_suffix(".log")?.rsplit_once('.')?;
+                Some((id.to_owned(), epoch.parse().ok()?, e.path()))
+            })
+            .collect()
+    }
+
+    /// The output of the reservation's instance: its live one, else the one its stop kept.
+    fn output_file(&self, id: &str) -> std::io::Result<std::fs::File> {
+        match std::fs::File::open(self.output_path(id)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match self.kept().into_iter().find(|(r, _, _)| r == id) {
+                    Some((_, _, path)) => std::fs::File::open(path),
+                    None => Err(e),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Keeps the output of a stopped instance (its processes are all gone: none writes to it
+    /// any more) outside its directory, in place of what an earlier stop kept.
+    fn keep_output(&self, f: &InstanceFile) {
+        let id = &f.reservation_id;
+        let output = self.output_path(id);
+        if !output.exists() {
+            return;
+        }
+        for (_, _, path) in self.kept().into_iter().filter(|(r, _, _)| r == id) {
+            let _ = std::fs::remove_file(path);
+        }
+        let kept = self.kept_path(id, f.epoch);
+        // The agent's alone (it always was: the instance only ever had an open descriptor).
+        if let Err(e) = std::fs::rename(&output, &kept).and_then(|()| set_mode(&kept, 0o600)) {
+            tracing::warn!(reservation_id = %id, error = %e, "cannot keep the output of a stopped instance; what it wrote since the last sync is lost");
+        }
     }
 
     /// The instance's own directory on the node: its working directory and `HOME`. Unisolated,
@@ -635,6 +690,9 @@ impl Executor for ProcessExecutor {
             }
             removed.map_err(|e| exec_error("stop", id, e))?;
         }
+        if let Some(f) = &file {
+            self.keep_output(f);
+        }
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(exec_error("stop", id, e)),
             _ => Ok(()),
@@ -674,7 +732,7 @@ impl Executor for ProcessExecutor {
         max: usize,
     ) -> Result<Option<Vec<u8>>, AgentError> {
         use std::io::{Read, Seek, SeekFrom};
-        let mut file = match std::fs::File::open(self.output_path(id)) {
+        let mut file = match self.output_file(id) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(exec_error("read the output of", id, e)),
@@ -689,10 +747,27 @@ impl Executor for ProcessExecutor {
     }
 
     async fn output_size(&self, id: &str) -> Result<Option<u64>, AgentError> {
-        match std::fs::metadata(self.output_path(id)) {
+        match self.output_file(id).and_then(|f| f.metadata()) {
             Ok(m) => Ok(Some(m.len())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(exec_error("read the output of", id, e)),
+        }
+    }
+
+    async fn kept_outputs(&self) -> Result<Vec<(String, i64)>, AgentError> {
+        Ok(self
+            .kept()
+            .into_iter()
+            .map(|(id, epoch, _)| (id, epoch))
+            .collect())
+    }
+
+    async fn forget_output(&self, id: &str, epoch: i64) -> Result<(), AgentError> {
+        match std::fs::remove_file(self.kept_path(id, epoch)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(exec_error("forget the output of", id, e))
+            }
+            _ => Ok(()),
         }
     }
 

@@ -121,6 +121,7 @@ async fn containers_are_confined_and_labelled() {
     );
     // Stopping what is gone is fine.
     e.stop(&id, None).await.unwrap();
+    e.forget_output(&id, 3).await.unwrap();
 }
 
 #[tokio::test]
@@ -130,6 +131,7 @@ async fn exit_codes_are_reported() {
     e.start(&assignment(&id, "exit 3"), None).await.unwrap();
     wait_for(&e, &id, ObservedState::Exited(3)).await;
     e.stop(&id, None).await.unwrap();
+    e.forget_output(&id, 3).await.unwrap();
     let mut no_image = assignment(&unique("noimage"), "true");
     no_image.image = None;
     let err = e.start(&no_image, None).await.unwrap_err();
@@ -166,6 +168,7 @@ async fn a_new_agent_adopts_running_containers() {
         }]
     );
     second.stop(&id, None).await.unwrap();
+    second.forget_output(&id, 3).await.unwrap();
 }
 
 #[tokio::test]
@@ -187,6 +190,7 @@ async fn ports_are_published_on_free_node_ports() {
     assert!(published.iter().all(|p| p.host_port > 0), "{published:?}");
     assert_ne!(published[0].host_port, published[1].host_port);
     e.stop(&id, None).await.unwrap();
+    e.forget_output(&id, 3).await.unwrap();
 }
 
 /// The container's output so far (empty once it is removed).
@@ -231,6 +235,7 @@ async fn stop_gives_the_container_its_grace_period_then_kills_it() {
     let (stopped, told) = tokio::join!(e.stop(&id, Some(Duration::from_secs(3))), told);
     let took = began.elapsed();
     stopped.unwrap();
+    e.forget_output(&id, 3).await.unwrap();
     assert!(told, "the container was not told by SIGTERM");
     assert!(took >= Duration::from_millis(2500), "killed after {took:?}");
     assert_eq!(state_of(&e, &id).await, None);
@@ -255,6 +260,7 @@ async fn the_checkpoint_volume_is_mounted() {
         "epoch 3 at /checkpoint from 41"
     );
     e.stop(&id, None).await.unwrap();
+    e.forget_output(&id, 3).await.unwrap();
     assert_eq!(
         std::fs::read_to_string(volume.join("step")).unwrap().trim(),
         "42"
@@ -296,6 +302,7 @@ async fn reserved_variables_cannot_be_overridden() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     e.stop(&id, None).await.unwrap();
+    e.forget_output(&id, 3).await.unwrap();
     assert!(
         !env.iter()
             .any(|v| v.ends_with("=all") || v.starts_with("GPURENT_X=")),

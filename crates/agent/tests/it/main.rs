@@ -8,6 +8,7 @@ mod agent;
 mod checkpoint;
 mod docker;
 mod isolation;
+mod kept_output;
 mod metrics;
 mod process;
 mod support;

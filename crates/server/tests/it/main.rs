@@ -22,6 +22,7 @@ mod lifecycle;
 mod limits;
 mod logs;
 mod logs_kept;
+mod logs_stopped;
 mod metrics;
 mod openapi;
 mod queue;
