@@ -15,7 +15,9 @@ use tokio::sync::watch;
 
 use crate::cli::{AgentArgs, ExecutorKind, LivenessArgs, NodeArgs};
 
-pub async fn run(args: AgentArgs, server: &str, tls: ClientTls) -> anyhow::Result<()> {
+pub async fn run(mut args: AgentArgs, server: &str, tls: ClientTls) -> anyhow::Result<()> {
+    args.data_dir = absolute(&args.data_dir)?;
+    absolute_node_paths(&mut args.node)?;
     super::private::agent_data_dir(&args.data_dir)?;
     if server.starts_with("https://") {
         // Settings that cannot work fail here, before the agent starts.
@@ -165,4 +167,20 @@ pub fn host_name() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "node".to_owned())
+}
+
+/// `path` from the root: what the agent hands its executors (the sandbox's mounts, the
+/// wrapper's files) must not depend on a working directory (`./gpurent-data` by default).
+pub(crate) fn absolute(path: &Path) -> anyhow::Result<std::path::PathBuf> {
+    std::path::absolute(path)
+        .with_context(|| format!("cannot make {} an absolute path", path.display()))
+}
+
+/// The node's directories, from the root (see `absolute`).
+pub(crate) fn absolute_node_paths(node: &mut NodeArgs) -> anyhow::Result<()> {
+    node.cgroup_root = absolute(&node.cgroup_root)?;
+    if let Some(dir) = &node.checkpoint_dir {
+        node.checkpoint_dir = Some(absolute(dir)?);
+    }
+    Ok(())
 }

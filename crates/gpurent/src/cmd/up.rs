@@ -16,7 +16,9 @@ use crate::output::print_line;
 /// How long `up` waits for its local agent to report in before giving up.
 const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
+pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
+    args.data_dir = super::agent::absolute(&args.data_dir)?;
+    super::agent::absolute_node_paths(&mut args.node)?;
     super::private::server_data_dir(&args.data_dir)?;
     let agent_dir = args.data_dir.join("agent");
     super::private::agent_data_dir(&agent_dir)?;
@@ -95,7 +97,8 @@ pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + AGENT_READY_TIMEOUT;
     loop {
         let nodes = store.list_nodes(server.state.live_since(), None).await?;
-        if nodes.iter().any(|n| n.name == name && n.status == "ready") {
+        let node = nodes.iter().find(|n| n.name == name);
+        if node.is_some_and(|n| n.status == "ready") {
             break;
         }
         if agent.is_finished() || tokio::time::Instant::now() > deadline {
@@ -104,6 +107,24 @@ pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
             server.shutdown().await.ok();
             match outcome {
                 Ok(Err(e)) => return Err(e).context("the local agent failed"),
+                // It reported in, but may not take work: say why, and how to change it.
+                _ if node.is_some_and(|n| n.status == "unverified") => bail!(
+                    "the local node failed host verification: {} (the checks are options of \
+                     `up`: --min-disk-free-gb, --min-driver, --min-cuda)",
+                    failed_checks(node)
+                ),
+                _ if node.is_some() => bail!(
+                    "the local node is {} after {AGENT_READY_TIMEOUT:?}, not ready: {}",
+                    node.map_or("", |n| n.status.as_str()),
+                    node.map(|n| {
+                        n.health
+                            .iter()
+                            .map(|h| format!("{} {}: {}", h.gpu_uuid, h.rule, h.detail))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    })
+                    .unwrap_or_default()
+                ),
                 _ => bail!("the local agent did not report in within {AGENT_READY_TIMEOUT:?}"),
             }
         }
@@ -127,4 +148,18 @@ pub async fn run(args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> {
         .context("the agent task failed")?
         .context("the local agent failed")?;
     Ok(())
+}
+
+/// The host checks a node failed, as "disk: 9 GiB free, under 10 GiB; ...".
+fn failed_checks(node: Option<&gpurent_types::api::Node>) -> String {
+    node.and_then(|n| n.verification.as_ref())
+        .map(|v| {
+            v.checks
+                .iter()
+                .filter(|c| !c.ok)
+                .map(|c| format!("{}: {}", c.name, c.detail))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_default()
 }

@@ -13,6 +13,7 @@ mod cli_safety;
 mod crash;
 mod data_dir;
 mod failover_processes;
+mod first_run;
 mod logs_download;
 mod netns;
 mod partition;

@@ -19,8 +19,14 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `gpurent ARGS` and waits for its `gpurent ready: URL` line.
     pub fn start(args: &[&str], log: &Path) -> Daemon {
+        Daemon::start_in(Path::new("."), args, log)
+    }
+
+    /// `start` in the working directory `cwd` (relative paths, `./gpurent-data`, are there).
+    pub fn start_in(cwd: &Path, args: &[&str], log: &Path) -> Daemon {
         let log = std::fs::File::create(log).expect("log file");
         let mut child = Command::new(BIN)
+            .current_dir(cwd)
             .args(args)
             .env("GPURENT_LOG", "info,sqlx=warn")
             .stdout(Stdio::piped())

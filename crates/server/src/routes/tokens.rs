@@ -86,7 +86,7 @@ fn lineage(
         (asked, None) if asked.is_some() || caller.is_admin() => Ok(asked),
         (_, None) => Err(ApiError::Invalid(
             "expires_in_days: required; a token that never expires needs your password \
-             (password) or an admin"
+             (`password`; gpurent tokens create --with-password) or an admin"
                 .into(),
         )),
     }
