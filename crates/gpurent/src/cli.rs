@@ -282,6 +282,10 @@ pub struct BenchRunningArgs {
     /// The image (docker executor).
     #[arg(long, default_value = "gpurent-test/busybox:latest")]
     pub image: String,
+    /// The process executor without its sandbox (as `--allow-unisolated` runs it where it
+    /// cannot be set up); by default each instance is isolated as in production (root).
+    #[arg(long)]
+    pub unisolated: bool,
 }
 
 #[derive(Debug, Args)]

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use gpurent_agent::executor::{DockerExecutor, ProcessExecutor, ResourcesPerGpu, SimExecutor};
+use gpurent_agent::executor::{
+    DockerExecutor, Isolation, ProcessExecutor, ResourcesPerGpu, SimExecutor,
+};
 use gpurent_agent::gpu::SimGpus;
 use gpurent_agent::{Agent, AgentConfig, Executor};
 use gpurent_types::api::Reservation;
@@ -56,12 +58,31 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
                     "trap 'exit 0' TERM; sleep 600 & wait".into(),
                 ],
             ),
-            ExecutorKind::Process => (
+            ExecutorKind::Process if args.unisolated => (
                 Arc::new(ProcessExecutor::unisolated(
                     &dir.join("agent"),
                     None,
                     resources,
                 )?),
+                None,
+                vec!["sleep".into(), "600".into()],
+            ),
+            ExecutorKind::Process => (
+                Arc::new(
+                    ProcessExecutor::isolated(
+                        &dir.join("agent"),
+                        &Isolation {
+                            cgroup_root: "/sys/fs/cgroup/gpurent-bench".into(),
+                            uid_base: gpurent_agent::executor::DEFAULT_INSTANCE_UID_BASE,
+                            allow_unisolated: false,
+                            hidden: Vec::new(),
+                        },
+                        resources,
+                    )
+                    .context(
+                        "the isolated process executor (root and bubblewrap; or pass --unisolated)",
+                    )?,
+                ),
                 None,
                 vec!["sleep".into(), "600".into()],
             ),
