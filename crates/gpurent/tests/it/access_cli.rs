@@ -29,16 +29,7 @@ fn with_password(url: &str, token: Option<&str>, password: &str, args: &[&str]) 
 fn tokens_and_logins_through_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = Daemon::start(
-        &[
-            "server",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &dir.path().join("server.log"),
-    );
+    let server = Daemon::server(&data, &dir.path().join("server.log"));
     let url = server.url.clone();
     let admin = read_token(&data);
     let alice = cli(&url, Some(&admin), true, &["users", "create", "alice"]).json();

@@ -27,16 +27,7 @@ fn processes_with(needle: &str) -> usize {
 fn a_killed_agent_adopts_its_running_instances() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = Daemon::start(
-        &[
-            "server",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &dir.path().join("server.log"),
-    );
+    let server = Daemon::server(&data, &dir.path().join("server.log"));
     let url = server.url.clone();
     let admin = read_token(&data);
     let join = cli(&url, Some(&admin), true, &["nodes", "join-token"]).json();

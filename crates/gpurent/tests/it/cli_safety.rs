@@ -67,16 +67,7 @@ fn recording_server_at(addr: &str) -> (String, mpsc::Receiver<String>) {
 fn the_admin_token_of_the_data_dir_goes_only_to_its_own_server() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("gpurent-data");
-    let server = Daemon::start(
-        &[
-            "server",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &dir.path().join("server.log"),
-    );
+    let server = Daemon::server(&data, &dir.path().join("server.log"));
     let admin = read_token(&data);
 
     // Its own server: the admin token is used without --token.
@@ -130,16 +121,7 @@ fn the_admin_token_of_the_data_dir_goes_only_to_its_own_server() {
 fn names_with_control_characters_are_printed_escaped() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = Daemon::start(
-        &[
-            "server",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &dir.path().join("server.log"),
-    );
+    let server = Daemon::server(&data, &dir.path().join("server.log"));
     let admin = read_token(&data);
     let cli =
         |json: bool, args: &[&str]| crate::support::cli(&server.url, Some(&admin), json, args);

@@ -38,16 +38,7 @@ fn fingerprint(public: &Path) -> String {
 fn keys_through_the_cli_match_ssh_keygen() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = Daemon::start(
-        &[
-            "server",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &dir.path().join("server.log"),
-    );
+    let server = Daemon::server(&data, &dir.path().join("server.log"));
     let url = server.url.clone();
     let admin = read_token(&data);
     let ada = cli(&url, Some(&admin), true, &["users", "create", "ada"]).json();

@@ -22,6 +22,15 @@ impl Daemon {
         Daemon::start_in(Path::new("."), args, log)
     }
 
+    /// `gpurent server` on a fresh SQLite data dir `data`, on a free loopback port.
+    pub fn server(data: &Path, log: &Path) -> Daemon {
+        let data = data.to_str().expect("a UTF-8 path");
+        Daemon::start(
+            &["server", "--data-dir", data, "--listen", "127.0.0.1:0"],
+            log,
+        )
+    }
+
     /// `start` in the working directory `cwd` (relative paths, `./gpurent-data`, are there).
     pub fn start_in(cwd: &Path, args: &[&str], log: &Path) -> Daemon {
         let log = std::fs::File::create(log).expect("log file");

@@ -105,23 +105,15 @@ impl AccessStore for SqlStore {
         limit: u32,
         after: Option<&str>,
     ) -> Result<Vec<Token>> {
-        // Newest first; the cursor is the last token of the previous page, looked up among
-        // the caller's own (another user's token id answers an empty page, as an unknown one).
-        sqlx::query(&format!(
-            "SELECT {TOKEN_COLUMNS} WHERE ($1 = '' OR user_id = $1)
-               AND ($2 = '' OR (created_at, id) < (SELECT c.created_at, c.id FROM api_tokens c
-                                                   WHERE c.id = $2
-                                                     AND ($1 = '' OR c.user_id = $1)))
-             ORDER BY created_at DESC, id DESC LIMIT $3"
-        ))
-        .bind(user_id.unwrap_or(""))
-        .bind(after.unwrap_or(""))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(token_from_row)
-        .collect()
+        sqlx::query(&super::users_page_sql(TOKEN_COLUMNS, "api_tokens"))
+            .bind(user_id.unwrap_or(""))
+            .bind(after.unwrap_or(""))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(token_from_row)
+            .collect()
     }
 
     async fn revoke_token(

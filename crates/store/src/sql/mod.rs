@@ -277,3 +277,17 @@ impl SqlStore {
         Ok(())
     }
 }
+
+/// A page of a user's rows (every user's for `$1 = ''`) of `table`, newest first, after the
+/// row `$2` (none for `''`), at most `$3`: keyset pagination on `(created_at, id)`. The cursor
+/// is looked up among the same user's rows, so another user's id answers an empty page, as an
+/// unknown one. `select_from` is `"COLUMNS FROM table"`.
+pub(crate) fn users_page_sql(select_from: &str, table: &str) -> String {
+    format!(
+        "SELECT {select_from} WHERE ($1 = '' OR user_id = $1)
+           AND ($2 = '' OR (created_at, id) < (SELECT c.created_at, c.id FROM {table} c
+                                               WHERE c.id = $2
+                                                 AND ($1 = '' OR c.user_id = $1)))
+         ORDER BY created_at DESC, id DESC LIMIT $3"
+    )
+}

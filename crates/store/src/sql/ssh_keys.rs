@@ -72,22 +72,15 @@ impl SshKeyStore for SqlStore {
         limit: u32,
         after: Option<&str>,
     ) -> Result<Vec<SshKey>> {
-        // As tokens: newest first, the cursor looked up among the caller's own keys.
-        sqlx::query(&format!(
-            "SELECT {KEY_COLUMNS} WHERE ($1 = '' OR user_id = $1)
-               AND ($2 = '' OR (created_at, id) < (SELECT c.created_at, c.id FROM ssh_keys c
-                                                   WHERE c.id = $2
-                                                     AND ($1 = '' OR c.user_id = $1)))
-             ORDER BY created_at DESC, id DESC LIMIT $3"
-        ))
-        .bind(user_id.unwrap_or(""))
-        .bind(after.unwrap_or(""))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(key_from_row)
-        .collect()
+        sqlx::query(&super::users_page_sql(KEY_COLUMNS, "ssh_keys"))
+            .bind(user_id.unwrap_or(""))
+            .bind(after.unwrap_or(""))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(key_from_row)
+            .collect()
     }
 
     async fn remove_ssh_key(&self, id: &str, user_id: Option<&str>) -> Result<SshKey> {
