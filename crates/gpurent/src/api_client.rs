@@ -126,16 +126,9 @@ impl ApiClient {
         path: &str,
         header: &str,
     ) -> Result<(String, Option<String>), CliError> {
-        let response = self.send(Method::GET, path, None, None).await?;
-        let value = response
-            .headers()
-            .get(header)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let text = response
-            .text()
-            .await
-            .map_err(|e| CliError::new("bad_response", e.to_string()))?;
+        let (bytes, value) = self.get_bytes(path, header).await?;
+        let text = String::from_utf8(bytes)
+            .map_err(|e| CliError::new("bad_response", format!("the answer is not UTF-8: {e}")))?;
         Ok((text, value))
     }
 
