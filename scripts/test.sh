@@ -435,15 +435,21 @@ if [ "${GPURENT_TEST_ONLY_DB:-0}" = 1 ]; then
   exit 0
 fi
 
+# `-p CRATE` narrows the run to that crate; without it, the whole workspace.
+scope=(--workspace)
+for arg in "$@"; do
+  case "$arg" in -p | --package | -p* | --package=*) scope=() ;; esac
+done
+
 status=0
 if cargo nextest --version >/dev/null 2>&1; then
   # A workspace without tests yet should not fail the run.
   [ "$#" -gt 0 ] || export NEXTEST_NO_TESTS="${NEXTEST_NO_TESTS:-warn}"
-  say "running: cargo nextest run --workspace --no-fail-fast $*"
-  cargo nextest run --workspace --no-fail-fast "$@" || status=$?
+  say "running: cargo nextest run ${scope[*]} --no-fail-fast $*"
+  cargo nextest run "${scope[@]}" --no-fail-fast "$@" || status=$?
 else
-  say "cargo-nextest not found; running: cargo test --workspace $*"
-  cargo test --workspace "$@" || status=$?
+  say "cargo-nextest not found; running: cargo test ${scope[*]} $*"
+  cargo test "${scope[@]}" "$@" || status=$?
 fi
 
 if [ "$#" -gt 0 ]; then
