@@ -30,6 +30,9 @@ use crate::AgentError;
 pub const LABEL_MANAGED: &str = "io.gpurent.managed";
 pub const LABEL_RESERVATION: &str = "io.gpurent.reservation";
 pub const LABEL_EPOCH: &str = "io.gpurent.epoch";
+/// Which agent a container is for (its node's name): agents sharing one Engine (several
+/// on a host, or tests side by side) each see only their own.
+pub const LABEL_SCOPE: &str = "io.gpurent.scope";
 
 #[derive(Debug, Clone)]
 pub struct DockerExecutor {
@@ -40,6 +43,8 @@ pub struct DockerExecutor {
     /// Seconds between SIGTERM and SIGKILL when a container is stopped and its assignment does
     /// not say.
     grace_s: i32,
+    /// The `LABEL_SCOPE` of this executor's containers; None: every gpurent container.
+    scope: Option<String>,
 }
 
 fn docker_error(action: &'static str, id: &str, e: impl std::fmt::Display) -> AgentError {
@@ -115,7 +120,15 @@ impl DockerExecutor {
             resources,
             gpu_devices,
             grace_s: 10,
+            scope: None,
         })
+    }
+
+    /// Only this agent's containers (`scope`: its node's name, the same after a restart, so
+    /// that it adopts what it ran). Containers made before scopes existed are still adopted.
+    pub fn scoped(mut self, scope: &str) -> Self {
+        self.scope = Some(scope.to_owned());
+        self
     }
 
     pub fn with_grace(mut self, seconds: i32) -> Self {
@@ -172,10 +185,23 @@ impl DockerExecutor {
             .all(true)
             .filters(&filters)
             .build();
-        self.docker
+        let all = self
+            .docker
             .list_containers(Some(options))
             .await
-            .map_err(|e| docker_error("list", "-", e))
+            .map_err(|e| docker_error("list", "-", e))?;
+        let Some(scope) = &self.scope else {
+            return Ok(all);
+        };
+        Ok(all
+            .into_iter()
+            .filter(|c| {
+                c.labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_SCOPE))
+                    .is_none_or(|s| s == scope)
+            })
+            .collect())
     }
 
     /// Removes a container; what is gone, or being removed already, is no error.
@@ -273,11 +299,14 @@ impl Executor for DockerExecutor {
         if volume.is_some() {
             env.push(format!("GPURENT_CHECKPOINT_DIR={CHECKPOINT_MOUNT}"));
         }
-        let labels = HashMap::from([
+        let mut labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
             (LABEL_RESERVATION.to_owned(), id.clone()),
             (LABEL_EPOCH.to_owned(), a.epoch.to_string()),
         ]);
+        if let Some(scope) = &self.scope {
+            labels.insert(LABEL_SCOPE.to_owned(), scope.clone());
+        }
         let exposed: Vec<String> = a.ports.iter().map(|p| format!("{p}/tcp")).collect();
         let mut host_config = self.host_config(a);
         if let Some(volume) = volume {

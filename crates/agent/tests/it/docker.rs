@@ -23,7 +23,10 @@ async fn docker() -> Option<DockerExecutor> {
         pids: 64,
     };
     match DockerExecutor::connect(resources, false).await {
-        Ok(d) => Some(d.with_grace(1)),
+        Ok(d) => Some(
+            d.scoped(&format!("test-{}", std::process::id()))
+                .with_grace(1),
+        ),
         Err(e) if std::env::var("GPURENT_TEST_DOCKER").as_deref() == Ok("1") => {
             panic!("GPURENT_TEST_DOCKER=1 but no Docker Engine answers: {e}")
         }
@@ -312,4 +315,41 @@ async fn reserved_variables_cannot_be_overridden() {
         output.trim(),
         "cuda=GPU-aaaa,GPU-bbbb nvidia=GPU-aaaa,GPU-bbbb x=unset"
     );
+}
+
+/// Agents sharing one Engine (several on a host, or tests side by side) see only their own
+/// containers: another agent's plan would stop and remove what it does not know.
+#[tokio::test]
+async fn agents_on_one_engine_see_only_their_own_containers() {
+    let Some(mine) = docker().await else { return };
+    let Some(theirs) = docker().await else { return };
+    let theirs = theirs.scoped(&unique("other-node"));
+    let id = unique("scoped");
+    mine.start(&assignment(&id, "sleep 300"), None)
+        .await
+        .unwrap();
+    wait_for(&mine, &id, ObservedState::Running).await;
+    let seen_by_them = theirs.list().await.unwrap();
+    assert!(
+        seen_by_them.iter().all(|o| o.reservation_id != id),
+        "another agent's executor lists this one's container: {seen_by_them:?}"
+    );
+    assert!(mine
+        .list()
+        .await
+        .unwrap()
+        .iter()
+        .any(|o| o.reservation_id == id));
+    let inspect = mine
+        .docker()
+        .inspect_container(&container_name(&id), None)
+        .await
+        .unwrap();
+    let labels = inspect.config.unwrap().labels.unwrap();
+    assert_eq!(
+        labels.get(gpurent_agent::executor::docker::LABEL_SCOPE),
+        Some(&format!("test-{}", std::process::id()))
+    );
+    mine.stop(&id, Some(Duration::from_secs(1))).await.unwrap();
+    mine.forget_output(&id, 3).await.unwrap();
 }

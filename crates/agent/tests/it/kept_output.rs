@@ -229,7 +229,9 @@ async fn docker_keeps_a_stopped_container_until_its_output_is_forgotten() {
         pids: 64,
     };
     let e = match DockerExecutor::connect(resources, false).await {
-        Ok(d) => d.with_grace(5),
+        Ok(d) => d
+            .scoped(&format!("test-{}", std::process::id()))
+            .with_grace(5),
         Err(e) if std::env::var("GPURENT_TEST_DOCKER").as_deref() == Ok("1") => {
             panic!("GPURENT_TEST_DOCKER=1 but no Docker Engine answers: {e}")
         }

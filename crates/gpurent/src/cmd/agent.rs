@@ -127,7 +127,8 @@ pub async fn backends(
         ExecutorKind::Docker => Arc::new(
             DockerExecutor::connect(resources, real_gpus)
                 .await
-                .context("the docker executor needs a Docker Engine on its local socket")?,
+                .context("the docker executor needs a Docker Engine on its local socket")?
+                .scoped(node_name),
         ),
         ExecutorKind::Auto if gpus.name() == "sim" => Arc::new(SimExecutor::new()),
         ExecutorKind::Auto => {
@@ -137,7 +138,7 @@ pub async fn backends(
             )
             .await;
             match docker {
-                Ok(Ok(docker)) => Arc::new(docker),
+                Ok(Ok(docker)) => Arc::new(docker.scoped(node_name)),
                 Ok(Err(e)) => {
                     tracing::info!(reason = %e, "no Docker Engine: using the process executor");
                     process()?

@@ -48,6 +48,7 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
                 Arc::new(
                     DockerExecutor::connect(resources, false)
                         .await?
+                        .scoped("bench-node")
                         .with_grace(2),
                 ),
                 Some(args.image.clone()),

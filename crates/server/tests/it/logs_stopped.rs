@@ -317,7 +317,10 @@ async fn docker() -> Option<DockerExecutor> {
         pids: 64,
     };
     match DockerExecutor::connect(resources, false).await {
-        Ok(d) => Some(d.with_grace(10)),
+        Ok(d) => Some(
+            d.scoped(&format!("test-{}", std::process::id()))
+                .with_grace(10),
+        ),
         Err(e) if std::env::var("GPURENT_TEST_DOCKER").as_deref() != Ok("0") => {
             panic!("no Docker Engine answers (GPURENT_TEST_DOCKER=0 skips this test): {e}")
         }
