@@ -69,12 +69,15 @@ fn not_running(
         ReservationStatus::Pending => "queued",
         other => other.as_str(),
     };
-    match ended_at {
-        Some(at) => format!(
+    match (ended_at, status) {
+        (Some(at), _) => format!(
             "reservation {id} is {word} (ended at {}); connect while it runs",
             at.format("%Y-%m-%d %H:%M:%S UTC")
         ),
-        None => format!("reservation {id} is {word}, not running yet; connect once it runs"),
+        (None, ReservationStatus::Pending | ReservationStatus::Starting) => {
+            format!("reservation {id} is {word}, not running yet; connect once it runs")
+        }
+        (None, _) => format!("reservation {id} is {word}; connect while it runs"),
     }
 }
 
@@ -94,6 +97,10 @@ mod tests {
         assert_eq!(
             not_running("r1", ReservationStatus::Stopped, Some(at)),
             "reservation r1 is stopped (ended at 2026-01-02 03:04:05 UTC); connect while it runs"
+        );
+        assert_eq!(
+            not_running("r1", ReservationStatus::Stopping, None),
+            "reservation r1 is stopping; connect while it runs"
         );
     }
 }
