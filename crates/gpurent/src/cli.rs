@@ -458,12 +458,32 @@ pub struct ScaleArgs {
     pub scale_min_nodes: u32,
 }
 
+/// Where `up` serves SSH unless told otherwise (the contract's default).
+pub const DEFAULT_SSH_LISTEN: &str = "127.0.0.1:2222";
+
+/// `--ssh-listen`: an address, or `off` (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SshListen(pub Option<SocketAddr>);
+
+fn parse_ssh_listen(text: &str) -> Result<SshListen, String> {
+    if text == "off" {
+        return Ok(SshListen(None));
+    }
+    text.parse()
+        .map(|addr| SshListen(Some(addr)))
+        .map_err(|e| format!("{e}: give HOST:PORT (e.g. 127.0.0.1:2222) or off"))
+}
+
 #[derive(Debug, Args)]
 pub struct UpArgs {
     #[arg(long, default_value = "./gpurent-data")]
     pub data_dir: PathBuf,
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// The SSH endpoint (`ssh -p PORT RESERVATION_ID@HOST`), or `off`. When the default port
+    /// is taken (a second `up` on this machine) `up` warns and runs without it.
+    #[arg(long, value_name = "HOST:PORT|off", default_value = DEFAULT_SSH_LISTEN, value_parser = parse_ssh_listen)]
+    pub ssh_listen: SshListen,
     /// A TOML price file ([gpu] "MODEL" = "PRICE PER HOUR"; per_gb_hour = "..."); models it
     /// does not name keep their defaults.
     #[arg(long)]
@@ -594,6 +614,9 @@ impl HttpArgs {
 pub struct ServerArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// The SSH endpoint (`ssh -p PORT RESERVATION_ID@HOST`); off unless given.
+    #[arg(long, value_name = "HOST:PORT|off", default_value = "off", value_parser = parse_ssh_listen)]
+    pub ssh_listen: SshListen,
     /// sqlite://PATH (default: DATA_DIR/gpurent.db) or postgres://...
     #[arg(long, env = "GPURENT_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,

@@ -24,6 +24,7 @@ mod routes;
 mod scheduler;
 pub mod secrets;
 mod serve;
+pub mod ssh;
 pub mod ssh_keys;
 mod state;
 pub mod tls;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use gpurent_audit::Signer;
 use gpurent_billing::PriceList;
+use gpurent_server::ssh::{SshError, SshLimits, SshServer};
 use gpurent_server::{
     bootstrap_admin, AuditConfig, HealthRules, HostPolicy, Rate, RateLimits, RunningServer,
     ScaleConfig, ServerConfig, TenantLimits,
@@ -47,6 +48,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         },
     )
     .await?;
+    let ssh = start_ssh(args.ssh_listen, false, &args.data_dir, &server).await?;
     let base = super::local_url(server.addr, server.state.config.tls.is_some());
     match &mut lock {
         Some(lock) => lock.serving(&base)?,
@@ -55,10 +57,63 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     print_line(&format!("gpurent ready: {base}"));
     super::shutdown_signal().await?;
     super::lock::remove_server_url(&args.data_dir);
+    stop_ssh(ssh, &args.data_dir).await;
     let store = server.state.store.clone();
     server.shutdown().await.context("the HTTP server failed")?;
     drop(store);
     Ok(())
+}
+
+/// The file in the data dir that holds the SSH endpoint's bound address while it serves (for
+/// scripts and tests that ask for port 0).
+pub const SSH_ADDR_FILE: &str = "ssh.addr";
+
+/// Starts the SSH endpoint at `listen` (none when `off`). With `warn_if_taken` (the default
+/// address of `up`), a taken port is a warning, not a failure: a second `up` on one machine
+/// still runs, without SSH.
+pub async fn start_ssh(
+    listen: crate::cli::SshListen,
+    warn_if_taken: bool,
+    data_dir: &std::path::Path,
+    server: &RunningServer,
+) -> anyhow::Result<Option<SshServer>> {
+    let Some(addr) = listen.0 else {
+        return Ok(None);
+    };
+    let started = SshServer::start(
+        addr,
+        data_dir,
+        server.state.store.clone(),
+        SshLimits::default(),
+    )
+    .await;
+    let ssh = match started {
+        Ok(ssh) => ssh,
+        Err(SshError::Bind { source, .. })
+            if warn_if_taken && source.kind() == std::io::ErrorKind::AddrInUse =>
+        {
+            tracing::warn!(
+                %addr,
+                "the SSH port is taken (another gpurent up?); running without SSH: give \
+                 --ssh-listen HOST:PORT for another one, or --ssh-listen off"
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(e).context("cannot start the SSH endpoint (--ssh-listen)"),
+    };
+    let file = data_dir.join(SSH_ADDR_FILE);
+    std::fs::write(&file, format!("{}\n", ssh.addr))
+        .with_context(|| format!("cannot write {}", file.display()))?;
+    eprintln!("gpurent ssh: {}", ssh.addr);
+    Ok(Some(ssh))
+}
+
+/// Stops the SSH endpoint and removes its address file.
+pub async fn stop_ssh(ssh: Option<SshServer>, data_dir: &std::path::Path) {
+    if let Some(ssh) = ssh {
+        let _ = std::fs::remove_file(data_dir.join(SSH_ADDR_FILE));
+        ssh.shutdown().await;
+    }
 }
 
 /// What the control plane is told to do besides serving: scale, admit and watch nodes.

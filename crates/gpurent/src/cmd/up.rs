@@ -57,6 +57,13 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
         },
     )
     .await?;
+    let ssh = super::server::start_ssh(
+        args.ssh_listen,
+        args.ssh_listen.0 == crate::cli::DEFAULT_SSH_LISTEN.parse().ok(),
+        &args.data_dir,
+        &server,
+    )
+    .await?;
     let base = super::local_url(server.addr, server.state.config.tls.is_some());
     let store = server.state.store.clone();
 
@@ -104,6 +111,7 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
         if agent.is_finished() || tokio::time::Instant::now() > deadline {
             let _ = stop.send(true);
             let outcome = (&mut agent).await;
+            super::server::stop_ssh(ssh, &args.data_dir).await;
             server.shutdown().await.ok();
             match outcome {
                 Ok(Err(e)) => return Err(e).context("the local agent failed"),
@@ -143,6 +151,7 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
         Some(r) => r,
         None => agent.await,
     };
+    super::server::stop_ssh(ssh, &args.data_dir).await;
     server.shutdown().await.context("the HTTP server failed")?;
     agent_result
         .context("the agent task failed")?

@@ -20,6 +20,7 @@ mod partition;
 mod report;
 mod sim;
 mod sim_replay;
+mod ssh_endpoint;
 mod ssh_keys_cli;
 mod support;
 mod tls;

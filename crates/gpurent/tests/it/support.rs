@@ -34,9 +34,15 @@ impl Daemon {
     /// `start` in the working directory `cwd` (relative paths, `./gpurent-data`, are there).
     pub fn start_in(cwd: &Path, args: &[&str], log: &Path) -> Daemon {
         let log = std::fs::File::create(log).expect("log file");
+        // `up` serves SSH on a fixed port by default: tests run many `up`s at once, so only
+        // those that ask for SSH (with --ssh-listen, port 0) get it.
+        let mut args = args.to_vec();
+        if args.first() == Some(&"up") && !args.contains(&"--ssh-listen") {
+            args.extend(["--ssh-listen", "off"]);
+        }
         let mut child = Command::new(BIN)
             .current_dir(cwd)
-            .args(args)
+            .args(&args)
             .env("GPURENT_LOG", "info,sqlx=warn")
             .stdout(Stdio::piped())
             .stderr(log)

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crate::metrics::{ConnectionEvent, Metrics};
 
 #[derive(Debug)]
-pub(super) struct Caps {
+pub(crate) struct Caps {
     total_max: usize,
     per_address_max: Option<usize>,
     open: Mutex<Open>,
@@ -23,13 +23,13 @@ struct Open {
 
 /// Why a connection was refused, with the cap it hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Refusal {
+pub(crate) enum Refusal {
     Total(usize),
     PerAddress(usize),
 }
 
 impl Refusal {
-    pub(super) fn message(self) -> String {
+    pub(crate) fn message(self) -> String {
         match self {
             Refusal::Total(cap) => {
                 format!("the server has {cap} connections open, the most it takes; retry later")
@@ -44,13 +44,13 @@ impl Refusal {
 
 /// A held place under the caps, given back when dropped.
 #[derive(Debug)]
-pub(super) struct Permit {
+pub(crate) struct Permit {
     caps: Arc<Caps>,
     address: IpAddr,
 }
 
 impl Caps {
-    pub(super) fn new(
+    pub(crate) fn new(
         total_max: usize,
         per_address_max: Option<usize>,
         metrics: Arc<Metrics>,
@@ -63,7 +63,7 @@ impl Caps {
         })
     }
 
-    pub(super) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Permit, Refusal> {
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Permit, Refusal> {
         let address = client_address(ip);
         let mut guard = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let open = &mut *guard;
@@ -91,7 +91,7 @@ impl Caps {
 
     /// Connections open now.
     #[cfg(test)]
-    pub(super) fn open(&self) -> usize {
+    pub(crate) fn open(&self) -> usize {
         self.open
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

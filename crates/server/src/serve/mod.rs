@@ -3,7 +3,7 @@
 //! slow or greedy clients cannot hold the server's file descriptors.
 
 mod body;
-mod caps;
+pub(crate) mod caps;
 mod limits;
 mod nofile;
 mod watchdog;

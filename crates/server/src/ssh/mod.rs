@@ -1,0 +1,229 @@
+//! The control plane's SSH endpoint (`--ssh-listen`): OpenSSH clients connect as a
+//! reservation id with one of its owner's keys. Channels are not relayed to agents yet.
+
+mod auth;
+mod handler;
+mod host_key;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpurent_store::Store;
+use russh::keys::ssh_key::PublicKey;
+use russh::server::Config;
+use russh::{Disconnect, MethodKind, MethodSet};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+pub use auth::Decision;
+pub use handler::NOT_AVAILABLE;
+pub use host_key::{HostKeyError, HOST_KEY_FILE};
+
+use crate::serve::caps::Caps;
+
+/// Limits of the SSH endpoint; the defaults suit production.
+#[derive(Debug, Clone, Copy)]
+pub struct SshLimits {
+    /// A connection that has not authenticated by then is disconnected.
+    pub auth_timeout: Duration,
+    /// Public-key attempts per connection (a client with many keys in its agent offers them
+    /// one by one; OpenSSH's own server allows 6).
+    pub max_auth_attempts: usize,
+    /// Open connections from one client address (an IPv6 /64 counts as one).
+    pub max_connections_per_ip: usize,
+    /// Open connections in all.
+    pub max_connections: usize,
+    /// A connection with no traffic this long is closed.
+    pub inactivity_timeout: Duration,
+}
+
+impl Default for SshLimits {
+    fn default() -> Self {
+        SshLimits {
+            auth_timeout: Duration::from_secs(30),
+            max_auth_attempts: 6,
+            max_connections_per_ip: 32,
+            max_connections: 1024,
+            inactivity_timeout: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SshError {
+    #[error("cannot listen for SSH on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    HostKey(#[from] HostKeyError),
+}
+
+/// The SSH endpoint, serving until [`SshServer::shutdown`].
+#[derive(Debug)]
+pub struct SshServer {
+    pub addr: SocketAddr,
+    /// The host key's public half, as clients see it.
+    pub host_key: PublicKey,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl SshServer {
+    /// Loads (or makes) the host key in `data_dir` and listens on `listen` (port 0: a free
+    /// one, in `addr`).
+    pub async fn start(
+        listen: SocketAddr,
+        data_dir: &Path,
+        store: Arc<dyn Store>,
+        limits: SshLimits,
+    ) -> Result<SshServer, SshError> {
+        let key = host_key::load_or_create(data_dir)?;
+        let host_key = key.public_key().clone();
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| SshError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| SshError::Bind {
+            addr: listen,
+            source,
+        })?;
+        let config = Arc::new(Config {
+            server_id: russh::SshId::Standard(
+                concat!("SSH-2.0-gpurent_", env!("CARGO_PKG_VERSION")).into(),
+            ),
+            methods: MethodSet::from(&[MethodKind::PublicKey][..]),
+            keys: vec![key],
+            max_auth_attempts: limits.max_auth_attempts,
+            // OpenSSH asks with "none" first to learn the methods: no need to make it wait.
+            auth_rejection_time_initial: Some(Duration::ZERO),
+            inactivity_timeout: Some(limits.inactivity_timeout),
+            nodelay: true,
+            ..Config::default()
+        });
+        let caps = Caps::new(
+            limits.max_connections,
+            Some(limits.max_connections_per_ip),
+            // The HTTP listener's connection metrics are its own; SSH sessions get theirs with
+            // the audit and metrics of sessions (issue 15, item 6).
+            Arc::default(),
+        );
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(listener, config, caps, store, limits, stopped));
+        tracing::info!(%addr, fingerprint = %host_key.fingerprint(Default::default()), "SSH endpoint listening");
+        Ok(SshServer {
+            addr,
+            host_key,
+            stop,
+            task,
+        })
+    }
+
+    /// Stops accepting connections; open ones are dropped with the runtime.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    config: Arc<Config>,
+    caps: Arc<Caps>,
+    store: Arc<dyn Store>,
+    limits: SshLimits,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = stopped.changed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!(error = %e, "ssh: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let permit = match caps.admit(peer.ip()) {
+            Ok(permit) => permit,
+            Err(refusal) => {
+                tracing::info!(%peer, reason = %refusal.message(), "ssh: connection refused");
+                drop(stream);
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(serve_connection(
+            stream,
+            peer,
+            config.clone(),
+            store.clone(),
+            limits,
+            permit,
+        ));
+    }
+}
+
+/// One connection: until it authenticates it has `auth_timeout` (the SSH id exchange, key
+/// exchange and auth together), then as long as it is active.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    config: Arc<Config>,
+    store: Arc<dyn Store>,
+    limits: SshLimits,
+    _permit: crate::serve::caps::Permit,
+) {
+    let deadline = tokio::time::Instant::now() + limits.auth_timeout;
+    let (authenticated, mut authenticated_rx) = oneshot::channel();
+    let handler = handler::Connection::new(store, Some(peer), authenticated);
+    let mut session =
+        match tokio::time::timeout_at(deadline, russh::server::run_stream(config, stream, handler))
+            .await
+        {
+            Ok(Ok(session)) => session,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "ssh: handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "ssh: no SSH id before the auth timeout");
+                return;
+            }
+        };
+    let handle = session.handle();
+    tokio::select! {
+        ended = &mut session => {
+            if let Err(e) = ended {
+                tracing::debug!(%peer, error = %e, "ssh: connection ended before auth");
+            }
+            return;
+        }
+        _ = &mut authenticated_rx => {}
+        _ = tokio::time::sleep_until(deadline) => {
+            tracing::info!(%peer, "ssh: not authenticated in time, disconnecting");
+            let _ = handle
+                .disconnect(
+                    Disconnect::ByApplication,
+                    format!("not authenticated within {:?}", limits.auth_timeout),
+                    String::new(),
+                )
+                .await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), &mut session).await;
+            return;
+        }
+    }
+    if let Err(e) = session.await {
+        tracing::debug!(%peer, error = %e, "ssh: connection ended");
+    }
+}
