@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod reconcile;
 mod run;
 mod stops;
+pub mod testing;
 pub mod tls;
 
 pub use burn_in::BurnInConfig;

@@ -201,45 +201,8 @@ impl Drop for Cluster {
     /// agent would adopt them): kill every process group whose command names this cluster's
     /// directory (the instance wrappers do), so no workload outlives its test.
     fn drop(&mut self) {
-        kill_groups_naming(self.dir.path());
+        gpurent_agent::testing::kill_processes_naming(self.dir.path());
     }
-}
-
-/// SIGKILLs the process group of every process whose command line contains `path`.
-pub fn kill_groups_naming(path: &Path) {
-    let needle = path.to_string_lossy().into_owned();
-    let own = pgid_of(Path::new("/proc/self"));
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in procs.flatten() {
-        let pid = entry.file_name().to_string_lossy().into_owned();
-        if !pid.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if !String::from_utf8_lossy(&cmdline).contains(&needle) {
-            continue;
-        }
-        let pgid = pgid_of(&entry.path()).unwrap_or_else(|| pid.clone());
-        // Daemons this test started share the test's own group: only the process, then.
-        let target = if Some(&pgid) == own.as_ref() {
-            pid
-        } else {
-            format!("-{pgid}")
-        };
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &target])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-/// Field 5 of `/proc/PID/stat`, after the parenthesised command name.
-fn pgid_of(proc_dir: &Path) -> Option<String> {
-    let stat = std::fs::read_to_string(proc_dir.join("stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(") ")?;
-    rest.split_whitespace().nth(2).map(str::to_owned)
 }
 
 impl Cluster {

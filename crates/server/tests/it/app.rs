@@ -693,6 +693,16 @@ impl TestApp {
     }
 }
 
+impl Drop for TestApp {
+    /// Agents that end (or a test that fails) leave their process executors' instances
+    /// running; none may outlive the test.
+    fn drop(&mut self) {
+        for dir in &self._dirs {
+            gpurent_agent::testing::kill_processes_naming(dir.path());
+        }
+    }
+}
+
 /// Of the two nodes `node-0` and `node-1` (`with_sim_gpus` twice), the one that is not `first`.
 pub fn other_node(first: &str) -> &'static str {
     if first == "node-0" {
