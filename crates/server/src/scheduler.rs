@@ -180,10 +180,9 @@ pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) ->
     for (id, reason) in &outcome.waiting {
         let Some(q) = queued_of(*id) else { continue };
         let text = match reason {
-            // The queue names items by its own numbers; the tenant knows reservation ids.
-            Reason::ReservedForHead { head, until } => format!(
-                "waiting: its GPUs are reserved for reservation {} until {}",
-                queued_of(*head).map_or("?", |h| h.id.as_str()),
+            // Which reservation is ahead is another tenant's business: only when it ends.
+            Reason::ReservedForHead { until, .. } => format!(
+                "waiting: its GPUs are held for a reservation ahead of it in the queue until {}",
                 DateTime::<Utc>::from_timestamp(*until, 0)
                     .map_or_else(|| until.to_string(), |t| t.to_rfc3339())
             ),
@@ -327,7 +326,7 @@ mod tests {
             .map(|(_, r)| r.as_str());
         assert_eq!(
             long_reason,
-            Some("waiting: its GPUs are reserved for reservation head until 2027-01-15T08:30:00+00:00")
+            Some("waiting: its GPUs are held for a reservation ahead of it in the queue until 2027-01-15T08:30:00+00:00")
         );
     }
 }
