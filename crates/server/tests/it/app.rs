@@ -602,17 +602,9 @@ impl TestApp {
 
     /// Waits until the reservation has this status, as its owner sees it.
     pub async fn wait_status(&self, client: &Client, id: &str, status: &str) -> Value {
-        let path = format!("/api/v1/reservations/{id}");
-        let mut last = Value::Null;
-        for _ in 0..400 {
-            let (_, r) = client.get(&path).await;
-            if r["status"] == status {
-                return r;
-            }
-            last = r;
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("reservation {id} never became {status}; last seen {last}");
+        client
+            .wait_status(id, status, Duration::from_secs(10))
+            .await
     }
 
     /// Stores must always be consistent: no GPU memory without an owner and the ledger balanced.
@@ -804,18 +796,9 @@ impl Client {
 
     /// A text answer and one of its headers.
     pub async fn get_text(&self, path: &str, header: &str) -> (StatusCode, String, Option<String>) {
-        let response = self
-            .request(reqwest::Method::GET, path)
-            .send()
-            .await
-            .expect("send");
-        let status = response.status();
-        let value = response
-            .headers()
-            .get(header)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        (status, response.text().await.expect("body"), value)
+        let (status, bytes, value) = self.get_bytes(path, header).await;
+        let text = String::from_utf8(bytes).expect("a UTF-8 body");
+        (status, text, value)
     }
 
     /// A GET whose body is kept as its bytes (an instance's output need not be UTF-8), with
@@ -859,6 +842,38 @@ impl Client {
         let headers = response.headers().clone();
         let (status, body) = Self::decode(response).await;
         (status, headers, body)
+    }
+
+    /// The reservation once it has this status, polled for at most `within`.
+    pub async fn wait_status(&self, id: &str, status: &str, within: Duration) -> Value {
+        let path = format!("/api/v1/reservations/{id}");
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let (_, r) = self.get(&path).await;
+            if r["status"] == status {
+                return r;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!("reservation {id} never became {status}; last seen {r}");
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// A reservation's whole log as the API serves it, page after page, each page's
+    /// `X-Log-Next-Offset` checked.
+    pub async fn whole_log(&self, id: &str) -> Vec<u8> {
+        let mut all = Vec::new();
+        loop {
+            let path = format!("/api/v1/reservations/{id}/logs?offset={}", all.len());
+            let (status, page, next) = self.get_bytes(&path, "x-log-next-offset").await;
+            assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&page));
+            if page.is_empty() {
+                return all;
+            }
+            all.extend_from_slice(&page);
+            assert_eq!(next, Some(all.len().to_string()), "the next offset");
+        }
     }
 
     pub async fn reserve(&self, body: Value) -> (StatusCode, Value) {

@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use gpurent_store::Backend;
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::app::{Client, TestApp};
 use crate::both_stores;
+
+/// Shipping megabytes of output takes some heartbeats.
+const MINUTE: Duration = Duration::from_secs(60);
 
 /// Reserves the process node's GPU for `script` (run by `sh -c`).
 async fn run_script(client: &Client, script: &str) -> String {
@@ -19,35 +22,6 @@ async fn run_script(client: &Client, script: &str) -> String {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{r}");
     r["id"].as_str().expect("id").to_owned()
-}
-
-/// Waits (up to a minute: shipping megabytes takes some heartbeats) for this status.
-async fn wait_for(client: &Client, id: &str, status: &str) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..1200 {
-        let (_, r) = client.get(&format!("/api/v1/reservations/{id}")).await;
-        if r["status"] == status {
-            return r;
-        }
-        last = r;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("reservation {id} never became {status}: {last}");
-}
-
-/// The whole log as the API serves it, page after page.
-async fn whole_log(client: &Client, id: &str) -> Vec<u8> {
-    let mut all = Vec::new();
-    loop {
-        let path = format!("/api/v1/reservations/{id}/logs?offset={}", all.len());
-        let (status, page, next) = client.get_bytes(&path, "x-log-next-offset").await;
-        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&page));
-        if page.is_empty() {
-            return all;
-        }
-        all.extend_from_slice(&page);
-        assert_eq!(next, Some(all.len().to_string()), "the next offset");
-    }
 }
 
 fn show(bytes: &[u8]) -> String {
@@ -73,10 +47,10 @@ async fn a_million_bytes_keep_their_last_line(backend: Backend) {
         "head -c 1000000 /dev/zero | tr '\\0' x; echo; echo LAST LINE",
     )
     .await;
-    let r = wait_for(&t.client, &id, "stopped").await;
+    let r = t.client.wait_status(&id, "stopped", MINUTE).await;
     assert_eq!(r["end_reason"], "exited", "{r}");
     // Its end is reported once its output is in: nothing to wait for.
-    let log = whole_log(&t.client, &id).await;
+    let log = t.client.whole_log(&id).await;
     let mut expected = vec![b'x'; 1_000_000];
     expected.extend_from_slice(b"\nLAST LINE\n");
     assert!(log == expected, "the log: {}", show(&log));
@@ -99,8 +73,8 @@ async fn past_the_cap_head_marker_and_tail(backend: Backend) {
         "head -c 17825792 /dev/zero | tr '\\0' x; echo; echo LAST LINE",
     )
     .await;
-    wait_for(&t.client, &id, "stopped").await;
-    let log = whole_log(&t.client, &id).await;
+    t.client.wait_status(&id, "stopped", MINUTE).await;
+    let log = t.client.whole_log(&id).await;
     let text = String::from_utf8_lossy(&log);
     assert!(text.ends_with("x\nLAST LINE\n"), "the log: {}", show(&log));
     let marker = text
@@ -126,8 +100,8 @@ async fn invalid_utf8_is_kept_as_its_bytes(backend: Backend) {
         "head -c 100000 /dev/zero | tr '\\0' '\\377'; printf 'ok \\303\\251\\n\\303'",
     )
     .await;
-    wait_for(&t.client, &id, "stopped").await;
-    let log = whole_log(&t.client, &id).await;
+    t.client.wait_status(&id, "stopped", MINUTE).await;
+    let log = t.client.whole_log(&id).await;
     let mut expected = vec![0xff_u8; 100_000];
     expected.extend_from_slice(b"ok \xc3\xa9\n\xc3");
     assert_eq!(
@@ -150,7 +124,7 @@ async fn an_offset_reads_from_that_byte(backend: Backend) {
         .await;
     let t = app.tenant("ann", "10").await;
     let id = run_script(&t.client, "echo hello; echo world").await;
-    wait_for(&t.client, &id, "stopped").await;
+    t.client.wait_status(&id, "stopped", MINUTE).await;
     let path = format!("/api/v1/reservations/{id}/logs");
     let (_, all, next) = t.client.get_bytes(&path, "x-log-next-offset").await;
     let (_, _, kind) = t.client.get_bytes(&path, "content-type").await;
@@ -217,7 +191,7 @@ async fn each_epoch_once_and_in_order(backend: Backend) {
     .await;
     let first = run_lines(1);
     app.eventually("the first run's output", || async {
-        whole_log(&t.client, &id).await == first.as_bytes()
+        t.client.whole_log(&id).await == first.as_bytes()
     })
     .await;
     // The agent dies (kill -9); its instance runs on. The node is fenced, the reservation
@@ -225,7 +199,7 @@ async fn each_epoch_once_and_in_order(backend: Backend) {
     app.kill_agent("proc-node").await;
     app.advance(chrono::Duration::seconds(7));
     app.maintenance_tick().await;
-    wait_for(&t.client, &id, "pending").await;
+    t.client.wait_status(&id, "pending", MINUTE).await;
     app.restart_agent("proc-node").await;
     app.eventually("the second epoch to run", || async {
         app.maintenance_tick().await;
@@ -236,7 +210,7 @@ async fn each_epoch_once_and_in_order(backend: Backend) {
     let expected = format!("{first}{}", run_lines(2));
     let mut log = Vec::new();
     for _ in 0..400 {
-        log = whole_log(&t.client, &id).await;
+        log = t.client.whole_log(&id).await;
         if log.len() >= expected.len() {
             break;
         }
@@ -250,13 +224,13 @@ async fn each_epoch_once_and_in_order(backend: Backend) {
     // And nothing more comes of either.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
-        String::from_utf8_lossy(&whole_log(&t.client, &id).await),
+        String::from_utf8_lossy(&t.client.whole_log(&id).await),
         expected
     );
     t.client
         .post(&format!("/api/v1/reservations/{id}/stop"), &json!({}))
         .await;
-    wait_for(&t.client, &id, "stopped").await;
+    t.client.wait_status(&id, "stopped", MINUTE).await;
     app.shutdown().await;
 }
 both_stores!(epochs_in_order, each_epoch_once_and_in_order);
@@ -267,16 +241,16 @@ async fn logs_are_pruned_after_their_retention(backend: Backend) {
         .await;
     let t = app.tenant("ann", "10").await;
     let id = run_script(&t.client, "echo old output").await;
-    wait_for(&t.client, &id, "stopped").await;
+    t.client.wait_status(&id, "stopped", MINUTE).await;
     // Downloadable in whole until its retention (30 days by default) is over...
     app.advance(chrono::Duration::days(29));
     app.maintenance_tick().await;
-    assert_eq!(whole_log(&t.client, &id).await, b"old output\n");
+    assert_eq!(t.client.whole_log(&id).await, b"old output\n");
     // ...then pruned.
     app.advance(chrono::Duration::days(2));
     app.maintenance_tick().await;
     assert_eq!(
-        String::from_utf8_lossy(&whole_log(&t.client, &id).await),
+        String::from_utf8_lossy(&t.client.whole_log(&id).await),
         "",
         "the log of a reservation that ended 31 days ago"
     );

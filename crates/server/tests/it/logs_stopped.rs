@@ -17,6 +17,9 @@ use serde_json::{json, Value};
 use crate::app::{Client, TestApp};
 use crate::both_stores;
 
+/// Shipping megabytes of output takes some heartbeats.
+const MINUTE: Duration = Duration::from_secs(60);
+
 /// Prints `started`, then waits to be stopped, and says its last words in its TERM trap.
 const LAST_WORDS: &str =
     "trap 'echo LAST-WORDS; exit 0' TERM; echo started; while :; do sleep 0.1; done";
@@ -53,34 +56,6 @@ async fn status_of(client: &Client, id: &str) -> Value {
     client.get(&format!("/api/v1/reservations/{id}")).await.1
 }
 
-/// Waits (up to a minute) for this status.
-async fn wait_for(client: &Client, id: &str, status: &str) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..1200 {
-        let r = status_of(client, id).await;
-        if r["status"] == status {
-            return r;
-        }
-        last = r;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("reservation {id} never became {status}: {last}");
-}
-
-/// The whole log as the API serves it, page after page.
-async fn whole_log(client: &Client, id: &str) -> Vec<u8> {
-    let mut all = Vec::new();
-    loop {
-        let path = format!("/api/v1/reservations/{id}/logs?offset={}", all.len());
-        let (status, page, _) = client.get_bytes(&path, "x-log-next-offset").await;
-        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&page));
-        if page.is_empty() {
-            return all;
-        }
-        all.extend_from_slice(&page);
-    }
-}
-
 fn show(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     let start = text.len().saturating_sub(80);
@@ -105,9 +80,9 @@ fn printed(log: &[u8]) -> Vec<u8> {
 /// Waits until the log has begun (`started`), then the tenant stops the reservation; returns
 /// its log once it is `stopped`.
 async fn stop_and_read(client: &Client, id: &str) -> Vec<u8> {
-    wait_for(client, id, "running").await;
+    client.wait_status(id, "running", MINUTE).await;
     for _ in 0..600 {
-        if whole_log(client, id).await.starts_with(b"started") {
+        if client.whole_log(id).await.starts_with(b"started") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -116,9 +91,9 @@ async fn stop_and_read(client: &Client, id: &str) -> Vec<u8> {
         .post(&format!("/api/v1/reservations/{id}/stop"), &json!({}))
         .await;
     assert!(status.is_success(), "{status}: {r}");
-    let r = wait_for(client, id, "stopped").await;
+    let r = client.wait_status(id, "stopped", MINUTE).await;
     assert_ne!(r["end_reason"], "exited", "{r}");
-    printed(&whole_log(client, id).await)
+    printed(&client.whole_log(id).await)
 }
 
 /// What is left in the process executor's `instances` dir.
@@ -200,11 +175,11 @@ async fn past_the_cap_a_stopped_instance_keeps_its_tail(backend: Backend) {
         "trap 'echo LAST-WORDS; exit 0' TERM; head -c 17825792 /dev/zero | tr '\\0' x; echo; while :; do sleep 0.1; done",
     )
     .await;
-    wait_for(&t.client, &id, "running").await;
+    t.client.wait_status(&id, "running", MINUTE).await;
     // Until the head is full (shipping 16 MiB takes a while).
     let mut shipped = 0;
     for _ in 0..1200 {
-        shipped = whole_log(&t.client, &id).await.len();
+        shipped = t.client.whole_log(&id).await.len();
         if shipped >= CAP - TAIL {
             break;
         }
@@ -219,8 +194,8 @@ async fn past_the_cap_a_stopped_instance_keeps_its_tail(backend: Backend) {
         .post(&format!("/api/v1/reservations/{id}/stop"), &json!({}))
         .await;
     assert!(status.is_success(), "{status}: {r}");
-    wait_for(&t.client, &id, "stopped").await;
-    let log = whole_log(&t.client, &id).await;
+    t.client.wait_status(&id, "stopped", MINUTE).await;
+    let log = t.client.whole_log(&id).await;
     let text = String::from_utf8_lossy(&log);
     assert!(
         String::from_utf8_lossy(&printed(&log)).ends_with("x\nLAST-WORDS\n"),
@@ -248,9 +223,9 @@ async fn a_restarted_agent_ships_what_a_stop_kept(backend: Backend) {
         .await;
     let t = app.tenant("ann", "10").await;
     let id = reserve(&t.client, None, LAST_WORDS).await;
-    wait_for(&t.client, &id, "running").await;
+    t.client.wait_status(&id, "running", MINUTE).await;
     for _ in 0..600 {
-        if whole_log(&t.client, &id).await.starts_with(b"started") {
+        if t.client.whole_log(&id).await.starts_with(b"started") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -294,8 +269,8 @@ async fn a_restarted_agent_ships_what_a_stop_kept(backend: Backend) {
     expected.sort();
     assert_eq!(kept, expected);
     app.restart_agent("proc-node").await;
-    wait_for(&t.client, &id, "stopped").await;
-    let log = printed(&whole_log(&t.client, &id).await);
+    t.client.wait_status(&id, "stopped", MINUTE).await;
+    let log = printed(&t.client.whole_log(&id).await);
     assert!(
         log == b"started\nLAST-WORDS\n",
         "the log of an instance stopped before its agent died: {}",
