@@ -87,6 +87,29 @@ impl ControlPlane {
             .await
     }
 
+    /// Opens the tunnel (`GET /api/v1/agent/tunnel`, upgraded): the connection the control
+    /// plane relays tenants' SSH channels through.
+    pub async fn open_tunnel(&self, token: &str) -> Result<reqwest::Upgraded, AgentError> {
+        let url = format!("{}{}", self.base, gpurent_tunnel::PATH);
+        let failed = |detail: String| AgentError::Tunnel(detail);
+        let response = self
+            .http
+            .get(&url)
+            .bearer_auth(token)
+            .header(reqwest::header::CONNECTION, "upgrade")
+            .header(reqwest::header::UPGRADE, gpurent_tunnel::UPGRADE)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        if response.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            return Err(failed(format!("the control plane answered {status}: {body}")));
+        }
+        response.upgrade().await.map_err(|e| failed(e.to_string()))
+    }
+
     async fn post<B: Serialize, T: DeserializeOwned>(
         &self,
         what: &'static str,

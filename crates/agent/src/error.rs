@@ -19,6 +19,8 @@ pub enum AgentError {
         status: u16,
         message: String,
     },
+    #[error("the tunnel to the control plane failed: {0}")]
+    Tunnel(String),
     #[error("TLS to the control plane is not usable")]
     Tls(#[from] crate::tls::TlsError),
     #[error("this node has no identity in {dir} and no join token was given (--join-token)")]

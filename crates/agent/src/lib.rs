@@ -6,6 +6,7 @@ pub mod burn_in;
 pub mod checkpoint;
 mod client;
 pub mod cpu;
+pub mod entry;
 mod error;
 pub mod executor;
 pub mod gpu;
@@ -17,6 +18,7 @@ mod run;
 mod stops;
 pub mod testing;
 pub mod tls;
+mod tunnel;
 
 pub use burn_in::BurnInConfig;
 pub use checkpoint::CheckpointConfig;

@@ -224,9 +224,17 @@ impl Agent {
                 "removed checkpoint volumes untouched for longer than kept"
             );
         }
+        // Tenants enter instances through the tunnel: held open while the agent runs.
+        let tunnel = tokio::spawn(crate::tunnel::hold(
+            self.client.clone(),
+            identity.node_token.clone(),
+            Arc::clone(&self.executor),
+            shutdown.clone(),
+        ));
         let outcome = self
             .sync_loop(&identity, inventory, &mut stops, &mut shutdown)
             .await;
+        tunnel.abort();
         stops.wait_all().await;
         tracing::info!("agent stopped");
         outcome

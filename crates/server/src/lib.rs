@@ -27,6 +27,7 @@ mod serve;
 pub mod ssh;
 pub mod ssh_keys;
 mod state;
+pub mod tunnel;
 pub mod tls;
 mod validate;
 mod verification;

@@ -35,6 +35,7 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("POST", "/api/v1/login", Access::Public),
     ("POST", "/api/v1/agent/register", Access::Node),
     ("POST", "/api/v1/agent/sync", Access::Node),
+    ("GET", "/api/v1/agent/tunnel", Access::Node),
     ("POST", "/api/v1/users", ADMIN),
     ("GET", "/api/v1/users", ADMIN),
     ("GET", "/api/v1/users/{id}", ANY),

@@ -24,6 +24,8 @@ pub struct AppState {
     pub audit: Option<crate::audit::AuditTrail>,
     /// The token buckets of this process.
     pub rate_limits: Arc<crate::rate_limit::RateLimiters>,
+    /// The tunnels agents hold open to this replica.
+    pub tunnels: Arc<crate::tunnel::Tunnels>,
 }
 
 impl AppState {
@@ -41,6 +43,7 @@ impl AppState {
             clock,
             config: Arc::new(config),
             wake: Arc::new(NodeWakers::default()),
+            tunnels: Arc::default(),
         }
     }
 

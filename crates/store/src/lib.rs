@@ -234,6 +234,9 @@ pub trait NodeStore: Send + Sync {
     /// Records the SHA-256 of the client certificate signed for a node at registration.
     async fn set_node_certificate(&self, node_id: &str, sha256: &str) -> Result<()>;
 
+    /// The name of the node with this id.
+    async fn node_name(&self, node_id: &str) -> Result<String>;
+
     /// The node's client certificate: its SHA-256 and whether it is revoked.
     async fn node_certificate(&self, node_id: &str) -> Result<NodeCertificate>;
 

@@ -104,6 +104,18 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
             .collect()
     }
 
+    /// Enters the reservation's running instance: a shell, a command, SFTP or a TCP port.
+    async fn enter(
+        &self,
+        reservation_id: &str,
+        request: crate::entry::EntryRequest,
+    ) -> Result<crate::entry::Entered, crate::entry::EntryError> {
+        let _ = (reservation_id, request);
+        Err(crate::entry::EntryError::NothingToEnter {
+            executor: self.name(),
+        })
+    }
+
     /// The reservation whose instance runs the process `pid`, if any (for telemetry).
     async fn owner_of(&self, pid: u32) -> Option<String> {
         let _ = pid;

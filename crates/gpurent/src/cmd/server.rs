@@ -84,6 +84,7 @@ pub async fn start_ssh(
         addr,
         data_dir,
         server.state.store.clone(),
+        server.state.tunnels.clone(),
         SshLimits::default(),
     )
     .await;

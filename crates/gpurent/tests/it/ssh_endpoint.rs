@@ -1,6 +1,7 @@
 //! The control plane's SSH endpoint with the real OpenSSH client against a real `gpurent up`:
 //! who gets in (the owner's key, a running reservation), what the others are told, and a
-//! host key that survives a restart. Channels are not relayed to agents yet.
+//! host key that survives a restart. The channel reaches the agent through its tunnel: the
+//! sim executor of this node says there is nothing to enter.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use crate::support::{cli, eventually, read_token, Daemon};
 
-const NOT_AVAILABLE: &str = "gpurent: connecting to instances is not available yet";
+const NOTHING_TO_ENTER: &str = "gpurent: the sim executor runs nothing: there is no instance to enter";
 
 /// A fresh ed25519 key pair made by ssh-keygen: (private, public).
 fn keygen(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
@@ -168,10 +169,11 @@ fn ssh_lets_the_owner_in_refuses_others_and_keeps_its_host_key() {
     let _bob = tenant(&url, &admin, "bob", &bob_pub);
     let id = reserve_running(&url, &ada);
 
-    // The owner's key and a running reservation: in, told the relay is not there yet.
+    // The owner's key and a running reservation: in, and through the tunnel to the agent,
+    // whose sim executor has nothing to enter.
     let (code, err) = ssh(dir.path(), port, &ada_key, &id);
-    assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains(NOT_AVAILABLE), "{err}");
+    assert_eq!(code, Some(255), "{err}");
+    assert!(err.contains(NOTHING_TO_ENTER), "{err}");
 
     // Someone else's key, and an unknown reservation: the same refusal.
     let (code, err) = ssh(dir.path(), port, &bob_key, &id);

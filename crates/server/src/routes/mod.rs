@@ -1,7 +1,7 @@
 //! The HTTP routes, each registered once with its OpenAPI description (utoipa-axum).
 
 mod admin;
-mod agent;
+pub(crate) mod agent;
 mod audit;
 mod events;
 mod health;
@@ -67,6 +67,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
             OpenApiRouter::new()
                 .routes(routes!(agent::register))
                 .routes(routes!(agent::sync))
+                .routes(routes!(crate::tunnel::route::tunnel))
                 .layer(DefaultBodyLimit::max(AGENT_BODY_LIMIT)),
         )
         .routes(routes!(admin::ledger_check))

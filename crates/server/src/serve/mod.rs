@@ -246,7 +246,8 @@ async fn http<IO>(
         // The watchdog closes slow connections; hyper's own header timer is a backstop.
         .header_read_timeout(limits.header_timeout.saturating_add(limits.idle_timeout))
         .keep_alive(true);
-    let mut conn = pin!(builder.serve_connection(io, service));
+    // Upgrades: agents turn a request into their tunnel (`/api/v1/agent/tunnel`).
+    let mut conn = pin!(builder.serve_connection(io, service).with_upgrades());
     let mut stopping = false;
     loop {
         let deadline = activity.deadline();

@@ -1,56 +1,65 @@
-//! The russh `Handler` of one SSH connection: public-key auth through [`super::auth`], and
-//! session channels. The relay of channels to the instance's agent is not built yet: a
-//! shell, exec or subsystem request is answered with a message and exit status 1.
+//! The russh `Handler` of one SSH connection: public-key auth through [`super::auth`]; then
+//! session channels and `direct-tcpip` channels, each relayed to the instance
+//! ([`super::relay`]) within the reservation's caps ([`super::sessions`]).
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use gpurent_store::Store;
+use russh::keys::ssh_key::PublicKey;
 use russh::server::{Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Session, VerifiedPublicKey};
 use russh::{Channel, ChannelId, ChannelOpenFailure, Disconnect};
 use tokio::sync::oneshot;
 
 use super::auth::{decide, Decision};
+use super::relay::{self, RelayContext};
+use super::sessions::{Sessions, Slot};
+use crate::tunnel::Tunnels;
 
-/// What a client gets, for now, once it is in.
-pub const NOT_AVAILABLE: &str =
-    "gpurent: connecting to instances is not available yet on this control plane\n";
+/// Who got in: the connection's task re-checks this key and reservation while it is open.
+#[derive(Debug, Clone)]
+pub struct Entered {
+    pub user: String,
+    pub key: PublicKey,
+    pub ctx: Arc<RelayContext>,
+}
 
 #[derive(Debug)]
 pub struct Connection {
     store: Arc<dyn Store>,
+    tunnels: Arc<Tunnels>,
+    sessions: Arc<Sessions>,
     peer: Option<std::net::SocketAddr>,
-    /// What the last proven key was decided to get.
-    decision: Option<Decision>,
+    /// What the last proven key was decided to get, and the key.
+    decision: Option<(Decision, String, PublicKey)>,
+    ctx: Option<Arc<RelayContext>>,
     /// Tells the connection's task that auth succeeded (its pre-auth deadline stops).
-    authenticated: Option<oneshot::Sender<()>>,
+    authenticated: Option<oneshot::Sender<Entered>>,
 }
 
 impl Connection {
     pub fn new(
         store: Arc<dyn Store>,
+        tunnels: Arc<Tunnels>,
+        sessions: Arc<Sessions>,
         peer: Option<std::net::SocketAddr>,
-        authenticated: oneshot::Sender<()>,
+        authenticated: oneshot::Sender<Entered>,
     ) -> Connection {
         Connection {
             store,
+            tunnels,
+            sessions,
             peer,
             decision: None,
+            ctx: None,
             authenticated: Some(authenticated),
         }
     }
+}
 
-    /// Answers a shell, exec or subsystem request on `channel`.
-    ///
-    /// THE RELAY GOES HERE: once agents hold a connection to the control plane, this opens a
-    /// stream to the reservation's agent and pipes the channel (data both ways, window
-    /// changes, signals, the exit status) through it. Until then: a message and status 1.
-    fn not_available(&self, channel: ChannelId, session: &mut Session) -> Result<(), russh::Error> {
-        session.channel_success(channel)?;
-        session.extended_data(channel, 1, NOT_AVAILABLE.as_bytes())?;
-        session.exit_status_request(channel, 1)?;
-        session.eof(channel)?;
-        session.close(channel)
-    }
+/// Forwarded connections may go to the instance's own loopback only (its ports).
+fn is_instance_host(host: &str) -> bool {
+    matches!(host, "localhost" | "127.0.0.1" | "::1" | "[::1]" | "0.0.0.0")
 }
 
 impl russh::server::Handler for Connection {
@@ -82,35 +91,132 @@ impl russh::server::Handler for Connection {
             // name is known, so the refusal itself cannot carry the message).
             Decision::Enter { .. } | Decision::NotRunning { .. } => Auth::Accept,
         };
-        self.decision = Some(decision);
+        self.decision = Some((decision, user.to_owned(), key.public_key.clone()));
         Ok(auth)
     }
 
     async fn auth_succeeded(&mut self, session: &mut Session) -> Result<(), Self::Error> {
-        if let Some(tx) = self.authenticated.take() {
-            let _ = tx.send(());
-        }
-        if let Some(Decision::NotRunning { message }) = &self.decision {
-            // OpenSSH prints "Received disconnect from HOST port PORT:11: MESSAGE".
-            session.disconnect(Disconnect::ByApplication, message, "")?;
+        match self.decision.clone() {
+            Some((Decision::NotRunning { message }, _, _)) => {
+                // OpenSSH prints "Received disconnect from HOST port PORT:11: MESSAGE".
+                session.disconnect(Disconnect::ByApplication, &message, "")?;
+            }
+            Some((Decision::Enter { reservation_id }, user, key)) => {
+                let ctx = Arc::new(RelayContext {
+                    store: self.store.clone(),
+                    tunnels: self.tunnels.clone(),
+                    reservation_id,
+                    peer: self.peer,
+                    fingerprint: key.fingerprint(Default::default()).to_string(),
+                    bytes_in: AtomicU64::new(0),
+                    bytes_out: AtomicU64::new(0),
+                });
+                self.ctx = Some(ctx.clone());
+                if let Some(tx) = self.authenticated.take() {
+                    let _ = tx.send(Entered { user, key, ctx });
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
 
     async fn channel_open_session(
         &mut self,
-        _channel: Channel<Msg>,
+        channel: Channel<Msg>,
         reply: ChannelOpenHandle,
-        _session: &mut Session,
+        session: &mut Session,
     ) -> Result<(), Self::Error> {
-        if matches!(self.decision, Some(Decision::Enter { .. })) {
-            reply.accept().await;
-        } else {
+        let Some(ctx) = self.ctx.clone() else {
             reply
                 .reject(ChannelOpenFailure::AdministrativelyProhibited)
                 .await;
-        }
+            return Ok(());
+        };
+        let Some(slot) = self.sessions.session(&ctx.reservation_id) else {
+            tracing::info!(reservation = %ctx.reservation_id, "ssh: too many sessions");
+            reply.reject(ChannelOpenFailure::ResourceShortage).await;
+            return Ok(());
+        };
+        reply.accept().await;
+        let handle = session.handle();
+        tokio::spawn(async move {
+            let _slot: Slot = slot;
+            relay::session(channel, ctx, handle).await;
+        });
         Ok(())
+    }
+
+    async fn channel_open_direct_tcpip(
+        &mut self,
+        channel: Channel<Msg>,
+        host_to_connect: &str,
+        port_to_connect: u32,
+        _originator_address: &str,
+        _originator_port: u32,
+        reply: ChannelOpenHandle,
+        _session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        let Some(ctx) = self.ctx.clone() else {
+            reply
+                .reject(ChannelOpenFailure::AdministrativelyProhibited)
+                .await;
+            return Ok(());
+        };
+        let port = match u16::try_from(port_to_connect) {
+            Ok(p) if p > 0 && is_instance_host(host_to_connect) => p,
+            _ => {
+                tracing::info!(reservation = %ctx.reservation_id, host_to_connect, port_to_connect,
+                    "ssh: forwarding refused: only ports of the instance itself (localhost)");
+                reply
+                    .reject(ChannelOpenFailure::AdministrativelyProhibited)
+                    .await;
+                return Ok(());
+            }
+        };
+        let Some(slot) = self.sessions.forward(&ctx.reservation_id) else {
+            reply.reject(ChannelOpenFailure::ResourceShortage).await;
+            return Ok(());
+        };
+        // The dial waits for the agent; the connection's other channels go on meanwhile.
+        tokio::spawn(async move {
+            match relay::dial_port(&ctx, port).await {
+                Ok(stream) => {
+                    reply.accept().await;
+                    let _slot: Slot = slot;
+                    relay::forwarded(channel, stream, ctx).await;
+                }
+                Err(why) => {
+                    tracing::info!(reservation = %ctx.reservation_id, port, %why, "ssh: forwarding failed");
+                    reply.reject(ChannelOpenFailure::ConnectFailed).await;
+                }
+            }
+        });
+        Ok(())
+    }
+
+    async fn pty_request(
+        &mut self,
+        channel: ChannelId,
+        _term: &str,
+        _col_width: u32,
+        _row_height: u32,
+        _pix_width: u32,
+        _pix_height: u32,
+        _modes: &[(russh::Pty, u32)],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_success(channel)
+    }
+
+    async fn env_request(
+        &mut self,
+        channel: ChannelId,
+        _variable_name: &str,
+        _variable_value: &str,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_success(channel)
     }
 
     async fn shell_request(
@@ -118,7 +224,7 @@ impl russh::server::Handler for Connection {
         channel: ChannelId,
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        self.not_available(channel, session)
+        session.channel_success(channel)
     }
 
     async fn exec_request(
@@ -127,15 +233,19 @@ impl russh::server::Handler for Connection {
         _data: &[u8],
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        self.not_available(channel, session)
+        session.channel_success(channel)
     }
 
     async fn subsystem_request(
         &mut self,
         channel: ChannelId,
-        _name: &str,
+        name: &str,
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        self.not_available(channel, session)
+        if name == "sftp" {
+            session.channel_success(channel)
+        } else {
+            session.channel_failure(channel)
+        }
     }
 }

@@ -1,9 +1,12 @@
 //! The control plane's SSH endpoint (`--ssh-listen`): OpenSSH clients connect as a
-//! reservation id with one of its owner's keys. Channels are not relayed to agents yet.
+//! reservation id with one of its owner's keys, and each channel is relayed to the instance
+//! through its node's tunnel.
 
 mod auth;
 mod handler;
 mod host_key;
+mod relay;
+mod sessions;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,10 +22,11 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use auth::Decision;
-pub use handler::NOT_AVAILABLE;
+pub use sessions::{SessionCaps, Sessions};
 pub use host_key::{HostKeyError, HOST_KEY_FILE};
 
 use crate::serve::caps::Caps;
+use crate::tunnel::Tunnels;
 
 /// Limits of the SSH endpoint; the defaults suit production.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +42,11 @@ pub struct SshLimits {
     pub max_connections: usize,
     /// A connection with no traffic this long is closed.
     pub inactivity_timeout: Duration,
+    /// How often an open connection checks that its key is still the owner's and the
+    /// reservation still runs (a removed key or an ended reservation disconnects it).
+    pub recheck: Duration,
+    /// Channels per reservation.
+    pub caps: SessionCaps,
 }
 
 impl Default for SshLimits {
@@ -48,6 +57,8 @@ impl Default for SshLimits {
             max_connections_per_ip: 32,
             max_connections: 1024,
             inactivity_timeout: Duration::from_secs(15 * 60),
+            recheck: Duration::from_secs(5),
+            caps: SessionCaps::default(),
         }
     }
 }
@@ -70,6 +81,8 @@ pub struct SshServer {
     pub addr: SocketAddr,
     /// The host key's public half, as clients see it.
     pub host_key: PublicKey,
+    /// The channels open through this endpoint.
+    pub sessions: Arc<Sessions>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -81,6 +94,7 @@ impl SshServer {
         listen: SocketAddr,
         data_dir: &Path,
         store: Arc<dyn Store>,
+        tunnels: Arc<Tunnels>,
         limits: SshLimits,
     ) -> Result<SshServer, SshError> {
         let key = host_key::load_or_create(data_dir)?;
@@ -116,11 +130,20 @@ impl SshServer {
             Arc::default(),
         );
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(accept_loop(listener, config, caps, store, limits, stopped));
+        let sessions = Sessions::new(limits.caps);
+        let shared = Shared {
+            config,
+            store,
+            tunnels,
+            sessions: sessions.clone(),
+            limits,
+        };
+        let task = tokio::spawn(accept_loop(listener, shared, caps, stopped));
         tracing::info!(%addr, fingerprint = %host_key.fingerprint(Default::default()), "SSH endpoint listening");
         Ok(SshServer {
             addr,
             host_key,
+            sessions,
             stop,
             task,
         })
@@ -133,12 +156,20 @@ impl SshServer {
     }
 }
 
+/// What every connection of the endpoint shares.
+#[derive(Debug, Clone)]
+struct Shared {
+    config: Arc<Config>,
+    store: Arc<dyn Store>,
+    tunnels: Arc<Tunnels>,
+    sessions: Arc<Sessions>,
+    limits: SshLimits,
+}
+
 async fn accept_loop(
     listener: TcpListener,
-    config: Arc<Config>,
+    shared: Shared,
     caps: Arc<Caps>,
-    store: Arc<dyn Store>,
-    limits: SshLimits,
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
@@ -163,14 +194,7 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_connection(
-            stream,
-            peer,
-            config.clone(),
-            store.clone(),
-            limits,
-            permit,
-        ));
+        tokio::spawn(serve_connection(stream, peer, shared.clone(), permit));
     }
 }
 
@@ -179,14 +203,25 @@ async fn accept_loop(
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
-    config: Arc<Config>,
-    store: Arc<dyn Store>,
-    limits: SshLimits,
+    shared: Shared,
     _permit: crate::serve::caps::Permit,
 ) {
+    let Shared {
+        config,
+        store,
+        tunnels,
+        sessions,
+        limits,
+    } = shared;
     let deadline = tokio::time::Instant::now() + limits.auth_timeout;
     let (authenticated, mut authenticated_rx) = oneshot::channel();
-    let handler = handler::Connection::new(store, Some(peer), authenticated);
+    let handler = handler::Connection::new(
+        store.clone(),
+        tunnels,
+        sessions,
+        Some(peer),
+        authenticated,
+    );
     let mut session =
         match tokio::time::timeout_at(deadline, russh::server::run_stream(config, stream, handler))
             .await
@@ -202,14 +237,22 @@ async fn serve_connection(
             }
         };
     let handle = session.handle();
-    tokio::select! {
+    let entered = tokio::select! {
         ended = &mut session => {
             if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "ssh: connection ended before auth");
             }
             return;
         }
-        _ = &mut authenticated_rx => {}
+        entered = &mut authenticated_rx => match entered {
+            Ok(entered) => entered,
+            // Authenticated only to be told why not (a reservation that does not run): the
+            // handler disconnects it.
+            Err(_) => {
+                let _ = session.await;
+                return;
+            }
+        },
         _ = tokio::time::sleep_until(deadline) => {
             tracing::info!(%peer, "ssh: not authenticated in time, disconnecting");
             let _ = handle
@@ -222,8 +265,41 @@ async fn serve_connection(
             let _ = tokio::time::timeout(Duration::from_secs(5), &mut session).await;
             return;
         }
+    };
+    // While it is open, the key must stay the owner's and the reservation must run.
+    let mut recheck = tokio::time::interval(limits.recheck);
+    recheck.tick().await;
+    loop {
+        tokio::select! {
+            ended = &mut session => {
+                if let Err(e) = ended {
+                    tracing::debug!(%peer, error = %e, "ssh: connection ended");
+                }
+                break;
+            }
+            _ = recheck.tick() => {
+                let why = match auth::decide(&*store, &entered.user, &entered.key).await {
+                    Decision::Enter { .. } => continue,
+                    Decision::NotRunning { message } => message,
+                    Decision::Refuse => format!(
+                        "the key {} is no longer one of the owner's keys of reservation {}",
+                        entered.ctx.fingerprint, entered.user
+                    ),
+                };
+                tracing::info!(%peer, user = %entered.user, %why, "ssh: disconnecting");
+                let _ = handle.disconnect(Disconnect::ByApplication, why, String::new()).await;
+                let _ = tokio::time::timeout(Duration::from_secs(5), &mut session).await;
+                break;
+            }
+        }
     }
-    if let Err(e) = session.await {
-        tracing::debug!(%peer, error = %e, "ssh: connection ended");
-    }
+    let ctx = &entered.ctx;
+    tracing::info!(
+        %peer,
+        reservation = %ctx.reservation_id,
+        key = %ctx.fingerprint,
+        bytes_in = ctx.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
+        bytes_out = ctx.bytes_out.load(std::sync::atomic::Ordering::Relaxed),
+        "ssh: connection closed"
+    );
 }

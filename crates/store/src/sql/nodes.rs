@@ -1155,6 +1155,17 @@ impl NodeStore for SqlStore {
         found(updated, node_id)
     }
 
+    async fn node_name(&self, node_id: &str) -> Result<String> {
+        sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
+            .bind(node_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "node",
+                id: node_id.to_owned(),
+            })
+    }
+
     async fn node_certificate(&self, node_id: &str) -> Result<NodeCertificate> {
         let row: Option<(Option<String>, Option<i64>)> =
             sqlx::query_as("SELECT cert_sha256, cert_revoked_at FROM nodes WHERE id = $1")

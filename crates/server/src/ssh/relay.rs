@@ -1,0 +1,279 @@
+//! Relays one SSH channel to the instance: a session channel (shell, exec, SFTP) or a
+//! forwarded TCP connection, as one stream through the node's tunnel.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use gpurent_store::{Scope, Store};
+use gpurent_tunnel::{ExitStatus, Frame, OpenStream, PtySpec, StreamKind};
+use gpurent_types::ReservationStatus;
+use russh::server::{Handle, Msg};
+use russh::{Channel, ChannelMsg, ChannelReadHalf, ChannelWriteHalf, Sig};
+
+use crate::tunnel::{Stream, Tunnels};
+
+/// What a refused entry exits with (OpenSSH's own failures exit 255 too).
+const REFUSED_STATUS: u32 = 255;
+/// Environment variables a client may send per channel.
+const MAX_ENV: usize = 64;
+
+/// What every channel of one authenticated connection shares.
+#[derive(Debug)]
+pub struct RelayContext {
+    pub store: Arc<dyn Store>,
+    pub tunnels: Arc<Tunnels>,
+    pub reservation_id: String,
+    pub peer: Option<SocketAddr>,
+    /// The SHA256 fingerprint of the key that got in.
+    pub fingerprint: String,
+    /// Bytes relayed, client to instance and back, over all of the connection's channels.
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+}
+
+impl RelayContext {
+    /// The node and epoch the reservation runs on now, or why it cannot be entered.
+    async fn target(&self) -> Result<(String, i64), String> {
+        let r = self
+            .store
+            .get_reservation(&self.reservation_id, &Scope::All)
+            .await
+            .map_err(|e| format!("cannot look up reservation {}: {e}", self.reservation_id))?;
+        match (r.status, r.node) {
+            (ReservationStatus::Running, Some(node)) => Ok((node, r.epoch)),
+            (status, _) => Err(format!(
+                "reservation {} is {}; connect while it runs",
+                r.id,
+                status.as_str()
+            )),
+        }
+    }
+
+    async fn dial(&self, kind: StreamKind, pty: Option<PtySpec>, env: Vec<(String, String)>)
+        -> Result<Stream, String> {
+        let (node, epoch) = self.target().await?;
+        let open = OpenStream {
+            reservation_id: self.reservation_id.clone(),
+            epoch,
+            kind,
+            pty,
+            env,
+        };
+        self.tunnels.dial(&node, open).await.map_err(|e| e.to_string())
+    }
+}
+
+/// A session channel: waits for its pty and env requests and its shell, exec or SFTP
+/// request, enters the instance and pipes the channel through until either side ends.
+pub async fn session(channel: Channel<Msg>, ctx: Arc<RelayContext>, handle: Handle) {
+    let id = channel.id();
+    let (mut read, write) = channel.split();
+    let mut pty = None;
+    let mut env = Vec::new();
+    let kind = loop {
+        match read.wait().await {
+            Some(ChannelMsg::RequestPty {
+                term,
+                col_width,
+                row_height,
+                ..
+            }) => {
+                pty = Some(PtySpec {
+                    term,
+                    cols: dimension(col_width),
+                    rows: dimension(row_height),
+                })
+            }
+            Some(ChannelMsg::SetEnv {
+                variable_name,
+                variable_value,
+                ..
+            }) if env.len() < MAX_ENV => env.push((variable_name, variable_value)),
+            Some(ChannelMsg::RequestShell { .. }) => break StreamKind::Shell,
+            Some(ChannelMsg::Exec { command, .. }) => {
+                break StreamKind::Exec {
+                    command: String::from_utf8_lossy(&command).into_owned(),
+                }
+            }
+            Some(ChannelMsg::RequestSubsystem { name, .. }) if name == "sftp" => {
+                break StreamKind::Sftp
+            }
+            // The handler refused other subsystems; the client may ask again.
+            Some(ChannelMsg::Close) | None => return,
+            Some(_) => {}
+        }
+    };
+    let what = kind.as_str();
+    match ctx.dial(kind, pty, env).await {
+        Ok(stream) => {
+            tracing::info!(reservation = %ctx.reservation_id, peer = ?ctx.peer, what, "ssh: entered the instance");
+            pump(read, write, stream, &ctx, Some((&handle, id))).await;
+        }
+        Err(why) => {
+            tracing::info!(reservation = %ctx.reservation_id, peer = ?ctx.peer, what, %why, "ssh: cannot enter the instance");
+            let _ = write
+                .extended_data_bytes(1, Bytes::from(format!("gpurent: {why}\r\n")))
+                .await;
+            let _ = write.exit_status(REFUSED_STATUS).await;
+            let _ = write.eof().await;
+            let _ = write.close().await;
+        }
+    }
+}
+
+/// A forwarded TCP connection (`ssh -L`), already connected through the tunnel.
+pub async fn forwarded(channel: Channel<Msg>, stream: Stream, ctx: Arc<RelayContext>) {
+    let (read, write) = channel.split();
+    pump(read, write, stream, &ctx, None).await;
+}
+
+/// Opens the stream a `direct-tcpip` channel asks for, before it is accepted (a port where
+/// nothing listens is refused as the channel's open failure, as sshd does).
+pub async fn dial_port(ctx: &RelayContext, port: u16) -> Result<Stream, String> {
+    ctx.dial(StreamKind::Tcp { port }, None, Vec::new()).await
+}
+
+/// Pipes a channel and a stream both ways until the instance's side ends (then the channel
+/// is closed) or the client closes the channel (then the stream is dropped, which ends the
+/// process in the instance).
+async fn pump(
+    mut read: ChannelReadHalf,
+    write: ChannelWriteHalf<Msg>,
+    stream: Stream,
+    ctx: &RelayContext,
+    session: Option<(&Handle, russh::ChannelId)>,
+) {
+    let Stream { tx, mut rx } = stream;
+    let inbound = async {
+        while let Some(msg) = read.wait().await {
+            let frame = match msg {
+                ChannelMsg::Data { data } => {
+                    ctx.bytes_in.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    Frame::Data(data)
+                }
+                ChannelMsg::Eof => Frame::Eof,
+                ChannelMsg::WindowChange {
+                    col_width,
+                    row_height,
+                    ..
+                } => Frame::Resize {
+                    cols: dimension(col_width),
+                    rows: dimension(row_height),
+                },
+                ChannelMsg::Signal { signal } => Frame::Signal(signal_name(&signal)),
+                ChannelMsg::Close => break,
+                _ => continue,
+            };
+            if tx.send(frame).await.is_err() {
+                break;
+            }
+        }
+    };
+    let outbound = async {
+        loop {
+            match rx.next().await {
+                Ok(Some(Frame::Data(data))) => {
+                    ctx.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    if write.data_bytes(data).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(Some(Frame::Stderr(data))) => {
+                    ctx.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    if write.extended_data_bytes(1, data).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(Some(Frame::Eof)) => {
+                    let _ = write.eof().await;
+                }
+                Ok(Some(Frame::Exit(status))) => {
+                    if let Some((handle, id)) = session {
+                        let _ = match status {
+                            ExitStatus::Code(code) => write.exit_status(code).await.map_err(|_| ()),
+                            ExitStatus::Signal { name, core_dumped } => {
+                                handle
+                                    .exit_signal_request(
+                                        id,
+                                        signal(&name),
+                                        core_dumped,
+                                        String::new(),
+                                        String::new(),
+                                    )
+                                    .await
+                            }
+                        };
+                    }
+                }
+                Ok(Some(other)) => {
+                    tracing::debug!(?other, "ssh: unexpected frame from the agent");
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::info!(reservation = %ctx.reservation_id, error = %e, "ssh: the stream to the instance failed");
+                    if session.is_some() {
+                        let _ = write
+                            .extended_data_bytes(
+                                1,
+                                Bytes::from(format!(
+                                    "gpurent: the connection to the instance was lost ({e})\r\n"
+                                )),
+                            )
+                            .await;
+                        let _ = write.exit_status(REFUSED_STATUS).await;
+                    }
+                    break;
+                }
+            }
+        }
+        let _ = write.eof().await;
+        let _ = write.close().await;
+    };
+    tokio::select! {
+        _ = outbound => {}
+        _ = inbound => {}
+    }
+}
+
+fn dimension(v: u32) -> u16 {
+    u16::try_from(v).unwrap_or(u16::MAX)
+}
+
+fn signal_name(sig: &Sig) -> String {
+    match sig {
+        Sig::ABRT => "ABRT",
+        Sig::ALRM => "ALRM",
+        Sig::FPE => "FPE",
+        Sig::HUP => "HUP",
+        Sig::ILL => "ILL",
+        Sig::INT => "INT",
+        Sig::KILL => "KILL",
+        Sig::PIPE => "PIPE",
+        Sig::QUIT => "QUIT",
+        Sig::SEGV => "SEGV",
+        Sig::TERM => "TERM",
+        Sig::USR1 => "USR1",
+        Sig::Custom(name) => name,
+    }
+    .to_owned()
+}
+
+fn signal(name: &str) -> Sig {
+    match name {
+        "ABRT" => Sig::ABRT,
+        "ALRM" => Sig::ALRM,
+        "FPE" => Sig::FPE,
+        "HUP" => Sig::HUP,
+        "ILL" => Sig::ILL,
+        "INT" => Sig::INT,
+        "KILL" => Sig::KILL,
+        "PIPE" => Sig::PIPE,
+        "QUIT" => Sig::QUIT,
+        "SEGV" => Sig::SEGV,
+        "TERM" => Sig::TERM,
+        "USR1" => Sig::USR1,
+        other => Sig::Custom(other.to_owned()),
+    }
+}
