@@ -105,7 +105,9 @@ impl ControlPlane {
         if response.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
             let status = response.status();
             let body = response.text().await.unwrap_or_default();
-            return Err(failed(format!("the control plane answered {status}: {body}")));
+            return Err(failed(format!(
+                "the control plane answered {status}: {body}"
+            )));
         }
         response.upgrade().await.map_err(|e| failed(e.to_string()))
     }

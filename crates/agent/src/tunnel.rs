@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use gpurent_tunnel::{
-    frame_channel, ExitStatus, Frame, FrameReceiver, FrameSender, OpenStream,
-    StreamKind,
+    frame_channel, ExitStatus, Frame, FrameReceiver, FrameSender, OpenStream, StreamKind,
 };
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -17,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use crate::client::ControlPlane;
-use crate::entry::{EntryKind, EntryRequest, Entered, Pty};
+use crate::entry::{Entered, EntryKind, EntryRequest, Pty};
 use crate::executor::Executor;
 use crate::reconcile::ObservedState;
 
@@ -99,7 +98,9 @@ async fn stream(body: Incoming, tx: FrameSender, executor: Arc<dyn Executor>) {
         other => {
             tracing::debug!(?other, "tunnel: a stream without an open frame");
             let _ = tx
-                .send(Frame::Refused("the stream did not say what it is for".into()))
+                .send(Frame::Refused(
+                    "the stream did not say what it is for".into(),
+                ))
                 .await;
             return;
         }

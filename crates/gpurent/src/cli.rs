@@ -570,6 +570,11 @@ pub struct AccessArgs {
 /// never cut; only a client that is slow to send its request is.
 #[derive(Debug, Clone, Args)]
 pub struct HttpArgs {
+    /// Where other replicas reach this one (on PostgreSQL, to relay SSH channels to the
+    /// agents connected here): http(s)://HOST:PORT. Default: the --listen address when it is
+    /// a specific one.
+    #[arg(long, value_name = "URL")]
+    pub advertise_url: Option<String>,
     /// Seconds a new connection has for its TLS handshake and first request header, and a
     /// request for its header from its first byte; then it is closed.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]

@@ -27,8 +27,8 @@ mod serve;
 pub mod ssh;
 pub mod ssh_keys;
 mod state;
-pub mod tunnel;
 pub mod tls;
+pub mod tunnel;
 mod validate;
 mod verification;
 mod wake;
@@ -111,6 +111,10 @@ pub struct ServerConfig {
     pub tls: Option<tls::TlsConfig>,
     /// Seals tenants' secrets at rest (`--master-key-file`, `GPURENT_MASTER_KEY`).
     pub master_key: secrets::MasterKey,
+    /// Where other replicas reach this one, to relay SSH channels to agents connected here
+    /// (`--advertise-url`); `None`: the listen address when it is a specific one. Only on
+    /// PostgreSQL, where there can be other replicas.
+    pub advertise_url: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -137,6 +141,7 @@ impl Default for ServerConfig {
             tenant_limits: TenantLimits::default(),
             tls: None,
             master_key: Arc::new(secrets::LocalKey::from_bytes(&rand::random())),
+            advertise_url: None,
         }
     }
 }
@@ -173,6 +178,46 @@ pub enum ServeError {
     Serve(#[source] std::io::Error),
     #[error("cannot set up TLS")]
     Tls(#[from] tls::TlsError),
+    #[error("cannot set up the client of streams relayed to other replicas: {0}")]
+    Relay(String),
+}
+
+/// Where other replicas reach this one: `--advertise-url`, else the bound address when it
+/// is a specific one; none on SQLite (one replica only).
+fn advertise_url(state: &AppState, addr: SocketAddr) -> Option<String> {
+    if state.store.backend() != gpurent_store::Backend::Postgres {
+        return None;
+    }
+    if let Some(url) = &state.config.advertise_url {
+        return Some(url.clone());
+    }
+    if addr.ip().is_unspecified() {
+        tracing::warn!(%addr, "listening on every address: give --advertise-url for other replicas to relay SSH channels to agents connected here");
+        return None;
+    }
+    let scheme = if state.config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    Some(format!("{scheme}://{addr}"))
+}
+
+/// The client of streams relayed to other replicas. Over TLS it trusts this replica's own
+/// certificate (replicas behind one load balancer serve the same one).
+fn relay_client(config: &ServerConfig) -> Result<reqwest::Client, ServeError> {
+    let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+    if let Some(tls) = &config.tls {
+        let pem = std::fs::read(&tls.cert).map_err(|e| ServeError::Relay(e.to_string()))?;
+        for cert in reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| ServeError::Relay(e.to_string()))?
+        {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder
+        .build()
+        .map_err(|e| ServeError::Relay(e.to_string()))
 }
 
 /// A control plane serving on a bound socket until [`RunningServer::shutdown`].
@@ -229,6 +274,9 @@ impl RunningServer {
             state.metrics.clone(),
             stopped.clone(),
         ));
+        if let Some(url) = advertise_url(&state, addr) {
+            state.tunnels.advertise(url, relay_client(&state.config)?);
+        }
         let maintenance = tokio::spawn(maintenance::run(state.clone(), stopped));
         tracing::info!(%addr, backend = ?state.store.backend(), "control plane listening");
         let scale = &state.config.scale;

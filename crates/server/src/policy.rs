@@ -36,6 +36,8 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("POST", "/api/v1/agent/register", Access::Node),
     ("POST", "/api/v1/agent/sync", Access::Node),
     ("GET", "/api/v1/agent/tunnel", Access::Node),
+    // Another replica, with the tunnel's relay token, which the handler checks.
+    ("POST", "/api/v1/internal/relay/{node}", Access::Node),
     ("POST", "/api/v1/users", ADMIN),
     ("GET", "/api/v1/users", ADMIN),
     ("GET", "/api/v1/users/{id}", ANY),

@@ -33,6 +33,10 @@ impl AppState {
         let audit = config.audit.enabled.then(|| {
             crate::audit::AuditTrail::start(Arc::clone(&store), Arc::clone(&clock), &config.audit)
         });
+        let tunnels = Arc::new(crate::tunnel::Tunnels::new(
+            Arc::clone(&store),
+            Arc::clone(&clock),
+        ));
         AppState {
             audit,
             elastic: Arc::new(ElasticState::new(&config.scale)),
@@ -43,7 +47,7 @@ impl AppState {
             clock,
             config: Arc::new(config),
             wake: Arc::new(NodeWakers::default()),
-            tunnels: Arc::default(),
+            tunnels,
         }
     }
 

@@ -11,6 +11,7 @@ mod model;
 mod sql;
 mod ssh_keys;
 pub mod testing;
+mod tunnels;
 mod usage_facts;
 
 use async_trait::async_trait;
@@ -32,13 +33,14 @@ pub use model::{
 };
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
 pub use ssh_keys::{NewSshKey, SshKeyStore};
+pub use tunnels::{TunnelHolder, TunnelStore};
 pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};
 
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
     pub use crate::{
         AccessStore, AuditStore, MetricsStore, NodeStore, ReservationStore, SshKeyStore,
-        StatementStore, Store, UserStore,
+        StatementStore, Store, TunnelStore, UserStore,
     };
 }
 
@@ -54,6 +56,7 @@ pub trait Store:
     + AuditStore
     + MetricsStore
     + SshKeyStore
+    + TunnelStore
     + std::fmt::Debug
 {
 }
@@ -67,6 +70,7 @@ impl<T> Store for T where
         + AuditStore
         + MetricsStore
         + SshKeyStore
+        + TunnelStore
         + std::fmt::Debug
 {
 }

@@ -142,13 +142,18 @@ mod tests {
         let (tx, body) = frame_channel();
         let sender = tokio::spawn(async move {
             for i in 0..100u8 {
-                tx.send(Frame::Data(Bytes::from(vec![i; 1000]))).await.unwrap();
+                tx.send(Frame::Data(Bytes::from(vec![i; 1000])))
+                    .await
+                    .unwrap();
             }
             tx.send(Frame::Eof).await.unwrap();
         });
         let mut rx = FrameReceiver::new(body);
         for i in 0..100u8 {
-            assert_eq!(rx.next().await.unwrap(), Some(Frame::Data(Bytes::from(vec![i; 1000]))));
+            assert_eq!(
+                rx.next().await.unwrap(),
+                Some(Frame::Data(Bytes::from(vec![i; 1000])))
+            );
         }
         assert_eq!(rx.next().await.unwrap(), Some(Frame::Eof));
         sender.await.unwrap();
@@ -159,6 +164,9 @@ mod tests {
     async fn a_body_cut_inside_a_frame_is_an_error() {
         let body = http_body_util::Full::new(Bytes::from_static(&[4, 0, 0, 0, 9, 1, 2]));
         let mut rx = FrameReceiver::new(body);
-        assert!(matches!(rx.next().await, Err(RecvError::Frame(FrameError::Truncated))));
+        assert!(matches!(
+            rx.next().await,
+            Err(RecvError::Frame(FrameError::Truncated))
+        ));
     }
 }

@@ -84,7 +84,8 @@ impl Frame {
 
     fn decode(tag: u8, payload: Bytes) -> Result<Frame, FrameError> {
         let text = |p: Bytes| {
-            String::from_utf8(p.to_vec()).map_err(|_| FrameError::Malformed("text is not UTF-8".into()))
+            String::from_utf8(p.to_vec())
+                .map_err(|_| FrameError::Malformed("text is not UTF-8".into()))
         };
         Ok(match tag {
             1 => Frame::Open(from_json(&payload)?),
@@ -182,7 +183,10 @@ mod tests {
             Frame::Data(Bytes::new()),
             Frame::Stderr(Bytes::from_static(b"err")),
             Frame::Eof,
-            Frame::Resize { cols: 132, rows: 43 },
+            Frame::Resize {
+                cols: 132,
+                rows: 43,
+            },
             Frame::Signal("INT".into()),
             Frame::Exit(ExitStatus::Code(3)),
             Frame::Exit(ExitStatus::Signal {

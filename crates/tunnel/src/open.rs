@@ -57,5 +57,8 @@ pub struct PtySpec {
 pub enum ExitStatus {
     Code(u32),
     /// Killed by a signal, by its SSH name (`INT`, `KILL`, `TERM`, ...).
-    Signal { name: String, core_dumped: bool },
+    Signal {
+        name: String,
+        core_dumped: bool,
+    },
 }

@@ -197,6 +197,7 @@ pub async fn start(
             rate_limits: rate_limits(access),
             tenant_limits: tenant_limits(access),
             http: http.limits(),
+            advertise_url: http.advertise_url.clone(),
             tls,
             ..ServerConfig::default()
         },

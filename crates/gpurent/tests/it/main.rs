@@ -22,6 +22,7 @@ mod sim;
 mod sim_replay;
 mod ssh_endpoint;
 mod ssh_keys_cli;
+mod ssh_replicas;
 mod support;
 mod tls;
 mod unisolated;

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use crate::support::{cli, eventually, read_token, Daemon};
 
-const NOTHING_TO_ENTER: &str = "gpurent: the sim executor runs nothing: there is no instance to enter";
+pub(crate) const NOTHING_TO_ENTER: &str =
+    "gpurent: the sim executor runs nothing: there is no instance to enter";
 
 /// A fresh ed25519 key pair made by ssh-keygen: (private, public).
-fn keygen(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+pub(crate) fn keygen(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     let private = dir.join(name);
     let status = Command::new("ssh-keygen")
         .args(["-q", "-N", "", "-t", "ed25519", "-C", name, "-f"])
@@ -25,7 +26,7 @@ fn keygen(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
 }
 
 /// Runs `cmd`, killed after 30 s so that a hang fails the test instead of blocking it.
-fn run_bounded(mut cmd: Command) -> Output {
+pub(crate) fn run_bounded(mut cmd: Command) -> Output {
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -49,7 +50,7 @@ fn run_bounded(mut cmd: Command) -> Output {
 }
 
 /// `ssh -i KEY -p PORT USER@127.0.0.1 true`, never prompting, never hanging.
-fn ssh(dir: &Path, port: u16, key: &Path, user: &str) -> (Option<i32>, String) {
+pub(crate) fn ssh(dir: &Path, port: u16, key: &Path, user: &str) -> (Option<i32>, String) {
     let mut cmd = Command::new("ssh");
     cmd.arg("-i")
         .arg(key)
@@ -120,7 +121,7 @@ fn start_up(dir: &Path, data: &Path, log: &str) -> (Daemon, u16) {
     (up, port)
 }
 
-fn tenant(url: &str, admin: &str, name: &str, key: &Path) -> String {
+pub(crate) fn tenant(url: &str, admin: &str, name: &str, key: &Path) -> String {
     let user = cli(
         url,
         Some(admin),
@@ -139,7 +140,7 @@ fn tenant(url: &str, admin: &str, name: &str, key: &Path) -> String {
     token
 }
 
-fn reserve_running(url: &str, token: &str) -> String {
+pub(crate) fn reserve_running(url: &str, token: &str) -> String {
     let r = cli(
         url,
         Some(token),

@@ -225,7 +225,11 @@ pub(crate) async fn sync(
 
 /// The node token names the node; its certificate must agree (defense in depth: a stolen
 /// token alone is not enough over TLS), and must not be revoked.
-pub(crate) async fn check_node_cert(state: &AppState, node_id: &str, peer: &PeerCert) -> Result<(), ApiError> {
+pub(crate) async fn check_node_cert(
+    state: &AppState,
+    node_id: &str,
+    peer: &PeerCert,
+) -> Result<(), ApiError> {
     let cert = state.store.node_certificate(node_id).await?;
     if cert.revoked {
         tracing::warn!(%node_id, "sync of a revoked node refused");

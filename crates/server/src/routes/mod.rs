@@ -70,6 +70,12 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
                 .routes(routes!(crate::tunnel::route::tunnel))
                 .layer(DefaultBodyLimit::max(AGENT_BODY_LIMIT)),
         )
+        .merge(
+            // A relayed stream's body lasts as long as its SSH channel.
+            OpenApiRouter::new()
+                .routes(routes!(crate::tunnel::relay::relay))
+                .layer(DefaultBodyLimit::disable()),
+        )
         .routes(routes!(admin::ledger_check))
         .routes(routes!(admin::spot_stats))
         .routes(routes!(audit::search))

@@ -214,8 +214,14 @@ async fn http<IO>(
         let guard = requests.begin_request();
         let timed_out = Arc::new(AtomicBool::new(false));
         let deadline = tokio::time::Instant::now() + limits.body_timeout;
-        let mut request =
-            request.map(|body| Body::new(TimedBody::new(body, deadline, timed_out.clone())));
+        // A stream relayed between replicas sends its body as long as its SSH channel is
+        // open: no body deadline (its peer is a replica with the tunnel's token).
+        let streams = request.uri().path().starts_with(crate::tunnel::relay::PATH);
+        let mut request = if streams {
+            request.map(Body::new)
+        } else {
+            request.map(|body| Body::new(TimedBody::new(body, deadline, timed_out.clone())))
+        };
         request.extensions_mut().insert(ConnectInfo(peer.clone()));
         let answer = hyper::service::Service::call(&router, request);
         let metrics = body_metrics.clone();

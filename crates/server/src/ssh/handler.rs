@@ -59,7 +59,10 @@ impl Connection {
 
 /// Forwarded connections may go to the instance's own loopback only (its ports).
 fn is_instance_host(host: &str) -> bool {
-    matches!(host, "localhost" | "127.0.0.1" | "::1" | "[::1]" | "0.0.0.0")
+    matches!(
+        host,
+        "localhost" | "127.0.0.1" | "::1" | "[::1]" | "0.0.0.0"
+    )
 }
 
 impl russh::server::Handler for Connection {

@@ -22,8 +22,8 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use auth::Decision;
-pub use sessions::{SessionCaps, Sessions};
 pub use host_key::{HostKeyError, HOST_KEY_FILE};
+pub use sessions::{SessionCaps, Sessions};
 
 use crate::serve::caps::Caps;
 use crate::tunnel::Tunnels;
@@ -215,13 +215,8 @@ async fn serve_connection(
     } = shared;
     let deadline = tokio::time::Instant::now() + limits.auth_timeout;
     let (authenticated, mut authenticated_rx) = oneshot::channel();
-    let handler = handler::Connection::new(
-        store.clone(),
-        tunnels,
-        sessions,
-        Some(peer),
-        authenticated,
-    );
+    let handler =
+        handler::Connection::new(store.clone(), tunnels, sessions, Some(peer), authenticated);
     let mut session =
         match tokio::time::timeout_at(deadline, russh::server::run_stream(config, stream, handler))
             .await

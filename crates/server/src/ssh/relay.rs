@@ -51,8 +51,12 @@ impl RelayContext {
         }
     }
 
-    async fn dial(&self, kind: StreamKind, pty: Option<PtySpec>, env: Vec<(String, String)>)
-        -> Result<Stream, String> {
+    async fn dial(
+        &self,
+        kind: StreamKind,
+        pty: Option<PtySpec>,
+        env: Vec<(String, String)>,
+    ) -> Result<Stream, String> {
         let (node, epoch) = self.target().await?;
         let open = OpenStream {
             reservation_id: self.reservation_id.clone(),
@@ -61,7 +65,10 @@ impl RelayContext {
             pty,
             env,
         };
-        self.tunnels.dial(&node, open).await.map_err(|e| e.to_string())
+        self.tunnels
+            .dial(&node, open)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -175,13 +182,15 @@ async fn pump(
         loop {
             match rx.next().await {
                 Ok(Some(Frame::Data(data))) => {
-                    ctx.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    ctx.bytes_out
+                        .fetch_add(data.len() as u64, Ordering::Relaxed);
                     if write.data_bytes(data).await.is_err() {
                         break;
                     }
                 }
                 Ok(Some(Frame::Stderr(data))) => {
-                    ctx.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    ctx.bytes_out
+                        .fetch_add(data.len() as u64, Ordering::Relaxed);
                     if write.extended_data_bytes(1, data).await.is_err() {
                         break;
                     }

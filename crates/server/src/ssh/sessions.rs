@@ -123,7 +123,10 @@ mod tests {
         let a = s.session("r1").unwrap();
         let _b = s.session("r1").unwrap();
         assert!(s.session("r1").is_none());
-        assert!(s.session("r2").is_some(), "another reservation has its own cap");
+        assert!(
+            s.session("r2").is_some(),
+            "another reservation has its own cap"
+        );
         let _f = s.forward("r1").unwrap();
         assert!(s.forward("r1").is_none());
         drop(a);

@@ -112,6 +112,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "ssh_keys",
         include_str!("../../migrations/0026_ssh_keys.sql"),
     ),
+    (
+        27,
+        "agent_tunnels",
+        include_str!("../../migrations/0027_agent_tunnels.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

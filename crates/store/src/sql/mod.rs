@@ -18,6 +18,7 @@ mod rows;
 mod settlement;
 mod ssh_keys;
 mod statements;
+mod tunnels;
 mod users;
 
 use std::str::FromStr;

@@ -15,3 +15,4 @@ mod metrics;
 mod node_certs;
 mod queue;
 mod support;
+mod tunnels;
