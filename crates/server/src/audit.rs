@@ -79,7 +79,7 @@ impl AuditTrail {
     }
 
     /// Queues a record and waits until it is written (or the writer gives up on it).
-    async fn record(&self, entry: Entry) {
+    pub(crate) async fn record(&self, entry: Entry) {
         let (written, ack) = oneshot::channel();
         if self.queue.send((entry, written)).await.is_err() {
             tracing::error!("the audit writer has stopped; a record is lost");

@@ -101,6 +101,25 @@ pub struct Metrics {
     rescheduled: AtomicU64,
     ended_by_loss: AtomicU64,
     connections: ConnectionCounts,
+    /// The SSH endpoint and the agents' tunnels (`ssh/`, `tunnel/`).
+    pub ssh: SshCounts,
+}
+
+/// What the SSH endpoint relays: channels open now, bytes, and agents' tunnels held.
+#[derive(Debug, Default)]
+pub struct SshCounts {
+    pub sessions: AtomicU64,
+    pub forwards: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub tunnels: AtomicU64,
+}
+
+impl SshCounts {
+    /// Lowers a gauge, never below zero.
+    pub fn down(gauge: &AtomicU64) {
+        let _ = gauge.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
 }
 
 /// What the HTTP listener did with its connections (`serve/`).
@@ -136,6 +155,7 @@ impl Default for Metrics {
             rescheduled: AtomicU64::new(0),
             ended_by_loss: AtomicU64::new(0),
             connections: ConnectionCounts::default(),
+            ssh: SshCounts::default(),
         }
     }
 }
@@ -211,6 +231,7 @@ impl Metrics {
         let mut e = Exposition::new();
         self.write_http(&mut e);
         self.write_connections(&mut e);
+        self.write_ssh(&mut e);
         write_fleet(&mut e, view, now);
         self.write_events(&mut e);
         write_money(&mut e, view);
@@ -240,6 +261,44 @@ impl Metrics {
                 ],
             );
         }
+    }
+
+    fn write_ssh(&self, e: &mut Exposition) {
+        let s = &self.ssh;
+        e.single(
+            "gpurent_ssh_sessions",
+            Kind::Gauge,
+            "SSH session channels (shells, commands, SFTP) open through this replica.",
+            s.sessions.load(Ordering::Relaxed),
+        );
+        e.single(
+            "gpurent_ssh_forwards",
+            Kind::Gauge,
+            "Forwarded TCP connections (ssh -L) open through this replica.",
+            s.forwards.load(Ordering::Relaxed),
+        );
+        let name = "gpurent_ssh_bytes_total";
+        e.family(
+            name,
+            Kind::Counter,
+            "Bytes relayed between SSH clients and instances: in (to the instance) and out.",
+        );
+        e.sample(
+            name,
+            &[("direction", "in")],
+            s.bytes_in.load(Ordering::Relaxed),
+        );
+        e.sample(
+            name,
+            &[("direction", "out")],
+            s.bytes_out.load(Ordering::Relaxed),
+        );
+        e.single(
+            "gpurent_agent_tunnels",
+            Kind::Gauge,
+            "Agents' tunnels held open to this replica.",
+            s.tunnels.load(Ordering::Relaxed),
+        );
     }
 
     fn write_connections(&self, e: &mut Exposition) {

@@ -33,15 +33,17 @@ impl AppState {
         let audit = config.audit.enabled.then(|| {
             crate::audit::AuditTrail::start(Arc::clone(&store), Arc::clone(&clock), &config.audit)
         });
+        let metrics: Arc<crate::metrics::Metrics> = Arc::default();
         let tunnels = Arc::new(crate::tunnel::Tunnels::new(
             Arc::clone(&store),
             Arc::clone(&clock),
+            Arc::clone(&metrics),
         ));
         AppState {
             audit,
             elastic: Arc::new(ElasticState::new(&config.scale)),
             alerts: Arc::default(),
-            metrics: Arc::default(),
+            metrics,
             rate_limits: Arc::new(crate::rate_limit::RateLimiters::new(&config.rate_limits)),
             store,
             clock,

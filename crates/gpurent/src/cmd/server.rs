@@ -80,14 +80,8 @@ pub async fn start_ssh(
     let Some(addr) = listen.0 else {
         return Ok(None);
     };
-    let started = SshServer::start(
-        addr,
-        data_dir,
-        server.state.store.clone(),
-        server.state.tunnels.clone(),
-        SshLimits::default(),
-    )
-    .await;
+    let started =
+        SshServer::start(addr, data_dir, server.state.clone(), SshLimits::default()).await;
     let ssh = match started {
         Ok(ssh) => ssh,
         Err(SshError::Bind { source, .. })

@@ -175,6 +175,34 @@ fn ssh_lets_the_owner_in_refuses_others_and_keeps_its_host_key() {
     let (code, err) = ssh(dir.path(), port, &ada_key, &id);
     assert_eq!(code, Some(255), "{err}");
     assert!(err.contains(NOTHING_TO_ENTER), "{err}");
+    // The session is in the audit trail: who, which key, refused by the instance.
+    let resource = format!("/ssh/{id}/exec");
+    let mut records = serde_json::Value::Null;
+    eventually("the session's audit record", 10, || {
+        records = cli(
+            &url,
+            Some(&admin),
+            true,
+            &[
+                "audit",
+                "ls",
+                "--resource",
+                &resource,
+                "--from",
+                "2020-01-01",
+            ],
+        )
+        .json();
+        records.as_array().is_some_and(|r| !r.is_empty())
+    });
+    let record = &records[0];
+    assert_eq!(record["action"], "SSH exec", "{record}");
+    assert_eq!(record["outcome"], 403, "{record}");
+    let detail = record["allocation"].as_str().unwrap();
+    assert!(
+        detail.starts_with("key SHA256:") && detail.contains("bytes in"),
+        "{detail}"
+    );
 
     // Someone else's key, and an unknown reservation: the same refusal.
     let (code, err) = ssh(dir.path(), port, &bob_key, &id);

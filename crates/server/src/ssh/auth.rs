@@ -9,7 +9,10 @@ use russh::keys::ssh_key::{HashAlg, PublicKey};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// The owner's key and a running reservation: in.
-    Enter { reservation_id: String },
+    Enter {
+        reservation_id: String,
+        tenant_id: String,
+    },
     /// The owner's key, but the reservation does not run: the owner is told why (only the
     /// owner, after proving the key, so nobody else learns that the reservation exists).
     NotRunning { message: String },
@@ -52,6 +55,7 @@ pub async fn decide(store: &dyn Store, user: &str, key: &PublicKey) -> Decision 
     match reservation.status {
         ReservationStatus::Running => Decision::Enter {
             reservation_id: reservation.id,
+            tenant_id: reservation.tenant_id,
         },
         status => Decision::NotRunning {
             message: not_running(&reservation.id, status, reservation.ended_at),

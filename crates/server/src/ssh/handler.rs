@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use super::auth::{decide, Decision};
 use super::relay::{self, RelayContext};
 use super::sessions::{Sessions, Slot};
-use crate::tunnel::Tunnels;
+use crate::state::AppState;
 
 /// Who got in: the connection's task re-checks this key and reservation while it is open.
 #[derive(Debug, Clone)]
@@ -27,7 +27,7 @@ pub struct Entered {
 #[derive(Debug)]
 pub struct Connection {
     store: Arc<dyn Store>,
-    tunnels: Arc<Tunnels>,
+    state: AppState,
     sessions: Arc<Sessions>,
     peer: Option<std::net::SocketAddr>,
     /// What the last proven key was decided to get, and the key.
@@ -39,15 +39,14 @@ pub struct Connection {
 
 impl Connection {
     pub fn new(
-        store: Arc<dyn Store>,
-        tunnels: Arc<Tunnels>,
+        state: AppState,
         sessions: Arc<Sessions>,
         peer: Option<std::net::SocketAddr>,
         authenticated: oneshot::Sender<Entered>,
     ) -> Connection {
         Connection {
-            store,
-            tunnels,
+            store: state.store.clone(),
+            state,
             sessions,
             peer,
             decision: None,
@@ -104,11 +103,21 @@ impl russh::server::Handler for Connection {
                 // OpenSSH prints "Received disconnect from HOST port PORT:11: MESSAGE".
                 session.disconnect(Disconnect::ByApplication, &message, "")?;
             }
-            Some((Decision::Enter { reservation_id }, user, key)) => {
-                let ctx = Arc::new(RelayContext {
-                    store: self.store.clone(),
-                    tunnels: self.tunnels.clone(),
+            Some((
+                Decision::Enter {
                     reservation_id,
+                    tenant_id,
+                },
+                user,
+                key,
+            )) => {
+                let ctx = Arc::new(RelayContext {
+                    store: self.state.store.clone(),
+                    tunnels: self.state.tunnels.clone(),
+                    metrics: self.state.metrics.clone(),
+                    audit: self.state.audit.clone(),
+                    reservation_id,
+                    tenant_id,
                     peer: self.peer,
                     fingerprint: key.fingerprint(Default::default()).to_string(),
                     bytes_in: AtomicU64::new(0),
@@ -187,11 +196,12 @@ impl russh::server::Handler for Connection {
                 Ok(stream) => {
                     reply.accept().await;
                     let _slot: Slot = slot;
-                    relay::forwarded(channel, stream, ctx).await;
+                    relay::forwarded(channel, stream, ctx, port).await;
                 }
                 Err(why) => {
                     tracing::info!(reservation = %ctx.reservation_id, port, %why, "ssh: forwarding failed");
                     reply.reject(ChannelOpenFailure::ConnectFailed).await;
+                    relay::forward_refused(&ctx, port).await;
                 }
             }
         });

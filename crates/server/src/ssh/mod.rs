@@ -13,7 +13,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpurent_store::Store;
 use russh::keys::ssh_key::PublicKey;
 use russh::server::Config;
 use russh::{Disconnect, MethodKind, MethodSet};
@@ -26,7 +25,7 @@ pub use host_key::{HostKeyError, HOST_KEY_FILE};
 pub use sessions::{SessionCaps, Sessions};
 
 use crate::serve::caps::Caps;
-use crate::tunnel::Tunnels;
+use crate::state::AppState;
 
 /// Limits of the SSH endpoint; the defaults suit production.
 #[derive(Debug, Clone, Copy)]
@@ -93,8 +92,7 @@ impl SshServer {
     pub async fn start(
         listen: SocketAddr,
         data_dir: &Path,
-        store: Arc<dyn Store>,
-        tunnels: Arc<Tunnels>,
+        state: AppState,
         limits: SshLimits,
     ) -> Result<SshServer, SshError> {
         let key = host_key::load_or_create(data_dir)?;
@@ -130,11 +128,10 @@ impl SshServer {
             Arc::default(),
         );
         let (stop, stopped) = watch::channel(false);
-        let sessions = Sessions::new(limits.caps);
+        let sessions = Sessions::new(limits.caps, state.metrics.clone());
         let shared = Shared {
             config,
-            store,
-            tunnels,
+            state,
             sessions: sessions.clone(),
             limits,
         };
@@ -160,8 +157,7 @@ impl SshServer {
 #[derive(Debug, Clone)]
 struct Shared {
     config: Arc<Config>,
-    store: Arc<dyn Store>,
-    tunnels: Arc<Tunnels>,
+    state: AppState,
     sessions: Arc<Sessions>,
     limits: SshLimits,
 }
@@ -208,15 +204,14 @@ async fn serve_connection(
 ) {
     let Shared {
         config,
-        store,
-        tunnels,
+        state,
         sessions,
         limits,
     } = shared;
+    let store = state.store.clone();
     let deadline = tokio::time::Instant::now() + limits.auth_timeout;
     let (authenticated, mut authenticated_rx) = oneshot::channel();
-    let handler =
-        handler::Connection::new(store.clone(), tunnels, sessions, Some(peer), authenticated);
+    let handler = handler::Connection::new(state, sessions, Some(peer), authenticated);
     let mut session =
         match tokio::time::timeout_at(deadline, russh::server::run_stream(config, stream, handler))
             .await

@@ -6,13 +6,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use gpurent_audit::Entry;
 use gpurent_store::{Scope, Store};
 use gpurent_tunnel::{ExitStatus, Frame, OpenStream, PtySpec, StreamKind};
 use gpurent_types::ReservationStatus;
 use russh::server::{Handle, Msg};
 use russh::{Channel, ChannelMsg, ChannelReadHalf, ChannelWriteHalf, Sig};
 
+use crate::audit::AuditTrail;
+use crate::metrics::Metrics;
 use crate::tunnel::{Stream, Tunnels};
+
+/// Bytes relayed on one channel.
+#[derive(Debug, Default)]
+struct Counts {
+    inbound: AtomicU64,
+    outbound: AtomicU64,
+}
 
 /// What a refused entry exits with (OpenSSH's own failures exit 255 too).
 const REFUSED_STATUS: u32 = 255;
@@ -24,7 +35,11 @@ const MAX_ENV: usize = 64;
 pub struct RelayContext {
     pub store: Arc<dyn Store>,
     pub tunnels: Arc<Tunnels>,
+    pub metrics: Arc<Metrics>,
+    pub audit: Option<AuditTrail>,
     pub reservation_id: String,
+    /// The reservation's owner, whose key got in.
+    pub tenant_id: String,
     pub peer: Option<SocketAddr>,
     /// The SHA256 fingerprint of the key that got in.
     pub fingerprint: String,
@@ -34,6 +49,48 @@ pub struct RelayContext {
 }
 
 impl RelayContext {
+    /// Counts bytes relayed for `/metrics`, the connection and the channel.
+    fn count(&self, channel: &AtomicU64, inbound: bool, n: usize) {
+        let n = n as u64;
+        let (conn, total) = if inbound {
+            (&self.bytes_in, &self.metrics.ssh.bytes_in)
+        } else {
+            (&self.bytes_out, &self.metrics.ssh.bytes_out)
+        };
+        conn.fetch_add(n, Ordering::Relaxed);
+        total.fetch_add(n, Ordering::Relaxed);
+        channel.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The channel's record in the audit trail: who (the owner, by key), what (shell, exec,
+    /// sftp, tcp/PORT), from where, when, and the bytes each way; outcome 200 when the
+    /// instance was entered, 403 when it was refused.
+    async fn audit(&self, what: &str, started: DateTime<Utc>, counts: &Counts, entered: bool) {
+        let Some(trail) = &self.audit else {
+            return;
+        };
+        let ended = Utc::now();
+        trail
+            .record(Entry {
+                request_id: format!("ssh-{}", hex::encode(rand::random::<[u8; 8]>())),
+                at: ended,
+                user_id: Some(self.tenant_id.clone()),
+                action: format!("SSH {what}"),
+                resource: format!("/ssh/{}/{what}", self.reservation_id),
+                allocation: Some(format!(
+                    "key {}; from {} to {}; {} bytes in, {} bytes out",
+                    self.fingerprint,
+                    started.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                    ended.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                    counts.inbound.load(Ordering::Relaxed),
+                    counts.outbound.load(Ordering::Relaxed),
+                )),
+                outcome: if entered { 200 } else { 403 },
+                client: self.peer.map(|p| p.to_string()).unwrap_or_default(),
+            })
+            .await;
+    }
+
     /// The node and epoch the reservation runs on now, or why it cannot be entered.
     async fn target(&self) -> Result<(String, i64), String> {
         let r = self
@@ -113,10 +170,13 @@ pub async fn session(channel: Channel<Msg>, ctx: Arc<RelayContext>, handle: Hand
         }
     };
     let what = kind.as_str();
+    let started = Utc::now();
+    let counts = Counts::default();
     match ctx.dial(kind, pty, env).await {
         Ok(stream) => {
             tracing::info!(reservation = %ctx.reservation_id, peer = ?ctx.peer, what, "ssh: entered the instance");
-            pump(read, write, stream, &ctx, Some((&handle, id))).await;
+            pump(read, write, stream, &ctx, &counts, Some((&handle, id))).await;
+            ctx.audit(what, started, &counts, true).await;
         }
         Err(why) => {
             tracing::info!(reservation = %ctx.reservation_id, peer = ?ctx.peer, what, %why, "ssh: cannot enter the instance");
@@ -126,14 +186,30 @@ pub async fn session(channel: Channel<Msg>, ctx: Arc<RelayContext>, handle: Hand
             let _ = write.exit_status(REFUSED_STATUS).await;
             let _ = write.eof().await;
             let _ = write.close().await;
+            ctx.audit(what, started, &counts, false).await;
         }
     }
 }
 
 /// A forwarded TCP connection (`ssh -L`), already connected through the tunnel.
-pub async fn forwarded(channel: Channel<Msg>, stream: Stream, ctx: Arc<RelayContext>) {
+pub async fn forwarded(channel: Channel<Msg>, stream: Stream, ctx: Arc<RelayContext>, port: u16) {
+    let started = Utc::now();
+    let counts = Counts::default();
     let (read, write) = channel.split();
-    pump(read, write, stream, &ctx, None).await;
+    pump(read, write, stream, &ctx, &counts, None).await;
+    ctx.audit(&format!("tcp/{port}"), started, &counts, true)
+        .await;
+}
+
+/// A forwarding that could not connect, for the audit trail.
+pub async fn forward_refused(ctx: &RelayContext, port: u16) {
+    ctx.audit(
+        &format!("tcp/{port}"),
+        Utc::now(),
+        &Counts::default(),
+        false,
+    )
+    .await;
 }
 
 /// Opens the stream a `direct-tcpip` channel asks for, before it is accepted (a port where
@@ -150,6 +226,7 @@ async fn pump(
     write: ChannelWriteHalf<Msg>,
     stream: Stream,
     ctx: &RelayContext,
+    counts: &Counts,
     session: Option<(&Handle, russh::ChannelId)>,
 ) {
     let Stream { tx, mut rx } = stream;
@@ -157,7 +234,7 @@ async fn pump(
         while let Some(msg) = read.wait().await {
             let frame = match msg {
                 ChannelMsg::Data { data } => {
-                    ctx.bytes_in.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    ctx.count(&counts.inbound, true, data.len());
                     Frame::Data(data)
                 }
                 ChannelMsg::Eof => Frame::Eof,

@@ -2,7 +2,10 @@
 //! replica, capped ([`SessionCaps`]), and counted for `/metrics`.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+
+use crate::metrics::{Metrics, SshCounts};
 
 /// Caps per reservation.
 #[derive(Debug, Clone, Copy)]
@@ -29,10 +32,11 @@ struct Open {
 }
 
 /// The open channels of this replica, by reservation.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Sessions {
     caps: SessionCaps,
     open: Mutex<HashMap<String, Open>>,
+    metrics: Arc<Metrics>,
 }
 
 /// An open channel; dropping it frees its place.
@@ -45,6 +49,12 @@ pub struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        let ssh = &self.sessions.metrics.ssh;
+        SshCounts::down(if self.forward {
+            &ssh.forwards
+        } else {
+            &ssh.sessions
+        });
         let mut open = self.sessions.lock();
         if let Some(o) = open.get_mut(&self.reservation) {
             if self.forward {
@@ -60,10 +70,11 @@ impl Drop for Slot {
 }
 
 impl Sessions {
-    pub fn new(caps: SessionCaps) -> Arc<Sessions> {
+    pub fn new(caps: SessionCaps, metrics: Arc<Metrics>) -> Arc<Sessions> {
         Arc::new(Sessions {
             caps,
             open: Mutex::default(),
+            metrics,
         })
     }
 
@@ -95,6 +106,13 @@ impl Sessions {
             }
             o.sessions += 1;
         }
+        let ssh = &self.metrics.ssh;
+        if forward {
+            &ssh.forwards
+        } else {
+            &ssh.sessions
+        }
+        .fetch_add(1, Ordering::Relaxed);
         Some(Slot {
             sessions: self.clone(),
             reservation: reservation.to_owned(),
@@ -116,10 +134,14 @@ mod tests {
 
     #[test]
     fn the_cap_holds_and_a_dropped_slot_frees_its_place() {
-        let s = Sessions::new(SessionCaps {
-            sessions: 2,
-            forwards: 1,
-        });
+        let metrics = Arc::new(Metrics::default());
+        let s = Sessions::new(
+            SessionCaps {
+                sessions: 2,
+                forwards: 1,
+            },
+            metrics.clone(),
+        );
         let a = s.session("r1").unwrap();
         let _b = s.session("r1").unwrap();
         assert!(s.session("r1").is_none());
@@ -132,5 +154,7 @@ mod tests {
         drop(a);
         assert!(s.session("r1").is_some());
         assert_eq!(s.totals(), (1, 1));
+        assert_eq!(metrics.ssh.sessions.load(Ordering::Relaxed), 1);
+        assert_eq!(metrics.ssh.forwards.load(Ordering::Relaxed), 1);
     }
 }

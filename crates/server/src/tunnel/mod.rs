@@ -70,11 +70,17 @@ pub struct Tunnels {
     /// Where other replicas reach this one; unset: tunnels are not shared (one replica).
     advertise: OnceLock<String>,
     relay_client: OnceLock<reqwest::Client>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Tunnels {
-    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Tunnels {
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Tunnels {
         Tunnels {
+            metrics,
             held: Mutex::default(),
             generation: AtomicU64::new(0),
             store,
@@ -135,6 +141,7 @@ impl Tunnels {
             },
         );
         tracing::info!(%node, "tunnel: agent connected");
+        self.metrics.ssh.tunnels.fetch_add(1, Ordering::Relaxed);
         // Other replicas learn where the tunnel is while it is open.
         let record = async {
             let Some(url) = self.advertise.get() else {
@@ -158,6 +165,7 @@ impl Tunnels {
             },
             () = record => {}
         }
+        crate::metrics::SshCounts::down(&self.metrics.ssh.tunnels);
         let mine = {
             let mut held = self.lock();
             let mine = held.get(&node).is_some_and(|h| h.generation == generation);

@@ -2,7 +2,6 @@
 //! disconnected at the auth timeout, and connections over the per-address cap are closed at
 //! once, before any SSH is spoken.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use gpurent_server::ssh::{SshLimits, SshServer};
@@ -30,8 +29,8 @@ async fn read_until_closed(stream: &mut TcpStream, deadline: Duration) -> (Strin
 async fn start(limits: SshLimits) -> (TestApp, SshServer, tempfile::TempDir) {
     let app = TestApp::with(Backend::Sqlite).start().await;
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn gpurent_store::Store> = app.store.clone();
-    let ssh = SshServer::start("127.0.0.1:0".parse().unwrap(), dir.path(), store, limits)
+    let state = app.server.as_ref().unwrap().state.clone();
+    let ssh = SshServer::start("127.0.0.1:0".parse().unwrap(), dir.path(), state, limits)
         .await
         .unwrap();
     (app, ssh, dir)
