@@ -354,6 +354,10 @@ pub trait ReservationStore: Send + Sync {
     /// time, not when noticed). Returns the nodes whose desired state changed.
     async fn expire_due(&self, now: DateTime<Utc>) -> Result<Vec<String>>;
 
+    /// Records that someone worked in the running reservation at `at` (input in an SSH
+    /// session): it is not idle then, whatever its GPUs do. An older time changes nothing.
+    async fn touch_reservation(&self, id: &str, at: DateTime<Utc>) -> Result<()>;
+
     /// Stops (end reason `idle`) every running reservation that allows it and whose GPUs have
     /// not been busy since `idle_since` (nor has it run since then); billing ends now. Returns
     /// the nodes to wake.

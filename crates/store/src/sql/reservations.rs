@@ -911,6 +911,19 @@ impl ReservationStore for SqlStore {
         Ok(nodes)
     }
 
+    async fn touch_reservation(&self, id: &str, at: DateTime<Utc>) -> Result<()> {
+        sqlx::query(
+            "UPDATE reservations SET last_active_at = $2
+             WHERE id = $1 AND status = 'running'
+               AND (last_active_at IS NULL OR last_active_at < $2)",
+        )
+        .bind(id)
+        .bind(ts(at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     async fn reclaim_idle(
         &self,
         idle_since: DateTime<Utc>,
