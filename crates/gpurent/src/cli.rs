@@ -243,6 +243,27 @@ pub enum BenchCommand {
     Failover(BenchFailoverArgs),
     /// Audit trail: records written per second in batches, and the whole trail verified.
     Audit(BenchAuditArgs),
+    /// SSH into instances through the control plane: connect latency, scp throughput against
+    /// the machine's own sshd, memory per idle session (needs ssh, scp and sshd).
+    Ssh(BenchSshArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchSshArgs {
+    #[arg(long, value_enum, default_value = "docker")]
+    pub executor: ExecutorKind,
+    /// The image (docker executor).
+    #[arg(long, default_value = "gpurent-test/busybox:latest")]
+    pub image: String,
+    /// Connects timed (`ssh ID echo ok`, to its first output).
+    #[arg(long, default_value_t = 50)]
+    pub connects: u32,
+    /// MiB copied with scp, through gpurent and to this machine's sshd.
+    #[arg(long, default_value_t = 1024)]
+    pub copy_mib: u64,
+    /// Idle interactive sessions held open to measure memory.
+    #[arg(long, default_value_t = 64)]
+    pub sessions: u32,
 }
 
 #[derive(Debug, Args)]

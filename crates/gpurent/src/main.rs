@@ -85,6 +85,9 @@ fn main() -> ExitCode {
         Command::Bench(cli::BenchCommand::Audit(args)) => {
             report_daemon(runtime.block_on(cmd::bench_audit::run(args, json)))
         }
+        Command::Bench(cli::BenchCommand::Ssh(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_ssh::run(args, json)))
+        }
         Command::Bench(cli::BenchCommand::Agent(args)) => {
             report_daemon(runtime.block_on(cmd::bench_agent::run(args, json)))
         }

@@ -11,6 +11,7 @@ pub mod bench_common;
 pub mod bench_failover;
 pub mod bench_running;
 pub mod bench_settle;
+pub mod bench_ssh;
 pub mod client;
 pub mod lock;
 pub mod private;
