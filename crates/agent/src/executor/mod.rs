@@ -20,6 +20,7 @@ pub use process::{Isolation, ProcessExecutor, ResourcesPerGpu, DEFAULT_INSTANCE_
 pub use sandbox::UID_RANGE as INSTANCE_UID_RANGE;
 pub use sim::SimExecutor;
 
+use crate::entry::{Entered, EntryError, EntryRequest};
 use crate::reconcile::Observed;
 use crate::AgentError;
 
@@ -108,5 +109,17 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
     async fn owner_of(&self, pid: u32) -> Option<String> {
         let _ = pid;
         None
+    }
+
+    /// Starts a session in the reservation's running instance (a shell, a command, an SFTP
+    /// server, a TCP connection): in its namespaces and cgroup, as its user, with its
+    /// environment. By default there is nothing to enter (the sim executor).
+    async fn enter(
+        &self,
+        reservation_id: &str,
+        request: EntryRequest,
+    ) -> Result<Entered, EntryError> {
+        let _ = (reservation_id, request);
+        Err(EntryError::NothingToEnter)
     }
 }

@@ -12,6 +12,7 @@ pub mod bench_failover;
 pub mod bench_running;
 pub mod bench_settle;
 pub mod client;
+pub mod instance_sftp;
 pub mod lock;
 pub mod private;
 pub mod report;

@@ -1,0 +1,200 @@
+//! Sessions in a Docker container: `docker exec` through the Engine API (so the container's
+//! namespaces, cgroup, user and capabilities apply), its output split into stdout and
+//! stderr through small pipes that hold the Engine back when the client reads slowly.
+
+use async_trait::async_trait;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use bollard::query_parameters::ResizeExecOptions;
+use bollard::Docker;
+use futures_util::StreamExt;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+use tokio::io::AsyncWriteExt;
+
+use super::{Entered, EntryControl, EntryError, ExitStatus, Pty};
+
+/// What each of stdout and stderr holds before the Engine's stream waits for the client.
+const PIPE_BYTES: usize = 64 * 1024;
+
+fn engine(action: &'static str, id: &str, e: impl std::fmt::Display) -> EntryError {
+    EntryError::Engine {
+        action,
+        reservation_id: id.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// Runs `cmd` in the container as `user` (the container's own where empty) with `env`
+/// added to the container's.
+pub async fn exec(
+    docker: &Docker,
+    reservation_id: &str,
+    container: &str,
+    cmd: Vec<String>,
+    user: &str,
+    env: Vec<String>,
+    pty: Option<&Pty>,
+) -> Result<Entered, EntryError> {
+    let id = reservation_id;
+    let config = ExecConfig {
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(pty.is_some()),
+        console_size: pty.map(|p| vec![usize::from(p.rows), usize::from(p.cols)]),
+        env: Some(env),
+        cmd: Some(cmd),
+        user: (!user.is_empty()).then(|| user.to_owned()),
+        privileged: Some(false),
+        ..Default::default()
+    };
+    let created = docker
+        .create_exec(container, config)
+        .await
+        .map_err(|e| engine("start a session", id, e))?;
+    let start = StartExecOptions {
+        detach: false,
+        tty: pty.is_some(),
+        output_capacity: None,
+    };
+    let StartExecResults::Attached { mut output, input } = docker
+        .start_exec(&created.id, Some(start))
+        .await
+        .map_err(|e| engine("start a session", id, e))?
+    else {
+        return Err(engine("start a session", id, "the exec started detached"));
+    };
+    let (mut out_w, out_r) = tokio::io::duplex(PIPE_BYTES);
+    let (mut err_w, err_r) = tokio::io::duplex(PIPE_BYTES);
+    let tty = pty.is_some();
+    let pump = tokio::spawn(async move {
+        while let Some(item) = output.next().await {
+            let Ok(item) = item else { break };
+            let (to_err, bytes) = match item {
+                bollard::container::LogOutput::StdErr { message } => (true, message),
+                bollard::container::LogOutput::StdOut { message }
+                | bollard::container::LogOutput::Console { message } => (false, message),
+                bollard::container::LogOutput::StdIn { .. } => continue,
+            };
+            let sink = if to_err && !tty {
+                &mut err_w
+            } else {
+                &mut out_w
+            };
+            if sink.write_all(&bytes).await.is_err() {
+                // The reader is gone: what remains is still drained, so the exec ends.
+                continue;
+            }
+        }
+        let _ = out_w.shutdown().await;
+        let _ = err_w.shutdown().await;
+    });
+    let pid = docker
+        .inspect_exec(&created.id)
+        .await
+        .ok()
+        .and_then(|i| i.pid)
+        .and_then(|p| i32::try_from(p).ok());
+    let control = ExecControl {
+        docker: docker.clone(),
+        reservation_id: id.to_owned(),
+        exec_id: created.id,
+        tty,
+        pid,
+        pump: Some(pump),
+        ended: false,
+    };
+    if let Some(p) = pty {
+        // Also after the start: an Engine that ignores `ConsoleSize` still gets the size.
+        let _ = control.resize(p.cols, p.rows).await;
+    }
+    Ok(Entered {
+        stdin: Box::new(input),
+        stdout: Box::new(out_r),
+        stderr: (!tty).then(|| Box::new(err_r) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        control: Box::new(control),
+    })
+}
+
+struct ExecControl {
+    docker: Docker,
+    reservation_id: String,
+    exec_id: String,
+    tty: bool,
+    /// The exec's process as the node sees it.
+    pid: Option<i32>,
+    pump: Option<tokio::task::JoinHandle<()>>,
+    ended: bool,
+}
+
+#[async_trait]
+impl EntryControl for ExecControl {
+    async fn resize(&self, cols: u16, rows: u16) -> Result<(), EntryError> {
+        if !self.tty {
+            return Ok(());
+        }
+        let size = ResizeExecOptions {
+            h: i32::from(rows),
+            w: i32::from(cols),
+        };
+        self.docker
+            .resize_exec(&self.exec_id, size)
+            .await
+            .map_err(|e| engine("resize the terminal", &self.reservation_id, e))
+    }
+
+    async fn signal(&self, name: &str) -> Result<(), EntryError> {
+        let signal = super::parse_signal(name)?;
+        let Some(pid) = self.pid.filter(|_| !self.ended) else {
+            return Ok(());
+        };
+        match kill(Pid::from_raw(pid), signal) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+            Err(e) => Err(EntryError::io(
+                "send a signal",
+                &self.reservation_id,
+                e.into(),
+            )),
+        }
+    }
+
+    /// The Engine reports an exit code only: a process killed by signal N ends with 128+N.
+    async fn wait(&mut self) -> Result<ExitStatus, EntryError> {
+        if let Some(pump) = self.pump.take() {
+            let _ = pump.await;
+        }
+        // The exec's output ended; the Engine records its code a moment later.
+        for _ in 0..500 {
+            let inspect = self
+                .docker
+                .inspect_exec(&self.exec_id)
+                .await
+                .map_err(|e| engine("wait for the session", &self.reservation_id, e))?;
+            if inspect.running != Some(true) {
+                if let Some(code) = inspect.exit_code {
+                    self.ended = true;
+                    return Ok(ExitStatus::Code(u32::try_from(code).unwrap_or(255)));
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        Err(engine(
+            "wait for the session",
+            &self.reservation_id,
+            "the Engine never reported how the exec ended",
+        ))
+    }
+}
+
+impl Drop for ExecControl {
+    /// A session given up (its channel closed) ends its process.
+    fn drop(&mut self) {
+        if let (false, Some(pid)) = (self.ended, self.pid) {
+            let _ = kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        if let Some(pump) = self.pump.take() {
+            pump.abort();
+        }
+    }
+}

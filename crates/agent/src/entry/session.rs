@@ -1,0 +1,257 @@
+//! A session as a process of the node, put into the instance by [`Confinement`]: the
+//! process executor's shells and commands, and the SFTP helper of both executors.
+#![allow(unsafe_code)]
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use async_trait::async_trait;
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+
+use super::confine::Confinement;
+use super::pty::{self, Master};
+use super::{session_env, Entered, EntryControl, EntryError, EntryKind, EntryRequest, ExitStatus};
+
+/// Where an instance runs on the node, as the process executor found it.
+#[derive(Debug, Clone)]
+pub struct LocalTarget {
+    pub reservation_id: String,
+    /// A process of the instance whose namespaces and root a session joins (None: the
+    /// node's, for an unisolated instance).
+    pub namespaces_of: Option<i32>,
+    /// The instance's `cgroup.procs` files.
+    pub procs: Vec<PathBuf>,
+    /// (uid, gid) of the instance; None: the agent's user.
+    pub user: Option<(u32, u32)>,
+    /// Its working directory and `HOME`, as the session sees it.
+    pub home: PathBuf,
+    /// Its environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// The login shell.
+    pub shell: String,
+}
+
+/// Starts the argv of a shell or exec request in the target.
+pub fn spawn(target: &LocalTarget, request: &EntryRequest) -> Result<Entered, EntryError> {
+    let id = &target.reservation_id;
+    let argv: Vec<String> = match &request.kind {
+        EntryKind::Shell => vec![target.shell.clone(), "-l".into()],
+        EntryKind::Exec { command } => vec![target.shell.clone(), "-c".into(), command.clone()],
+        EntryKind::Sftp | EntryKind::Tcp { .. } => {
+            return Err(EntryError::Unsupported {
+                what: "this kind of session",
+                reservation_id: id.clone(),
+                why: "only a shell or a command runs as a process session".into(),
+            })
+        }
+    };
+    let env = session_env(&target.env, request);
+    let fail = |action, e| EntryError::io(action, id, e);
+    let (pid_read, pid_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| fail("start a session", e.into()))?;
+    let master_slave = match &request.pty {
+        Some(p) => Some(pty::open(p).map_err(|e| fail("open a terminal", e))?),
+        None => None,
+    };
+    let confinement = Confinement::prepare(
+        target.namespaces_of,
+        &target.procs,
+        &target.home,
+        target.user,
+        master_slave.is_some(),
+        Some(pid_write),
+    )
+    .map_err(|e| fail("join the instance", e))?;
+    let forks = confinement.forks();
+    let mut command = tokio::process::Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .env_clear()
+        .envs(env)
+        .kill_on_drop(false);
+    let mut master = None;
+    match master_slave {
+        Some((m, slave)) => {
+            let clone = |fd: &OwnedFd| fd.try_clone().map_err(|e| fail("open a terminal", e));
+            command
+                .stdin(Stdio::from(clone(&slave)?))
+                .stdout(Stdio::from(clone(&slave)?))
+                .stderr(Stdio::from(slave));
+            master = Some(m);
+        }
+        None => {
+            command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+    }
+    // SAFETY: `apply` makes only async-signal-safe system calls on what `prepare` opened.
+    unsafe {
+        command.pre_exec(move || confinement.apply());
+    }
+    let mut child = command.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            EntryError::NoShell {
+                reservation_id: id.clone(),
+            }
+        } else {
+            fail("start a session", e)
+        }
+    })?;
+    drop(command);
+    let leader = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    // The intermediate wrote its child's pid before the exec happened, which `spawn`
+    // waited for.
+    let target_pid = if forks {
+        let mut bytes = [0u8; 4];
+        match nix::unistd::read(&pid_read, &mut bytes) {
+            Ok(4) => i32::from_ne_bytes(bytes),
+            _ => leader,
+        }
+    } else {
+        leader
+    };
+    drop(pid_read);
+    let (stdin, stdout, stderr): (
+        Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+        Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+        Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+    ) = match &master {
+        Some(m) => {
+            let dup = || {
+                m.try_clone()
+                    .and_then(Master::new)
+                    .map_err(|e| fail("open a terminal", e))
+            };
+            (Box::new(dup()?), Box::new(dup()?), None)
+        }
+        None => {
+            let taken = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+            let (Some(i), Some(o), Some(e)) = taken else {
+                return Err(fail("start a session", std::io::Error::other("no pipes")));
+            };
+            (Box::new(i), Box::new(o), Some(Box::new(e)))
+        }
+    };
+    Ok(Entered {
+        stdin,
+        stdout,
+        stderr,
+        control: Box::new(ProcessControl {
+            reservation_id: id.clone(),
+            child,
+            target: target_pid,
+            master,
+            ended: false,
+        }),
+    })
+}
+
+/// Runs the SFTP helper for the target: `HELPER instance-sftp`, which confines itself.
+pub fn spawn_sftp(
+    helper: &std::path::Path,
+    reservation_id: &str,
+    args: &[String],
+) -> Result<Entered, EntryError> {
+    let mut child = tokio::process::Command::new(helper)
+        .arg("instance-sftp")
+        .args(args)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| {
+            EntryError::io(
+                "start the SFTP server",
+                reservation_id,
+                std::io::Error::new(e.kind(), format!("{}: {e}", helper.display())),
+            )
+        })?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(EntryError::io(
+            "start the SFTP server",
+            reservation_id,
+            std::io::Error::other("no pipes"),
+        ));
+    };
+    let target = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    Ok(Entered {
+        stdin: Box::new(stdin),
+        stdout: Box::new(stdout),
+        stderr: None,
+        control: Box::new(ProcessControl {
+            reservation_id: reservation_id.to_owned(),
+            child,
+            target,
+            master: None,
+            ended: false,
+        }),
+    })
+}
+
+struct ProcessControl {
+    reservation_id: String,
+    /// The process the agent spawned: the session's, or the intermediate that waits for it.
+    child: tokio::process::Child,
+    /// The session's process (signals go to it).
+    target: i32,
+    master: Option<OwnedFd>,
+    ended: bool,
+}
+
+#[async_trait]
+impl EntryControl for ProcessControl {
+    async fn resize(&self, cols: u16, rows: u16) -> Result<(), EntryError> {
+        match &self.master {
+            Some(m) => pty::resize(m, cols, rows)
+                .map_err(|e| EntryError::io("resize the terminal", &self.reservation_id, e)),
+            None => Ok(()),
+        }
+    }
+
+    async fn signal(&self, name: &str) -> Result<(), EntryError> {
+        let signal = super::parse_signal(name)?;
+        if self.ended || self.target <= 0 {
+            return Ok(());
+        }
+        match kill(Pid::from_raw(self.target), signal) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+            Err(e) => Err(EntryError::io(
+                "send a signal",
+                &self.reservation_id,
+                e.into(),
+            )),
+        }
+    }
+
+    async fn wait(&mut self) -> Result<ExitStatus, EntryError> {
+        let status = self
+            .child
+            .wait()
+            .await
+            .map_err(|e| EntryError::io("wait for the session", &self.reservation_id, e))?;
+        self.ended = true;
+        Ok(status.into())
+    }
+}
+
+impl Drop for ProcessControl {
+    /// A session given up (its channel closed) ends: its process group is killed, and the
+    /// intermediate with it.
+    fn drop(&mut self) {
+        if self.ended || self.target <= 0 {
+            return;
+        }
+        let _ = killpg(Pid::from_raw(self.target), Signal::SIGKILL);
+        let _ = kill(Pid::from_raw(self.target), Signal::SIGKILL);
+        let _ = self.child.start_kill();
+        // Reaped in the background so it leaves no zombie.
+        let _ = self.child.try_wait();
+    }
+}
