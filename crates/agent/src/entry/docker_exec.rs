@@ -90,12 +90,7 @@ pub async fn exec(
         let _ = out_w.shutdown().await;
         let _ = err_w.shutdown().await;
     });
-    let pid = docker
-        .inspect_exec(&created.id)
-        .await
-        .ok()
-        .and_then(|i| i.pid)
-        .and_then(|p| i32::try_from(p).ok());
+    let pid = exec_pid(docker, &created.id).await;
     let control = ExecControl {
         docker: docker.clone(),
         reservation_id: id.to_owned(),
@@ -115,6 +110,17 @@ pub async fn exec(
         stderr: (!tty).then(|| Box::new(err_r) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
         control: Box::new(control),
     })
+}
+
+/// The exec's process as the node sees it, once it has started (the Engine says 0 before).
+async fn exec_pid(docker: &Docker, exec_id: &str) -> Option<i32> {
+    docker
+        .inspect_exec(exec_id)
+        .await
+        .ok()
+        .and_then(|i| i.pid)
+        .and_then(|p| i32::try_from(p).ok())
+        .filter(|&p| p > 0)
 }
 
 struct ExecControl {
@@ -146,8 +152,15 @@ impl EntryControl for ExecControl {
 
     async fn signal(&self, name: &str) -> Result<(), EntryError> {
         let signal = super::parse_signal(name)?;
-        let Some(pid) = self.pid.filter(|_| !self.ended) else {
+        if self.ended {
             return Ok(());
+        }
+        let pid = match self.pid {
+            Some(pid) => pid,
+            None => match exec_pid(&self.docker, &self.exec_id).await {
+                Some(pid) => pid,
+                None => return Ok(()),
+            },
         };
         match kill(Pid::from_raw(pid), signal) {
             Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),

@@ -245,7 +245,8 @@ impl Drop for ProcessControl {
     /// A session given up (its channel closed) ends: its process group is killed, and the
     /// intermediate with it.
     fn drop(&mut self) {
-        if self.ended || self.target <= 0 {
+        // An intermediate (or session process) that ended took the session's process along.
+        if self.ended || self.target <= 0 || matches!(self.child.try_wait(), Ok(Some(_))) {
             return;
         }
         let _ = killpg(Pid::from_raw(self.target), Signal::SIGKILL);
