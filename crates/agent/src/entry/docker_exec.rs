@@ -12,7 +12,7 @@ use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use tokio::io::AsyncWriteExt;
 
-use super::{Entered, EntryControl, EntryError, ExitStatus, Pty};
+use super::{Entered, EntryControl, EntryError, ExitStatus, Output, Pty};
 
 /// What each of stdout and stderr holds before the Engine's stream waits for the client.
 const PIPE_BYTES: usize = 64 * 1024;
@@ -107,7 +107,7 @@ pub async fn exec(
     Ok(Entered {
         stdin: Box::new(input),
         stdout: Box::new(out_r),
-        stderr: (!tty).then(|| Box::new(err_r) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        stderr: (!tty).then(|| Box::new(err_r) as Output),
         control: Box::new(control),
     })
 }

@@ -62,12 +62,17 @@ pub enum ExitStatus {
     },
 }
 
+/// What a session reads from the client.
+pub type Input = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+/// What a session writes for the client.
+pub type Output = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+
 /// A session in the instance: its streams and its control. Dropping it ends what runs.
 pub struct Entered {
-    pub stdin: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
-    pub stdout: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    pub stdin: Input,
+    pub stdout: Output,
     /// None with a PTY (stderr is the terminal), for Sftp and Tcp.
-    pub stderr: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+    pub stderr: Option<Output>,
     pub control: Box<dyn EntryControl>,
 }
 

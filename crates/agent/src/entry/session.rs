@@ -13,7 +13,10 @@ use nix::unistd::Pid;
 
 use super::confine::Confinement;
 use super::pty::{self, Master};
-use super::{session_env, Entered, EntryControl, EntryError, EntryKind, EntryRequest, ExitStatus};
+use super::{
+    session_env, Entered, EntryControl, EntryError, EntryKind, EntryRequest, ExitStatus, Input,
+    Output,
+};
 
 /// Where an instance runs on the node, as the process executor found it.
 #[derive(Debug, Clone)]
@@ -116,11 +119,7 @@ pub fn spawn(target: &LocalTarget, request: &EntryRequest) -> Result<Entered, En
         leader
     };
     drop(pid_read);
-    let (stdin, stdout, stderr): (
-        Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
-        Box<dyn tokio::io::AsyncRead + Send + Unpin>,
-        Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
-    ) = match &master {
+    let (stdin, stdout, stderr): (Input, Output, Option<Output>) = match &master {
         Some(m) => {
             let dup = || {
                 m.try_clone()

@@ -328,7 +328,7 @@ async fn pty_shell(e: &dyn Executor, id: &str, stty: &str, sleep: &str) {
 /// 1 MiB through `cat` and back, written while it is read (back-pressure both ways).
 async fn stdin_streamed(e: &dyn Executor, id: &str) {
     let data: Vec<u8> = (0..1u32 << 20)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .map(|i| i.wrapping_mul(2_654_435_761).to_be_bytes()[1])
         .collect();
     let want = Sha256::digest(&data);
     let mut s = enter(e, id, exec("cat")).await;
