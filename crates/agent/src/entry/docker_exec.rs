@@ -105,7 +105,7 @@ pub async fn exec(
         let _ = control.resize(p.cols, p.rows).await;
     }
     Ok(Entered {
-        stdin: Box::new(input),
+        stdin: super::CloseOnShutdown::boxed(input),
         stdout: Box::new(out_r),
         stderr: (!tty).then(|| Box::new(err_r) as Output),
         control: Box::new(control),

@@ -67,6 +67,50 @@ pub type Input = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
 /// What a session writes for the client.
 pub type Output = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
 
+/// A session's stdin whose shutdown closes it: a pipe has no half-close, so its reader sees
+/// EOF only once the write end is gone, which the holder of an `Input` may keep.
+pub(crate) struct CloseOnShutdown<W>(Option<W>);
+
+impl<W: tokio::io::AsyncWrite + Unpin + Send + 'static> CloseOnShutdown<W> {
+    pub(crate) fn boxed(inner: W) -> Input {
+        Box::new(CloseOnShutdown(Some(inner)))
+    }
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CloseOnShutdown<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match &mut self.0 {
+            Some(w) => std::pin::Pin::new(w).poll_write(cx, buf),
+            None => std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+        }
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match &mut self.0 {
+            Some(w) => std::pin::Pin::new(w).poll_flush(cx),
+            None => std::task::Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if let Some(w) = &mut self.0 {
+            std::task::ready!(std::pin::Pin::new(w).poll_shutdown(cx))?;
+        }
+        self.0 = None;
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
 /// A session in the instance: its streams and its control. Dropping it ends what runs.
 pub struct Entered {
     pub stdin: Input,

@@ -14,8 +14,8 @@ use nix::unistd::Pid;
 use super::confine::Confinement;
 use super::pty::{self, Master};
 use super::{
-    session_env, Entered, EntryControl, EntryError, EntryKind, EntryRequest, ExitStatus, Input,
-    Output,
+    session_env, CloseOnShutdown, Entered, EntryControl, EntryError, EntryKind, EntryRequest,
+    ExitStatus, Input, Output,
 };
 
 /// Where an instance runs on the node, as the process executor found it.
@@ -133,7 +133,7 @@ pub fn spawn(target: &LocalTarget, request: &EntryRequest) -> Result<Entered, En
             let (Some(i), Some(o), Some(e)) = taken else {
                 return Err(fail("start a session", std::io::Error::other("no pipes")));
             };
-            (Box::new(i), Box::new(o), Some(Box::new(e)))
+            (CloseOnShutdown::boxed(i), Box::new(o), Some(Box::new(e)))
         }
     };
     Ok(Entered {
@@ -181,7 +181,7 @@ pub fn spawn_sftp(
     };
     let target = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
     Ok(Entered {
-        stdin: Box::new(stdin),
+        stdin: CloseOnShutdown::boxed(stdin),
         stdout: Box::new(stdout),
         stderr: None,
         control: Box::new(ProcessControl {

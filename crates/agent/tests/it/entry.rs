@@ -333,16 +333,18 @@ async fn stdin_streamed(e: &dyn Executor, id: &str) {
     let want = Sha256::digest(&data);
     let mut s = enter(e, id, exec("cat")).await;
     let mut stdin = s.stdin;
+    // The relay keeps stdin after the client's EOF: its shutdown alone must end `cat`.
     let writer = tokio::spawn(async move {
         stdin.write_all(&data).await.unwrap();
         stdin.shutdown().await.unwrap();
+        stdin
     });
     let mut out = Vec::new();
     tokio::time::timeout(PATIENCE, s.stdout.read_to_end(&mut out))
         .await
         .expect("cat never ended")
         .unwrap();
-    writer.await.unwrap();
+    let _kept = writer.await.unwrap();
     assert_eq!(out.len(), 1 << 20);
     assert_eq!(Sha256::digest(&out), want, "what came back differs");
     assert_eq!(s.control.wait().await.unwrap(), ExitStatus::Code(0));
