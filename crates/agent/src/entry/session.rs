@@ -56,7 +56,15 @@ pub fn spawn(target: &LocalTarget, request: &EntryRequest) -> Result<Entered, En
     let (pid_read, pid_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| fail("start a session", e.into()))?;
     let master_slave = match &request.pty {
-        Some(p) => Some(pty::open(p).map_err(|e| fail("open a terminal", e))?),
+        Some(p) => {
+            let (master, slave) = pty::open(p).map_err(|e| fail("open a terminal", e))?;
+            // The terminal is the session user's, as sshd makes it (mesg, script, tty).
+            if let Some((uid, gid)) = target.user {
+                nix::unistd::fchown(&slave, Some(uid.into()), Some(gid.into()))
+                    .map_err(|e| fail("open a terminal", e.into()))?;
+            }
+            Some((master, slave))
+        }
         None => None,
     };
     let confinement = Confinement::prepare(
@@ -68,6 +76,15 @@ pub fn spawn(target: &LocalTarget, request: &EntryRequest) -> Result<Entered, En
         Some(pid_write),
     )
     .map_err(|e| fail("join the instance", e))?;
+    // The namespaces were opened by pid: were it reused by another process meanwhile, it
+    // would not run as the instance's uid.
+    if let (Some(pid), Some((uid, _))) = (target.namespaces_of, target.user) {
+        if process_uid(pid) != Some(uid) {
+            return Err(EntryError::NotRunning {
+                reservation_id: id.clone(),
+            });
+        }
+    }
     let forks = confinement.forks();
     let mut command = tokio::process::Command::new(&argv[0]);
     command
@@ -148,6 +165,18 @@ pub fn spawn(target: &LocalTarget, request: &EntryRequest) -> Result<Entered, En
             ended: false,
         }),
     })
+}
+
+/// The real uid of a process, from `/proc/PID/status`.
+fn process_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Runs the SFTP helper for the target: `HELPER instance-sftp`, which confines itself.

@@ -552,6 +552,19 @@ impl Executor for DockerExecutor {
             .ok_or_else(not_running)?;
         let config = inspect.config.unwrap_or_default();
         let user = config.user.unwrap_or_default();
+        if matches!(request.kind, EntryKind::Tcp { .. } | EntryKind::Sftp)
+            && !super::sandbox::running_as_root()
+        {
+            return Err(EntryError::Unsupported {
+                what: if request.kind == EntryKind::Sftp {
+                    "SFTP"
+                } else {
+                    "port forwarding"
+                },
+                reservation_id: id.to_owned(),
+                why: "the node's agent does not run as root, which joining a container's namespaces needs".into(),
+            });
+        }
         match &request.kind {
             EntryKind::Tcp { port } => tcp::connect(id, *port, Some(pid)).await,
             EntryKind::Sftp => {

@@ -232,6 +232,10 @@ impl ProcessExecutor {
 
     /// Where a running instance is, for a session: None when it is not running.
     fn entry_target(&self, id: &str) -> Option<LocalTarget> {
+        // A reservation id names a directory of ours: nothing else.
+        if id.is_empty() || id.starts_with('.') || id.contains(['/', '\0']) {
+            return None;
+        }
         let file: InstanceFile = std::fs::read(self.instance_dir(id).join("instance.json"))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())?;

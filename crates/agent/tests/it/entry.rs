@@ -272,8 +272,9 @@ fn running(cmdline: &str) -> bool {
         .any(|p| std::fs::read(p.path().join("cmdline")).is_ok_and(|c| c == want))
 }
 
-/// A login shell with a PTY: its size, a resize, ^C of a foreground `sleep`.
-async fn pty_shell(e: &dyn Executor, id: &str, stty: &str, sleep: &str) {
+/// A login shell with a PTY: its size, a resize, ^C of a foreground `sleep`; the terminal
+/// belongs to `owner` where given.
+async fn pty_shell(e: &dyn Executor, id: &str, stty: &str, sleep: &str, owner: Option<u32>) {
     let request = EntryRequest {
         kind: EntryKind::Shell,
         pty: Some(Pty {
@@ -292,6 +293,13 @@ async fn pty_shell(e: &dyn Executor, id: &str, stty: &str, sleep: &str) {
         .unwrap();
     read_until(&mut *s.stdout, &mut seen, "27 91").await;
     read_until(&mut *s.stdout, &mut seen, "term=xterm-256color").await;
+    if let Some(uid) = owner {
+        s.stdin
+            .write_all(b"stat -L -c owner=%u /proc/self/fd/0\n")
+            .await
+            .unwrap();
+        read_until(&mut *s.stdout, &mut seen, &format!("owner={uid}")).await;
+    }
     s.control.resize(120, 40).await.unwrap();
     s.stdin
         .write_all(format!("{stty} size\n").as_bytes())
@@ -418,7 +426,7 @@ async fn entry_process_exec_statuses_pty_and_stdin() {
         return;
     };
     let id = unique("enter-proc");
-    let (_uid, _guard) = start_process(&e, &id, "exec sleep 300").await;
+    let (uid, _guard) = start_process(&e, &id, "exec sleep 300").await;
     exit_statuses(
         &*e,
         &id,
@@ -428,7 +436,7 @@ async fn entry_process_exec_statuses_pty_and_stdin() {
         },
     )
     .await;
-    pty_shell(&*e, &id, "stty", "sleep 7301").await;
+    pty_shell(&*e, &id, "stty", "sleep 7301", Some(uid)).await;
     stdin_streamed(&*e, &id).await;
 }
 
@@ -515,7 +523,7 @@ async fn entry_docker_exec_statuses_pty_and_stdin() {
     let _guard = start_container(&e, &id, IMAGE, sh("sleep 300")).await;
     // The Engine reports 128 + N for a process killed by signal N.
     exit_statuses(&e, &id, ExitStatus::Code(143)).await;
-    pty_shell(&e, &id, "busybox stty", "sleep 7302").await;
+    pty_shell(&e, &id, "busybox stty", "sleep 7302", None).await;
     stdin_streamed(&e, &id).await;
 }
 
