@@ -112,15 +112,32 @@ pub async fn exec(
     })
 }
 
-/// The exec's process as the node sees it, once it has started (the Engine says 0 before).
+/// The exec's process as the node sees it, while it runs (the Engine says 0 until it has
+/// recorded it, which may be after the first output).
 async fn exec_pid(docker: &Docker, exec_id: &str) -> Option<i32> {
-    docker
-        .inspect_exec(exec_id)
-        .await
-        .ok()
-        .and_then(|i| i.pid)
+    let inspect = docker.inspect_exec(exec_id).await.ok()?;
+    if inspect.running != Some(true) {
+        return None;
+    }
+    inspect
+        .pid
         .and_then(|p| i32::try_from(p).ok())
         .filter(|&p| p > 0)
+}
+
+/// `exec_pid`, waited for up to 5 s while the exec runs.
+async fn running_pid(docker: &Docker, exec_id: &str) -> Option<i32> {
+    for _ in 0..250 {
+        if let Some(pid) = exec_pid(docker, exec_id).await {
+            return Some(pid);
+        }
+        match docker.inspect_exec(exec_id).await {
+            Ok(i) if i.exit_code.is_some() && i.running != Some(true) => return None,
+            Err(_) => return None,
+            Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+    None
 }
 
 struct ExecControl {
@@ -157,7 +174,8 @@ impl EntryControl for ExecControl {
         }
         let pid = match self.pid {
             Some(pid) => pid,
-            None => match exec_pid(&self.docker, &self.exec_id).await {
+            // Not recorded yet, or it ended already (then there is nothing to signal).
+            None => match running_pid(&self.docker, &self.exec_id).await {
                 Some(pid) => pid,
                 None => return Ok(()),
             },
@@ -203,11 +221,20 @@ impl EntryControl for ExecControl {
 impl Drop for ExecControl {
     /// A session given up (its channel closed) ends its process.
     fn drop(&mut self) {
-        if let (false, Some(pid)) = (self.ended, self.pid) {
-            let _ = kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        }
         if let Some(pump) = self.pump.take() {
             pump.abort();
+        }
+        if self.ended {
+            return;
+        }
+        let (docker, exec_id) = (self.docker.clone(), self.exec_id.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                // Only while the Engine says it runs: a pid of an ended exec may be reused.
+                if let Some(pid) = exec_pid(&docker, &exec_id).await {
+                    let _ = kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                }
+            });
         }
     }
 }
