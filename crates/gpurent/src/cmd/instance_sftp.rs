@@ -18,8 +18,11 @@ use russh_sftp::server::{Handler, StatusReply};
 
 use crate::cli::InstanceSftpArgs;
 
-/// The most a read answers with (OpenSSH asks for 32 KiB to 255 KiB).
-const MAX_READ: u32 = 256 * 1024;
+/// The largest packet a client may send (russh-sftp's limit).
+const MAX_PACKET: u32 = 256 * 1024;
+/// The most a read answers with and a write should carry: a packet less room for headers
+/// (OpenSSH asks for what `limits@openssh.com` says).
+const MAX_READ: u32 = 255 * 1024;
 /// Directory entries per READDIR answer.
 const DIR_BATCH: usize = 128;
 /// Open handles per session: a client that opens without closing is told no.
@@ -47,6 +50,7 @@ pub fn run(args: &InstanceSftpArgs) -> ExitCode {
         russh_sftp::server::run(
             stream,
             Sftp {
+                home: args.home.to_string_lossy().into_owned(),
                 handles: HashMap::new(),
                 next: 0,
                 _done: done,
@@ -85,6 +89,8 @@ enum Open {
 }
 
 struct Sftp {
+    /// Where `~` is.
+    home: String,
     handles: HashMap<String, Open>,
     next: u64,
     _done: tokio::sync::oneshot::Sender<()>,
@@ -254,6 +260,8 @@ impl Handler for Sftp {
             ("statvfs@openssh.com", "2"),
             ("hardlink@openssh.com", "1"),
             ("fsync@openssh.com", "1"),
+            ("limits@openssh.com", "1"),
+            ("expand-path@openssh.com", "1"),
         ] {
             version.extensions.insert(name.to_owned(), v.to_owned());
         }
@@ -491,6 +499,35 @@ impl Handler for Sftp {
                 let path = ssh_strings(&data, 1).ok_or_else(bad)?;
                 Self::statvfs(id, &path[0])
             }
+            "limits@openssh.com" => {
+                let limits = [
+                    u64::from(MAX_PACKET),
+                    u64::from(MAX_READ),
+                    u64::from(MAX_READ),
+                    MAX_HANDLES as u64,
+                ];
+                let data = limits.iter().flat_map(|f| f.to_be_bytes()).collect();
+                Ok(Packet::ExtendedReply(ExtendedReply { id, data }))
+            }
+            // scp and sftp send `~/x` paths through it.
+            "expand-path@openssh.com" => {
+                let path = ssh_strings(&data, 1).ok_or_else(bad)?.remove(0);
+                let expanded = match path.strip_prefix('~') {
+                    Some("") => self.home.clone(),
+                    Some(rest) if rest.starts_with('/') => format!("{}{rest}", self.home),
+                    Some(_) => {
+                        return Err(StatusCode::NoSuchFile
+                            .with_message("only your own home (~) is known in the instance"))
+                    }
+                    None => path,
+                };
+                let real =
+                    fs::canonicalize(&expanded).unwrap_or_else(|_| normalize(Path::new(&expanded)));
+                Ok(Packet::Name(Name {
+                    id,
+                    files: vec![File::dummy(real.to_string_lossy())],
+                }))
+            }
             "fsync@openssh.com" => {
                 let handle = ssh_strings(&data, 1).ok_or_else(bad)?;
                 self.file(&handle[0])?.sync_all().map_err(reply)?;
@@ -498,5 +535,36 @@ impl Handler for Sftp {
             }
             _ => Err(StatusCode::OpUnsupported.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extended_requests_read_ssh_strings() {
+        let data = [
+            &3u32.to_be_bytes()[..],
+            b"abc",
+            &0u32.to_be_bytes(),
+            b"rest",
+        ]
+        .concat();
+        assert_eq!(
+            ssh_strings(&data, 2),
+            Some(vec!["abc".to_owned(), String::new()])
+        );
+        assert_eq!(ssh_strings(&data[..5], 1), None, "a string cut short");
+        assert_eq!(ssh_strings(&[0, 0, 0, 9, b'x'], 1), None);
+    }
+
+    #[test]
+    fn paths_normalize_without_leaving_the_root() {
+        assert_eq!(
+            normalize(Path::new("/a/../../b/./c")),
+            PathBuf::from("/b/c")
+        );
+        assert_eq!(normalize(Path::new("/../..")), PathBuf::from("/"));
     }
 }
