@@ -37,8 +37,8 @@ pub struct Confinement {
     user: Option<(u32, u32)>,
     /// The session's stdin is a PTY's slave: make it the controlling terminal.
     controlling_tty: bool,
-    /// Where the intermediate process (which waits in the agent's PID namespace) writes the
-    /// pid of the session's process, 4 bytes in native order.
+    /// Where the first child writes the pid of the session's process (its sibling, the
+    /// agent's child) when it joins a PID namespace: 4 bytes in native order.
     pid_report: Option<OwnedFd>,
 }
 
@@ -95,18 +95,18 @@ impl Confinement {
         })
     }
 
-    /// Whether the session gets a PID namespace of the instance's (and so an intermediate
-    /// process: joining one only takes effect for children).
+    /// Whether the session joins the instance's PID namespace (and so is not the process
+    /// the agent spawned but one that process made).
     pub fn forks(&self) -> bool {
         self.namespaces
             .iter()
             .any(|(_, f)| *f == libc::CLONE_NEWPID)
     }
 
-    /// In the child between fork and exec: joins the cgroup and namespaces, forks once more
-    /// when a PID namespace was joined (the parent of that fork waits and ends as its child
-    /// ends, never returning), starts a session of its own, then confines itself to the
-    /// instance's root, working directory and user.
+    /// In the child between fork and exec: joins the cgroup and namespaces, makes the
+    /// session's process when a PID namespace was joined (and ends, never returning), which
+    /// starts a session of its own and confines itself to the instance's root, working
+    /// directory and user.
     pub fn apply(&self) -> io::Result<()> {
         for fd in &self.procs {
             // "0" moves the writing process.
@@ -115,8 +115,8 @@ impl Confinement {
                 return Err(io::Error::last_os_error());
             }
         }
-        // SAFETY: setsid has no memory effects; a fresh child is never a group leader.
-        // The intermediate leaves the agent's session, so its terminal's signals miss it.
+        // SAFETY: setsid has no memory effects; a fresh child is never a group leader. The
+        // session leaves the agent's, so the agent's terminal's signals miss it.
         unsafe { libc::setsid() };
         for (fd, flag) in &self.namespaces {
             // SAFETY: a system call on an open namespace descriptor.
@@ -125,15 +125,20 @@ impl Confinement {
             }
         }
         if self.forks() {
-            // SAFETY: fork in the single-threaded child of a fork: only async-signal-safe
-            // calls follow in both processes (`wait_for_child` never returns).
-            match unsafe { libc::fork() } {
+            // Joining a PID namespace takes effect for children only: the session's process
+            // is a child made here, with the agent as its parent (CLONE_PARENT), so that
+            // nothing stays behind to wait for it; this child reports its pid and ends.
+            let flags = (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong;
+            // SAFETY: a fork-like clone (no new stack: the child gets a copy of this one) of
+            // the single-threaded child of a fork; both sides make only async-signal-safe
+            // calls until exec or _exit.
+            match unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) } {
                 -1 => return Err(io::Error::last_os_error()),
                 0 => {
-                    // SAFETY: as above; the child of the intermediate leads no group.
+                    // SAFETY: as above; the new process leads no group.
                     unsafe { libc::setsid() };
                 }
-                child => wait_for_child(child, self.pid_report.as_ref()),
+                child => report_and_exit(child, self.pid_report.as_ref()),
             }
         }
         if self.controlling_tty {
@@ -163,46 +168,16 @@ impl Confinement {
     }
 }
 
-/// The intermediate process: reports its child's pid, closes every descriptor (the
-/// session's streams and the pipe the standard library waits on for the exec), waits for
-/// the child and ends as it ended (the same exit code, or killed by the same signal).
-fn wait_for_child(child: libc::pid_t, report: Option<&OwnedFd>) -> ! {
-    // SAFETY: only async-signal-safe system calls, on a stack buffer and integers.
+/// The first child, once the session's process exists: reports its pid and ends.
+fn report_and_exit(child: libc::c_long, report: Option<&OwnedFd>) -> ! {
+    let pid = libc::pid_t::try_from(child).unwrap_or(0);
+    // SAFETY: a write from a stack buffer and _exit, both async-signal-safe.
     unsafe {
         if let Some(fd) = report {
-            let bytes = child.to_ne_bytes();
+            let bytes = pid.to_ne_bytes();
             libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
         }
-        if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) != 0 {
-            for fd in 0..4096 {
-                libc::close(fd);
-            }
-        }
-        let mut status: libc::c_int = 0;
-        loop {
-            let r = libc::waitpid(child, &mut status, 0);
-            if r == child {
-                break;
-            }
-            if r == -1 && *libc::__errno_location() != libc::EINTR {
-                libc::_exit(255);
-            }
-        }
-        if libc::WIFEXITED(status) {
-            libc::_exit(libc::WEXITSTATUS(status));
-        }
-        if libc::WIFSIGNALED(status) {
-            let signal = libc::WTERMSIG(status);
-            // No core of the intermediate: the session's process dumped its own.
-            let limit = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &limit);
-            libc::signal(signal, libc::SIG_DFL);
-            libc::kill(libc::getpid(), signal);
-        }
-        libc::_exit(255)
+        libc::_exit(0)
     }
 }
 

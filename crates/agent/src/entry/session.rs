@@ -3,13 +3,15 @@
 #![allow(unsafe_code)]
 
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Stdio;
 
 use async_trait::async_trait;
 use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+use tokio::io::unix::AsyncFd;
 
 use super::confine::Confinement;
 use super::pty::{self, Master};
@@ -123,17 +125,25 @@ pub fn spawn(target: &LocalTarget, request: &EntryRequest) -> Result<Entered, En
         }
     })?;
     drop(command);
-    let leader = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
-    // The intermediate wrote its child's pid before the exec happened, which `spawn`
-    // waited for.
-    let target_pid = if forks {
+    // Joining a PID namespace, the spawned child made the session's process (the agent's
+    // child too) and wrote its pid before it ended, which `spawn` waited for.
+    let taken = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let process = if forks {
         let mut bytes = [0u8; 4];
-        match nix::unistd::read(&pid_read, &mut bytes) {
+        let pid = match nix::unistd::read(&pid_read, &mut bytes) {
             Ok(4) => i32::from_ne_bytes(bytes),
-            _ => leader,
-        }
+            _ => {
+                return Err(fail(
+                    "start a session",
+                    std::io::Error::other("the session's process did not report its pid"),
+                ))
+            }
+        };
+        // The spawned child is done; tokio reaps it.
+        drop(child);
+        Process::adopt(pid).map_err(|e| fail("start a session", e))?
     } else {
-        leader
+        Process::Spawned(child)
     };
     drop(pid_read);
     let (stdin, stdout, stderr): (Input, Output, Option<Output>) = match &master {
@@ -146,7 +156,6 @@ pub fn spawn(target: &LocalTarget, request: &EntryRequest) -> Result<Entered, En
             (Box::new(dup()?), Box::new(dup()?), None)
         }
         None => {
-            let taken = (child.stdin.take(), child.stdout.take(), child.stderr.take());
             let (Some(i), Some(o), Some(e)) = taken else {
                 return Err(fail("start a session", std::io::Error::other("no pipes")));
             };
@@ -159,8 +168,7 @@ pub fn spawn(target: &LocalTarget, request: &EntryRequest) -> Result<Entered, En
         stderr,
         control: Box::new(ProcessControl {
             reservation_id: id.clone(),
-            child,
-            target: target_pid,
+            process,
             master,
             ended: false,
         }),
@@ -208,28 +216,79 @@ pub fn spawn_sftp(
             std::io::Error::other("no pipes"),
         ));
     };
-    let target = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
     Ok(Entered {
         stdin: CloseOnShutdown::boxed(stdin),
         stdout: Box::new(stdout),
         stderr: None,
         control: Box::new(ProcessControl {
             reservation_id: reservation_id.to_owned(),
-            child,
-            target,
+            process: Process::Spawned(child),
             master: None,
             ended: false,
         }),
     })
 }
 
+/// A session's process: the one the agent spawned, or one that joined a PID namespace,
+/// which a child the agent spawned made (its parent is the agent all the same).
+enum Process {
+    Spawned(tokio::process::Child),
+    Adopted {
+        pid: i32,
+        /// Readable once it has ended (None where the kernel has no pidfd: a blocking wait).
+        pidfd: Option<AsyncFd<OwnedFd>>,
+    },
+}
+
+impl Process {
+    fn adopt(pid: i32) -> std::io::Result<Self> {
+        // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let pidfd = match i32::try_from(fd) {
+            Ok(fd) if fd >= 0 => {
+                // SAFETY: a descriptor the kernel just returned, owned by nothing else.
+                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+                // SAFETY: the OwnedFd stays open and the same while the AsyncFd owns it.
+                Some(unsafe { AsyncFd::register(owned) }.map_err(std::io::Error::from)?)
+            }
+            _ => None,
+        };
+        Ok(Process::Adopted { pid, pidfd })
+    }
+
+    fn pid(&self) -> i32 {
+        match self {
+            Process::Spawned(child) => child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0),
+            Process::Adopted { pid, .. } => *pid,
+        }
+    }
+}
+
+/// How an adopted process ended, once it has (it is the agent's child: reaped here).
+fn reap(pid: i32, block: bool) -> std::io::Result<Option<ExitStatus>> {
+    let flags = (!block).then_some(WaitPidFlag::WNOHANG);
+    loop {
+        return match waitpid(Pid::from_raw(pid), flags) {
+            Ok(WaitStatus::Exited(_, code)) => {
+                Ok(Some(ExitStatus::Code(u32::try_from(code).unwrap_or(255))))
+            }
+            Ok(WaitStatus::Signaled(_, signal, core_dumped)) => Ok(Some(ExitStatus::Signal {
+                name: super::signal_name(signal as i32),
+                core_dumped,
+            })),
+            Ok(WaitStatus::StillAlive) => Ok(None),
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => Err(e.into()),
+        };
+    }
+}
+
 struct ProcessControl {
     reservation_id: String,
-    /// The process the agent spawned: the session's, or the intermediate that waits for it.
-    child: tokio::process::Child,
-    /// The session's process (signals go to it).
-    target: i32,
+    process: Process,
     master: Option<OwnedFd>,
+    /// Reaped: its pid may belong to another process now.
     ended: bool,
 }
 
@@ -245,10 +304,12 @@ impl EntryControl for ProcessControl {
 
     async fn signal(&self, name: &str) -> Result<(), EntryError> {
         let signal = super::parse_signal(name)?;
-        if self.ended || self.target <= 0 {
+        let pid = self.process.pid();
+        if self.ended || pid <= 0 {
             return Ok(());
         }
-        match kill(Pid::from_raw(self.target), signal) {
+        // Unreaped, the pid is still the session's (a zombie at worst).
+        match kill(Pid::from_raw(pid), signal) {
             Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
             Err(e) => Err(EntryError::io(
                 "send a signal",
@@ -259,28 +320,54 @@ impl EntryControl for ProcessControl {
     }
 
     async fn wait(&mut self) -> Result<ExitStatus, EntryError> {
-        let status = self
-            .child
-            .wait()
-            .await
-            .map_err(|e| EntryError::io("wait for the session", &self.reservation_id, e))?;
+        let fail = |e| EntryError::io("wait for the session", &self.reservation_id, e);
+        let status = match &mut self.process {
+            Process::Spawned(child) => child.wait().await.map_err(fail)?.into(),
+            Process::Adopted {
+                pid,
+                pidfd: Some(fd),
+            } => loop {
+                let mut ready = fd.readable().await.map_err(fail)?;
+                match reap(*pid, false).map_err(fail)? {
+                    Some(status) => break status,
+                    None => ready.clear_ready(),
+                }
+            },
+            Process::Adopted { pid, pidfd: None } => {
+                let pid = *pid;
+                tokio::task::spawn_blocking(move || reap(pid, true))
+                    .await
+                    .map_err(|e| fail(std::io::Error::other(e)))?
+                    .map_err(fail)?
+                    .unwrap_or(ExitStatus::Code(255))
+            }
+        };
         self.ended = true;
-        Ok(status.into())
+        Ok(status)
     }
 }
 
 impl Drop for ProcessControl {
-    /// A session given up (its channel closed) ends: its process group is killed, and the
-    /// intermediate with it.
+    /// A session given up (its channel closed) ends: its process group is killed (and an
+    /// adopted process reaped, so it leaves no zombie).
     fn drop(&mut self) {
-        // An intermediate (or session process) that ended took the session's process along.
-        if self.ended || self.target <= 0 || matches!(self.child.try_wait(), Ok(Some(_))) {
+        let pid = self.process.pid();
+        if self.ended || pid <= 0 {
             return;
         }
-        let _ = killpg(Pid::from_raw(self.target), Signal::SIGKILL);
-        let _ = kill(Pid::from_raw(self.target), Signal::SIGKILL);
-        let _ = self.child.start_kill();
-        // Reaped in the background so it leaves no zombie.
-        let _ = self.child.try_wait();
+        match &mut self.process {
+            Process::Spawned(child) => {
+                if matches!(child.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+                let _ = child.start_kill();
+            }
+            Process::Adopted { .. } => {
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                std::thread::spawn(move || reap(pid, true));
+            }
+        }
     }
 }

@@ -259,8 +259,8 @@ async fn exit_statuses(e: &dyn Executor, id: &str, killed: ExitStatus) {
     assert_eq!(status, killed, "a command sent SIGTERM");
 }
 
-/// Whether a process with exactly this command line runs on the node.
-fn running(cmdline: &str) -> bool {
+/// The process with exactly this command line, if one runs on the node.
+fn pid_of(cmdline: &str) -> Option<u32> {
     let want: Vec<u8> = cmdline
         .split(' ')
         .flat_map(|w| w.bytes().chain([0]))
@@ -269,7 +269,13 @@ fn running(cmdline: &str) -> bool {
         .into_iter()
         .flatten()
         .flatten()
-        .any(|p| std::fs::read(p.path().join("cmdline")).is_ok_and(|c| c == want))
+        .filter(|p| std::fs::read(p.path().join("cmdline")).is_ok_and(|c| c == want))
+        .find_map(|p| p.file_name().to_str()?.parse().ok())
+}
+
+/// Whether a process with exactly this command line runs on the node.
+fn running(cmdline: &str) -> bool {
+    pid_of(cmdline).is_some()
 }
 
 /// A login shell with a PTY: its size, a resize, ^C of a foreground `sleep`; the terminal
@@ -495,6 +501,36 @@ async fn entry_process_session_has_the_instance_environment_user_and_cgroup() {
         seen < 10,
         "the session sees {seen} processes: not the instance's PID namespace"
     );
+    // Nothing waits in between: the session's process is the agent's child, and a session
+    // given up is killed and reaped.
+    let mut s = enter(&*e, &id, exec("echo started; exec sleep 7303")).await;
+    let mut seen = String::new();
+    read_until(&mut *s.stdout, &mut seen, "started").await;
+    let pid = pid_of("sleep 7303").expect("the session's sleep");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let ppid: u32 = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        ppid,
+        std::process::id(),
+        "the session's parent is the agent"
+    );
+    drop(s);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a dropped session's process stayed (or was never reaped)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]
