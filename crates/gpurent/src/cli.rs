@@ -80,6 +80,9 @@ pub struct ServerTlsArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serves SFTP for an instance on stdin/stdout (the agent runs it for SSH sessions).
+    #[command(name = "instance-sftp", hide = true)]
+    InstanceSftp(InstanceSftpArgs),
     /// Everything on one machine: control plane on SQLite plus a local node agent.
     Up(Box<UpArgs>),
     /// The control plane only.
@@ -969,4 +972,21 @@ pub struct ReserveArgs {
     /// The command to run, after `--`.
     #[arg(last = true)]
     pub command: Vec<String>,
+}
+
+/// `gpurent instance-sftp`: where the SFTP helper serves an instance.
+#[derive(Debug, clap::Args)]
+pub struct InstanceSftpArgs {
+    /// A process of the instance whose mount namespace and root to enter (none: the node's).
+    #[arg(long)]
+    pub pid: Option<i32>,
+    /// The uid to become (none: stay as started).
+    #[arg(long)]
+    pub uid: Option<u32>,
+    /// The gid to become (default: the uid).
+    #[arg(long)]
+    pub gid: Option<u32>,
+    /// Where relative paths start (`/` where it does not exist).
+    #[arg(long, default_value = "/")]
+    pub home: PathBuf,
 }

@@ -44,6 +44,11 @@ fn main() -> ExitCode {
             e.exit();
         }
     };
+    // Before the runtime: the helper enters a mount namespace, which needs a process of
+    // one thread.
+    if let Command::InstanceSftp(args) = &cli.command {
+        return cmd::instance_sftp::run(args);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -57,6 +62,8 @@ fn main() -> ExitCode {
     let json = cli.json;
     let tls = cli.client_tls();
     match cli.command {
+        // Served above, before the runtime started.
+        Command::InstanceSftp(_) => ExitCode::FAILURE,
         Command::Up(args) => {
             init_logging();
             report_daemon(runtime.block_on(cmd::up::run(*args, tls)))

@@ -449,7 +449,8 @@ pub async fn run(
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());
         }
-        Command::Up(_)
+        Command::InstanceSftp(_)
+        | Command::Up(_)
         | Command::Server(_)
         | Command::Agent(_)
         | Command::Bench(_)

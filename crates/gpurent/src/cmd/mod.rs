@@ -13,6 +13,7 @@ pub mod bench_running;
 pub mod bench_settle;
 pub mod bench_ssh;
 pub mod client;
+pub mod instance_sftp;
 pub mod lock;
 pub mod private;
 pub mod report;
