@@ -24,6 +24,8 @@ pub struct AppState {
     pub audit: Option<crate::audit::AuditTrail>,
     /// The token buckets of this process.
     pub rate_limits: Arc<crate::rate_limit::RateLimiters>,
+    /// This process's SSH endpoint, once it listens (never, without `--ssh-listen`).
+    pub ssh_endpoint: Arc<std::sync::OnceLock<crate::ssh::SshEndpoint>>,
 }
 
 impl AppState {
@@ -41,6 +43,7 @@ impl AppState {
             clock,
             config: Arc::new(config),
             wake: Arc::new(NodeWakers::default()),
+            ssh_endpoint: Arc::default(),
         }
     }
 

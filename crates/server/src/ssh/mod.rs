@@ -2,6 +2,7 @@
 //! reservation id with one of its owner's keys. Channels are not relayed to agents yet.
 
 mod auth;
+mod endpoint;
 mod handler;
 mod host_key;
 
@@ -19,6 +20,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use auth::Decision;
+pub use endpoint::{host_of, valid_host, Advertise, SshEndpoint, SshEndpointInfo};
 pub use handler::NOT_AVAILABLE;
 pub use host_key::{HostKeyError, HOST_KEY_FILE};
 
@@ -124,6 +126,15 @@ impl SshServer {
             stop,
             task,
         })
+    }
+
+    /// What the API tells clients about this endpoint (`AppState::ssh_endpoint`).
+    pub fn endpoint(&self, advertise: Option<Advertise>) -> SshEndpoint {
+        SshEndpoint {
+            addr: self.addr,
+            host_key: self.host_key.clone(),
+            advertise,
+        }
     }
 
     /// Stops accepting connections; open ones are dropped with the runtime.
