@@ -308,7 +308,10 @@ pub async fn run(
             if json {
                 return print_json(&r);
             }
-            print_table(&RESERVATION_HEADER, &reservation_rows(std::slice::from_ref(&r)));
+            print_table(
+                &RESERVATION_HEADER,
+                &reservation_rows(std::slice::from_ref(&r)),
+            );
             if let Some(ssh) = &r.ssh {
                 print_line(&format!("connect: {}", ssh.command));
             }

@@ -67,6 +67,11 @@ pub enum SshClientError {
     },
     #[error("the SSH endpoint closed the connection: {0}")]
     Disconnected(String),
+    #[error(
+        "the instance of reservation {user} did not start SFTP ({cause}): is it running, on an \
+         executor that can be entered (not sim)?"
+    )]
+    NoSftp { user: String, cause: String },
     #[error("SSH: {0}")]
     Protocol(#[from] russh::Error),
     #[error("SFTP: {0}")]
@@ -407,12 +412,12 @@ impl Connection {
             .request_subsystem(true, "sftp")
             .await
             .map_err(|e| self.closed(e))?;
-        SftpSession::new(channel.into_stream()).await.map_err(|e| {
-            SshClientError::Disconnected(format!(
-                "{} did not start SFTP ({e}); is the reservation running?",
-                self.target.user
-            ))
-        })
+        SftpSession::new(channel.into_stream())
+            .await
+            .map_err(|e| SshClientError::NoSftp {
+                user: self.target.user.clone(),
+                cause: e.to_string(),
+            })
     }
 
     /// A channel to `port` on 127.0.0.1 inside the instance, for a client at `from`.
