@@ -988,6 +988,11 @@ pub struct SshConfigArgs {
     /// An `IdentityFile` line in each block (and `IdentitiesOnly yes`).
     #[arg(short = 'i', long = "identity", value_name = "FILE")]
     pub identity: Option<PathBuf>,
+    /// Write the blocks to the CLI's own ssh_config (~/.config/gpurent/ssh_config, replaced
+    /// each time) instead of printing them, and put an `Include` of it at the top of
+    /// ~/.ssh/config if it is not there yet (the rest of that file is kept as it is).
+    #[arg(long)]
+    pub write: bool,
 }
 
 /// How gpurent's own SSH client logs in, and (hidden, for tests and for any OpenSSH server)

@@ -87,6 +87,9 @@ pub async fn start_ssh(
     server: &RunningServer,
 ) -> anyhow::Result<Option<SshServer>> {
     let Some(addr) = listen.0 else {
+        if advertise.is_some() {
+            anyhow::bail!("--ssh-advertise needs an SSH endpoint: give --ssh-listen HOST:PORT too");
+        }
         return Ok(None);
     };
     let started = SshServer::start(

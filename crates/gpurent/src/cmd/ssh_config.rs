@@ -3,7 +3,7 @@
 //! and for `gpurent ssh`.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use gpurent_server::ssh::SshEndpointInfo;
@@ -12,7 +12,7 @@ use gpurent_types::ReservationStatus;
 
 use crate::api_client::{ApiClient, CliError};
 use crate::cli::SshConfigArgs;
-use crate::output::{print_json, print_raw};
+use crate::output::{escape_control, print_json, print_raw};
 
 /// A host key pinned in a known_hosts file under a name of its own (`HostKeyAlias`), so that
 /// it holds whatever name or address the endpoint is reached by.
@@ -57,17 +57,62 @@ pub fn alias(info: &SshEndpointInfo) -> String {
     format!("gpurent-endpoint.{host}.{}", info.port)
 }
 
-/// Writes (or updates) the known_hosts file with the endpoint's host key under its alias,
-/// leaving the other lines as they were. Owner-only, replaced in one rename.
-pub fn pin_host_key(info: &SshEndpointInfo) -> Result<Pin, CliError> {
-    let failed = |what: &str, path: &Path, e: &dyn std::fmt::Display| {
-        CliError::new(
-            "local_file",
-            format!("cannot {what} {}: {e}", path.display()),
-        )
-    };
+fn file_error(what: &str, path: &Path, e: &dyn std::fmt::Display) -> CliError {
+    CliError::new(
+        "local_file",
+        format!("cannot {what} {}: {e}", path.display()),
+    )
+}
+
+/// Replaces `path` with `text` in one rename, so that a reader sees the old file or the new
+/// one; the new file has `mode`.
+fn replace_file(path: &Path, text: &str, mode: u32) -> Result<(), CliError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .and_then(|mut file| {
+            file.write_all(text.as_bytes())?;
+            file.sync_all()
+        });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(file_error("write", &tmp, &e));
+    }
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        file_error("write", path, &e)
+    })
+}
+
+/// A file's text, "" when it is not there.
+fn read_or_empty(path: &Path) -> Result<String, CliError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(file_error("read", path, &e)),
+    }
+}
+
+/// The CLI's config dir, made owner-only.
+fn private_config_dir() -> Result<PathBuf, CliError> {
     let dir = config_dir()?;
-    super::private::private_dir(&dir).map_err(|e| failed("create", &dir, &format!("{e:#}")))?;
+    super::private::private_dir(&dir).map_err(|e| file_error("create", &dir, &format!("{e:#}")))?;
+    Ok(dir)
+}
+
+/// Writes (or updates) the known_hosts file with the endpoint's host key under its alias,
+/// leaving the other lines as they were. Owner-only.
+pub fn pin_host_key(info: &SshEndpointInfo) -> Result<Pin, CliError> {
+    let dir = private_config_dir()?;
     let known_hosts = dir.join("known_hosts");
     let alias = alias(info);
     let key: Vec<&str> = info.host_key.split_whitespace().take(2).collect();
@@ -81,32 +126,50 @@ pub fn pin_host_key(info: &SshEndpointInfo) -> Result<Pin, CliError> {
         ));
     }
     let line = format!("{alias} {}", key.join(" "));
-    let old = match std::fs::read_to_string(&known_hosts) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(failed("read", &known_hosts, &e)),
-    };
+    let old = read_or_empty(&known_hosts)?;
     let prefix = format!("{alias} ");
     let mut lines: Vec<&str> = old.lines().filter(|l| !l.starts_with(&prefix)).collect();
-    let unchanged = old.lines().any(|l| l == line);
-    lines.push(&line);
-    if !unchanged || old.lines().filter(|l| l.starts_with(&prefix)).count() != 1 {
-        let tmp = dir.join(format!("known_hosts.{}.tmp", std::process::id()));
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| failed("write", &tmp, &e))?;
+    let pinned: Vec<&str> = old.lines().filter(|l| l.starts_with(&prefix)).collect();
+    if pinned != [line.as_str()] {
+        lines.push(&line);
         let mut text = lines.join("\n");
         text.push('\n');
-        file.write_all(text.as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(|e| failed("write", &tmp, &e))?;
-        std::fs::rename(&tmp, &known_hosts).map_err(|e| failed("write", &known_hosts, &e))?;
+        replace_file(&known_hosts, &text, 0o600)?;
     }
     Ok(Pin { known_hosts, alias })
+}
+
+/// `--write`: the blocks into the CLI's own ssh_config, and an `Include` of it at the top of
+/// ~/.ssh/config (where it applies to every host) unless one is there. Returns (the file,
+/// whether the Include was added).
+fn write_config(blocks: &str) -> Result<(PathBuf, Option<PathBuf>), CliError> {
+    let file = private_config_dir()?.join("ssh_config");
+    replace_file(&file, blocks, 0o600)?;
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .ok_or_else(|| CliError::new("no_config_dir", "HOME is not set: no ~/.ssh/config"))?;
+    let ssh_dir = home.join(".ssh");
+    // Made 0700 when missing; an existing one's mode is its owner's business.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&ssh_dir)
+        .map_err(|e| file_error("create", &ssh_dir, &e))?;
+    // A ~/.ssh/config that is a link (a dotfiles checkout) is edited where it points.
+    let user_config = ssh_dir.join("config");
+    let user_config = std::fs::canonicalize(&user_config).unwrap_or(user_config);
+    let old = read_or_empty(&user_config)?;
+    let include = format!("Include {}", quoted(&file));
+    if old.lines().any(|l| l.trim() == include) {
+        return Ok((file, None));
+    }
+    let mode = std::fs::metadata(&user_config)
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
+        .unwrap_or(0o600);
+    let text = format!("# Added by gpurent ssh-config --write\n{include}\n\n{old}");
+    replace_file(&user_config, &text, mode)?;
+    Ok((file, Some(user_config)))
 }
 
 /// A value for ssh_config, quoted where it has a space.
@@ -196,6 +259,26 @@ pub async fn run(api: &ApiClient, args: SshConfigArgs, json: bool) -> Result<(),
     }
     let pin = pin_host_key(&info)?;
     let reservations: Vec<&Reservation> = reservations.iter().filter(|r| plain(&r.id)).collect();
+    let blocks: Vec<String> = reservations
+        .iter()
+        .map(|r| host_block(r, &info, &pin, args.identity.as_deref()))
+        .collect();
+    let blocks = blocks.join("\n");
+    if args.write {
+        let (file, included) = write_config(&blocks)?;
+        eprintln!(
+            "wrote {} Host block(s) to {}",
+            reservations.len(),
+            escape_control(&file.display().to_string())
+        );
+        if let Some(user_config) = included {
+            eprintln!(
+                "added `Include {}` at the top of {}",
+                escape_control(&file.display().to_string()),
+                escape_control(&user_config.display().to_string())
+            );
+        }
+    }
     if json {
         let entries: Vec<HostEntry<'_>> = reservations
             .iter()
@@ -213,10 +296,8 @@ pub async fn run(api: &ApiClient, args: SshConfigArgs, json: bool) -> Result<(),
     if reservations.is_empty() {
         eprintln!("no running reservation: nothing to connect to");
     }
-    let blocks: Vec<String> = reservations
-        .iter()
-        .map(|r| host_block(r, &info, &pin, args.identity.as_deref()))
-        .collect();
-    print_raw(&blocks.join("\n"));
+    if !args.write {
+        print_raw(&blocks);
+    }
     Ok(())
 }

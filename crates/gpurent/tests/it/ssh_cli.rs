@@ -219,6 +219,38 @@ fn ssh_config_pins_the_endpoint_key_for_real_ssh_and_get_shows_how_to_connect() 
     assert!(!err.contains("Permission denied"), "{err}");
     assert!(err.contains(NOT_AVAILABLE), "{code:?} {err}");
 
+    // --write: into gpurent's own file, included from ~/.ssh/config (kept as it was).
+    let ssh_dir = home.home.join(".ssh");
+    std::fs::create_dir_all(&ssh_dir).unwrap();
+    let user_config = ssh_dir.join("config");
+    std::fs::write(&user_config, "Host other\n  User someone\n").unwrap();
+    let write = [&args[..], &["--write"]].concat();
+    for _ in 0..2 {
+        let written = home.gpurent(&[], &write);
+        assert_eq!(written.code, 0, "{written:?}");
+        assert_eq!(written.stdout, "", "{written:?}");
+        assert!(written.stderr.contains("wrote 1 Host block"), "{written:?}");
+    }
+    let included = std::fs::read_to_string(&user_config).unwrap();
+    let gpurent_config = home.config.join("gpurent/ssh_config");
+    let include = format!("Include {}\n", gpurent_config.display());
+    assert!(
+        included.starts_with(&format!("# Added by gpurent ssh-config --write\n{include}")),
+        "{included}"
+    );
+    assert_eq!(included.matches("Include ").count(), 1, "{included}");
+    assert!(
+        included.ends_with("Host other\n  User someone\n"),
+        "{included}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&gpurent_config).unwrap(),
+        config.stdout
+    );
+    assert_eq!(mode(&gpurent_config), 0o600);
+    let (_, err) = ssh_with_config(&home, &user_config, &format!("gpurent-{id}"));
+    assert!(err.contains(NOT_AVAILABLE), "{err}");
+
     // Running it again keeps one line for the endpoint.
     let again = home.gpurent(&[], &args);
     assert_eq!(again.stdout, config.stdout);
@@ -376,6 +408,26 @@ fn without_an_endpoint_ssh_says_so_and_an_advertised_host_is_what_clients_get() 
             .stdout
             .contains("  HostName gpu.example.com\n  Port 2200\n"),
         "{config:?}"
+    );
+    // Without an endpoint there is nothing to advertise: said at start.
+    let alone = run_bounded({
+        let mut server = Command::new(crate::support::BIN);
+        server
+            .args([
+                "server",
+                "--listen",
+                "127.0.0.1:0",
+                "--ssh-advertise",
+                "gpu.example.com",
+            ])
+            .arg("--data-dir")
+            .arg(dir.path().join("alone"));
+        server
+    });
+    assert!(!alone.status.success());
+    assert!(
+        String::from_utf8_lossy(&alone.stderr).contains("--ssh-advertise needs an SSH endpoint"),
+        "{alone:?}"
     );
     // A bad value is refused at start, with what is wrong.
     let bad = Command::new(crate::support::BIN)

@@ -57,6 +57,33 @@ fn cp_copies_files_and_trees_both_ways_with_their_modes() {
     assert_eq!(sha256(&back), sha256(&local));
     assert_eq!(mode(&back), 0o640);
 
+    // On a terminal, a big file shows its progress: bytes and rate.
+    let big = dir.path().join("big.bin");
+    random_file(&big, 5 * 1024 * 1024, 4);
+    let mut line: Vec<String> = vec![crate::support::BIN.into(), "cp".into()];
+    line.extend(sshd.direct());
+    line.extend([
+        "-i".into(),
+        key.display().to_string(),
+        big.display().to_string(),
+    ]);
+    line.push(format!("{}:{}/big.bin", sshd.user, remote.display()));
+    // `script` gives the command a terminal; the environment is the one `home` sets.
+    let mut on_tty = Command::new("script");
+    on_tty.args(["-q", "-e", "-c", &line.join(" "), "/dev/null"]);
+    for (k, v) in home.command(&[], &[]).get_envs() {
+        match v {
+            Some(v) => on_tty.env(k, v),
+            None => on_tty.env_remove(k),
+        };
+    }
+    let shown = crate::ssh_support::run_bounded(on_tty);
+    let screen = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "{shown:?}");
+    assert!(screen.contains("5.0 / 5.0 MiB"), "{screen:?}");
+    assert!(screen.contains("MiB/s"), "{screen:?}");
+    assert_eq!(sha256(&remote.join("big.bin")), sha256(&big));
+
     // Into an existing directory: under the source's name.
     let into = format!("{}:{}", sshd.user, remote.display());
     let up = cp(&home, &sshd, Some(&key), &[local.to_str().unwrap(), &into]);
