@@ -144,8 +144,9 @@ pub enum Command {
     Ssh(SshArgs),
     /// Print OpenSSH `Host` blocks (`gpurent-ID`) for your running reservations, or one, for
     /// ~/.ssh/config or VS Code Remote-SSH, with the host key pinned in a known_hosts file it
-    /// writes. Use: `gpurent ssh-config > ~/.ssh/gpurent.conf` and `Include gpurent.conf`
-    /// at the top of ~/.ssh/config, then `ssh gpurent-ID`.
+    /// writes. Use: `gpurent ssh-config --write`, then `ssh gpurent-ID` (or by hand:
+    /// `gpurent ssh-config > ~/.ssh/gpurent.conf` and `Include gpurent.conf` at the top of
+    /// ~/.ssh/config).
     SshConfig(SshConfigArgs),
     /// Copy a file (or with -r a directory) into or out of a running reservation:
     /// `gpurent cp FILE ID:PATH` or `gpurent cp ID:PATH FILE`. No ssh binary needed.
