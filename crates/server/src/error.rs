@@ -33,6 +33,8 @@ pub enum ApiError {
     RateLimited { retry_after: std::time::Duration },
     #[error("{0}")]
     Internal(String),
+    #[error("this control plane has no SSH endpoint (start it with --ssh-listen HOST:PORT)")]
+    NoSshEndpoint,
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -56,6 +58,7 @@ impl ApiError {
             ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::NoSshEndpoint => (StatusCode::NOT_FOUND, "no_ssh_endpoint"),
             ApiError::Idempotency(_) | ApiError::Internal(_) | ApiError::Secrets(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }

@@ -60,6 +60,7 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/api/v1/reservations/{id}", ANY),
     ("POST", "/api/v1/reservations/{id}/stop", ANY),
     ("GET", "/api/v1/reservations/{id}/logs", ANY),
+    ("GET", "/api/v1/ssh", ANY),
     ("POST", "/api/v1/nodes/join-token", ADMIN_HOST),
     ("GET", "/api/v1/nodes", ADMIN_HOST),
     ("POST", "/api/v1/nodes/{node}/cordon", ADMIN),

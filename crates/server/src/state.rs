@@ -26,6 +26,8 @@ pub struct AppState {
     pub rate_limits: Arc<crate::rate_limit::RateLimiters>,
     /// The tunnels agents hold open to this replica.
     pub tunnels: Arc<crate::tunnel::Tunnels>,
+    /// This process's SSH endpoint, once it listens (never, without `--ssh-listen`).
+    pub ssh_endpoint: Arc<std::sync::OnceLock<crate::ssh::SshEndpoint>>,
 }
 
 impl AppState {
@@ -50,6 +52,7 @@ impl AppState {
             config: Arc::new(config),
             wake: Arc::new(NodeWakers::default()),
             tunnels,
+            ssh_endpoint: Arc::default(),
         }
     }
 

@@ -236,6 +236,21 @@ pub struct Reservation {
     /// The names of its secret environment variables (their values are never shown).
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// How to get into it over SSH: only while it runs and the control plane has an SSH
+    /// endpoint (`--ssh-listen`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<ReservationSsh>,
+}
+
+/// The SSH connection details of a running reservation.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct ReservationSsh {
+    /// The SSH user: the reservation's id.
+    pub user: String,
+    pub host: String,
+    pub port: u16,
+    /// `ssh -p PORT USER@HOST`, for a terminal.
+    pub command: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -91,9 +91,11 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
         .stdout(Stdio::null());
     let agent = Killed(agent_cmd.spawn().context("start the agent")?);
     let agent_pid = agent.0.id();
-    wait_for(Duration::from_secs(60), "the agent to connect its tunnel", || {
-        server.state.tunnels.is_connected("bench-node")
-    })
+    wait_for(
+        Duration::from_secs(60),
+        "the agent to connect its tunnel",
+        || server.state.tunnels.is_connected("bench-node"),
+    )
     .await?;
 
     let key = dir.join("id_ed25519");
@@ -110,7 +112,11 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
         .json(&json!({"public_key": public}))
         .send()
         .await?;
-    anyhow::ensure!(added.status().is_success(), "adding the key: {}", added.status());
+    anyhow::ensure!(
+        added.status().is_success(),
+        "adding the key: {}",
+        added.status()
+    );
     let mut ids = Vec::new();
     for _ in 0..reservations {
         let mut body = json!({"gpu_type": "rtx4090", "hours": 1, "command": ["sleep", "3600"]});
@@ -125,7 +131,10 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
             .await?
             .json()
             .await?;
-        let id = r["id"].as_str().with_context(|| format!("reserve: {r}"))?.to_owned();
+        let id = r["id"]
+            .as_str()
+            .with_context(|| format!("reserve: {r}"))?
+            .to_owned();
         ids.push(id);
     }
     for id in &ids {
@@ -166,8 +175,14 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
     eprintln!("bench: scp of {} MiB", args.copy_mib);
     let file = dir.join("copy.bin");
     write_file(&file, args.copy_mib)?;
-    let through = client.scp(&file, &format!("{}@127.0.0.1:/tmp/copy.bin", ids[0]), client.port)?;
-    let _ = client.command(&ids[0], &["rm", "-f", "/tmp/copy.bin"]).output();
+    let through = client.scp(
+        &file,
+        &format!("{}@127.0.0.1:/tmp/copy.bin", ids[0]),
+        client.port,
+    )?;
+    let _ = client
+        .command(&ids[0], &["rm", "-f", "/tmp/copy.bin"])
+        .output();
     let direct = match DirectSshd::start(&dir, &public) {
         Ok(sshd) => {
             let direct = Ssh {
@@ -176,7 +191,11 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
                 known_hosts: dir.join("known_hosts_direct"),
             };
             let target = dir.join("copied-direct.bin");
-            let secs = direct.scp(&file, &format!("root@127.0.0.1:{}", target.display()), sshd.port)?;
+            let secs = direct.scp(
+                &file,
+                &format!("root@127.0.0.1:{}", target.display()),
+                sshd.port,
+            )?;
             let _ = std::fs::remove_file(&target);
             Some(secs)
         }
@@ -194,14 +213,25 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
     for i in 0..args.sessions {
         let id = &ids[(i / SESSIONS_PER_RESERVATION) as usize];
         let mut cmd = client.command(id, &[]);
-        cmd.arg("-tt").stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.arg("-tt")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         idle.push(Killed(cmd.spawn()?));
     }
     let metrics = server.state.metrics.clone();
     let want = u64::from(args.sessions);
-    wait_for(Duration::from_secs(120), "the idle sessions to open", || {
-        metrics.ssh.sessions.load(std::sync::atomic::Ordering::Relaxed) >= want
-    })
+    wait_for(
+        Duration::from_secs(120),
+        "the idle sessions to open",
+        || {
+            metrics
+                .ssh
+                .sessions
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= want
+        },
+    )
     .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = (rss_mib(std::process::id()), rss_mib(agent_pid));
@@ -248,7 +278,9 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
             format!("{:.1}", result.connect_p50_ms),
             format!("{:.1}", result.connect_p99_ms),
             format!("{:.1}", result.scp_gpurent_mib_s),
-            result.scp_direct_mib_s.map_or_else(na, |r| format!("{r:.1}")),
+            result
+                .scp_direct_mib_s
+                .map_or_else(na, |r| format!("{r:.1}")),
             result.scp_ratio.map_or_else(na, |r| format!("{r:.2}")),
             format!("{:.1}", result.control_plane_kib_per_session),
             format!("{:.1}", result.agent_kib_per_session),
@@ -268,7 +300,14 @@ impl Ssh {
     fn options(&self, cmd: &mut Command) {
         cmd.arg("-i")
             .arg(&self.key)
-            .args(["-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"])
+            .args([
+                "-F",
+                "/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "IdentitiesOnly=yes",
+            ])
             .args(["-o", "StrictHostKeyChecking=no", "-o", "LogLevel=ERROR"])
             .arg("-o")
             .arg(format!("UserKnownHostsFile={}", self.known_hosts.display()));
@@ -297,7 +336,10 @@ impl Ssh {
         let n = stdout.read(&mut byte)?;
         let elapsed = started.elapsed();
         let status = child.wait()?;
-        anyhow::ensure!(n == 1 && status.success(), "ssh {user} echo ok failed: {status}");
+        anyhow::ensure!(
+            n == 1 && status.success(),
+            "ssh {user} echo ok failed: {status}"
+        );
         Ok(elapsed)
     }
 
@@ -305,7 +347,9 @@ impl Ssh {
     fn scp(&self, file: &Path, target: &str, port: u16) -> anyhow::Result<f64> {
         let mut cmd = Command::new("scp");
         self.options(&mut cmd);
-        cmd.args(["-q", "-P", &port.to_string()]).arg(file).arg(target);
+        cmd.args(["-q", "-P", &port.to_string()])
+            .arg(file)
+            .arg(target);
         let started = Instant::now();
         let out = cmd.output()?;
         anyhow::ensure!(
@@ -339,7 +383,9 @@ impl DirectSshd {
             .status()?;
         let authorized = home.join("authorized_keys");
         std::fs::write(&authorized, public)?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let config = home.join("sshd_config");
         std::fs::write(
             &config,
@@ -402,7 +448,11 @@ fn which(tool: &str) -> Option<PathBuf> {
     })
 }
 
-async fn wait_for(within: Duration, what: &str, mut check: impl FnMut() -> bool) -> anyhow::Result<()> {
+async fn wait_for(
+    within: Duration,
+    what: &str,
+    mut check: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + within;
     while !check() {
         if Instant::now() > deadline {

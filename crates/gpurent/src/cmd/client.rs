@@ -308,7 +308,13 @@ pub async fn run(
             if json {
                 return print_json(&r);
             }
-            print_table(&RESERVATION_HEADER, &reservation_rows(&[r]));
+            print_table(
+                &RESERVATION_HEADER,
+                &reservation_rows(std::slice::from_ref(&r)),
+            );
+            if let Some(ssh) = &r.ssh {
+                print_line(&format!("connect: {}", ssh.command));
+            }
         }
         Command::Ls => {
             let rs: Vec<Reservation> = api.get_all("/api/v1/reservations").await?;
@@ -325,6 +331,10 @@ pub async fn run(
             }
             print_line(&format!("{} {}", s.id, s.status));
         }
+        Command::Ssh(args) => super::ssh::run(&api, args).await?,
+        Command::SshConfig(args) => super::ssh_config::run(&api, args, json).await?,
+        Command::Cp(args) => super::cp::run(&api, args, json).await?,
+        Command::PortForward(args) => super::port_forward::run(&api, args, json).await?,
         Command::Logs { id, follow, out } => logs(&api, &id, follow, out.as_deref()).await?,
         Command::Nodes(NodesCommand::JoinToken) => {
             let t: JoinToken = api

@@ -74,7 +74,9 @@ async fn channels_are_capped_per_reservation_and_forwards_stay_inside() {
     app.wait_status(&ada.client, &id, "running").await;
 
     let config = Arc::new(russh::client::Config::default());
-    let mut session = russh::client::connect(config, ssh.addr, Client).await.unwrap();
+    let mut session = russh::client::connect(config, ssh.addr, Client)
+        .await
+        .unwrap();
     let auth = session
         .authenticate_publickey(&id, PrivateKeyWithHashAlg::new(Arc::new(key), None))
         .await
@@ -121,12 +123,8 @@ async fn channels_are_capped_per_reservation_and_forwards_stay_inside() {
         .is_err());
 
     // The endpoint took all that and still lets a new connection in.
-    let again = russh::client::connect(
-        Arc::new(russh::client::Config::default()),
-        ssh.addr,
-        Client,
-    )
-    .await;
+    let again =
+        russh::client::connect(Arc::new(russh::client::Config::default()), ssh.addr, Client).await;
     assert!(again.is_ok());
     ssh.shutdown().await;
 }

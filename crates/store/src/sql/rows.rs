@@ -69,6 +69,8 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
         checkpoint: row.try_get::<i64, _>("checkpoint")? != 0,
         secrets: serde_json::from_str(&row.try_get::<String, _>("secret_names")?)
             .map_err(corrupt)?,
+        // Connection details are the control plane's to add (they depend on its endpoint).
+        ssh: None,
     })
 }
 
