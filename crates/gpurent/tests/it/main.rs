@@ -24,6 +24,7 @@ mod sim_replay;
 mod ssh_cli;
 mod ssh_client_sshd;
 mod ssh_endpoint;
+mod ssh_instances;
 mod ssh_keys_cli;
 mod ssh_replicas;
 mod ssh_support;
