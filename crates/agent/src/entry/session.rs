@@ -198,28 +198,39 @@ fn process_uid(pid: i32) -> Option<u32> {
         .ok()
 }
 
-/// Runs the SFTP helper for the target: `HELPER instance-sftp`, which confines itself.
+/// Runs the SFTP helper for the target: `HELPER instance-sftp ARGS`, which confines itself,
+/// in the instance's cgroup (`procs`) where it has one, so that its limits hold and a stop
+/// ends it.
 pub fn spawn_sftp(
     helper: &std::path::Path,
     reservation_id: &str,
     args: &[String],
+    procs: &[PathBuf],
 ) -> Result<Entered, EntryError> {
-    let mut child = tokio::process::Command::new(helper)
+    let fail = |e: std::io::Error| {
+        EntryError::io(
+            "start the SFTP server",
+            reservation_id,
+            std::io::Error::new(e.kind(), format!("{}: {e}", helper.display())),
+        )
+    };
+    let confinement =
+        Confinement::prepare(None, procs, std::path::Path::new("/"), None, false, None)
+            .map_err(fail)?;
+    let mut command = tokio::process::Command::new(helper);
+    command
         .arg("instance-sftp")
         .args(args)
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            EntryError::io(
-                "start the SFTP server",
-                reservation_id,
-                std::io::Error::new(e.kind(), format!("{}: {e}", helper.display())),
-            )
-        })?;
+        .kill_on_drop(true);
+    // SAFETY: `apply` makes only async-signal-safe system calls on what `prepare` opened.
+    unsafe {
+        command.pre_exec(move || confinement.apply());
+    }
+    let mut child = command.spawn().map_err(fail)?;
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(EntryError::io(
             "start the SFTP server",
