@@ -263,3 +263,61 @@ pub fn enter_root_of(pid: i32) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Joins the PID namespace of process `pid` and forks: returns in the child, which is in
+/// that namespace (so it ends with the instance: its init's death kills every member) and
+/// dies with its parent; the parent waits for it and exits as it exited. For the SFTP
+/// helper, which calls it while single-threaded.
+pub fn fork_into_pid_namespace_of(pid: i32) -> io::Result<()> {
+    let ns = open_path(
+        &Path::new("/proc").join(pid.to_string()).join("ns/pid"),
+        libc::O_RDONLY | libc::O_CLOEXEC,
+    )?;
+    // SAFETY: a system call on an open namespace descriptor.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWPID) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    drop(ns);
+    // SAFETY: getpid has no memory effects.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the caller is single-threaded, so the child may run any code.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            // SAFETY: system calls with integer arguments.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                // The parent may have died before the death signal was set: then the
+                // namespace's init (or a reaper) is the parent. A parent outside the
+                // namespace shows as 0.
+                let ppid = libc::getppid();
+                if ppid != 0 && ppid != parent {
+                    libc::_exit(1);
+                }
+            }
+            Ok(())
+        }
+        child => {
+            let mut status: libc::c_int = 0;
+            // SAFETY: waitpid writes one int that lives on the stack.
+            while unsafe { libc::waitpid(child, &mut status, 0) } == -1 {
+                if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                    std::process::exit(255);
+                }
+            }
+            if libc::WIFSIGNALED(status) {
+                let signal = libc::WTERMSIG(status);
+                // SAFETY: resets a disposition and signals this process.
+                unsafe {
+                    libc::signal(signal, libc::SIG_DFL);
+                    libc::kill(libc::getpid(), signal);
+                }
+            }
+            std::process::exit(if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                255
+            })
+        }
+    }
+}

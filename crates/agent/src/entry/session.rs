@@ -115,29 +115,41 @@ pub fn spawn(target: &LocalTarget, request: &EntryRequest) -> Result<Entered, En
     unsafe {
         command.pre_exec(move || confinement.apply());
     }
-    let mut child = command.spawn().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            EntryError::NoShell {
-                reservation_id: id.clone(),
-            }
-        } else {
-            fail("start a session", e)
-        }
-    })?;
+    let spawned = command.spawn();
+    // The closure holds the pipe's write end: gone, a read of it ends.
     drop(command);
+    let reported = || {
+        let mut bytes = [0u8; 4];
+        match nix::unistd::read(&pid_read, &mut bytes) {
+            Ok(4) => Some(i32::from_ne_bytes(bytes)),
+            _ => None,
+        }
+    };
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            // A session's process whose exec failed is the agent's child: reaped here.
+            if let Some(pid) = forks.then(reported).flatten() {
+                std::thread::spawn(move || reap(pid, true));
+            }
+            return Err(if e.kind() == std::io::ErrorKind::NotFound {
+                EntryError::NoShell {
+                    reservation_id: id.clone(),
+                }
+            } else {
+                fail("start a session", e)
+            });
+        }
+    };
     // Joining a PID namespace, the spawned child made the session's process (the agent's
     // child too) and wrote its pid before it ended, which `spawn` waited for.
     let taken = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let process = if forks {
-        let mut bytes = [0u8; 4];
-        let pid = match nix::unistd::read(&pid_read, &mut bytes) {
-            Ok(4) => i32::from_ne_bytes(bytes),
-            _ => {
-                return Err(fail(
-                    "start a session",
-                    std::io::Error::other("the session's process did not report its pid"),
-                ))
-            }
+        let Some(pid) = reported() else {
+            return Err(fail(
+                "start a session",
+                std::io::Error::other("the session's process did not report its pid"),
+            ));
         };
         // The spawned child is done; tokio reaps it.
         drop(child);
@@ -145,7 +157,6 @@ pub fn spawn(target: &LocalTarget, request: &EntryRequest) -> Result<Entered, En
     } else {
         Process::Spawned(child)
     };
-    drop(pid_read);
     let (stdin, stdout, stderr): (Input, Output, Option<Output>) = match &master {
         Some(m) => {
             let dup = || {
@@ -187,28 +198,39 @@ fn process_uid(pid: i32) -> Option<u32> {
         .ok()
 }
 
-/// Runs the SFTP helper for the target: `HELPER instance-sftp`, which confines itself.
+/// Runs the SFTP helper for the target: `HELPER instance-sftp ARGS`, which confines itself,
+/// in the instance's cgroup (`procs`) where it has one, so that its limits hold and a stop
+/// ends it.
 pub fn spawn_sftp(
     helper: &std::path::Path,
     reservation_id: &str,
     args: &[String],
+    procs: &[PathBuf],
 ) -> Result<Entered, EntryError> {
-    let mut child = tokio::process::Command::new(helper)
+    let fail = |e: std::io::Error| {
+        EntryError::io(
+            "start the SFTP server",
+            reservation_id,
+            std::io::Error::new(e.kind(), format!("{}: {e}", helper.display())),
+        )
+    };
+    let confinement =
+        Confinement::prepare(None, procs, std::path::Path::new("/"), None, false, None)
+            .map_err(fail)?;
+    let mut command = tokio::process::Command::new(helper);
+    command
         .arg("instance-sftp")
         .args(args)
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            EntryError::io(
-                "start the SFTP server",
-                reservation_id,
-                std::io::Error::new(e.kind(), format!("{}: {e}", helper.display())),
-            )
-        })?;
+        .kill_on_drop(true);
+    // SAFETY: `apply` makes only async-signal-safe system calls on what `prepare` opened.
+    unsafe {
+        command.pre_exec(move || confinement.apply());
+    }
+    let mut child = command.spawn().map_err(fail)?;
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(EntryError::io(
             "start the SFTP server",

@@ -579,7 +579,7 @@ impl Executor for DockerExecutor {
                     user: Some((uid, gid)),
                     home,
                 };
-                session::spawn_sftp(&self.entry_helper, id, &sftp.args())
+                session::spawn_sftp(&self.entry_helper, id, &sftp.args(), &[])
             }
             EntryKind::Shell | EntryKind::Exec { .. } => {
                 let account = user.split(':').next().unwrap_or_default();

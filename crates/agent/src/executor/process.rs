@@ -876,7 +876,7 @@ impl Executor for ProcessExecutor {
                     user: target.user,
                     home: target.home.to_string_lossy().into_owned(),
                 };
-                session::spawn_sftp(&self.entry_helper, id, &sftp.args())
+                session::spawn_sftp(&self.entry_helper, id, &sftp.args(), &target.procs)
             }
             EntryKind::Shell | EntryKind::Exec { .. } => session::spawn(&target, &request),
         }

@@ -506,7 +506,18 @@ async fn entry_process_session_has_the_instance_environment_user_and_cgroup() {
     let mut s = enter(&*e, &id, exec("echo started; exec sleep 7303")).await;
     let mut seen = String::new();
     read_until(&mut *s.stdout, &mut seen, "started").await;
-    let pid = pid_of("sleep 7303").expect("the session's sleep");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let pid = loop {
+        // `started` comes before the exec of sleep.
+        if let Some(pid) = pid_of("sleep 7303") {
+            break pid;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the session's sleep never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let ppid: u32 = stat
         .rsplit_once(')')

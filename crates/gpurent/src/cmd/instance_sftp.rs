@@ -1,7 +1,8 @@
 //! `gpurent instance-sftp` (hidden): the SFTP v3 server of an instance's SSH sessions, on
 //! stdin/stdout. It first enters the instance's mount namespace and root (while the process
 //! is still single-threaded, before any runtime exists), so every path and symlink resolves
-//! inside the instance and never on the node; then it becomes the instance's user.
+//! inside the instance and never on the node, and its PID namespace, so that it ends with
+//! the instance; then it becomes the instance's user.
 
 use std::collections::HashMap;
 use std::fs;
@@ -65,6 +66,13 @@ pub fn run(args: &InstanceSftpArgs) -> ExitCode {
 
 fn confine(args: &InstanceSftpArgs) -> io::Result<()> {
     if let Some(pid) = args.pid {
+        // In the instance's PID namespace, the server ends with the instance.
+        gpurent_agent::entry::confine::fork_into_pid_namespace_of(pid).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot join the PID namespace of process {pid}: {e}"),
+            )
+        })?;
         gpurent_agent::entry::confine::enter_root_of(pid).map_err(|e| {
             io::Error::new(
                 e.kind(),

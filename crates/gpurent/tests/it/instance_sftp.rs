@@ -282,7 +282,13 @@ async fn instance_sftp_in_a_docker_container() {
         0
     );
     assert!(session.read("marker").await.is_err());
+    // The server is in the container's PID namespace: it ends with the container.
+    let mut control = s.control;
     e.stop(&id, Some(Duration::ZERO)).await.unwrap();
+    tokio::time::timeout(PATIENCE, control.wait())
+        .await
+        .expect("the SFTP server outlived its container")
+        .unwrap();
 }
 
 #[tokio::test]
@@ -398,4 +404,11 @@ async fn instance_sftp_in_a_process_instance() {
     );
     assert!(session.read("marker").await.is_err());
     assert!(session.read(marker.to_string_lossy()).await.is_err());
+    // The server is in the instance's cgroup and PID namespace: a stop ends it.
+    let mut control = s.control;
+    e.stop(&id, Some(Duration::ZERO)).await.unwrap();
+    tokio::time::timeout(PATIENCE, control.wait())
+        .await
+        .expect("the SFTP server outlived its instance")
+        .unwrap();
 }
