@@ -6,13 +6,12 @@
 //! ends its sessions with a message, and new ones work once it is back.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 use crate::ssh_endpoint::{keygen, run_bounded, tenant};
+use crate::ssh_support::{random_file, sha256};
 use crate::support::{cli, eventually, Cluster, Daemon};
 
 /// `/proc/self` belongs to the process's effective user.
@@ -122,7 +121,14 @@ impl Setup {
     fn options(&self, cmd: &mut Command) {
         cmd.arg("-i")
             .arg(&self.key)
-            .args(["-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"])
+            .args([
+                "-F",
+                "/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "IdentitiesOnly=yes",
+            ])
             .args(["-o", "StrictHostKeyChecking=no", "-o", "LogLevel=ERROR"])
             .arg("-o")
             .arg(format!(
@@ -161,24 +167,6 @@ impl Setup {
     }
 }
 
-fn sha256(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
-}
-
-/// A file of `len` bytes that do not repeat.
-fn random_file(path: &Path, len: usize) {
-    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-    let bytes: Vec<u8> = (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect();
-    std::fs::write(path, bytes).unwrap();
-}
-
 /// `GET /hello.txt` on 127.0.0.1:`port` ("" when it fails).
 fn http_get(port: u16) -> String {
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
@@ -205,7 +193,7 @@ fn free_port() -> u16 {
 }
 
 /// Everything a session does, in one instance: exec, PTY shell, scp, sftp, `ssh -L`.
-fn sessions_work(s: &Setup, id: &str, home: &str, httpd: &str) {
+fn sessions_work(s: &Setup, id: &str, home: &str, httpd: &dyn Fn(u16) -> String) {
     // Exec: the instance's environment and user, and the exit status passed back.
     let (code, out, err) = s.run(id, "echo \"$FOO $CUDA_VISIBLE_DEVICES\"; id -u; exit 3");
     assert_eq!(code, Some(3), "{out} {err}");
@@ -228,15 +216,24 @@ fn sessions_work(s: &Setup, id: &str, home: &str, httpd: &str) {
     let out = child.wait_with_output().unwrap();
     drop(stdin);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("pty-42") && text.contains("is-a-tty"), "{text:?}");
+    assert!(
+        text.contains("pty-42") && text.contains("is-a-tty"),
+        "{text:?}"
+    );
     assert_eq!(out.status.code(), Some(5), "{text:?}");
 
     // scp both ways, the same bytes back.
     let local = s.dir.join("data.bin");
-    random_file(&local, 5 * 1024 * 1024 + 7);
-    s.scp(local.to_str().unwrap(), &format!("{id}@127.0.0.1:{home}/data.bin"));
+    random_file(&local, 5 * 1024 * 1024 + 7, 3);
+    s.scp(
+        local.to_str().unwrap(),
+        &format!("{id}@127.0.0.1:{home}/data.bin"),
+    );
     let back = s.dir.join("back.bin");
-    s.scp(&format!("{id}@127.0.0.1:{home}/data.bin"), back.to_str().unwrap());
+    s.scp(
+        &format!("{id}@127.0.0.1:{home}/data.bin"),
+        back.to_str().unwrap(),
+    );
     assert_eq!(sha256(&back), sha256(&local));
 
     // sftp -b: mkdir, put, rename, get, rm; the files are the instance user's.
@@ -261,7 +258,9 @@ fn sessions_work(s: &Setup, id: &str, home: &str, httpd: &str) {
     assert!(out.status.success(), "sftp: {out:?}");
     assert_eq!(sha256(&got), sha256(&local));
     assert!(
-        listing.lines().any(|l| l.contains(" b") && l.split_whitespace().nth(2) == Some(&uid)),
+        listing
+            .lines()
+            .any(|l| l.ends_with("/d/b") && l.split_whitespace().nth(2) == Some(&uid)),
         "the file belongs to uid {uid}: {listing}"
     );
 
@@ -271,13 +270,20 @@ fn sessions_work(s: &Setup, id: &str, home: &str, httpd: &str) {
         id,
         &format!(
             "mkdir -p {home}/www && echo hello from the instance > {home}/www/hello.txt && \
-             ({httpd} -p 127.0.0.1:{inside} -h {home}/www </dev/null >/dev/null 2>&1 &)"
+             ({} </dev/null >/dev/null 2>&1 &)",
+            httpd(inside)
         ),
     );
     assert_eq!(code, Some(0), "{err}");
     let local_port = free_port();
-    let mut forward = s.ssh(id, &["-N", "-L", &format!("{local_port}:localhost:{inside}")]);
-    forward.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut forward = s.ssh(
+        id,
+        &["-N", "-L", &format!("{local_port}:localhost:{inside}")],
+    );
+    forward
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     let _forward = Killed(forward.spawn().unwrap());
     let mut body = String::new();
     eventually("the instance's HTTP server through ssh -L", 30, || {
@@ -297,12 +303,20 @@ fn sessions_end(s: &Setup, id: &str) {
     std::thread::sleep(Duration::from_millis(1500));
     let keys = cli(&s.cluster.url, Some(&s.token), true, &["keys", "ls"]).json();
     let key_id = keys[0]["id"].as_str().unwrap().to_owned();
-    let removed = cli(&s.cluster.url, Some(&s.token), true, &["keys", "rm", &key_id]);
+    let removed = cli(
+        &s.cluster.url,
+        Some(&s.token),
+        true,
+        &["keys", "rm", &key_id],
+    );
     assert_eq!(removed.code, 0, "{removed:?}");
     let out = wait_child(child, 30);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(255), "{err}");
-    assert!(err.contains("is no longer one of the owner's keys"), "{err}");
+    assert!(
+        err.contains("is no longer one of the owner's keys"),
+        "{err}"
+    );
     // And a new connection with it is refused.
     let (code, _, err) = s.run(id, "true");
     assert_eq!(code, Some(255), "{err}");
@@ -318,7 +332,9 @@ fn wait_child(child: Child, secs: u64) -> std::process::Output {
     match rx.recv_timeout(Duration::from_secs(secs)) {
         Ok(out) => out.unwrap(),
         Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
             panic!("the session did not end within {secs} s");
         }
     }
@@ -359,7 +375,9 @@ fn ssh_into_an_isolated_process_instance() {
     let mut s = Setup::start("process");
     let id = s.reserve(&["--env", "FOO=bar", "--", "sleep", "3600"]);
     // Python's server: the host's busybox may not be installed (it is only with Docker tests).
-    sessions_work(&s, &id, "/instance", "python3 -m http.server --bind 127.0.0.1 --directory /instance/www");
+    sessions_work(&s, &id, "/instance", &|port| {
+        format!("python3 -m http.server {port} --bind 127.0.0.1 --directory /instance/www")
+    });
     let agent_pid = s.agent.as_ref().unwrap().child.id();
     assert!(!listens(agent_pid), "the agent must not listen on any port");
 
@@ -411,7 +429,9 @@ fn ssh_into_a_docker_container() {
         "sleep",
         "3600",
     ]);
-    sessions_work(&s, &id, "/tmp", "/bin/busybox httpd");
+    sessions_work(&s, &id, "/tmp", &|port| {
+        format!("/bin/busybox httpd -p 127.0.0.1:{port} -h /tmp/www")
+    });
     // The reservation ends: a session opened before is told, a new one is refused.
     let mut long = s.ssh(&id, &[]);
     long.arg("sleep 300")
