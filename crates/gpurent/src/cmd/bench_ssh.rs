@@ -119,7 +119,9 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
     );
     let mut ids = Vec::new();
     for _ in 0..reservations {
-        let mut body = json!({"gpu_type": "rtx4090", "hours": 1, "command": ["sleep", "3600"]});
+        // Not reclaimed while the bench waits between its phases (sim GPUs are always idle).
+        let mut body = json!({"gpu_type": "rtx4090", "hours": 1, "idle_reclaim": false,
+            "command": ["sleep", "3600"]});
         if executor == "docker" {
             body["image"] = json!(args.image);
         }
@@ -152,90 +154,98 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
         })
         .await?;
     }
-    let client = Ssh {
-        port: ssh.addr.port(),
-        key: key.clone(),
-        known_hosts: dir.join("known_hosts"),
-    };
-    // The first connect also checks that the instance can be entered.
-    let first = client.command(&ids[0], &["echo", "ok"]).output()?;
-    anyhow::ensure!(
-        first.status.success() && first.stdout.starts_with(b"ok"),
-        "ssh into the instance failed: {}",
-        String::from_utf8_lossy(&first.stderr)
-    );
-
-    eprintln!("bench: {} connects", args.connects);
-    let mut times = Vec::new();
-    for _ in 0..args.connects {
-        times.push(client.time_to_first_output(&ids[0])?);
-    }
-    times.sort();
-
-    eprintln!("bench: scp of {} MiB", args.copy_mib);
-    let file = dir.join("copy.bin");
-    write_file(&file, args.copy_mib)?;
-    let through = client.scp(
-        &file,
-        &format!("{}@127.0.0.1:/tmp/copy.bin", ids[0]),
-        client.port,
-    )?;
-    let _ = client
-        .command(&ids[0], &["rm", "-f", "/tmp/copy.bin"])
-        .output();
-    let direct = match DirectSshd::start(&dir, &public) {
-        Ok(sshd) => {
-            let direct = Ssh {
-                port: sshd.port,
-                key: key.clone(),
-                known_hosts: dir.join("known_hosts_direct"),
-            };
-            let target = dir.join("copied-direct.bin");
-            let secs = direct.scp(
-                &file,
-                &format!("root@127.0.0.1:{}", target.display()),
-                sshd.port,
-            )?;
-            let _ = std::fs::remove_file(&target);
-            Some(secs)
-        }
-        Err(e) => {
-            eprintln!("bench: no direct sshd to compare with: {e:#}");
-            None
-        }
-    };
-    let _ = std::fs::remove_file(&file);
-    let mib = args.copy_mib as f64;
-
-    eprintln!("bench: {} idle sessions", args.sessions);
-    let before = (rss_mib(std::process::id()), rss_mib(agent_pid));
-    let mut idle = Vec::new();
-    for i in 0..args.sessions {
-        let id = &ids[(i / SESSIONS_PER_RESERVATION) as usize];
-        let mut cmd = client.command(id, &[]);
-        cmd.arg("-tt")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        idle.push(Killed(cmd.spawn()?));
-    }
+    // The clients block (ssh, scp): off the runtime that serves them.
     let metrics = server.state.metrics.clone();
-    let want = u64::from(args.sessions);
-    wait_for(
-        Duration::from_secs(120),
-        "the idle sessions to open",
-        || {
-            metrics
-                .ssh
-                .sessions
-                .load(std::sync::atomic::Ordering::Relaxed)
-                >= want
-        },
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = (rss_mib(std::process::id()), rss_mib(agent_pid));
-    drop(idle);
+    let port = ssh.addr.port();
+    let (args, ids, dir_c, key_c, public_c) =
+        (args, ids.clone(), dir.clone(), key.clone(), public.clone());
+    let measured = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let (dir, key, public) = (dir_c, key_c, public_c);
+        let client = Ssh {
+            port,
+            key: key.clone(),
+            known_hosts: dir.join("known_hosts"),
+        };
+        // The first connect also checks that the instance can be entered.
+        let first = client.command(&ids[0], &["echo", "ok"]).output()?;
+        anyhow::ensure!(
+            first.status.success() && first.stdout.starts_with(b"ok"),
+            "ssh into the instance failed: {}",
+            String::from_utf8_lossy(&first.stderr)
+        );
+
+        eprintln!("bench: {} connects", args.connects);
+        let mut times = Vec::new();
+        for _ in 0..args.connects {
+            times.push(client.time_to_first_output(&ids[0])?);
+        }
+        times.sort();
+
+        eprintln!("bench: scp of {} MiB", args.copy_mib);
+        let file = dir.join("copy.bin");
+        write_file(&file, args.copy_mib)?;
+        let through = client.scp(
+            &file,
+            &format!("{}@127.0.0.1:/tmp/copy.bin", ids[0]),
+            client.port,
+        )?;
+        let _ = client
+            .command(&ids[0], &["rm", "-f", "/tmp/copy.bin"])
+            .output();
+        let direct = match DirectSshd::start(&dir, &public) {
+            Ok(sshd) => {
+                let direct = Ssh {
+                    port: sshd.port,
+                    key: key.clone(),
+                    known_hosts: dir.join("known_hosts_direct"),
+                };
+                let target = dir.join("copied-direct.bin");
+                let secs = direct.scp(
+                    &file,
+                    &format!("root@127.0.0.1:{}", target.display()),
+                    sshd.port,
+                )?;
+                let _ = std::fs::remove_file(&target);
+                Some(secs)
+            }
+            Err(e) => {
+                eprintln!("bench: no direct sshd to compare with: {e:#}");
+                None
+            }
+        };
+        let _ = std::fs::remove_file(&file);
+
+        eprintln!("bench: {} idle sessions", args.sessions);
+        let before = (rss_mib(std::process::id()), rss_mib(agent_pid));
+        let mut idle = Vec::new();
+        for i in 0..args.sessions {
+            let id = &ids[(i / SESSIONS_PER_RESERVATION) as usize];
+            let mut cmd = client.command(id, &[]);
+            cmd.arg("-tt")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            idle.push(Killed(cmd.spawn()?));
+        }
+        let want = u64::from(args.sessions);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while metrics
+            .ssh
+            .sessions
+            .load(std::sync::atomic::Ordering::Relaxed)
+            < want
+        {
+            anyhow::ensure!(Instant::now() < deadline, "the idle sessions did not open");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_secs(3));
+        let after = (rss_mib(std::process::id()), rss_mib(agent_pid));
+        drop(idle);
+        Ok((times, through, direct, before, after, args))
+    })
+    .await??;
+    let (times, through, direct, before, after, args) = measured;
+    let mib = args.copy_mib as f64;
     let per = |a: f64, b: f64| (a - b).max(0.0) * 1024.0 / f64::from(args.sessions.max(1));
 
     let through_rate = mib / through;

@@ -201,6 +201,16 @@ fn sessions_work(s: &Setup, id: &str, home: &str, httpd: &dyn Fn(u16) -> String)
     let first = lines.next().unwrap_or_default();
     assert!(first.starts_with("bar GPU-"), "env: {out:?}");
     let uid = lines.next().unwrap_or_default().to_owned();
+    // Commands that end before the client's EOF reaches the instance (stdin is /dev/null):
+    // their output and status still come back, every time (a race once lost them).
+    for i in 0..20 {
+        let (code, out, err) = s.run(id, &format!("echo quick-{i}"));
+        assert_eq!(
+            (code, out.trim()),
+            (Some(0), format!("quick-{i}").as_str()),
+            "{err}"
+        );
+    }
 
     // A PTY shell driven by a script: a prompt's output, and the shell's exit status.
     let mut shell = s.ssh(id, &["-tt"]);

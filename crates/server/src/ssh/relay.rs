@@ -254,8 +254,15 @@ async fn pump(
     session: Option<(&Handle, russh::ChannelId)>,
 ) {
     let Stream { tx, mut rx } = stream;
+    // Ends only when the client closes the channel: an instance side that stopped reading
+    // (a command that exited before the client's EOF got there) must not cut off what it
+    // still sends, its exit status above all; the client's messages are then dropped.
     let inbound = async {
+        let mut forwarding = true;
         while let Some(msg) = read.wait().await {
+            if !forwarding && !matches!(msg, ChannelMsg::Close) {
+                continue;
+            }
             let frame = match msg {
                 ChannelMsg::Data { data } => {
                     ctx.count(&counts.inbound, true, data.len());
@@ -276,7 +283,7 @@ async fn pump(
                 _ => continue,
             };
             if tx.send(frame).await.is_err() {
-                break;
+                forwarding = false;
             }
         }
     };
