@@ -308,7 +308,13 @@ pub async fn run(
             if json {
                 return print_json(&r);
             }
-            print_table(&RESERVATION_HEADER, &reservation_rows(&[r]));
+            print_table(&RESERVATION_HEADER, &reservation_rows(&[r.clone()]));
+            for h in &r.http {
+                print_line(&format!("http {}: {}", h.port, h.url));
+            }
+        }
+        Command::Open { id, port, browser } => {
+            super::open::open(&api, &id, port, browser, json).await?
         }
         Command::Ls => {
             let rs: Vec<Reservation> = api.get_all("/api/v1/reservations").await?;
@@ -490,6 +496,7 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
         command: args.command,
         env,
         ports: args.ports,
+        http_ports: args.http_ports,
         queue: args.queue,
         on_node_loss: Some(match args.on_node_loss {
             crate::cli::OnNodeLossArg::Reschedule => gpurent_types::OnNodeLoss::Reschedule,

@@ -13,6 +13,7 @@ pub mod bench_running;
 pub mod bench_settle;
 pub mod client;
 pub mod lock;
+pub mod open;
 pub mod private;
 pub mod report;
 pub mod report_csv;

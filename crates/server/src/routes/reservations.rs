@@ -105,13 +105,15 @@ pub(crate) async fn get(
     State(state): State<AppState>,
     caller: Caller,
     note: AuditNote,
+    headers: HeaderMap,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Reservation>, ApiError> {
-    let reservation = state
+    let mut reservation = state
         .store
         .get_reservation(&id, &Scope::of(&caller.0))
         .await?;
     note.reservation(&reservation);
+    reservation.http = crate::proxy::endpoints(&state, &headers, &reservation);
     Ok(Json(reservation))
 }
 
