@@ -308,7 +308,10 @@ pub async fn run(
             if json {
                 return print_json(&r);
             }
-            print_table(&RESERVATION_HEADER, &reservation_rows(&[r.clone()]));
+            print_table(
+                &RESERVATION_HEADER,
+                &reservation_rows(std::slice::from_ref(&r)),
+            );
             for h in &r.http {
                 print_line(&format!("http {}: {}", h.port, h.url));
             }

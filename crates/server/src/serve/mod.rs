@@ -199,6 +199,7 @@ async fn connection(
 
 /// Serves HTTP/1.1 on one connection, closing it when it is slow (`watchdog`) and shutting
 /// it down gracefully on stop.
+#[allow(clippy::too_many_arguments)]
 async fn http<IO>(
     io: IO,
     accepted: tokio::time::Instant,

@@ -111,7 +111,7 @@ impl Executor for PortExecutor {
 type AppBody = BoxBody<Bytes, Infallible>;
 
 fn download_byte(i: usize) -> u8 {
-    ((i * 31 + 7) % 251) as u8
+    u8::try_from((i * 31 + 7) % 251).unwrap()
 }
 
 fn full(b: impl Into<Bytes>) -> AppBody {
@@ -212,10 +212,10 @@ async fn write_frame<W: AsyncWriteExt + Unpin>(w: &mut W, opcode: u8, payload: &
     let mut out = vec![0x80 | opcode];
     let m = if mask { 0x80 } else { 0 };
     match payload.len() {
-        n if n < 126 => out.push(m | n as u8),
+        n if n < 126 => out.push(m | u8::try_from(n).unwrap()),
         n if n <= 0xffff => {
             out.push(m | 126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
+            out.extend_from_slice(&u16::try_from(n).unwrap().to_be_bytes());
         }
         n => {
             out.push(m | 127);
@@ -254,7 +254,7 @@ async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> Option<(u8, Vec<u8>)>
     if masked {
         r.read_exact(&mut key).await.ok()?;
     }
-    let mut payload = vec![0u8; len as usize];
+    let mut payload = vec![0u8; usize::try_from(len).ok()?];
     r.read_exact(&mut payload).await.ok()?;
     if masked {
         for (i, b) in payload.iter_mut().enumerate() {
