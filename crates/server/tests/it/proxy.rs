@@ -273,14 +273,19 @@ async fn ws_echo<S: AsyncReadExt + AsyncWriteExt + Unpin>(mut s: S) {
     }
 }
 
-/// Opens a WebSocket to `path` through the control plane with this extra header line, and
-/// checks that messages come back as sent; returns the status line when it is not a 101.
-async fn ws_roundtrip(server: SocketAddr, path: &str, credential: &str) -> Result<(), String> {
+/// Opens a WebSocket to `path` through the control plane with these extra header lines
+/// (and `Host: host`); the status line when the answer is not a 101.
+async fn ws_open(
+    server: SocketAddr,
+    host: &str,
+    path: &str,
+    headers: &str,
+) -> Result<TcpStream, String> {
     let mut s = TcpStream::connect(server).await.unwrap();
     let key = "dGhlIHNhbXBsZSBub25jZQ==";
     let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {server}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{credential}\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{headers}\r\n\r\n"
     );
     s.write_all(request.as_bytes()).await.unwrap();
     let mut head = Vec::new();
@@ -300,6 +305,13 @@ async fn ws_roundtrip(server: SocketAddr, path: &str, credential: &str) -> Resul
             .contains(&format!("sec-websocket-accept: {}", accept_key(key)).to_ascii_lowercase()),
         "{head}"
     );
+    Ok(s)
+}
+
+/// Opens a WebSocket with this credential header and checks that messages come back as
+/// sent; the status line when the answer is not a 101.
+async fn ws_roundtrip(server: SocketAddr, path: &str, credential: &str) -> Result<(), String> {
+    let mut s = ws_open(server, &server.to_string(), path, credential).await?;
     let big: Vec<u8> = (0..300_000).map(download_byte).collect();
     for (opcode, message) in [(1u8, b"hello".to_vec()), (2, big), (1, b"again".to_vec())] {
         write_frame(&mut s, opcode, &message, true).await;
@@ -318,6 +330,8 @@ async fn ws_roundtrip(server: SocketAddr, path: &str, credential: &str) -> Resul
 
 struct Setup {
     app: TestApp,
+    /// Where the instance's ports lead.
+    executor: Arc<PortExecutor>,
     _app_server: AppServer,
     /// The owner's and another tenant's tokens.
     owner: String,
@@ -363,7 +377,7 @@ async fn setup_with(
         ])),
     });
     let gpus = Arc::new(SimGpus::parse("2xRTX4090", "node-0").unwrap());
-    app.add_node_running("node-0", gpus, executor).await;
+    app.add_node_running("node-0", gpus, executor.clone()).await;
     let owner = user(&app, "olga").await;
     let stranger = user(&app, "sam").await;
     let client = app.client(Some(&owner));
@@ -383,6 +397,7 @@ async fn setup_with(
         .unwrap();
     let setup = Setup {
         app,
+        executor,
         _app_server: app_server,
         owner,
         stranger,
@@ -892,5 +907,148 @@ async fn a_proxy_domain_puts_the_app_at_the_root() {
     // Other hosts still get the API.
     let (status, _) = s.owner_client().get("/api/v1/reservations").await;
     assert_eq!(status, StatusCode::OK);
+    s.app.shutdown().await;
+}
+
+/// A process group killed when dropped (JupyterLab and its kernels).
+struct Group(tokio::process::Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.id() {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
+            let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// JupyterLab behind the proxy as a browser uses it, on a public-looking host: the page by
+/// the link's cookie, a kernel started with Jupyter's XSRF cookie and header, and code run
+/// over the kernel's WebSocket (Origin = the control plane's host).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs JupyterLab: GPURENT_TEST_JUPYTER=path/to/jupyter (pip install jupyterlab)"]
+async fn jupyterlab_works_behind_the_proxy() {
+    let jupyter = std::env::var("GPURENT_TEST_JUPYTER").expect("GPURENT_TEST_JUPYTER");
+    let s = setup(Backend::Sqlite, None).await;
+    let rid = &s.rid;
+    let base = format!("/proxy/{rid}/{APP_PORT}/");
+    let free = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    let root = tempfile::tempdir().unwrap();
+    let child = tokio::process::Command::new(&jupyter)
+        .args(["lab", "--no-browser", "--allow-root", "--ip=127.0.0.1"])
+        .arg(format!("--port={port}"))
+        .arg(format!("--ServerApp.base_url={base}"))
+        .arg("--IdentityProvider.token=")
+        .arg("--ServerApp.password=")
+        // Listening on loopback only, Jupyter refuses Host names that are not local.
+        .arg("--ServerApp.allow_remote_access=True")
+        .arg(format!("--ServerApp.root_dir={}", root.path().display()))
+        .env("JUPYTER_RUNTIME_DIR", root.path().join("runtime"))
+        .env("JUPYTER_CONFIG_DIR", root.path().join("config"))
+        .env("JUPYTER_DATA_DIR", root.path().join("data"))
+        .env("HOME", root.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(root.path().join("jupyter.log")).unwrap())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("jupyter");
+    let _jupyter = Group(child);
+    s.executor
+        .ports
+        .lock()
+        .unwrap()
+        .insert(APP_PORT, SocketAddr::from(([127, 0, 0, 1], port)));
+    // The control plane as the world names it; the test's connections go to loopback.
+    let host = "gpu.example.test";
+    let link = s.link(APP_PORT).await;
+    let link = link["url"].as_str().unwrap().to_owned();
+    let link_path = &link[link.find("/proxy/").unwrap()..];
+    let (status, _, cookie) = s.visit(&s.url(link_path)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let session = cookie_pair(&cookie.unwrap());
+    let mut lab = None;
+    let mut last = String::new();
+    for _ in 0..600 {
+        let r = s
+            .http
+            .get(s.url(&format!("{base}lab")))
+            .header("host", host)
+            .header("cookie", &session)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == StatusCode::OK {
+            lab = Some(r);
+            break;
+        }
+        last = format!("{} {}", r.status(), r.text().await.unwrap_or_default());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = std::fs::read_to_string(root.path().join("jupyter.log")).unwrap_or_default();
+    let lab = lab.unwrap_or_else(|| panic!("JupyterLab's page: {last}\n{log}"));
+    let xsrf = lab
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|c| c.starts_with("_xsrf="))
+        .expect("Jupyter's XSRF cookie");
+    assert!(xsrf.contains(&format!("Path={base}")), "{xsrf}");
+    let xsrf = cookie_pair(&xsrf);
+    let page = lab.text().await.unwrap();
+    assert!(
+        page.contains(&format!("\"baseUrl\": \"{base}\"")),
+        "the page's base URL"
+    );
+    let cookies = format!("{session}; {xsrf}");
+    let token = xsrf.trim_start_matches("_xsrf=");
+    let r = s
+        .http
+        .post(s.url(&format!("{base}api/kernels")))
+        .header("host", host)
+        .header("cookie", &cookies)
+        .header("x-xsrftoken", token)
+        .header("content-type", "application/json")
+        .body(r#"{"name": "python3"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let kernel: Value = r.json().await.unwrap();
+    let kernel = kernel["id"].as_str().unwrap().to_owned();
+    let mut ws = ws_open(
+        s.server_addr(),
+        host,
+        &format!("{base}api/kernels/{kernel}/channels?session_id=s1"),
+        &format!("Cookie: {cookies}\r\nOrigin: http://{host}"),
+    )
+    .await
+    .expect("the kernel's WebSocket");
+    let execute = json!({
+        "header": {"msg_id": "m1", "username": "t", "session": "s1",
+            "msg_type": "execute_request", "version": "5.3"},
+        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+        "content": {"code": "print(6 * 7)", "silent": false, "store_history": false,
+            "user_expressions": {}, "allow_stdin": false, "stop_on_error": true},
+    });
+    write_frame(&mut ws, 1, execute.to_string().as_bytes(), true).await;
+    let printed = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some((opcode, payload)) = read_frame(&mut ws).await {
+            if opcode != 1 {
+                continue;
+            }
+            let message: Value = serde_json::from_slice(&payload).unwrap();
+            if message["msg_type"] == "stream" && message["content"]["name"] == "stdout" {
+                return Some(message["content"]["text"].as_str().unwrap().to_owned());
+            }
+        }
+        None
+    })
+    .await
+    .expect("the kernel's output in time");
+    assert_eq!(printed.as_deref(), Some("42\n"));
     s.app.shutdown().await;
 }
