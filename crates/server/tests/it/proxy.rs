@@ -549,6 +549,15 @@ async fn the_owner_reaches_the_app_with_a_bearer_token(backend: Backend) {
         got["http"][0],
         json!({"port": APP_PORT, "url": format!("http://{host}/proxy/{rid}/{APP_PORT}/")})
     );
+    // Use through the proxy counts as activity (idle reclaim leaves it running).
+    let active = format!(
+        "SELECT COUNT(*) FROM reservations WHERE id = '{rid}' AND last_active_at IS NOT NULL"
+    );
+    s.app
+        .eventually("the proxied use to count as activity", || async {
+            s.app.raw_count(&active).await == 1
+        })
+        .await;
     let metrics = s.app.anonymous().get_text("/metrics", "x").await.1;
     let requests = metrics
         .lines()
