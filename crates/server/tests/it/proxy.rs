@@ -138,7 +138,10 @@ async fn app(
         return Ok(hyper::Response::new(body));
     }
     if path.ends_with("/upload") {
-        let body = request.into_body().collect().await.unwrap().to_bytes();
+        let Ok(body) = request.into_body().collect().await else {
+            return Ok(hyper::Response::new(full("the body was cut")));
+        };
+        let body = body.to_bytes();
         let answer = json!({"len": body.len(), "sha256": hex::encode(Sha256::digest(&body))});
         return Ok(hyper::Response::new(full(answer.to_string())));
     }
@@ -1059,5 +1062,39 @@ async fn jupyterlab_works_behind_the_proxy() {
     .await
     .expect("the kernel's output in time");
     assert_eq!(printed.as_deref(), Some("42\n"));
+    s.app.shutdown().await;
+}
+
+/// An upload to an app may take longer than the listener's body deadline (which answers 408
+/// to slow API requests): the proxy's requests stream as long as the app reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upload_is_not_cut_by_the_body_deadline() {
+    let s = setup(
+        Backend::Sqlite,
+        Some(|c: &mut ServerConfig| c.http.body_timeout = Duration::from_millis(300)),
+    )
+    .await;
+    let mut conn = TcpStream::connect(s.server_addr()).await.unwrap();
+    let body = b"0123456789";
+    let head = format!(
+        "POST /proxy/{}/{APP_PORT}/upload HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        s.rid,
+        s.owner,
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    // Ten bytes over three deadlines and more.
+    for b in body {
+        conn.write_all(&[*b]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.contains(&hex::encode(Sha256::digest(body))),
+        "the app got the whole body: {answer}"
+    );
     s.app.shutdown().await;
 }
