@@ -385,6 +385,13 @@ ensure_openssh_client() {
   apt_install openssh-client
 }
 
+# sshd, for the tests of gpurent's own SSH client (`gpurent cp`, `port-forward`) against
+# OpenSSH's server on loopback; the tests start it themselves, so the service stays off.
+ensure_openssh_server() {
+  [ -x /usr/sbin/sshd ] && return 0
+  apt_install openssh-server
+}
+
 # ---------------------------------------------------------------------------
 
 # shellcheck disable=SC2317  # the EXIT trap
@@ -407,6 +414,7 @@ trap 'exit 143' TERM
 probe_netns
 ensure_bwrap
 ensure_openssh_client
+ensure_openssh_server
 if [ "${GPURENT_TEST_SKIP_PROMTOOL:-0}" != 1 ]; then
   ensure_promtool
 fi

@@ -24,6 +24,7 @@ pub use burn_in::BurnInConfig;
 pub use checkpoint::CheckpointConfig;
 pub use client::{ControlPlane, RetryPolicy};
 pub use cpu::CpuSource;
+pub use entry::{Entered, EntryControl, EntryError, EntryKind, EntryRequest, ExitStatus, Pty};
 pub use error::AgentError;
 pub use executor::Executor;
 pub use gpu::GpuBackend;

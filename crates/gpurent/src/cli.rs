@@ -80,10 +80,13 @@ pub struct ServerTlsArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serves SFTP for an instance on stdin/stdout (the agent runs it for SSH sessions).
+    #[command(name = "instance-sftp", hide = true)]
+    InstanceSftp(InstanceSftpArgs),
     /// Everything on one machine: control plane on SQLite plus a local node agent.
     Up(Box<UpArgs>),
     /// The control plane only.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// A node agent on a GPU host.
     Agent(AgentArgs),
     /// Manage users (admin).
@@ -148,6 +151,21 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Open a shell (or run CMD) in a running reservation with the system's `ssh`, the
+    /// control plane's host key pinned.
+    Ssh(SshArgs),
+    /// Print OpenSSH `Host` blocks (`gpurent-ID`) for your running reservations, or one, for
+    /// ~/.ssh/config or VS Code Remote-SSH, with the host key pinned in a known_hosts file it
+    /// writes. Use: `gpurent ssh-config --write`, then `ssh gpurent-ID` (or by hand:
+    /// `gpurent ssh-config > ~/.ssh/gpurent.conf` and `Include gpurent.conf` at the top of
+    /// ~/.ssh/config).
+    SshConfig(SshConfigArgs),
+    /// Copy a file (or with -r a directory) into or out of a running reservation:
+    /// `gpurent cp FILE ID:PATH` or `gpurent cp ID:PATH FILE`. No ssh binary needed.
+    Cp(CpArgs),
+    /// Forward 127.0.0.1:LOCAL to port REMOTE inside a running reservation until Ctrl-C.
+    /// No ssh binary needed.
+    PortForward(PortForwardArgs),
     /// Nodes (admin: all; hosts: their own).
     #[command(subcommand)]
     Nodes(NodesCommand),
@@ -252,6 +270,27 @@ pub enum BenchCommand {
     Failover(BenchFailoverArgs),
     /// Audit trail: records written per second in batches, and the whole trail verified.
     Audit(BenchAuditArgs),
+    /// SSH into instances through the control plane: connect latency, scp throughput against
+    /// the machine's own sshd, memory per idle session (needs ssh, scp and sshd).
+    Ssh(BenchSshArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchSshArgs {
+    #[arg(long, value_enum, default_value = "docker")]
+    pub executor: ExecutorKind,
+    /// The image (docker executor).
+    #[arg(long, default_value = "gpurent-test/busybox:latest")]
+    pub image: String,
+    /// Connects timed (`ssh ID echo ok`, to its first output).
+    #[arg(long, default_value_t = 50)]
+    pub connects: u32,
+    /// MiB copied with scp, through gpurent and to this machine's sshd.
+    #[arg(long, default_value_t = 1024)]
+    pub copy_mib: u64,
+    /// Idle interactive sessions held open to measure memory.
+    #[arg(long, default_value_t = 64)]
+    pub sessions: u32,
 }
 
 #[derive(Debug, Args)]
@@ -493,6 +532,11 @@ pub struct UpArgs {
     /// is taken (a second `up` on this machine) `up` warns and runs without it.
     #[arg(long, value_name = "HOST:PORT|off", default_value = DEFAULT_SSH_LISTEN, value_parser = parse_ssh_listen)]
     pub ssh_listen: SshListen,
+    /// The host (and port) tenants are told to connect to for SSH (`get`, `ssh-config`,
+    /// `GET /api/v1/ssh`), behind NAT or a load balancer (default: the host they reached the
+    /// API at, and the --ssh-listen port).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub ssh_advertise: Option<gpurent_server::ssh::Advertise>,
     /// A TOML price file ([gpu] "MODEL" = "PRICE PER HOUR"; per_gb_hour = "..."); models it
     /// does not name keep their defaults.
     #[arg(long)]
@@ -636,6 +680,11 @@ pub struct ServerArgs {
     /// The SSH endpoint (`ssh -p PORT RESERVATION_ID@HOST`); off unless given.
     #[arg(long, value_name = "HOST:PORT|off", default_value = "off", value_parser = parse_ssh_listen)]
     pub ssh_listen: SshListen,
+    /// The host (and port) tenants are told to connect to for SSH (`get`, `ssh-config`,
+    /// `GET /api/v1/ssh`), behind NAT or a load balancer (default: the host they reached the
+    /// API at, and the --ssh-listen port).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub ssh_advertise: Option<gpurent_server::ssh::Advertise>,
     /// sqlite://PATH (default: DATA_DIR/gpurent.db) or postgres://...
     #[arg(long, env = "GPURENT_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
@@ -966,4 +1015,93 @@ pub struct ReserveArgs {
     /// The command to run, after `--`.
     #[arg(last = true)]
     pub command: Vec<String>,
+}
+
+/// `gpurent instance-sftp`: where the SFTP helper serves an instance.
+#[derive(Debug, clap::Args)]
+pub struct InstanceSftpArgs {
+    /// A process of the instance whose mount namespace and root to enter (none: the node's).
+    #[arg(long)]
+    pub pid: Option<i32>,
+    /// The uid to become (none: stay as started).
+    #[arg(long)]
+    pub uid: Option<u32>,
+    /// The gid to become (default: the uid).
+    #[arg(long)]
+    pub gid: Option<u32>,
+    /// Where relative paths start (`/` where it does not exist).
+    #[arg(long, default_value = "/")]
+    pub home: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct SshArgs {
+    /// The reservation.
+    pub id: String,
+    /// The private key to log in with (default: ssh's own choice: its agent, ~/.ssh/id_*).
+    #[arg(short = 'i', long = "identity", value_name = "FILE")]
+    pub identity: Option<PathBuf>,
+    /// The command to run instead of a shell, after `--`; its exit status is this command's.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SshConfigArgs {
+    /// Only this reservation (default: every running one of yours).
+    pub id: Option<String>,
+    /// An `IdentityFile` line in each block (and `IdentitiesOnly yes`).
+    #[arg(short = 'i', long = "identity", value_name = "FILE")]
+    pub identity: Option<PathBuf>,
+    /// Write the blocks to the CLI's own ssh_config (~/.config/gpurent/ssh_config, replaced
+    /// each time) instead of printing them, and put an `Include` of it at the top of
+    /// ~/.ssh/config if it is not there yet (the rest of that file is kept as it is).
+    #[arg(long)]
+    pub write: bool,
+}
+
+/// How gpurent's own SSH client logs in, and (hidden, for tests and for any OpenSSH server)
+/// where it connects without asking the control plane.
+#[derive(Debug, Clone, Args)]
+pub struct SshClientArgs {
+    /// The private key to log in with (default: the keys of ssh-agent at SSH_AUTH_SOCK, then
+    /// ~/.ssh/id_ed25519, id_ecdsa, id_rsa).
+    #[arg(short = 'i', long = "identity", value_name = "FILE")]
+    pub identity: Option<PathBuf>,
+    /// Connect to this SSH server (HOST:PORT) instead of the control plane's endpoint; the
+    /// reservation id is then the SSH user.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        hide = true,
+        requires = "direct_host_key"
+    )]
+    pub direct: Option<String>,
+    /// The host key (an OpenSSH .pub file) that the `--direct` server must have.
+    #[arg(long, value_name = "FILE", hide = true, requires = "direct")]
+    pub direct_host_key: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// What to copy: a local path, or ID:PATH in a reservation.
+    pub src: String,
+    /// Where to: a local path, or ID:PATH (a directory: into it, under the source's name).
+    pub dst: String,
+    /// Copy a directory and everything in it.
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    #[command(flatten)]
+    pub ssh: SshClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PortForwardArgs {
+    /// The reservation.
+    pub id: String,
+    /// `[LOCAL:]REMOTE`: the port inside the instance, and the one on 127.0.0.1 (default: the
+    /// same; 0: any free one, printed).
+    pub ports: String,
+    #[command(flatten)]
+    pub ssh: SshClientArgs,
 }

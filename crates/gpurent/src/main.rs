@@ -44,6 +44,11 @@ fn main() -> ExitCode {
             e.exit();
         }
     };
+    // Before the runtime: the helper enters a mount namespace, which needs a process of
+    // one thread.
+    if let Command::InstanceSftp(args) = &cli.command {
+        return cmd::instance_sftp::run(args);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -57,13 +62,15 @@ fn main() -> ExitCode {
     let json = cli.json;
     let tls = cli.client_tls();
     match cli.command {
+        // Served above, before the runtime started.
+        Command::InstanceSftp(_) => ExitCode::FAILURE,
         Command::Up(args) => {
             init_logging();
             report_daemon(runtime.block_on(cmd::up::run(*args, tls)))
         }
         Command::Server(args) => {
             init_logging();
-            report_daemon(runtime.block_on(cmd::server::run(args)))
+            report_daemon(runtime.block_on(cmd::server::run(*args)))
         }
         Command::Agent(args) => {
             init_logging();
@@ -84,6 +91,9 @@ fn main() -> ExitCode {
         }
         Command::Bench(cli::BenchCommand::Audit(args)) => {
             report_daemon(runtime.block_on(cmd::bench_audit::run(args, json)))
+        }
+        Command::Bench(cli::BenchCommand::Ssh(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_ssh::run(args, json)))
         }
         Command::Bench(cli::BenchCommand::Agent(args)) => {
             report_daemon(runtime.block_on(cmd::bench_agent::run(args, json)))

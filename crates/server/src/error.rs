@@ -37,6 +37,8 @@ pub enum ApiError {
     /// message is for the client: nothing listens, the agent is not connected).
     #[error("{0}")]
     BadGateway(String),
+    #[error("this control plane has no SSH endpoint (start it with --ssh-listen HOST:PORT)")]
+    NoSshEndpoint,
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -61,6 +63,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             ApiError::BadGateway(_) => (StatusCode::BAD_GATEWAY, "bad_gateway"),
+            ApiError::NoSshEndpoint => (StatusCode::NOT_FOUND, "no_ssh_endpoint"),
             ApiError::Idempotency(_) | ApiError::Internal(_) | ApiError::Secrets(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }

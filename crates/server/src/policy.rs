@@ -67,6 +67,7 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("*", "/proxy/{id}/{port}", Access::Public),
     ("*", "/proxy/{id}/{port}/", Access::Public),
     ("*", "/proxy/{id}/{port}/{*path}", Access::Public),
+    ("GET", "/api/v1/ssh", ANY),
     ("POST", "/api/v1/nodes/join-token", ADMIN_HOST),
     ("GET", "/api/v1/nodes", ADMIN_HOST),
     ("POST", "/api/v1/nodes/{node}/cordon", ADMIN),

@@ -28,6 +28,8 @@ pub struct AppState {
     pub tunnels: Arc<crate::tunnel::Tunnels>,
     /// The HTTP proxy's own state (when each reservation's use last counted).
     pub proxy: Arc<crate::proxy::ProxyState>,
+    /// This process's SSH endpoint, once it listens (never, without `--ssh-listen`).
+    pub ssh_endpoint: Arc<std::sync::OnceLock<crate::ssh::SshEndpoint>>,
 }
 
 impl AppState {
@@ -53,6 +55,7 @@ impl AppState {
             wake: Arc::new(NodeWakers::default()),
             tunnels,
             proxy: Arc::default(),
+            ssh_endpoint: Arc::default(),
         }
     }
 

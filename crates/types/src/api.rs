@@ -246,6 +246,10 @@ pub struct Reservation {
     /// Where its HTTP ports are reachable, while it runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http: Vec<HttpEndpoint>,
+    /// How to get into it over SSH: only while it runs and the control plane has an SSH
+    /// endpoint (`--ssh-listen`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<ReservationSsh>,
 }
 
 /// A published HTTP port of a running reservation and where its owner reaches it.
@@ -274,6 +278,17 @@ pub struct ProxyLink {
     pub domain_url: Option<String>,
     /// The link works once, until then.
     pub expires_at: DateTime<Utc>,
+}
+
+/// The SSH connection details of a running reservation.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct ReservationSsh {
+    /// The SSH user: the reservation's id.
+    pub user: String,
+    pub host: String,
+    pub port: u16,
+    /// `ssh -p PORT USER@HOST`, for a terminal.
+    pub command: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -20,6 +20,7 @@ pub use process::{Isolation, ProcessExecutor, ResourcesPerGpu, DEFAULT_INSTANCE_
 pub use sandbox::UID_RANGE as INSTANCE_UID_RANGE;
 pub use sim::SimExecutor;
 
+use crate::entry::{Entered, EntryError, EntryRequest};
 use crate::reconcile::Observed;
 use crate::AgentError;
 
@@ -104,21 +105,21 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
             .collect()
     }
 
-    /// Enters the reservation's running instance: a shell, a command, SFTP or a TCP port.
-    async fn enter(
-        &self,
-        reservation_id: &str,
-        request: crate::entry::EntryRequest,
-    ) -> Result<crate::entry::Entered, crate::entry::EntryError> {
-        let _ = (reservation_id, request);
-        Err(crate::entry::EntryError::NothingToEnter {
-            executor: self.name(),
-        })
-    }
-
     /// The reservation whose instance runs the process `pid`, if any (for telemetry).
     async fn owner_of(&self, pid: u32) -> Option<String> {
         let _ = pid;
         None
+    }
+
+    /// Starts a session in the reservation's running instance (a shell, a command, an SFTP
+    /// server, a TCP connection): in its namespaces and cgroup, as its user, with its
+    /// environment. By default there is nothing to enter (the sim executor).
+    async fn enter(
+        &self,
+        reservation_id: &str,
+        request: EntryRequest,
+    ) -> Result<Entered, EntryError> {
+        let _ = (reservation_id, request);
+        Err(EntryError::NothingToEnter)
     }
 }

@@ -30,6 +30,8 @@ use tokio::io::AsyncWriteExt;
 use super::cgroup::{CgroupLimits, CgroupRoot};
 use super::sandbox::{self, Sandbox};
 use super::{is_reserved_env, Executor};
+use crate::entry::sftp::SftpTarget;
+use crate::entry::{session, tcp, Entered, EntryError, EntryKind, EntryRequest, LocalTarget};
 use crate::reconcile::{Observed, ObservedState};
 use crate::AgentError;
 
@@ -108,6 +110,8 @@ pub struct ProcessExecutor {
     children: Mutex<HashMap<String, tokio::process::Child>>,
     /// Serialises uid choice between concurrent starts.
     uid_lock: tokio::sync::Mutex<()>,
+    /// The binary whose `instance-sftp` serves SFTP sessions.
+    entry_helper: PathBuf,
 }
 
 fn exec_error(action: &'static str, id: &str, e: impl std::fmt::Display) -> AgentError {
@@ -208,6 +212,7 @@ impl ProcessExecutor {
             grace: Duration::from_secs(10),
             children: Mutex::new(HashMap::new()),
             uid_lock: tokio::sync::Mutex::new(()),
+            entry_helper: crate::entry::sftp::default_helper(),
         })
     }
 
@@ -216,6 +221,65 @@ impl ProcessExecutor {
     pub fn with_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
+    }
+
+    /// The binary whose hidden `instance-sftp` subcommand serves SFTP sessions (by default
+    /// the agent's own).
+    pub fn with_entry_helper(mut self, helper: PathBuf) -> Self {
+        self.entry_helper = helper;
+        self
+    }
+
+    /// Where a running instance is, for a session: None when it is not running.
+    fn entry_target(&self, id: &str) -> Option<LocalTarget> {
+        // A reservation id names a directory of ours: nothing else.
+        if id.is_empty() || id.starts_with('.') || id.contains(['/', '\0']) {
+            return None;
+        }
+        let file: InstanceFile = std::fs::read(self.instance_dir(id).join("instance.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())?;
+        if self.exit_code(id).is_some() || !self.group_alive(&file) {
+            return None;
+        }
+        let procs: Vec<PathBuf> = self
+            .cgroup
+            .as_ref()
+            .map(|cg| {
+                cg.instance(id)
+                    .into_iter()
+                    .map(|d| d.join("cgroup.procs"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (namespaces_of, env_of, home, user) = match (file.uid, &self.cgroup) {
+            (Some(uid), Some(cg)) => {
+                // The workload: the oldest of the instance's processes that run as its uid
+                // (the wrapper and bwrap are the agent's).
+                let pid = cg
+                    .pids(id)
+                    .into_iter()
+                    .filter(|&p| process_uid(p) == Some(uid))
+                    .min_by_key(|&p| process_start(p).unwrap_or(u64::MAX))?;
+                (
+                    Some(pid),
+                    pid,
+                    PathBuf::from(sandbox::HOME),
+                    Some((uid, uid)),
+                )
+            }
+            // Unisolated: the wrapper shell has the instance's environment.
+            _ => (None, file.pgid, self.home_path(id), None),
+        };
+        Some(LocalTarget {
+            reservation_id: id.to_owned(),
+            namespaces_of,
+            procs,
+            user,
+            home,
+            env: process_environment(env_of),
+            shell: "/bin/sh".to_owned(),
+        })
     }
 
     pub fn is_confined(&self) -> bool {
@@ -476,6 +540,32 @@ fn process_uid(pid: i32) -> Option<u32> {
         .next()?
         .parse()
         .ok()
+}
+
+/// When a process started (clock ticks after boot, `/proc/PID/stat`'s 22nd field).
+fn process_start(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after `pid (comm)` begin with the 3rd, state.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// The environment a process started with, from `/proc/PID/environ`.
+fn process_environment(pid: i32) -> Vec<(OsString, OsString)> {
+    use std::os::unix::ffi::OsStrExt;
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    raw.split(|&b| b == 0)
+        .filter_map(|var| {
+            let eq = var.iter().position(|&b| b == b'=')?;
+            let name = std::ffi::OsStr::from_bytes(&var[..eq]);
+            let value = std::ffi::OsStr::from_bytes(&var[eq + 1..]);
+            Some((name.to_owned(), value.to_owned()))
+        })
+        .collect()
 }
 
 /// The real uids of the node's processes.
@@ -768,6 +858,27 @@ impl Executor for ProcessExecutor {
                 Err(exec_error("forget the output of", id, e))
             }
             _ => Ok(()),
+        }
+    }
+
+    async fn enter(&self, id: &str, request: EntryRequest) -> Result<Entered, EntryError> {
+        let target = self
+            .entry_target(id)
+            .ok_or_else(|| EntryError::NotRunning {
+                reservation_id: id.to_owned(),
+            })?;
+        match &request.kind {
+            // Instances share the node's network.
+            EntryKind::Tcp { port } => tcp::connect(id, *port, None).await,
+            EntryKind::Sftp => {
+                let sftp = SftpTarget {
+                    root_of: target.namespaces_of,
+                    user: target.user,
+                    home: target.home.to_string_lossy().into_owned(),
+                };
+                session::spawn_sftp(&self.entry_helper, id, &sftp.args(), &target.procs)
+            }
+            EntryKind::Shell | EntryKind::Exec { .. } => session::spawn(&target, &request),
         }
     }
 

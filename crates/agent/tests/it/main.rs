@@ -7,6 +7,7 @@
 mod agent;
 mod checkpoint;
 mod docker;
+mod entry;
 mod isolation;
 mod kept_output;
 mod metrics;

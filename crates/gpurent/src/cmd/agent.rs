@@ -106,6 +106,9 @@ pub async fn backends(
     };
     // Containers get the GPUs through the NVIDIA runtime only when they are real.
     let real_gpus = gpus.name() == "nvml";
+    // SFTP sessions run this binary's hidden `instance-sftp`.
+    let helper =
+        std::env::current_exe().context("cannot find this binary's path (SFTP sessions run it)")?;
     let process = || -> anyhow::Result<Arc<dyn Executor>> {
         let isolation = Isolation {
             cgroup_root: node.cgroup_root.clone(),
@@ -117,9 +120,10 @@ pub async fn backends(
                 .chain(node.checkpoint_dir.clone())
                 .collect(),
         };
-        Ok(Arc::new(ProcessExecutor::isolated(
-            data_dir, &isolation, resources,
-        )?))
+        Ok(Arc::new(
+            ProcessExecutor::isolated(data_dir, &isolation, resources)?
+                .with_entry_helper(helper.clone()),
+        ))
     };
     let executor: Arc<dyn Executor> = match node.executor {
         ExecutorKind::Sim => Arc::new(SimExecutor::new()),
@@ -128,7 +132,8 @@ pub async fn backends(
             DockerExecutor::connect(resources, real_gpus)
                 .await
                 .context("the docker executor needs a Docker Engine on its local socket")?
-                .scoped(node_name),
+                .scoped(node_name)
+                .with_entry_helper(helper.clone()),
         ),
         ExecutorKind::Auto if gpus.name() == "sim" => Arc::new(SimExecutor::new()),
         ExecutorKind::Auto => {
@@ -138,7 +143,9 @@ pub async fn backends(
             )
             .await;
             match docker {
-                Ok(Ok(docker)) => Arc::new(docker.scoped(node_name)),
+                Ok(Ok(docker)) => {
+                    Arc::new(docker.scoped(node_name).with_entry_helper(helper.clone()))
+                }
                 Ok(Err(e)) => {
                     tracing::info!(reason = %e, "no Docker Engine: using the process executor");
                     process()?

@@ -10,7 +10,7 @@ use anyhow::Context;
 use gpurent_store::prelude::*;
 use serde::Serialize;
 
-use super::bench_common::{control_plane, JOIN_TOKEN};
+use super::bench_common::{control_plane, rss_mib, JOIN_TOKEN};
 use crate::cli::BenchAgentArgs;
 use crate::output::{print_json, print_table};
 
@@ -34,16 +34,6 @@ fn cpu_seconds(pid: u32) -> f64 {
             .unwrap_or(0.0)
     };
     (ticks(11) + ticks(12)) / 100.0
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// The probe's first GPU repeated `n` times, each with its own UUID and index.

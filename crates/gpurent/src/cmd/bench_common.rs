@@ -73,3 +73,14 @@ pub async fn bench_tenant(store: &SqlStore, credit: i64) -> anyhow::Result<()> {
     store.create_user(tenant, chrono::Utc::now()).await?;
     Ok(())
 }
+
+/// The resident memory of process `pid`, in MiB (0 when it cannot be read).
+pub fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}

@@ -315,6 +315,9 @@ pub async fn run(
             for h in &r.http {
                 print_line(&format!("http {}: {}", h.port, h.url));
             }
+            if let Some(ssh) = &r.ssh {
+                print_line(&format!("connect: {}", ssh.command));
+            }
         }
         Command::Open { id, port, browser } => {
             super::open::open(&api, &id, port, browser, json).await?
@@ -334,6 +337,10 @@ pub async fn run(
             }
             print_line(&format!("{} {}", s.id, s.status));
         }
+        Command::Ssh(args) => super::ssh::run(&api, args).await?,
+        Command::SshConfig(args) => super::ssh_config::run(&api, args, json).await?,
+        Command::Cp(args) => super::cp::run(&api, args, json).await?,
+        Command::PortForward(args) => super::port_forward::run(&api, args, json).await?,
         Command::Logs { id, follow, out } => logs(&api, &id, follow, out.as_deref()).await?,
         Command::Nodes(NodesCommand::JoinToken) => {
             let t: JoinToken = api
@@ -458,7 +465,8 @@ pub async fn run(
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());
         }
-        Command::Up(_)
+        Command::InstanceSftp(_)
+        | Command::Up(_)
         | Command::Server(_)
         | Command::Agent(_)
         | Command::Bench(_)

@@ -48,7 +48,14 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         },
     )
     .await?;
-    let ssh = start_ssh(args.ssh_listen, false, &args.data_dir, &server).await?;
+    let ssh = start_ssh(
+        args.ssh_listen,
+        args.ssh_advertise.clone(),
+        false,
+        &args.data_dir,
+        &server,
+    )
+    .await?;
     let base = super::local_url(server.addr, server.state.config.tls.is_some());
     match &mut lock {
         Some(lock) => lock.serving(&base)?,
@@ -68,16 +75,21 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
 /// scripts and tests that ask for port 0).
 pub const SSH_ADDR_FILE: &str = "ssh.addr";
 
-/// Starts the SSH endpoint at `listen` (none when `off`). With `warn_if_taken` (the default
-/// address of `up`), a taken port is a warning, not a failure: a second `up` on one machine
-/// still runs, without SSH.
+/// Starts the SSH endpoint at `listen` (none when `off`), and tells the API where clients
+/// reach it (`advertise`, else the listen port). With `warn_if_taken` (the default address
+/// of `up`), a taken port is a warning, not a failure: a second `up` on one machine still
+/// runs, without SSH.
 pub async fn start_ssh(
     listen: crate::cli::SshListen,
+    advertise: Option<gpurent_server::ssh::Advertise>,
     warn_if_taken: bool,
     data_dir: &std::path::Path,
     server: &RunningServer,
 ) -> anyhow::Result<Option<SshServer>> {
     let Some(addr) = listen.0 else {
+        if advertise.is_some() {
+            anyhow::bail!("--ssh-advertise needs an SSH endpoint: give --ssh-listen HOST:PORT too");
+        }
         return Ok(None);
     };
     let started =
@@ -100,6 +112,8 @@ pub async fn start_ssh(
     std::fs::write(&file, format!("{}\n", ssh.addr))
         .with_context(|| format!("cannot write {}", file.display()))?;
     eprintln!("gpurent ssh: {}", ssh.addr);
+    // Set once per process: a second start (there is none) would keep the first.
+    let _ = server.state.ssh_endpoint.set(ssh.endpoint(advertise));
     Ok(Some(ssh))
 }
 

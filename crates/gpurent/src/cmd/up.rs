@@ -59,6 +59,7 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
     .await?;
     let ssh = super::server::start_ssh(
         args.ssh_listen,
+        args.ssh_advertise.clone(),
         args.ssh_listen.0 == crate::cli::DEFAULT_SSH_LISTEN.parse().ok(),
         &args.data_dir,
         &server,

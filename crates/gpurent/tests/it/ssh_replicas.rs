@@ -1,12 +1,13 @@
 //! Two control-plane replicas on one PostgreSQL database, the agent connected to one of
-//! them: an SSH client that reaches the other is relayed through the first to the agent.
+//! them: an SSH client that reaches the other is relayed through the first to the agent, and
+//! its command runs in the instance.
 
 use std::path::Path;
 
 use gpurent_store::testing::TestDatabase;
 use gpurent_store::Backend;
 
-use crate::ssh_endpoint::{keygen, reserve_running, ssh, tenant, NOTHING_TO_ENTER};
+use crate::ssh_endpoint::{keygen, reserve_running, ssh, tenant};
 use crate::support::{cli, eventually, read_token, Daemon};
 
 fn replica(dir: &Path, data: &Path, db: &str, name: &str) -> (Daemon, u16) {
@@ -52,6 +53,12 @@ async fn ssh_reaches_an_agent_connected_to_another_replica() {
             "gpu-host-1",
             "--sim-gpus",
             "1xRTX4090",
+            // A real instance to enter (unisolated: this test is about replicas, not limits).
+            "--executor",
+            "process",
+            "--allow-unisolated",
+            "--cgroup-root",
+            "/nonexistent/gpurent",
         ],
         &dir.path().join("agent.log"),
     );
@@ -64,14 +71,10 @@ async fn ssh_reaches_an_agent_connected_to_another_replica() {
     let ada = tenant(&b.url, &admin, "ada", &public);
     let id = reserve_running(&b.url, &ada);
 
-    // Through replica b, which holds no tunnel: relayed to a, then to the agent, whose sim
-    // executor answers.
+    // Through replica b, which holds no tunnel: relayed to a, then to the agent, which runs
+    // the command in the instance.
     let (code, err) = ssh(dir.path(), b_port, &key, &id);
-    assert_eq!(code, Some(255), "{err}");
-    assert!(
-        err.contains(NOTHING_TO_ENTER),
-        "through the other replica: {err}"
-    );
+    assert_eq!(code, Some(0), "through the other replica: {err}");
     let a_log = std::fs::read_to_string(dir.path().join("a.log")).unwrap();
     let b_log = std::fs::read_to_string(dir.path().join("b.log")).unwrap();
     assert!(
@@ -80,9 +83,6 @@ async fn ssh_reaches_an_agent_connected_to_another_replica() {
     );
     // And through a, directly.
     let (code, err) = ssh(dir.path(), a_port, &key, &id);
-    assert_eq!(code, Some(255), "{err}");
-    assert!(
-        err.contains(NOTHING_TO_ENTER),
-        "through its own replica: {err}"
-    );
+    assert_eq!(code, Some(0), "through its own replica: {err}");
+    gpurent_agent::testing::kill_processes_naming(dir.path());
 }

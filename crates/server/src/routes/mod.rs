@@ -10,6 +10,7 @@ mod metrics;
 mod nodes;
 mod reports;
 mod reservations;
+mod ssh;
 mod ssh_keys;
 mod statements;
 mod tokens;
@@ -56,6 +57,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(reservations::stop))
         .routes(routes!(reservations::logs))
         .routes(routes!(crate::proxy::links::create))
+        .routes(routes!(ssh::ssh_endpoint))
         .routes(routes!(nodes::create_join_token))
         .routes(routes!(nodes::list))
         .routes(routes!(nodes::cordon))

@@ -86,13 +86,16 @@ pub(crate) async fn create(
 pub(crate) async fn list(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let page = query.page()?;
-    let list = state
+    let mut list = state
         .store
         .list_reservations(&Scope::of(&caller.0), page.limit, page.after.as_deref())
         .await?;
+    super::ssh::add_connection(&state, &headers, &uri, &mut list);
     let next = page.next_header(list.len(), list.last().map(|r| r.id.as_str()));
     Ok((axum::response::AppendHeaders(next), Json(list)))
 }
@@ -106,6 +109,7 @@ pub(crate) async fn get(
     caller: Caller,
     note: AuditNote,
     headers: HeaderMap,
+    uri: axum::http::Uri,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Reservation>, ApiError> {
     let mut reservation = state
@@ -114,6 +118,12 @@ pub(crate) async fn get(
         .await?;
     note.reservation(&reservation);
     reservation.http = crate::proxy::endpoints(&state, &headers, &reservation);
+    super::ssh::add_connection(
+        &state,
+        &headers,
+        &uri,
+        std::slice::from_mut(&mut reservation),
+    );
     Ok(Json(reservation))
 }
 

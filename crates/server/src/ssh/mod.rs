@@ -3,6 +3,7 @@
 //! through its node's tunnel.
 
 mod auth;
+mod endpoint;
 mod handler;
 mod host_key;
 mod relay;
@@ -21,6 +22,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use auth::Decision;
+pub use endpoint::{host_of, valid_host, Advertise, SshEndpoint, SshEndpointInfo};
 pub use host_key::{HostKeyError, HOST_KEY_FILE};
 pub use sessions::{SessionCaps, Sessions};
 
@@ -144,6 +146,15 @@ impl SshServer {
             stop,
             task,
         })
+    }
+
+    /// What the API tells clients about this endpoint (`AppState::ssh_endpoint`).
+    pub fn endpoint(&self, advertise: Option<Advertise>) -> SshEndpoint {
+        SshEndpoint {
+            addr: self.addr,
+            host_key: self.host_key.clone(),
+            advertise,
+        }
     }
 
     /// Stops accepting connections; open ones are dropped with the runtime.

@@ -32,6 +32,7 @@ mod revoke;
 mod secrets;
 mod settlement;
 mod slow_clients;
+mod ssh_channels;
 mod ssh_keys;
 mod ssh_limits;
 mod telemetry;

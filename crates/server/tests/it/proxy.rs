@@ -82,19 +82,19 @@ impl Executor for PortExecutor {
     async fn list(&self) -> Result<Vec<Observed>, AgentError> {
         self.sim.list().await
     }
-    async fn enter(&self, _id: &str, request: EntryRequest) -> Result<Entered, EntryError> {
+    async fn enter(&self, id: &str, request: EntryRequest) -> Result<Entered, EntryError> {
         let EntryKind::Tcp { port } = request.kind else {
-            return Err(EntryError::Other(
-                "this test's instances have ports only".into(),
-            ));
+            return Err(EntryError::Unsupported {
+                what: "a session",
+                reservation_id: id.to_owned(),
+                why: "this test's instances have ports only".into(),
+            });
         };
         let addr = self.ports.lock().unwrap().get(&port).copied();
-        let addr = addr.ok_or_else(|| EntryError::Other(format!("no port {port}")))?;
-        let stream = TcpStream::connect(addr).await.map_err(|e| {
-            EntryError::Other(format!(
-                "nothing listens on port {port} in the instance ({e})"
-            ))
-        })?;
+        let addr = addr.ok_or(EntryError::NothingListens { port })?;
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|_| EntryError::NothingListens { port })?;
         let (read, write) = stream.into_split();
         Ok(Entered {
             stdin: Box::new(write),
@@ -1097,4 +1097,50 @@ async fn a_slow_upload_is_not_cut_by_the_body_deadline() {
         "the app got the whole body: {answer}"
     );
     s.app.shutdown().await;
+}
+
+/// The real thing on the process executor: `python3 -m http.server` inside the instance,
+/// reached through the proxy by the agent entering the instance's network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_in_a_process_instance() {
+    let mut app = TestApp::with(Backend::Sqlite).start().await;
+    let dir = app.add_process_node("node-0", Duration::from_secs(1)).await;
+    let token = user(&app, "pia").await;
+    let client = app.client(Some(&token));
+    // Processes share the node's network here: a port nobody else uses.
+    let free = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    let (status, r) = client
+        .post(
+            "/api/v1/reservations",
+            &json!({"gpu_type": "rtx4090", "hours": 1, "http_ports": [port],
+                "command": ["sh", "-c", format!(
+                    "d=www/proxy/$GPURENT_RESERVATION_ID/{port} && mkdir -p $d && \
+                     echo served-from-the-instance > $d/hello.txt && \
+                     exec python3 -m http.server {port} --bind 127.0.0.1 --directory www")]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{r}");
+    let rid = r["id"].as_str().unwrap().to_owned();
+    app.wait_status(&client, &rid, "running").await;
+    let url = format!("{}/proxy/{rid}/{port}/hello.txt", app.base);
+    let http = reqwest::Client::new();
+    let mut last = String::new();
+    for _ in 0..400 {
+        let r = http.get(&url).bearer_auth(&token).send().await.unwrap();
+        let status = r.status();
+        last = r.text().await.unwrap();
+        if status == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // http.server serves the path as it gets it, the prefix included.
+    assert_eq!(last, "served-from-the-instance\n");
+    let _ = client
+        .post(&format!("/api/v1/reservations/{rid}/stop"), &json!({}))
+        .await;
+    app.shutdown().await;
+    gpurent_agent::testing::kill_processes_naming(&dir);
 }

@@ -72,6 +72,8 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
         http_ports: serde_json::from_str(&row.try_get::<String, _>("http_ports")?)
             .map_err(corrupt)?,
         http: Vec::new(),
+        // Connection details are the control plane's to add (they depend on its endpoint).
+        ssh: None,
     })
 }
 
