@@ -86,7 +86,7 @@ pub enum Command {
     /// Everything on one machine: control plane on SQLite plus a local node agent.
     Up(Box<UpArgs>),
     /// The control plane only.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// A node agent on a GPU host.
     Agent(AgentArgs),
     /// Manage users (admin).
@@ -127,6 +127,15 @@ pub enum Command {
     Reserve(ReserveArgs),
     /// Show one reservation.
     Get { id: String },
+    /// Print a one-time link to a published HTTP port (`reserve --http-port`) for a browser:
+    /// valid 5 minutes, opened once; it sets a cookie for that port for 12 hours.
+    Open {
+        id: String,
+        port: u16,
+        /// Also open it with `xdg-open`.
+        #[arg(long)]
+        browser: bool,
+    },
     /// List your reservations (admin: all).
     Ls,
     /// Stop a reservation; billing ends now.
@@ -619,6 +628,11 @@ pub struct HttpArgs {
     /// a specific one.
     #[arg(long, value_name = "URL")]
     pub advertise_url: Option<String>,
+    /// Also serve each published HTTP port at its own host, `ID-PORT.DOMAIN` (the app at the
+    /// root of its own origin). Needs a wildcard DNS name `*.DOMAIN` pointing here and, over
+    /// TLS, a certificate for it. Default: only at `/proxy/ID/PORT/`.
+    #[arg(long, value_name = "DOMAIN")]
+    pub proxy_domain: Option<String>,
     /// Seconds a new connection has for its TLS handshake and first request header, and a
     /// request for its header from its first byte; then it is closed.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
@@ -969,6 +983,10 @@ pub struct ReserveArgs {
     /// A port of the instance to publish on its node (Docker executor); repeatable.
     #[arg(long = "port", short = 'p', value_name = "PORT")]
     pub ports: Vec<u16>,
+    /// A port of the instance to reach over HTTP through the control plane, at
+    /// `/proxy/ID/PORT/`, for you only (`gpurent open ID PORT`); repeatable, at most 8.
+    #[arg(long = "http-port", value_name = "PORT")]
+    pub http_ports: Vec<u16>,
     /// When nothing fits now, wait in the queue (status `pending`, no node) instead of
     /// failing with no_capacity; the first hour is held meanwhile, and released if it is
     /// stopped or times out before it runs.

@@ -70,7 +70,7 @@ fn main() -> ExitCode {
         }
         Command::Server(args) => {
             init_logging();
-            report_daemon(runtime.block_on(cmd::server::run(args)))
+            report_daemon(runtime.block_on(cmd::server::run(*args)))
         }
         Command::Agent(args) => {
             init_logging();

@@ -33,6 +33,10 @@ pub enum ApiError {
     RateLimited { retry_after: std::time::Duration },
     #[error("{0}")]
     Internal(String),
+    /// What the proxy answers when the app behind a published port cannot be reached (the
+    /// message is for the client: nothing listens, the agent is not connected).
+    #[error("{0}")]
+    BadGateway(String),
     #[error("this control plane has no SSH endpoint (start it with --ssh-listen HOST:PORT)")]
     NoSshEndpoint,
     #[error(transparent)]
@@ -58,6 +62,7 @@ impl ApiError {
             ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::BadGateway(_) => (StatusCode::BAD_GATEWAY, "bad_gateway"),
             ApiError::NoSshEndpoint => (StatusCode::NOT_FOUND, "no_ssh_endpoint"),
             ApiError::Idempotency(_) | ApiError::Internal(_) | ApiError::Secrets(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
@@ -93,7 +98,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let message = if status.is_server_error() {
+        let message = if status.is_server_error() && !matches!(self, ApiError::BadGateway(_)) {
             // The cause goes to the log, not to the client.
             tracing::error!(error = ?self, "request failed");
             "internal error; see the server log".to_owned()

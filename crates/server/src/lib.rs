@@ -18,6 +18,7 @@ mod openapi;
 mod pagination;
 mod password;
 mod policy;
+mod proxy;
 mod rate_limit;
 mod report;
 mod routes;
@@ -115,6 +116,9 @@ pub struct ServerConfig {
     /// (`--advertise-url`); `None`: the listen address when it is a specific one. Only on
     /// PostgreSQL, where there can be other replicas.
     pub advertise_url: Option<String>,
+    /// Published HTTP ports are also at `ID-PORT.DOMAIN` (`--proxy-domain`; needs a wildcard
+    /// DNS name and certificate for `*.DOMAIN`); `None`: only at `/proxy/ID/PORT/`.
+    pub proxy_domain: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -142,6 +146,7 @@ impl Default for ServerConfig {
             tls: None,
             master_key: Arc::new(secrets::LocalKey::from_bytes(&rand::random())),
             advertise_url: None,
+            proxy_domain: None,
         }
     }
 }
@@ -272,6 +277,7 @@ impl RunningServer {
             router,
             state.config.http,
             state.metrics.clone(),
+            state.config.proxy_domain.clone(),
             stopped.clone(),
         ));
         if let Some(url) = advertise_url(&state, addr) {

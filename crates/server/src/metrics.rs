@@ -103,6 +103,18 @@ pub struct Metrics {
     connections: ConnectionCounts,
     /// The SSH endpoint and the agents' tunnels (`ssh/`, `tunnel/`).
     pub ssh: SshCounts,
+    /// The HTTP proxy to published ports (`proxy/`).
+    pub proxy: ProxyCounts,
+}
+
+/// What the HTTP proxy forwarded: requests, WebSocket upgrades (and those open now), and
+/// requests answered 502.
+#[derive(Debug, Default)]
+pub struct ProxyCounts {
+    pub requests: AtomicU64,
+    pub upgrades: AtomicU64,
+    pub websockets: AtomicU64,
+    pub bad_gateway: AtomicU64,
 }
 
 /// What the SSH endpoint relays: channels open now, bytes, and agents' tunnels held.
@@ -156,6 +168,7 @@ impl Default for Metrics {
             ended_by_loss: AtomicU64::new(0),
             connections: ConnectionCounts::default(),
             ssh: SshCounts::default(),
+            proxy: ProxyCounts::default(),
         }
     }
 }
@@ -232,6 +245,7 @@ impl Metrics {
         self.write_http(&mut e);
         self.write_connections(&mut e);
         self.write_ssh(&mut e);
+        self.write_proxy(&mut e);
         write_fleet(&mut e, view, now);
         self.write_events(&mut e);
         write_money(&mut e, view);
@@ -298,6 +312,34 @@ impl Metrics {
             Kind::Gauge,
             "Agents' tunnels held open to this replica.",
             s.tunnels.load(Ordering::Relaxed),
+        );
+    }
+
+    fn write_proxy(&self, e: &mut Exposition) {
+        let p = &self.proxy;
+        e.single(
+            "gpurent_proxy_requests_total",
+            Kind::Counter,
+            "Requests forwarded to published HTTP ports of instances (WebSocket upgrades too).",
+            p.requests.load(Ordering::Relaxed),
+        );
+        e.single(
+            "gpurent_proxy_websocket_upgrades_total",
+            Kind::Counter,
+            "WebSocket (and other) upgrades the apps behind published ports switched to.",
+            p.upgrades.load(Ordering::Relaxed),
+        );
+        e.single(
+            "gpurent_proxy_websockets",
+            Kind::Gauge,
+            "WebSockets to published ports open through this replica.",
+            p.websockets.load(Ordering::Relaxed),
+        );
+        e.single(
+            "gpurent_proxy_bad_gateway_total",
+            Kind::Counter,
+            "Proxied requests answered 502: nothing listens on the port, or no agent tunnel.",
+            p.bad_gateway.load(Ordering::Relaxed),
         );
     }
 

@@ -26,7 +26,8 @@ const ANY: Access = Access::Roles(&[Role::Admin, Role::Host, Role::Tenant]);
 const ADMIN: Access = Access::Roles(&[Role::Admin]);
 const ADMIN_HOST: Access = Access::Roles(&[Role::Admin, Role::Host]);
 
-/// Every route: (method, route template as axum matches it, who may call it).
+/// Every route: (method, route template as axum matches it, who may call it); method `*`:
+/// every method.
 pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/healthz", Access::Public),
     ("GET", "/readyz", Access::Public),
@@ -60,6 +61,12 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/api/v1/reservations/{id}", ANY),
     ("POST", "/api/v1/reservations/{id}/stop", ANY),
     ("GET", "/api/v1/reservations/{id}/logs", ANY),
+    ("POST", "/api/v1/reservations/{id}/proxy-links", ANY),
+    // Published HTTP ports, any method: the proxy lets in only the reservation's owner (a
+    // bearer token, or a proxy cookie from a one-time link) and answers 404 to anyone else.
+    ("*", "/proxy/{id}/{port}", Access::Public),
+    ("*", "/proxy/{id}/{port}/", Access::Public),
+    ("*", "/proxy/{id}/{port}/{*path}", Access::Public),
     ("GET", "/api/v1/ssh", ANY),
     ("POST", "/api/v1/nodes/join-token", ADMIN_HOST),
     ("GET", "/api/v1/nodes", ADMIN_HOST),
@@ -83,7 +90,7 @@ pub fn lookup(method: &str, route: &str) -> Option<Option<Access>> {
     let mut known = false;
     for &(m, r, access) in POLICY {
         if r == route {
-            if m.eq_ignore_ascii_case(method) {
+            if m == "*" || m.eq_ignore_ascii_case(method) {
                 return Some(Some(access));
             }
             known = true;

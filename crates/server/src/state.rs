@@ -26,6 +26,8 @@ pub struct AppState {
     pub rate_limits: Arc<crate::rate_limit::RateLimiters>,
     /// The tunnels agents hold open to this replica.
     pub tunnels: Arc<crate::tunnel::Tunnels>,
+    /// The HTTP proxy's own state (when each reservation's use last counted).
+    pub proxy: Arc<crate::proxy::ProxyState>,
     /// This process's SSH endpoint, once it listens (never, without `--ssh-listen`).
     pub ssh_endpoint: Arc<std::sync::OnceLock<crate::ssh::SshEndpoint>>,
 }
@@ -52,6 +54,7 @@ impl AppState {
             config: Arc::new(config),
             wake: Arc::new(NodeWakers::default()),
             tunnels,
+            proxy: Arc::default(),
             ssh_endpoint: Arc::default(),
         }
     }

@@ -19,6 +19,8 @@ const MAX_ARGS: usize = 256;
 const MAX_ENV: usize = 128;
 const MAX_TEXT: usize = 8192;
 const MAX_PORTS: usize = 16;
+/// Ports one reservation publishes through the HTTP proxy.
+const MAX_HTTP_PORTS: usize = 8;
 
 fn invalid(msg: impl Into<String>) -> ApiError {
     ApiError::Invalid(msg.into())
@@ -172,6 +174,7 @@ pub fn reservation(
             "ports must be at most {MAX_PORTS} distinct numbers from 1 to 65535"
         )));
     }
+    http_ports(&body.http_ports)?;
     Ok(NewReservation {
         tenant_id: tenant_id.to_owned(),
         gpu_type,
@@ -183,6 +186,7 @@ pub fn reservation(
         command: body.command.clone(),
         env: body.env.clone(),
         ports: body.ports.clone(),
+        http_ports: body.http_ports.clone(),
         idempotency_key,
         // Without the secrets' values: the hash is kept, and must not let anyone test a guess.
         request_hash: request_hash(&CreateReservation {
@@ -295,6 +299,27 @@ pub fn grant_amount(amount: Money) -> Result<Money, ApiError> {
         )));
     }
     Ok(amount)
+}
+
+/// Published HTTP ports: at most [`MAX_HTTP_PORTS`], each from 1 to 65535, each once.
+fn http_ports(ports: &[u16]) -> Result<(), ApiError> {
+    if ports.len() > MAX_HTTP_PORTS {
+        return Err(invalid(format!(
+            "http_ports: at most {MAX_HTTP_PORTS} ports, not {}",
+            ports.len()
+        )));
+    }
+    if ports.contains(&0) {
+        return Err(invalid("http_ports: 0 is not a port (give 1 to 65535)"));
+    }
+    if let Some((_, p)) = ports
+        .iter()
+        .enumerate()
+        .find(|(i, p)| ports[..*i].contains(p))
+    {
+        return Err(invalid(format!("http_ports: {p} is given twice")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ mod access;
 mod audit_trail;
 mod error;
 mod model;
+mod proxy;
 mod sql;
 mod ssh_keys;
 pub mod testing;
@@ -31,6 +32,7 @@ pub use model::{
     LedgerCheck, LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction,
     NodeCertificate, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
 };
+pub use proxy::{ProxyGrant, ProxyStore, ProxyTokenKind};
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
 pub use ssh_keys::{NewSshKey, SshKeyStore};
 pub use tunnels::{TunnelHolder, TunnelStore};
@@ -39,8 +41,8 @@ pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        AccessStore, AuditStore, MetricsStore, NodeStore, ReservationStore, SshKeyStore,
-        StatementStore, Store, TunnelStore, UserStore,
+        AccessStore, AuditStore, MetricsStore, NodeStore, ProxyStore, ReservationStore,
+        SshKeyStore, StatementStore, Store, TunnelStore, UserStore,
     };
 }
 
@@ -57,6 +59,7 @@ pub trait Store:
     + MetricsStore
     + SshKeyStore
     + TunnelStore
+    + ProxyStore
     + std::fmt::Debug
 {
 }
@@ -71,6 +74,7 @@ impl<T> Store for T where
         + MetricsStore
         + SshKeyStore
         + TunnelStore
+        + ProxyStore
         + std::fmt::Debug
 {
 }

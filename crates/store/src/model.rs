@@ -87,6 +87,8 @@ pub struct NewReservation {
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub ports: Vec<u16>,
+    /// Ports of the instance reachable over HTTP through the control plane's proxy.
+    pub http_ports: Vec<u16>,
     /// With `request_hash`: a retried request with the same key returns the first reservation.
     pub idempotency_key: Option<String>,
     pub request_hash: String,

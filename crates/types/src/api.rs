@@ -152,6 +152,10 @@ pub struct CreateReservation {
     /// Ports of the instance to publish on the node (Docker executor), e.g. `[8888]`.
     #[serde(default)]
     pub ports: Vec<u16>,
+    /// Ports of the instance to reach over HTTP through the control plane (at most 8), at
+    /// `/proxy/ID/PORT/` for the owner only, WebSockets included, e.g. `[8888]` for Jupyter.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http_ports: Vec<u16>,
     /// When nothing fits now (and preempting spot work cannot make room), wait in the queue
     /// as `pending` instead of answering 409 `no_capacity`. The first hour is held as usual.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -236,10 +240,44 @@ pub struct Reservation {
     /// The names of its secret environment variables (their values are never shown).
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// Ports of its instance published over HTTP through the control plane's proxy.
+    #[serde(default)]
+    pub http_ports: Vec<u16>,
+    /// Where its HTTP ports are reachable, while it runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<HttpEndpoint>,
     /// How to get into it over SSH: only while it runs and the control plane has an SSH
     /// endpoint (`--ssh-listen`); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh: Option<ReservationSsh>,
+}
+
+/// A published HTTP port of a running reservation and where its owner reaches it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct HttpEndpoint {
+    pub port: u16,
+    /// `http(s)://HOST/proxy/ID/PORT/`: the bearer token or a cookie from a one-time link
+    /// (`POST /api/v1/reservations/{id}/proxy-links`) gets in.
+    pub url: String,
+}
+
+/// Asks for a one-time link to a published HTTP port (`gpurent open`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProxyLink {
+    pub port: u16,
+}
+
+/// A one-time link: opening it in a browser sets a cookie for that port of that reservation
+/// (valid 12 hours) and goes on to the app.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProxyLink {
+    pub url: String,
+    /// The same link on the proxy domain (`ID-PORT.DOMAIN`), where the server has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain_url: Option<String>,
+    /// The link works once, until then.
+    pub expires_at: DateTime<Utc>,
 }
 
 /// The SSH connection details of a running reservation.

@@ -312,9 +312,15 @@ pub async fn run(
                 &RESERVATION_HEADER,
                 &reservation_rows(std::slice::from_ref(&r)),
             );
+            for h in &r.http {
+                print_line(&format!("http {}: {}", h.port, h.url));
+            }
             if let Some(ssh) = &r.ssh {
                 print_line(&format!("connect: {}", ssh.command));
             }
+        }
+        Command::Open { id, port, browser } => {
+            super::open::open(&api, &id, port, browser, json).await?
         }
         Command::Ls => {
             let rs: Vec<Reservation> = api.get_all("/api/v1/reservations").await?;
@@ -501,6 +507,7 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
         command: args.command,
         env,
         ports: args.ports,
+        http_ports: args.http_ports,
         queue: args.queue,
         on_node_loss: Some(match args.on_node_loss {
             crate::cli::OnNodeLossArg::Reschedule => gpurent_types::OnNodeLoss::Reschedule,

@@ -16,6 +16,7 @@ pub mod client;
 pub mod cp;
 pub mod instance_sftp;
 pub mod lock;
+pub mod open;
 pub mod port_forward;
 pub mod private;
 pub mod report;

@@ -206,6 +206,7 @@ pub async fn start(
             tenant_limits: tenant_limits(access),
             http: http.limits(),
             advertise_url: http.advertise_url.clone(),
+            proxy_domain: proxy_domain(http.proxy_domain.as_deref())?,
             tls,
             ..ServerConfig::default()
         },
@@ -348,4 +349,28 @@ fn tenant_limits(access: &crate::cli::AccessArgs) -> TenantLimits {
         },
         max_spend_per_hour: access.max_spend_per_hour,
     }
+}
+
+/// `--proxy-domain`: a DNS name (`apps.example.com`), lowercased, without dots at its ends.
+fn proxy_domain(domain: Option<&str>) -> anyhow::Result<Option<String>> {
+    let Some(domain) = domain else {
+        return Ok(None);
+    };
+    let domain = domain.trim_matches('.').to_ascii_lowercase();
+    let valid = !domain.is_empty()
+        && domain.len() <= 200
+        && domain.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        });
+    if !valid {
+        anyhow::bail!(
+            "--proxy-domain {domain:?} is not a DNS name (give the parent of the wildcard, \
+             e.g. apps.example.com for *.apps.example.com)"
+        );
+    }
+    Ok(Some(domain))
 }

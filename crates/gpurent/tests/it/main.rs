@@ -14,6 +14,7 @@ mod crash;
 mod data_dir;
 mod failover_processes;
 mod first_run;
+mod http_ports;
 mod instance_sftp;
 mod logs_download;
 mod netns;

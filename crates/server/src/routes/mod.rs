@@ -21,7 +21,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{Method, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{any, get};
 use axum::{Json, Router};
 use tower_http::trace::TraceLayer;
 use utoipa_axum::router::OpenApiRouter;
@@ -56,6 +56,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(reservations::get))
         .routes(routes!(reservations::stop))
         .routes(routes!(reservations::logs))
+        .routes(routes!(crate::proxy::links::create))
         .routes(routes!(ssh::ssh_endpoint))
         .routes(routes!(nodes::create_join_token))
         .routes(routes!(nodes::list))
@@ -94,11 +95,16 @@ pub(crate) fn router(state: AppState) -> Router {
     let (router, mut openapi) = api().split_for_parts();
     crate::openapi::common_responses(&mut openapi);
     let limit = state.config.max_body_bytes;
-    router
+    let router = router
         .route(
             "/api/v1/openapi.json",
             get(move || async move { Json(openapi) }),
         )
+        // Published HTTP ports: every method and path below them, so not in the OpenAPI
+        // document (the app's API is the app's); the bodies stream both ways.
+        .route("/proxy/{id}/{port}", any(crate::proxy::handle))
+        .route("/proxy/{id}/{port}/", any(crate::proxy::handle))
+        .route("/proxy/{id}/{port}/{*path}", any(crate::proxy::handle))
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_owned()) })
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
             ApiError::MethodNotAllowed(format!("{method} {}", uri.path()))
@@ -126,7 +132,18 @@ pub(crate) fn router(state: AppState) -> Router {
         ))
         .layer(axum::middleware::from_fn(run_to_completion))
         .layer(TraceLayer::new_for_http())
-        .with_state(state)
+        .with_state(state.clone());
+    if state.config.proxy_domain.is_none() {
+        return router;
+    }
+    // Before routing: a request on the proxy domain is routed as `/proxy/ID/PORT/...`.
+    // (The outer router's layer runs before the inner one routes.)
+    Router::new()
+        .fallback_service(router)
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            crate::proxy::host::route,
+        ))
 }
 
 /// A request, once received, is handled to the end in a task of its own, even if its client

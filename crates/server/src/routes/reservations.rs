@@ -117,6 +117,7 @@ pub(crate) async fn get(
         .get_reservation(&id, &Scope::of(&caller.0))
         .await?;
     note.reservation(&reservation);
+    reservation.http = crate::proxy::endpoints(&state, &headers, &reservation);
     super::ssh::add_connection(
         &state,
         &headers,

@@ -46,9 +46,11 @@ pub(crate) async fn serve(
     router: Router,
     limits: HttpLimits,
     metrics: Arc<Metrics>,
+    proxy_domain: Option<String>,
     stop: watch::Receiver<bool>,
 ) {
     let limits = limits.bounded();
+    let proxy_domain: Option<Arc<str>> = proxy_domain.map(Arc::from);
     let cap = limits.connection_cap();
     if let Some(files) = open_files_limit() {
         if cap as u64 >= files {
@@ -102,6 +104,7 @@ pub(crate) async fn serve(
             router.clone(),
             limits,
             metrics.clone(),
+            proxy_domain.clone(),
             stop.clone(),
             closed_rx.clone(),
         ));
@@ -139,6 +142,7 @@ async fn connection(
     router: Router,
     limits: HttpLimits,
     metrics: Arc<Metrics>,
+    proxy_domain: Option<Arc<str>>,
     stop: watch::Receiver<bool>,
     _closed: watch::Receiver<()>,
 ) {
@@ -156,6 +160,7 @@ async fn connection(
             router,
             limits,
             metrics.clone(),
+            proxy_domain,
             stop,
         )
         .await;
@@ -179,6 +184,7 @@ async fn connection(
                 router,
                 limits,
                 metrics.clone(),
+                proxy_domain,
                 stop,
             )
             .await;
@@ -193,6 +199,7 @@ async fn connection(
 
 /// Serves HTTP/1.1 on one connection, closing it when it is slow (`watchdog`) and shutting
 /// it down gracefully on stop.
+#[allow(clippy::too_many_arguments)]
 async fn http<IO>(
     io: IO,
     accepted: tokio::time::Instant,
@@ -200,6 +207,7 @@ async fn http<IO>(
     router: Router,
     limits: HttpLimits,
     metrics: Arc<Metrics>,
+    proxy_domain: Option<Arc<str>>,
     mut stop: watch::Receiver<bool>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -215,8 +223,10 @@ async fn http<IO>(
         let timed_out = Arc::new(AtomicBool::new(false));
         let deadline = tokio::time::Instant::now() + limits.body_timeout;
         // A stream relayed between replicas sends its body as long as its SSH channel is
-        // open: no body deadline (its peer is a replica with the tunnel's token).
-        let streams = request.uri().path().starts_with(crate::tunnel::relay::PATH);
+        // open: no body deadline (its peer is a replica with the tunnel's token). Nor for
+        // the HTTP proxy: an upload to an app or a WebSocket takes as long as it takes.
+        let streams = request.uri().path().starts_with(crate::tunnel::relay::PATH)
+            || crate::proxy::is_proxied(request.uri(), request.headers(), proxy_domain.as_deref());
         let mut request = if streams {
             request.map(Body::new)
         } else {

@@ -25,6 +25,7 @@ mod logs_kept;
 mod logs_stopped;
 mod metrics;
 mod openapi;
+mod proxy;
 mod queue;
 mod reports;
 mod revoke;

@@ -117,6 +117,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "agent_tunnels",
         include_str!("../../migrations/0027_agent_tunnels.sql"),
     ),
+    (
+        28,
+        "http_ports",
+        include_str!("../../migrations/0028_http_ports.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

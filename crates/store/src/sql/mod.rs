@@ -11,6 +11,7 @@ mod logs;
 mod metrics;
 mod migrate;
 mod nodes;
+mod proxy;
 mod queue;
 mod reports;
 mod reservations;

@@ -158,10 +158,10 @@ pub(super) async fn insert_reservation(conn: &mut AnyConnection, row: &NewRow<'_
             bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
             created_at, idempotency_key, request_hash, ports, price_step_s, price_after,
             host_share_bps, priority, placed_at, queued_at, queue_reason, type_key,
-            on_node_loss, idle_reclaim, checkpoint, secrets, secret_names)
+            on_node_loss, idle_reclaim, checkpoint, secrets, secret_names, http_ports)
          VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13, $14,
             $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30,
-            $31)",
+            $31, $32)",
     )
     .bind(row.id)
     .bind(&new.tenant_id)
@@ -194,6 +194,7 @@ pub(super) async fn insert_reservation(conn: &mut AnyConnection, row: &NewRow<'_
     .bind(i64::from(new.checkpoint))
     .bind(&new.sealed_secrets)
     .bind(to_json(&new.secret_names))
+    .bind(to_json(&new.http_ports))
     .execute(&mut *conn)
     .await;
     if let Err(e) = inserted {

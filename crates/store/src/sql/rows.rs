@@ -11,7 +11,7 @@ use crate::{Result, StoreError};
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
     r.created_at, r.started_at, r.ended_at, r.end_reason, COALESCE(m.charged, 0) AS charged,
-    COALESCE(m.held, 0) AS held, r.bid, r.published, r.queue_reason, r.placed_at, r.on_node_loss, r.epoch, r.idle_reclaim, r.checkpoint, r.secret_names, n.name AS node_name
+    COALESCE(m.held, 0) AS held, r.bid, r.published, r.queue_reason, r.placed_at, r.on_node_loss, r.epoch, r.idle_reclaim, r.checkpoint, r.secret_names, r.http_ports, n.name AS node_name
     FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id
     LEFT JOIN meters m ON m.reservation_id = r.id";
 
@@ -69,6 +69,9 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
         checkpoint: row.try_get::<i64, _>("checkpoint")? != 0,
         secrets: serde_json::from_str(&row.try_get::<String, _>("secret_names")?)
             .map_err(corrupt)?,
+        http_ports: serde_json::from_str(&row.try_get::<String, _>("http_ports")?)
+            .map_err(corrupt)?,
+        http: Vec::new(),
         // Connection details are the control plane's to add (they depend on its endpoint).
         ssh: None,
     })

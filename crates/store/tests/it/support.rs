@@ -31,6 +31,7 @@ pub fn one_gpu(tenant: &str) -> NewReservation {
         command: vec![],
         env: Default::default(),
         ports: vec![],
+        http_ports: vec![],
         idempotency_key: None,
         request_hash: "h".into(),
         queue: false,

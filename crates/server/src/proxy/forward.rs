@@ -1,0 +1,306 @@
+//! Forwarding one request to a port inside an instance: a TCP stream through the node's
+//! tunnel, HTTP/1.1 over it, the response streamed back; a WebSocket (any `Upgrade`) is
+//! spliced both ways once the app answers 101.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
+use gpurent_tunnel::{Frame, OpenStream, StreamKind};
+use gpurent_types::api::Reservation;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+use super::host::ViaHost;
+use super::{access, Target};
+use crate::error::ApiError;
+use crate::metrics::SshCounts;
+use crate::state::AppState;
+use crate::tunnel::Stream;
+
+/// Bytes buffered between hyper and the tunnel stream, and read per data frame.
+const BUFFER: usize = 64 * 1024;
+/// How long the instance's side may go on sending after the proxy's side is done with a
+/// connection, before the stream is dropped.
+const LINGER: Duration = Duration::from_secs(30);
+
+/// Headers of one hop only (RFC 9110 7.6.1), never forwarded as they are.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Sends the request to the target port of the reservation's instance and streams the
+/// answer back; 502 when the port cannot be reached.
+pub(super) async fn forward(
+    state: &AppState,
+    target: &Target,
+    reservation: &Reservation,
+    mut request: Request,
+    via_host: Option<ViaHost>,
+) -> Response {
+    state.metrics.proxy.requests.fetch_add(1, Ordering::Relaxed);
+    let upgrade = upgrade_of(request.headers());
+    let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut request));
+    let outgoing = match outgoing(state, request, via_host, upgrade.as_ref()) {
+        Ok(outgoing) => outgoing,
+        Err(e) => return e.into_response(),
+    };
+    let bad_gateway = |why: String| {
+        state
+            .metrics
+            .proxy
+            .bad_gateway
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(reservation = %reservation.id, port = target.port, %why, "proxy: bad gateway");
+        ApiError::BadGateway(format!(
+            "cannot reach port {} of reservation {}: {why}",
+            target.port, reservation.id
+        ))
+        .into_response()
+    };
+    let node = reservation.node.clone().unwrap_or_default();
+    let open = OpenStream {
+        reservation_id: reservation.id.clone(),
+        epoch: reservation.epoch,
+        kind: StreamKind::Tcp { port: target.port },
+        pty: None,
+        env: Vec::new(),
+    };
+    let stream = match state.tunnels.dial(&node, open).await {
+        Ok(stream) => stream,
+        Err(e) => return bad_gateway(e.to_string()),
+    };
+    let io = pump(stream);
+    let (mut sender, connection) = match hyper::client::conn::http1::Builder::new()
+        .handshake::<_, Body>(TokioIo::new(io))
+        .await
+    {
+        Ok(pair) => pair,
+        Err(e) => return bad_gateway(e.to_string()),
+    };
+    tokio::spawn(async move {
+        if let Err(e) = connection.with_upgrades().await {
+            tracing::debug!(error = %e, "proxy: connection to the instance ended");
+        }
+    });
+    let mut response = match sender.send_request(outgoing).await {
+        Ok(response) => response,
+        Err(e) => {
+            return bad_gateway(format!(
+                "the app closed the connection without an answer ({e})"
+            ))
+        }
+    };
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_upgrade) = client_upgrade {
+            let app_upgrade = hyper::upgrade::on(&mut response);
+            splice(state, client_upgrade, app_upgrade);
+        }
+    }
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(
+        &mut parts.headers,
+        parts.status == StatusCode::SWITCHING_PROTOCOLS,
+    );
+    drop_proxy_cookies(&mut parts.headers);
+    Response::from_parts(parts, Body::new(body))
+}
+
+/// The `Upgrade` a request asks for with `Connection: upgrade` (a WebSocket's).
+fn upgrade_of(headers: &HeaderMap) -> Option<HeaderValue> {
+    let connection_upgrade = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    connection_upgrade
+        .then(|| headers.get(header::UPGRADE).cloned())
+        .flatten()
+}
+
+/// The request as the app gets it: its path as the client sent it, without the proxy's
+/// credentials (the bearer token, the proxy cookie) and hop-by-hop headers, with
+/// `X-Forwarded-For`, `-Proto` and `-Host`. `Host` stays the client's (apps such as Jupyter
+/// compare a WebSocket's `Origin` with it).
+fn outgoing(
+    state: &AppState,
+    request: Request,
+    via_host: Option<ViaHost>,
+    upgrade: Option<&HeaderValue>,
+) -> Result<Request, ApiError> {
+    let (mut parts, body) = request.into_parts();
+    let path = match &via_host {
+        Some(via) => via.path.clone(),
+        None => parts.uri.path().to_owned(),
+    };
+    let path_and_query = match parts.uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    parts.uri = path_and_query
+        .parse()
+        .map_err(|_| ApiError::Malformed("the request's path is not a valid URI".into()))?;
+    parts.version = axum::http::Version::HTTP_11;
+    let headers = &mut parts.headers;
+    let client = parts
+        .extensions
+        .get::<ConnectInfo<crate::tls::Peer>>()
+        .map(|c| c.0.addr.ip().to_string());
+    let host = headers.get(header::HOST).cloned();
+    strip_hop_by_hop(headers, false);
+    headers.remove(header::AUTHORIZATION);
+    let cookies = access::cookie_without_proxy(headers);
+    headers.remove(header::COOKIE);
+    if let Some(v) = cookies.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        headers.insert(header::COOKIE, v);
+    }
+    if let Some(upgrade) = upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, upgrade.clone());
+    }
+    if let Some(client) = client {
+        let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+            Some(before) => format!("{before}, {client}"),
+            None => client,
+        };
+        if let Ok(v) = HeaderValue::from_str(&forwarded) {
+            headers.insert(HeaderName::from_static("x-forwarded-for"), v);
+        }
+    }
+    headers.insert(
+        HeaderName::from_static("x-forwarded-proto"),
+        HeaderValue::from_static(super::scheme(state)),
+    );
+    match host {
+        Some(host) => {
+            headers.insert(HeaderName::from_static("x-forwarded-host"), host);
+        }
+        None => {
+            headers.insert(header::HOST, HeaderValue::from_static("localhost"));
+        }
+    }
+    Ok(Request::from_parts(parts, body))
+}
+
+/// Removes hop-by-hop headers and those `Connection` names; a 101 keeps its `Connection`
+/// and `Upgrade`, which make the switch.
+fn strip_hop_by_hop(headers: &mut HeaderMap, switching: bool) {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    for name in HOP_BY_HOP
+        .iter()
+        .copied()
+        .chain(named.iter().map(String::as_str))
+    {
+        if switching && (name == "connection" || name == "upgrade") {
+            continue;
+        }
+        headers.remove(name);
+    }
+}
+
+/// An app never sets the proxy's own cookie (it could fix another browser session's).
+fn drop_proxy_cookies(headers: &mut HeaderMap) {
+    let kept: Vec<HeaderValue> = headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter(|v| {
+            v.to_str().map_or(true, |s| {
+                s.split('=').next().map(str::trim) != Some(access::COOKIE)
+            })
+        })
+        .cloned()
+        .collect();
+    headers.remove(header::SET_COOKIE);
+    for v in kept {
+        headers.append(header::SET_COOKIE, v);
+    }
+}
+
+/// Once both sides have switched, copies bytes between the client and the app until either
+/// closes.
+fn splice(state: &AppState, client: hyper::upgrade::OnUpgrade, app: hyper::upgrade::OnUpgrade) {
+    let metrics = state.metrics.clone();
+    metrics.proxy.upgrades.fetch_add(1, Ordering::Relaxed);
+    tokio::spawn(async move {
+        let (client, app) = match tokio::try_join!(client, app) {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::debug!(error = %e, "proxy: an upgrade did not complete");
+                return;
+            }
+        };
+        metrics.proxy.websockets.fetch_add(1, Ordering::Relaxed);
+        let mut client = TokioIo::new(client);
+        let mut app = TokioIo::new(app);
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut app).await;
+        SshCounts::down(&metrics.proxy.websockets);
+    });
+}
+
+/// The tunnel stream as a byte stream for hyper: one end of an in-memory pipe, whose other
+/// end two pumps join to the stream's frames.
+fn pump(stream: Stream) -> DuplexStream {
+    let (near, far) = tokio::io::duplex(BUFFER);
+    let (mut read, mut write) = tokio::io::split(far);
+    let Stream { tx, mut rx } = stream;
+    tokio::spawn(async move {
+        let up = async {
+            let mut buf = BytesMut::with_capacity(BUFFER);
+            loop {
+                buf.reserve(BUFFER);
+                match read.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if tx.send(Frame::Data(buf.split().freeze())).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            let _ = tx.send(Frame::Eof).await;
+        };
+        let down = async {
+            loop {
+                match rx.next().await {
+                    Ok(Some(Frame::Data(data))) => {
+                        if write.write_all(&data).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(Some(Frame::Eof | Frame::Exit(_)) | None) | Err(_) => break,
+                    Ok(Some(_)) => {}
+                }
+            }
+            let _ = write.shutdown().await;
+        };
+        tokio::pin!(down);
+        tokio::select! {
+            () = up => {
+                // The proxy's side is done; the app's may still be sending (a half close).
+                let _ = tokio::time::timeout(LINGER, &mut down).await;
+            }
+            () = &mut down => {}
+        }
+    });
+    near
+}

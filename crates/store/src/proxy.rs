@@ -1,0 +1,62 @@
+//! The control plane's HTTP proxy to published ports: its one-time links and the browser
+//! sessions they open (`ProxyStore`, implemented in `sql/proxy.rs`), kept by their tokens'
+//! hashes so that every replica honours them.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::Result;
+
+/// A one-time link, or the session it opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyTokenKind {
+    Link,
+    Session,
+}
+
+impl ProxyTokenKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyTokenKind::Link => "link",
+            ProxyTokenKind::Session => "session",
+        }
+    }
+}
+
+/// What a proxy token lets in: one port of one reservation, for its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyGrant {
+    pub reservation_id: String,
+    pub port: u16,
+    pub user_id: String,
+}
+
+#[async_trait]
+pub trait ProxyStore: Send + Sync {
+    /// Keeps a new token (by its hash) until `expires_at`; forgets the expired ones.
+    async fn add_proxy_token(
+        &self,
+        kind: ProxyTokenKind,
+        token_hash: &str,
+        grant: &ProxyGrant,
+        expires_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
+
+    /// Uses a one-time link for `reservation_id`'s `port`: its grant the first time, while
+    /// it is valid; None ever after (or for another reservation or port).
+    async fn redeem_proxy_link(
+        &self,
+        token_hash: &str,
+        reservation_id: &str,
+        port: u16,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ProxyGrant>>;
+
+    /// The grant of a valid session token.
+    async fn proxy_session(
+        &self,
+        token_hash: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ProxyGrant>>;
+}
