@@ -67,7 +67,11 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
         "127.0.0.1:0".parse()?,
         &dir,
         server.state.clone(),
-        SshLimits::default(),
+        // Every client is on loopback: the per-address cap would refuse the idle sessions.
+        SshLimits {
+            max_connections_per_ip: 4096,
+            ..SshLimits::default()
+        },
     )
     .await?;
     let url = format!("http://{}", server.addr);
@@ -84,7 +88,7 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
         .arg("--sim-gpus")
         .arg(format!("{reservations}xRTX4090"))
         // Limits that fit a small machine: the bench is about the relay, not the instance.
-        .args(["--cpus-per-gpu", "1", "--memory-per-gpu-gb", "1"])
+        .args(["--cpus-per-gpu", "1", "--memory-per-gpu-gb", "4"])
         .arg("--data-dir")
         .arg(dir.join("agent"))
         .env("GPURENT_LOG", "warn")
@@ -159,6 +163,12 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
     let port = ssh.addr.port();
     let (args, ids, dir_c, key_c, public_c) =
         (args, ids.clone(), dir.clone(), key.clone(), public.clone());
+    // On disk in the instance (a process instance's /tmp is memory, counted in its limit).
+    let remote = if executor == "process" {
+        "/instance/copy.bin"
+    } else {
+        "/tmp/copy.bin"
+    };
     let measured = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let (dir, key, public) = (dir_c, key_c, public_c);
         let client = Ssh {
@@ -186,12 +196,10 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
         write_file(&file, args.copy_mib)?;
         let through = client.scp(
             &file,
-            &format!("{}@127.0.0.1:/tmp/copy.bin", ids[0]),
+            &format!("{}@127.0.0.1:{remote}", ids[0]),
             client.port,
         )?;
-        let _ = client
-            .command(&ids[0], &["rm", "-f", "/tmp/copy.bin"])
-            .output();
+        let _ = client.command(&ids[0], &["rm", "-f", remote]).output();
         let direct = match DirectSshd::start(&dir, &public) {
             Ok(sshd) => {
                 let direct = Ssh {
