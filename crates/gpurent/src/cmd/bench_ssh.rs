@@ -161,6 +161,7 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
     // The clients block (ssh, scp): off the runtime that serves them.
     let metrics = server.state.metrics.clone();
     let port = ssh.addr.port();
+    let reserved = ids.clone();
     let (args, ids, dir_c, key_c, public_c) =
         (args, ids.clone(), dir.clone(), key.clone(), public.clone());
     // On disk in the instance (a process instance's /tmp is memory, counted in its limit).
@@ -272,7 +273,36 @@ pub async fn run(args: BenchSshArgs, json_out: bool) -> anyhow::Result<()> {
         control_plane_kib_per_session: per(after.0, before.0),
         agent_kib_per_session: per(after.1, before.1),
     };
+    // The instances go with the bench: stopped through the API (the agent ends containers and
+    // process trees), and whatever is left of process instances killed by name.
+    let ids = reserved;
+    for id in &ids {
+        let _ = http
+            .post(format!("{url}/api/v1/reservations/{id}/stop"))
+            .bearer_auth(TENANT_TOKEN)
+            .send()
+            .await;
+    }
+    let store_c = store.clone();
+    let _ = wait_for_async(Duration::from_secs(60), "the instances to stop", || {
+        let store = store_c.clone();
+        let ids = ids.clone();
+        async move {
+            for id in &ids {
+                let stopped = store
+                    .get_reservation(id, &gpurent_store::Scope::All)
+                    .await
+                    .is_ok_and(|r| r.status == gpurent_types::ReservationStatus::Stopped);
+                if !stopped {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
     drop(agent);
+    gpurent_agent::testing::kill_processes_naming(&dir);
     ssh.shutdown().await;
     server.shutdown().await?;
     if json_out {
