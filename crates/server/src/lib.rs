@@ -2,6 +2,7 @@
 //! maintenance loop that expires reservations, places queued ones and judges elastic capacity. Handlers are thin: they parse, authorize,
 //! call one store intent and map the result.
 
+mod activity;
 mod alerts;
 mod audit;
 mod auth;

@@ -27,7 +27,7 @@ pub struct AppState {
     /// The tunnels agents hold open to this replica.
     pub tunnels: Arc<crate::tunnel::Tunnels>,
     /// The HTTP proxy's own state (when each reservation's use last counted).
-    pub proxy: Arc<crate::proxy::ProxyState>,
+    pub activity: Arc<crate::activity::Activity>,
     /// This process's SSH endpoint, once it listens (never, without `--ssh-listen`).
     pub ssh_endpoint: Arc<std::sync::OnceLock<crate::ssh::SshEndpoint>>,
 }
@@ -54,7 +54,7 @@ impl AppState {
             config: Arc::new(config),
             wake: Arc::new(NodeWakers::default()),
             tunnels,
-            proxy: Arc::default(),
+            activity: Arc::default(),
             ssh_endpoint: Arc::default(),
         }
     }

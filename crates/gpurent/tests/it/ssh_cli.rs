@@ -567,29 +567,10 @@ fn port_forward_reaches_an_http_server_in_an_instance_through_gpurent_up() {
     let (_forward, port, _) = crate::ssh_client_sshd::start_forward(&home, &[], &args);
     let mut body = String::new();
     eventually("the instance's HTTP server through the forward", 30, || {
-        body = http_get::hello(port);
+        body = crate::ssh_support::http_hello(port);
         body.contains("hello from the instance")
     });
     cli(&url, Some(&ada), true, &["stop", &id]);
     drop(up);
     gpurent_agent::testing::kill_processes_naming(dir.path());
-}
-
-/// `GET /hello.txt` on 127.0.0.1:`port` with a plain socket ("" when it fails).
-mod http_get {
-    use std::io::{Read, Write};
-
-    pub fn hello(port: u16) -> String {
-        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-            return String::new();
-        };
-        let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
-        let request = "GET /hello.txt HTTP/1.0\r\nHost: localhost\r\n\r\n";
-        if stream.write_all(request.as_bytes()).is_err() {
-            return String::new();
-        }
-        let mut text = String::new();
-        let _ = stream.read_to_string(&mut text);
-        text
-    }
 }

@@ -4,50 +4,19 @@
 //! sim executor of this node says there is nothing to enter.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
+use crate::ssh_support::keygen as keygen_with;
+pub(crate) use crate::ssh_support::run_bounded;
 use crate::support::{cli, eventually, read_token, Daemon};
+
+/// A fresh ed25519 key pair without a passphrase: (private, public).
+pub(crate) fn keygen(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    keygen_with(dir, name, "")
+}
 
 pub(crate) const NOTHING_TO_ENTER: &str =
     "gpurent: the sim executor runs nothing: there is no instance to enter";
-
-/// A fresh ed25519 key pair made by ssh-keygen: (private, public).
-pub(crate) fn keygen(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let private = dir.join(name);
-    let status = Command::new("ssh-keygen")
-        .args(["-q", "-N", "", "-t", "ed25519", "-C", name, "-f"])
-        .arg(&private)
-        .status()
-        .expect("ssh-keygen (openssh-client; scripts/test.sh installs it)");
-    assert!(status.success());
-    let public = private.with_extension("pub");
-    (private, public)
-}
-
-/// Runs `cmd`, killed after 30 s so that a hang fails the test instead of blocking it.
-pub(crate) fn run_bounded(mut cmd: Command) -> Output {
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(out) => out.expect("wait"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("{cmd:?} did not finish within 30 s");
-        }
-    }
-}
 
 /// `ssh -i KEY -p PORT USER@127.0.0.1 true`, never prompting, never hanging.
 pub(crate) fn ssh(dir: &Path, port: u16, key: &Path, user: &str) -> (Option<i32>, String) {

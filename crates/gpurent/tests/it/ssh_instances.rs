@@ -5,13 +5,13 @@
 //! instance; a removed key and an ended reservation end the session; an agent that restarts
 //! ends its sessions with a message, and new ones work once it is back.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::ssh_endpoint::{keygen, run_bounded, tenant};
-use crate::ssh_support::{random_file, sha256};
+use crate::ssh_support::{http_hello, random_file, sha256, wait_bounded};
 use crate::support::{cli, eventually, Cluster, Daemon};
 
 /// `/proc/self` belongs to the process's effective user.
@@ -167,23 +167,6 @@ impl Setup {
     }
 }
 
-/// `GET /hello.txt` on 127.0.0.1:`port` ("" when it fails).
-fn http_get(port: u16) -> String {
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    if stream
-        .write_all(b"GET /hello.txt HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .is_err()
-    {
-        return String::new();
-    }
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    text
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -297,7 +280,7 @@ fn sessions_work(s: &Setup, id: &str, home: &str, httpd: &dyn Fn(u16) -> String)
     let _forward = Killed(forward.spawn().unwrap());
     let mut body = String::new();
     eventually("the instance's HTTP server through ssh -L", 30, || {
-        body = http_get(local_port);
+        body = http_hello(local_port);
         body.contains("hello from the instance")
     });
 }
@@ -320,7 +303,7 @@ fn sessions_end(s: &Setup, id: &str) {
         &["keys", "rm", &key_id],
     );
     assert_eq!(removed.code, 0, "{removed:?}");
-    let out = wait_child(child, 30);
+    let out = wait_bounded(child, 30);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(255), "{err}");
     assert!(
@@ -331,23 +314,6 @@ fn sessions_end(s: &Setup, id: &str) {
     let (code, _, err) = s.run(id, "true");
     assert_eq!(code, Some(255), "{err}");
     assert!(err.contains("Permission denied (publickey)"), "{err}");
-}
-
-fn wait_child(child: Child, secs: u64) -> std::process::Output {
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(out) => out.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("the session did not end within {secs} s");
-        }
-    }
 }
 
 /// The agent has no listening socket: everything reached it through the tunnel it opened.
@@ -401,7 +367,7 @@ fn ssh_into_an_isolated_process_instance() {
     let child = long.spawn().unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     s.agent.take().unwrap().terminate();
-    let out = wait_child(child, 60);
+    let out = wait_bounded(child, 60);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");
     let (code, _, err) = s.run(&id, "true");
@@ -452,7 +418,7 @@ fn ssh_into_a_docker_container() {
     std::thread::sleep(Duration::from_millis(1500));
     let stopped = cli(&s.cluster.url, Some(&s.token), true, &["stop", &id]);
     assert_eq!(stopped.code, 0, "{stopped:?}");
-    let out = wait_child(child, 60);
+    let out = wait_bounded(child, 60);
     assert_ne!(out.status.code(), Some(0));
     eventually("stopped", 60, || s.status(&id) == "stopped");
     let (code, _, err) = s.run(&id, "true");

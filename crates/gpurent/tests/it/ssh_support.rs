@@ -38,20 +38,43 @@ pub fn run_bounded(mut cmd: Command) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
+    wait_bounded(child, 60)
+}
+
+/// Waits for `child`'s output; kills it after `secs` so that a hang fails the test.
+pub fn wait_bounded(child: std::process::Child, secs: u64) -> Output {
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
-    match rx.recv_timeout(Duration::from_secs(60)) {
+    match rx.recv_timeout(Duration::from_secs(secs)) {
         Ok(out) => out.expect("wait"),
         Err(_) => {
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status();
-            panic!("{cmd:?} did not finish within 60 s");
+            panic!("pid {pid} did not finish within {secs} s");
         }
     }
+}
+
+/// `GET /hello.txt` on 127.0.0.1:`port` with a plain socket ("" when it fails).
+pub fn http_hello(port: u16) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    if stream
+        .write_all(b"GET /hello.txt HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .is_err()
+    {
+        return String::new();
+    }
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text
 }
 
 /// A home of its own for `gpurent` and `ssh`: HOME (no ~/.ssh keys unless a test puts them

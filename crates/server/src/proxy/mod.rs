@@ -7,10 +7,6 @@ mod forward;
 pub(crate) mod host;
 pub(crate) mod links;
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -26,34 +22,6 @@ pub const PREFIX: &str = "/proxy/";
 
 /// The query parameter of a one-time link.
 const LINK_PARAM: &str = "gpurent_link";
-
-/// A request through the proxy counts as activity of its reservation (idle reclaim leaves
-/// a notebook someone works in running) at most this often.
-const TOUCH_EVERY: Duration = Duration::from_secs(60);
-
-/// What the proxy keeps in this process: when each reservation's use last counted.
-#[derive(Debug, Default)]
-pub struct ProxyState {
-    touched: Mutex<HashMap<String, Instant>>,
-}
-
-impl ProxyState {
-    /// Whether the reservation's use is due to count again (and, if so, that it does now).
-    fn due(&self, reservation_id: &str) -> bool {
-        let now = Instant::now();
-        let mut touched = self.touched.lock().unwrap_or_else(|e| e.into_inner());
-        if touched
-            .get(reservation_id)
-            .is_some_and(|t| now.duration_since(*t) < TOUCH_EVERY)
-        {
-            return false;
-        }
-        // Entries that are due anyway carry nothing: the map holds the last minute's only.
-        touched.retain(|_, t| now.duration_since(*t) < TOUCH_EVERY);
-        touched.insert(reservation_id.to_owned(), now);
-        true
-    }
-}
 
 /// Whether a request goes to the proxy: it may stream its body as long as its app wants (an
 /// upload, a WebSocket), so the listener's body deadline does not apply.
@@ -155,14 +123,9 @@ pub(crate) async fn handle(State(state): State<AppState>, request: Request) -> R
         return not_found(&path);
     }
     crate::audit::note_caller(request.extensions(), &reservation.tenant_id);
-    if state.proxy.due(&reservation.id) {
-        let (store, id, now) = (state.store.clone(), reservation.id.clone(), state.now());
-        tokio::spawn(async move {
-            if let Err(e) = store.touch_reservation(&id, now).await {
-                tracing::warn!(reservation = %id, error = %e, "proxy: cannot record activity");
-            }
-        });
-    }
+    state
+        .activity
+        .touch(&state.store, &reservation.id, state.now());
     forward::forward(&state, &target, &reservation, request, via_host).await
 }
 

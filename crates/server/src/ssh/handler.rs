@@ -120,7 +120,7 @@ impl russh::server::Handler for Connection {
                     tenant_id,
                     peer: self.peer,
                     fingerprint: key.fingerprint(Default::default()).to_string(),
-                    touched: std::sync::Mutex::new(None),
+                    activity: self.state.activity.clone(),
                     bytes_in: AtomicU64::new(0),
                     bytes_out: AtomicU64::new(0),
                 });

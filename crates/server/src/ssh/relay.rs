@@ -43,34 +43,18 @@ pub struct RelayContext {
     pub peer: Option<SocketAddr>,
     /// The SHA256 fingerprint of the key that got in.
     pub fingerprint: String,
-    /// When input last counted as activity of the reservation (for idle reclaim).
-    pub touched: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Where input counts as the reservation's activity (for idle reclaim).
+    pub activity: Arc<crate::activity::Activity>,
     /// Bytes relayed, client to instance and back, over all of the connection's channels.
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
 }
 
-/// Input in a session counts as activity at most this often (one write per minute).
-const TOUCH_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
-
 impl RelayContext {
     /// The client sent input: the reservation is in use (idle reclaim leaves it running).
     fn activity(&self) {
-        let now = std::time::Instant::now();
-        {
-            let mut touched = self.touched.lock().unwrap_or_else(|e| e.into_inner());
-            if touched.is_some_and(|t| now.duration_since(t) < TOUCH_EVERY) {
-                return;
-            }
-            *touched = Some(now);
-        }
-        let store = self.store.clone();
-        let id = self.reservation_id.clone();
-        tokio::spawn(async move {
-            if let Err(e) = store.touch_reservation(&id, Utc::now()).await {
-                tracing::warn!(reservation = %id, error = %e, "ssh: cannot record activity");
-            }
-        });
+        self.activity
+            .touch(&self.store, &self.reservation_id, Utc::now());
     }
 
     /// Counts bytes relayed for `/metrics`, the connection and the channel.
