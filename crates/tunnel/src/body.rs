@@ -40,16 +40,6 @@ impl FrameSender {
         }
         Ok(())
     }
-
-    /// Whether the body's reader is gone (the stream was reset or the tunnel closed).
-    pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
-    }
-
-    /// Resolves when the body's reader is gone.
-    pub async fn closed(&self) {
-        self.tx.closed().await
-    }
 }
 
 /// A request or response body fed by a [`FrameSender`].

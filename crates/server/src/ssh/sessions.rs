@@ -119,13 +119,6 @@ impl Sessions {
             forward,
         })
     }
-
-    /// Session channels and forwarded connections open now, in all.
-    pub fn totals(&self) -> (usize, usize) {
-        self.lock()
-            .values()
-            .fold((0, 0), |(s, f), o| (s + o.sessions, f + o.forwards))
-    }
 }
 
 #[cfg(test)]
@@ -153,7 +146,6 @@ mod tests {
         assert!(s.forward("r1").is_none());
         drop(a);
         assert!(s.session("r1").is_some());
-        assert_eq!(s.totals(), (1, 1));
         assert_eq!(metrics.ssh.sessions.load(Ordering::Relaxed), 1);
         assert_eq!(metrics.ssh.forwards.load(Ordering::Relaxed), 1);
     }
