@@ -8,6 +8,7 @@ mod audit;
 mod auth;
 mod authn;
 mod bootstrap;
+mod console;
 mod elastic;
 mod error;
 mod extract;

@@ -68,6 +68,8 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("*", "/proxy/{id}/{port}/", Access::Public),
     ("*", "/proxy/{id}/{port}/{*path}", Access::Public),
     ("GET", "/api/v1/ssh", ANY),
+    // The web terminal's WebSocket: the user's own running reservation (an admin's: any).
+    ("GET", "/instances/{id}/terminal", ANY),
     ("POST", "/api/v1/nodes/join-token", ADMIN_HOST),
     ("GET", "/api/v1/nodes", ADMIN_HOST),
     ("POST", "/api/v1/nodes/{node}/cordon", ADMIN),

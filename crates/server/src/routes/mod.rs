@@ -105,6 +105,10 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/proxy/{id}/{port}", any(crate::proxy::handle))
         .route("/proxy/{id}/{port}/", any(crate::proxy::handle))
         .route("/proxy/{id}/{port}/{*path}", any(crate::proxy::handle))
+        .route(
+            "/instances/{id}/terminal",
+            get(crate::console::terminal::handler),
+        )
         .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_owned()) })
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
             ApiError::MethodNotAllowed(format!("{method} {}", uri.path()))
