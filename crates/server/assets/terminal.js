@@ -16,11 +16,22 @@
       exited: el.getAttribute("data-text-exited") || "The shell exited with status",
       signal: el.getAttribute("data-text-signal") || "The shell was ended by signal",
       lost: el.getAttribute("data-text-lost") || "The connection was lost.",
+      refused: el.getAttribute("data-text-refused") ||
+        "The terminal could not connect: the instance runs no more, or is not yours.",
       reconnect: el.getAttribute("data-text-reconnect") || "Reconnect",
     };
 
+    // The screen fills the element above its status line; the fit addon measures the screen.
+    el.style.display = "flex";
+    el.style.flexDirection = "column";
+    if (el.clientHeight < 120) {
+      el.style.height = "26rem";
+    }
     var screen = document.createElement("div");
     screen.className = "terminal-screen";
+    screen.style.flex = "1 1 auto";
+    screen.style.minHeight = "0";
+    screen.style.overflow = "hidden";
     el.appendChild(screen);
     var bar = document.createElement("div");
     bar.className = "terminal-bar";
@@ -73,7 +84,9 @@
       var ws = new WebSocket(url);
       ws.binaryType = "arraybuffer";
       var said = false;
+      var opened = false;
       ws.onopen = function () {
+        opened = true;
         sendSize();
         term.focus();
       };
@@ -104,7 +117,7 @@
           socket = null;
         }
         if (!said) {
-          ended(words.lost);
+          ended(opened ? words.lost : words.refused);
         }
       };
       socket = ws;
