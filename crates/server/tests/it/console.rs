@@ -8,7 +8,8 @@ use serde_json::json;
 
 use crate::app::{TestApp, TestAppBuilder};
 use crate::console_support::{
-    assert_secure_headers, field_value, login, login_with, no_redirects, untranslated, PASSWORD,
+    assert_secure_headers, field_value, login, login_admin, login_with, no_redirects, untranslated,
+    PASSWORD,
 };
 
 fn app() -> TestAppBuilder {
@@ -110,6 +111,9 @@ async fn logging_in_and_out() {
     let after = console.get("/instances").await;
     assert_eq!(after.status, StatusCode::SEE_OTHER);
     assert!(after.location().unwrap().starts_with("/login"));
+    // Each role has its own start page.
+    let admin = login_admin(&app).await;
+    assert_eq!(admin.get("/").await.location(), Some("/admin"));
     app.shutdown().await;
 }
 
