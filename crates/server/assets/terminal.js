@@ -2,7 +2,9 @@
 // its data-socket names (/instances/ID/terminal). Keystrokes go as binary messages, a window
 // change as {"type":"resize","cols":C,"rows":R}; the server sends the shell's output as
 // binary and, last, {"type":"exit",...} or {"type":"error","message":...}.
-// Needs vendor/xterm.js and vendor/addon-fit.js loaded before it (globals Terminal, FitAddon).
+// Words come from the element's data-*-text attributes (the page's language). While
+// data-running is not "true" it waits for console.js's gpurent:status event saying running.
+// Needs xterm.js and addon-fit.js loaded before it (their globals Terminal, FitAddon).
 (function () {
   "use strict";
 
@@ -11,15 +13,22 @@
     if (!path || typeof Terminal !== "function" || typeof FitAddon === "undefined") {
       return;
     }
+    function word(name, fallback) {
+      return el.getAttribute("data-" + name + "-text") || fallback;
+    }
     var words = {
-      ended: el.getAttribute("data-text-ended") || "The session ended.",
-      exited: el.getAttribute("data-text-exited") || "The shell exited with status",
-      signal: el.getAttribute("data-text-signal") || "The shell was ended by signal",
-      lost: el.getAttribute("data-text-lost") || "The connection was lost.",
-      refused: el.getAttribute("data-text-refused") ||
-        "The terminal could not connect: the instance runs no more, or is not yours.",
-      reconnect: el.getAttribute("data-text-reconnect") || "Reconnect",
+      ended: word("ended", "The session ended."),
+      exited: word("exited", "The shell exited with status"),
+      signal: word("signal", "The shell was ended by signal"),
+      lost: word("lost", "The connection was lost."),
+      refused: word("refused",
+        "The terminal could not connect: the instance runs no more, or is not yours."),
+      reconnect: word("reconnect", "Reconnect"),
     };
+    // The page's own placeholder ("opens once the instance is running") gives way.
+    while (el.firstChild) {
+      el.removeChild(el.firstChild);
+    }
 
     // The screen fills the element above its status line; the fit addon measures the screen.
     el.style.display = "flex";
@@ -149,9 +158,19 @@
 
   function init() {
     var els = document.querySelectorAll('[data-field="terminal"][data-socket]');
-    for (var i = 0; i < els.length; i++) {
-      start(els[i]);
-    }
+    Array.prototype.forEach.call(els, function (el) {
+      if (el.getAttribute("data-running") !== "false") {
+        start(el);
+        return;
+      }
+      document.addEventListener("gpurent:status", function waiting(e) {
+        if (e.detail && e.detail.status === "running") {
+          document.removeEventListener("gpurent:status", waiting);
+          el.setAttribute("data-running", "true");
+          start(el);
+        }
+      });
+    });
   }
 
   if (document.readyState === "loading") {

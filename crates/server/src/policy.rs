@@ -76,8 +76,6 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("*", "/proxy/{id}/{port}/", Access::Public),
     ("*", "/proxy/{id}/{port}/{*path}", Access::Public),
     ("GET", "/api/v1/ssh", ANY),
-    // The web terminal's WebSocket: the user's own running reservation (an admin's: any).
-    ("GET", "/instances/{id}/terminal", ANY),
     ("POST", "/api/v1/nodes/join-token", ADMIN_HOST),
     ("GET", "/api/v1/nodes", ADMIN_HOST),
     ("POST", "/api/v1/nodes/{node}/cordon", ADMIN),
@@ -106,6 +104,8 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/instances/{id}", PAGE_ANY),
     ("POST", "/instances/{id}/stop", PAGE_ANY),
     ("GET", "/instances/{id}/log", PAGE_ANY),
+    // The web terminal's WebSocket: the viewer's own running reservation (an admin's: any).
+    ("GET", "/instances/{id}/terminal", PAGE_ANY),
 ];
 
 /// What the table says for a method and route template: `None` when the route is not there

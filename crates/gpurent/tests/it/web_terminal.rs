@@ -1,8 +1,8 @@
-//! The web console's terminal (`GET /instances/ID/terminal`, a WebSocket) against a real
-//! `gpurent server` and a `gpurent agent` process with the process executor: a command runs
-//! and answers, a resize reaches the PTY, an exit status comes back, other tenants and other
-//! sites are refused, the terminal counts as a session, ends when the reservation stops, and
-//! leaves its audit record.
+//! The web console's terminal (`GET /instances/ID/terminal`, a WebSocket with the console's
+//! session cookie) against a real `gpurent server` and a `gpurent agent` process with the
+//! process executor: a command runs and answers, a resize reaches the PTY, an exit status
+//! comes back, other tenants, other sites and API tokens are refused, the terminal counts as
+//! a session, ends when its session or its reservation ends, and leaves its audit record.
 
 use std::time::Duration;
 
@@ -20,19 +20,32 @@ type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 /// How long any one expected message may take (a loaded 2-core machine).
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// Opens the terminal of `id` as `token`, with `origin` (None: no Origin header, as a
+/// Who opens a terminal: a console session (its cookie), or an API token (not enough).
+#[derive(Clone, Copy)]
+enum As<'a> {
+    Session(&'a str),
+    Bearer(&'a str),
+}
+
+/// Opens the terminal of `id` as `who`, with `origin` (None: no Origin header, as a
 /// non-browser client); the refusal's status and body when the upgrade is refused.
-async fn open(url: &str, token: &str, id: &str, origin: Option<&str>) -> Result<Ws, (u16, String)> {
+async fn open(url: &str, who: As<'_>, id: &str, origin: Option<&str>) -> Result<Ws, (u16, String)> {
     let ws_url = format!(
         "{}/instances/{id}/terminal?cols=80&rows=24",
         url.replacen("http://", "ws://", 1)
     );
     let mut request = ws_url.into_client_request().unwrap();
     let headers = request.headers_mut();
-    headers.insert(
-        header::AUTHORIZATION,
-        format!("Bearer {token}").parse().unwrap(),
-    );
+    match who {
+        As::Session(token) => headers.insert(
+            header::COOKIE,
+            format!("gpurent_session={token}").parse().unwrap(),
+        ),
+        As::Bearer(token) => headers.insert(
+            header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        ),
+    };
     if let Some(origin) = origin {
         headers.insert(header::ORIGIN, origin.parse().unwrap());
     }
@@ -45,6 +58,33 @@ async fn open(url: &str, token: &str, id: &str, origin: Option<&str>) -> Result<
         )),
         Ok(Err(e)) => panic!("the terminal's upgrade failed: {e}"),
     }
+}
+
+/// Gives the tenant (by its API token) a console password and logs in as the console does
+/// (`POST /api/v1/login`): the session's (token, token id).
+async fn session(url: &str, token: &str, name: &str) -> (String, String) {
+    let http = reqwest::Client::new();
+    let password = format!("{name}-console-password");
+    let set = http
+        .post(format!("{url}/api/v1/users/me/password"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({ "password": password }))
+        .send()
+        .await
+        .unwrap();
+    assert!(set.status().is_success(), "{:?}", set.text().await);
+    let login = http
+        .post(format!("{url}/api/v1/login"))
+        .json(&serde_json::json!({ "name": name, "password": password }))
+        .send()
+        .await
+        .unwrap();
+    assert!(login.status().is_success(), "{:?}", login.text().await);
+    let session: serde_json::Value = login.json().await.unwrap();
+    (
+        session["token"].as_str().unwrap().to_owned(),
+        session["token_id"].as_str().unwrap().to_owned(),
+    )
 }
 
 /// This site's own origin, as a browser on its pages sends it.
@@ -150,20 +190,24 @@ async fn the_web_terminal_runs_a_shell_in_the_instance_until_it_stops() {
     );
     let _agent = cluster.agent("node-1", &args);
     cluster.wait_ready(1);
-    let ada = cluster.tenant("ada");
-    let bob = cluster.tenant("bob");
+    let ada_token = cluster.tenant("ada");
+    let bob_token = cluster.tenant("bob");
     let id = cluster.reserve(
-        &ada,
+        &ada_token,
         &["--gpu", "RTX-4090", "--hours", "1", "--", "sleep", "600"],
     );
     eventually("running", 60, || {
-        cluster.get(&ada, &id)["status"] == "running"
+        cluster.get(&ada_token, &id)["status"] == "running"
     });
     let url = cluster.url.clone();
     let origin = origin_of(&url).to_owned();
+    let (ada, _) = session(&url, &ada_token, "ada").await;
+    let (bob, _) = session(&url, &bob_token, "bob").await;
 
     // A command runs and its output comes back (42 is computed by the shell, not echoed).
-    let mut ws = open(&url, &ada, &id, Some(&origin)).await.unwrap();
+    let mut ws = open(&url, As::Session(&ada), &id, Some(&origin))
+        .await
+        .unwrap();
     type_line(&mut ws, "echo hello-$((6*7))").await;
     read_until(&mut ws, "hello-42").await;
     wait_sessions(&url, 1).await;
@@ -185,26 +229,53 @@ async fn the_web_terminal_runs_a_shell_in_the_instance_until_it_stops() {
     wait_sessions(&url, 0).await;
 
     // Another tenant's reservation, and an unknown one: 404, as in the API.
-    let (status, body) = open(&url, &bob, &id, Some(&origin)).await.err().unwrap();
-    assert_eq!(status, 404, "{body}");
-    let (status, body) = open(&url, &ada, "r-nope", Some(&origin))
+    let (status, body) = open(&url, As::Session(&bob), &id, Some(&origin))
         .await
         .err()
         .unwrap();
     assert_eq!(status, 404, "{body}");
-    // A page of another site (the owner's cookies would go with it): 403.
-    let (status, body) = open(&url, &ada, &id, Some("http://evil.example"))
+    let (status, body) = open(&url, As::Session(&ada), "r-nope", Some(&origin))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status, 404, "{body}");
+    // A page of another site (the owner's cookie would go with it): 403.
+    let (status, body) = open(&url, As::Session(&ada), &id, Some("http://evil.example"))
         .await
         .err()
         .unwrap();
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("Origin"), "{body}");
+    // The console's own route: an API token is no session (it is sent to the login page).
+    let (status, body) = open(&url, As::Bearer(&ada_token), &id, Some(&origin))
+        .await
+        .err()
+        .unwrap();
+    assert!((300..400).contains(&status), "{status} {body}");
+
+    // A terminal whose session ends (a logout revokes its token) ends, saying why.
+    let (short, short_id) = session(&url, &ada_token, "ada").await;
+    let mut ws = open(&url, As::Session(&short), &id, Some(&origin))
+        .await
+        .unwrap();
+    type_line(&mut ws, "echo on-$((1+1))").await;
+    read_until(&mut ws, "on-2").await;
+    let revoked = cli(&url, Some(&short), true, &["tokens", "revoke", &short_id]);
+    assert_eq!(revoked.code, 0, "{revoked:?}");
+    let (last, _) = read_end(&mut ws).await;
+    assert_eq!(last["type"], "error", "{last}");
+    assert!(
+        last["message"].as_str().unwrap().contains("log in again"),
+        "{last}"
+    );
 
     // A terminal open when the reservation stops ends, saying why.
-    let mut ws = open(&url, &ada, &id, Some(&origin)).await.unwrap();
+    let mut ws = open(&url, As::Session(&ada), &id, Some(&origin))
+        .await
+        .unwrap();
     type_line(&mut ws, "echo still-$((40+2))").await;
     read_until(&mut ws, "still-42").await;
-    let stopped = cli(&url, Some(&ada), true, &["stop", &id]);
+    let stopped = cli(&url, Some(&ada_token), true, &["stop", &id]);
     assert_eq!(stopped.code, 0, "{stopped:?}");
     let (last, _) = read_end(&mut ws).await;
     // The terminal's own recheck says why, unless the node ended the shell first.
@@ -215,17 +286,19 @@ async fn the_web_terminal_runs_a_shell_in_the_instance_until_it_stops() {
     assert!(said_why || last["type"] == "exit", "{last}");
     wait_sessions(&url, 0).await;
     eventually("stopped", 60, || {
-        cluster.get(&ada, &id)["status"] == "stopped"
+        cluster.get(&ada_token, &id)["status"] == "stopped"
     });
-    let (status, body) = open(&url, &ada, &id, Some(&origin)).await.err().unwrap();
+    let (status, body) = open(&url, As::Session(&ada), &id, Some(&origin))
+        .await
+        .err()
+        .unwrap();
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("is stopped"), "{body}");
 
     // Each terminal is in the audit trail: who, through the console, the bytes.
     let resource = format!("/instances/{id}/terminal");
-    let mut records = serde_json::Value::Null;
-    eventually("the terminals' audit records", 10, || {
-        records = cluster
+    let shells = || -> Vec<serde_json::Value> {
+        let records = cluster
             .cli(
                 Some(&cluster.admin),
                 true,
@@ -241,22 +314,27 @@ async fn the_web_terminal_runs_a_shell_in_the_instance_until_it_stops() {
             .json();
         records
             .as_array()
-            .is_some_and(|r| r.iter().filter(|r| r["action"] == "CONSOLE shell").count() >= 2)
-    });
-    let shells: Vec<&serde_json::Value> = records
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["action"] == "CONSOLE shell")
-        .collect();
-    assert_eq!(shells.len(), 2, "{records}");
-    for record in shells {
+            .unwrap()
+            .iter()
+            .filter(|r| r["action"] == "CONSOLE shell")
+            .cloned()
+            .collect()
+    };
+    eventually("the terminals' audit records", 10, || shells().len() >= 3);
+    let shells = shells();
+    assert_eq!(shells.len(), 3, "{shells:?}");
+    for record in &shells {
         assert_eq!(record["outcome"], 200, "{record}");
+        assert_eq!(
+            record["user_id"],
+            cluster.get(&ada_token, &id)["tenant_id"],
+            "{record}"
+        );
         let detail = record["allocation"].as_str().unwrap();
+        assert!(detail.starts_with("web console;"), "{detail}");
         assert!(
-            detail.starts_with("web console;") && !detail.contains(" 0 bytes in"),
+            !detail.contains(" 0 bytes in") && !detail.contains(" 0 bytes out"),
             "{detail}"
         );
-        assert!(!detail.contains(" 0 bytes out"), "{detail}");
     }
 }

@@ -13,19 +13,20 @@ use axum::response::Response;
 use axum::Extension;
 use chrono::Utc;
 use futures_util::{SinkExt, StreamExt};
-use gpurent_store::{AuthUser, Scope, StoreError};
+use gpurent_store::{AuthUser, Scope, StoreError, TokenCheck};
 use gpurent_tunnel::{ExitStatus, Frame, PtySpec, StreamKind};
 use gpurent_types::ReservationStatus;
 use serde::{Deserialize, Serialize};
 
-use crate::auth::Caller;
+use crate::auth::hash_token;
+use crate::console::session::{self, NoSession, Viewer};
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
 use crate::ssh::{not_running, Counts, RelayContext, Slot, Via};
 use crate::state::AppState;
 
-/// How often an open terminal checks that its reservation still runs and is still the
-/// user's to see (the SSH endpoint's default recheck).
+/// How often an open terminal checks that its session is still on (no logout, not expired)
+/// and its reservation still runs (the SSH endpoint's default recheck).
 const RECHECK: Duration = Duration::from_secs(5);
 /// The shell's `TERM`: xterm.js speaks xterm with 256 colours.
 const TERM: &str = "xterm-256color";
@@ -86,48 +87,11 @@ impl ServerMessage {
     }
 }
 
-/// The terminal's browser files, served under `/assets/` (path, content type, bytes): the
-/// page's script and the vendored xterm.js, exactly the files `assets/vendor/vendor.lock`
-/// names (a test below holds them to its sha256 sums).
-// Until the console's asset route (on main) serves this table.
-#[allow(dead_code)]
-pub(crate) const ASSETS: &[(&str, &str, &[u8])] = &[
-    (
-        "terminal.js",
-        "text/javascript; charset=utf-8",
-        include_bytes!("../../assets/terminal.js"),
-    ),
-    (
-        "vendor/xterm.js",
-        "text/javascript; charset=utf-8",
-        include_bytes!("../../assets/vendor/xterm.js"),
-    ),
-    (
-        "vendor/xterm.css",
-        "text/css; charset=utf-8",
-        include_bytes!("../../assets/vendor/xterm.css"),
-    ),
-    (
-        "vendor/addon-fit.js",
-        "text/javascript; charset=utf-8",
-        include_bytes!("../../assets/vendor/addon-fit.js"),
-    ),
-    (
-        "vendor/xterm.LICENSE",
-        "text/plain; charset=utf-8",
-        include_bytes!("../../assets/vendor/xterm.LICENSE"),
-    ),
-    (
-        "vendor/addon-fit.LICENSE",
-        "text/plain; charset=utf-8",
-        include_bytes!("../../assets/vendor/addon-fit.LICENSE"),
-    ),
-];
-
-/// `GET /instances/{id}/terminal`: the WebSocket upgrade of the web terminal.
+/// `GET /instances/{id}/terminal`: the WebSocket upgrade of the web terminal, for the
+/// session's viewer (`policy::authorize` found it from the `gpurent_session` cookie).
 pub(crate) async fn handler(
     State(state): State<AppState>,
-    caller: Caller,
+    viewer: Viewer,
     ApiPath(id): ApiPath<String>,
     ApiQuery(size): ApiQuery<Size>,
     peer: Option<Extension<ConnectInfo<crate::tls::Peer>>>,
@@ -135,14 +99,14 @@ pub(crate) async fn handler(
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     let peer = peer.map(|Extension(ConnectInfo(p))| p.addr);
-    upgrade(state, caller.0, id, size, peer, &headers, ws).await
+    upgrade(state, viewer, id, size, peer, &headers, ws).await
 }
 
 /// Refuses a cross-origin upgrade (403), another's or an unknown reservation (404), one that
 /// does not run (409, saying why) and one with all its sessions open (409); then upgrades.
 pub(crate) async fn upgrade(
     state: AppState,
-    user: AuthUser,
+    viewer: Viewer,
     reservation_id: String,
     size: Size,
     peer: Option<SocketAddr>,
@@ -150,7 +114,7 @@ pub(crate) async fn upgrade(
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     same_origin(headers)?;
-    admit(&state, &user, &reservation_id).await?;
+    admit(&state, &viewer.user, &reservation_id).await?;
     let slot = state.sessions.session(&reservation_id).ok_or_else(|| {
         ApiError::Store(StoreError::Conflict(format!(
             "reservation {reservation_id} has as many sessions open as it may; close one first"
@@ -162,54 +126,24 @@ pub(crate) async fn upgrade(
         rows: size.rows.filter(|r| *r > 0).unwrap_or(DEFAULT_SIZE.1),
     };
     Ok(ws.on_upgrade(move |socket| async move {
-        run(state, user, reservation_id, pty, peer, socket, slot).await
+        run(state, viewer, reservation_id, pty, peer, socket, slot).await
     }))
 }
 
 /// A browser sends `Origin` with every WebSocket handshake, and a page of another site may
-/// open one with this site's cookies (SameSite does not cover WebSockets): the origin's
-/// host must be the one asked. A client without `Origin` is no browser, so it carries no
-/// victim's cookie.
+/// open one with this site's cookies (SameSite does not cover WebSockets, and the upgrade is
+/// a GET without a CSRF token): the origin must be this host.
 fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(origin) = headers.get(header::ORIGIN) else {
+    if session::same_origin(headers) {
         return Ok(());
-    };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .ok_or_else(|| ApiError::Forbidden("a WebSocket upgrade needs a Host header".into()))?;
-    let origin = origin.to_str().unwrap_or_default();
-    match origin_authority(origin) {
-        Some(authority) if authority.eq_ignore_ascii_case(&without_default_port(host)) => Ok(()),
-        _ => Err(ApiError::Forbidden(format!(
-            "the terminal's WebSocket must come from a page of this site; Origin {origin:?} is not {host:?}"
-        ))),
     }
-}
-
-/// `https://host:port` → `host:port`, without the scheme's default port; None for `null`
-/// and anything that is not an http(s) origin.
-fn origin_authority(origin: &str) -> Option<String> {
-    let (scheme, rest) = origin.split_once("://")?;
-    let default = match scheme.to_ascii_lowercase().as_str() {
-        "http" => ":80",
-        "https" => ":443",
-        _ => return None,
-    };
-    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
-        return None;
-    }
-    Some(rest.strip_suffix(default).unwrap_or(rest).to_owned())
-}
-
-/// A Host header without `:80` or `:443` (a browser leaves the default port out of `Origin`;
-/// a proxy may put it in `Host`).
-fn without_default_port(host: &str) -> String {
-    let host = host.trim();
-    host.strip_suffix(":80")
-        .or_else(|| host.strip_suffix(":443"))
-        .unwrap_or(host)
-        .to_owned()
+    let origin = headers
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    Err(ApiError::Forbidden(format!(
+        "the terminal's WebSocket must come from a page of this site, not Origin {origin:?}"
+    )))
 }
 
 /// The user may enter the reservation now: it is theirs (an admin's: any), or it is a 404 as
@@ -227,17 +161,41 @@ async fn admit(state: &AppState, user: &AuthUser, reservation_id: &str) -> Resul
     }
 }
 
+/// What the recheck of an open terminal asks: the viewer's session still holds (a logout
+/// or its expiry ends the terminal too), and the reservation still admits them.
+async fn still_on(state: &AppState, viewer: &Viewer, reservation_id: &str) -> Result<(), String> {
+    match state
+        .store
+        .check_token(&hash_token(&viewer.token), state.now())
+        .await
+    {
+        Ok(TokenCheck::Valid(..)) => {}
+        Ok(_) => return Err(NoSession::Ended.to_string()),
+        // The store is briefly away: the next recheck decides.
+        Err(e) => {
+            tracing::warn!(error = %e, "console: cannot check the terminal's session");
+            return Ok(());
+        }
+    }
+    match admit(state, &viewer.user, reservation_id).await {
+        Ok(()) => Ok(()),
+        Err(ApiError::Store(e)) if e.is_overloaded() => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// The upgraded terminal: enters the instance with a shell and relays until the shell
-/// exits, the browser goes, or the reservation stops (or stops being the user's to see).
+/// exits, the browser goes, the session ends, or the reservation stops.
 pub(crate) async fn run(
     state: AppState,
-    user: AuthUser,
+    viewer: Viewer,
     reservation_id: String,
     pty: PtySpec,
     peer: Option<SocketAddr>,
     socket: WebSocket,
     _slot: Slot,
 ) {
+    let user = &viewer.user;
     let ctx = RelayContext {
         store: state.store.clone(),
         tunnels: state.tunnels.clone(),
@@ -332,7 +290,7 @@ pub(crate) async fn run(
                     }
                 },
                 _ = recheck.tick() => {
-                    if let Err(why) = admit(&state, &user, &reservation_id).await {
+                    if let Err(why) = still_on(&state, &viewer, &reservation_id).await {
                         tracing::info!(reservation = %reservation_id, user = %user.id, %why, "console: ending the terminal");
                         break (ServerMessage::Error { message: why.to_string() }, CLOSE_ERROR);
                     }
@@ -366,86 +324,34 @@ async fn close(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::console::assets::ASSETS;
     use sha2::{Digest, Sha256};
 
-    /// CI proves the binary embeds exactly the locked files (scripts/vendor-assets.sh
+    /// CI proves the binary serves exactly the locked files (scripts/vendor-assets.sh
     /// --check proves, with the network, that the locked files are the registry's).
     #[test]
     fn the_embedded_vendor_files_are_the_locked_ones() {
         let lock = include_str!("../../assets/vendor/vendor.lock");
-        let mut locked = 0;
+        let mut locked = Vec::new();
         for line in lock.lines() {
             let fields: Vec<&str> = line.split_whitespace().collect();
             let ["file", package, inner, name, sha256] = fields[..] else {
                 continue;
             };
-            let path = format!("vendor/{name}");
-            let (_, _, bytes) = ASSETS
+            let asset = ASSETS
                 .iter()
-                .find(|(p, _, _)| *p == path)
-                .unwrap_or_else(|| panic!("{path} ({package} {inner}) is locked but not embedded"));
+                .find(|a| a.name == name)
+                .unwrap_or_else(|| panic!("{name} ({package} {inner}) is locked but not served"));
             assert_eq!(
-                hex::encode(Sha256::digest(bytes)),
+                hex::encode(Sha256::digest(asset.bytes)),
                 sha256,
-                "{path} is not the locked {package} {inner}: run scripts/vendor-assets.sh --check"
+                "{name} is not the locked {package} {inner}: run scripts/vendor-assets.sh --check"
             );
-            locked += 1;
+            locked.push(name);
         }
-        let vendored = ASSETS
-            .iter()
-            .filter(|(p, _, _)| p.starts_with("vendor/"))
-            .count();
-        assert_eq!(
-            locked, vendored,
-            "every embedded vendor file is in vendor.lock"
-        );
-        assert!(
-            locked >= 3,
-            "xterm.js, its CSS and the fit addon are locked"
-        );
-    }
-
-    fn headers(origin: Option<&str>, host: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(header::HOST, host.parse().unwrap());
-        if let Some(o) = origin {
-            h.insert(header::ORIGIN, o.parse().unwrap());
+        for name in ["xterm.js", "xterm.css", "addon-fit.js"] {
+            assert!(locked.contains(&name), "{name} is locked and served");
         }
-        h
-    }
-
-    #[test]
-    fn only_this_sites_pages_may_open_the_terminal() {
-        for (origin, host) in [
-            ("http://127.0.0.1:8080", "127.0.0.1:8080"),
-            ("https://gpu.example.com", "gpu.example.com"),
-            ("https://gpu.example.com", "gpu.example.com:443"),
-            ("http://GPU.example.com", "gpu.example.com:80"),
-            ("http://[::1]:8080", "[::1]:8080"),
-        ] {
-            assert!(
-                same_origin(&headers(Some(origin), host)).is_ok(),
-                "{origin} on {host}"
-            );
-        }
-        for (origin, host) in [
-            ("http://evil.example", "127.0.0.1:8080"),
-            ("http://127.0.0.1:8081", "127.0.0.1:8080"),
-            ("https://gpu.example.com.evil.example", "gpu.example.com"),
-            ("null", "127.0.0.1:8080"),
-            ("file://", "127.0.0.1:8080"),
-            ("http://127.0.0.1:8080@evil.example", "127.0.0.1:8080"),
-            ("http://127.0.0.1:8080/", "127.0.0.1:8080"),
-        ] {
-            assert!(
-                same_origin(&headers(Some(origin), host)).is_err(),
-                "{origin} on {host}"
-            );
-        }
-        assert!(
-            same_origin(&headers(None, "127.0.0.1:8080")).is_ok(),
-            "no Origin: no browser"
-        );
     }
 
     #[test]
