@@ -1,7 +1,9 @@
 // The instance page's web terminal: xterm.js in [data-field="terminal"], over the WebSocket
 // its data-socket names (/instances/ID/terminal). Keystrokes go as binary messages, a window
 // change as {"type":"resize","cols":C,"rows":R}; the server sends the shell's output as
-// binary and, last, {"type":"exit",...} or {"type":"error","message":...}.
+// binary and, last, {"type":"exit","code":N} (or "signal") or {"type":"error","code":C,
+// "message":M}: the status line says C in the page's words (data-C-text, C with dashes),
+// the terminal shows the server's own message M.
 // Words come from the element's data-*-text attributes (the page's language). While
 // data-running is not "true" it waits for console.js's gpurent:status event saying running.
 // Needs xterm.js and addon-fit.js loaded before it (their globals Terminal, FitAddon).
@@ -18,8 +20,8 @@
     }
     var words = {
       ended: word("ended", "The session ended."),
-      exited: word("exited", "The shell exited with status"),
-      signal: word("signal", "The shell was ended by signal"),
+      exited: word("exited", "The shell exited with status {}."),
+      signal: word("signal", "The shell was ended by signal {}."),
       lost: word("lost", "The connection was lost."),
       refused: word("refused",
         "The terminal could not connect: the instance runs no more, or is not yours."),
@@ -77,10 +79,11 @@
       }
     }
 
-    function ended(line) {
-      term.write("\r\n\x1b[2m" + line + "\x1b[0m\r\n");
+    // `final`: reconnecting cannot help (the instance runs no more); the control stays hidden.
+    function ended(line, detail, final) {
+      term.write("\r\n\x1b[2m" + (detail || line) + "\x1b[0m\r\n");
       status.textContent = line;
-      again.hidden = false;
+      again.hidden = !!final;
     }
 
     function connect() {
@@ -112,11 +115,13 @@
         }
         said = true;
         if (msg.type === "exit" && typeof msg.code === "number") {
-          ended(words.exited + " " + msg.code + ".");
+          ended(words.exited.replace("{}", String(msg.code)));
         } else if (msg.type === "exit") {
-          ended(words.signal + " " + msg.signal + ".");
+          ended(words.signal.replace("{}", String(msg.signal)));
         } else if (msg.type === "error") {
-          ended(msg.message || words.ended);
+          var code = String(msg.code || "").replace(/_/g, "-");
+          ended(code ? word(code, msg.message || words.ended) : words.ended, msg.message,
+            code === "not-running" || code === "not-found");
         }
       };
       // A refused upgrade or a dropped connection fires error then close: close says it.

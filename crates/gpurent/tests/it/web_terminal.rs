@@ -264,6 +264,7 @@ async fn the_web_terminal_runs_a_shell_in_the_instance_until_it_stops() {
     assert_eq!(revoked.code, 0, "{revoked:?}");
     let (last, _) = read_end(&mut ws).await;
     assert_eq!(last["type"], "error", "{last}");
+    assert_eq!(last["code"], "session_ended", "{last}");
     assert!(
         last["message"].as_str().unwrap().contains("log in again"),
         "{last}"
@@ -280,6 +281,7 @@ async fn the_web_terminal_runs_a_shell_in_the_instance_until_it_stops() {
     let (last, _) = read_end(&mut ws).await;
     // The terminal's own recheck says why, unless the node ended the shell first.
     let said_why = last["type"] == "error"
+        && last["code"] == "not_running"
         && last["message"]
             .as_str()
             .is_some_and(|m| m.contains(&id) && m.contains("connect while it runs"));

@@ -63,11 +63,35 @@ enum ServerMessage {
         #[serde(skip_serializing_if = "Option::is_none")]
         signal: Option<String>,
     },
-    /// The terminal ended for another reason, or could not start (shown to the user).
-    Error { message: String },
+    /// The terminal ended for another reason, or could not start: a stable code (the page
+    /// words it in its language) and the server's own message (shown in the terminal).
+    Error { code: Ending, message: String },
+}
+
+/// Why a terminal ended, other than its shell's exit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Ending {
+    /// The reservation does not run (it stopped, or was rescheduled away).
+    NotRunning,
+    /// The reservation is no longer the viewer's to see.
+    NotFound,
+    /// The viewer's session ended (logout, expiry).
+    SessionEnded,
+    /// The instance could not be entered.
+    CannotEnter,
+    /// The stream to the instance broke, or ended without an exit status.
+    InstanceLost,
 }
 
 impl ServerMessage {
+    fn error(code: Ending, message: impl Into<String>) -> ServerMessage {
+        ServerMessage::Error {
+            code,
+            message: message.into(),
+        }
+    }
+
     fn exit(status: ExitStatus) -> ServerMessage {
         match status {
             ExitStatus::Code(code) => ServerMessage::Exit {
@@ -83,7 +107,7 @@ impl ServerMessage {
 
     fn to_text(&self) -> String {
         // A derived Serialize of strings and numbers cannot fail.
-        serde_json::to_string(self).unwrap_or_else(|_| String::from("{\"type\":\"error\"}"))
+        serde_json::to_string(self).unwrap_or_else(|_| String::from(r#"{"type":"error"}"#))
     }
 }
 
@@ -163,14 +187,23 @@ async fn admit(state: &AppState, user: &AuthUser, reservation_id: &str) -> Resul
 
 /// What the recheck of an open terminal asks: the viewer's session still holds (a logout
 /// or its expiry ends the terminal too), and the reservation still admits them.
-async fn still_on(state: &AppState, viewer: &Viewer, reservation_id: &str) -> Result<(), String> {
+async fn still_on(
+    state: &AppState,
+    viewer: &Viewer,
+    reservation_id: &str,
+) -> Result<(), ServerMessage> {
     match state
         .store
         .check_token(&hash_token(&viewer.token), state.now())
         .await
     {
         Ok(TokenCheck::Valid(..)) => {}
-        Ok(_) => return Err(NoSession::Ended.to_string()),
+        Ok(_) => {
+            return Err(ServerMessage::error(
+                Ending::SessionEnded,
+                NoSession::Ended.to_string(),
+            ))
+        }
         // The store is briefly away: the next recheck decides.
         Err(e) => {
             tracing::warn!(error = %e, "console: cannot check the terminal's session");
@@ -180,7 +213,10 @@ async fn still_on(state: &AppState, viewer: &Viewer, reservation_id: &str) -> Re
     match admit(state, &viewer.user, reservation_id).await {
         Ok(()) => Ok(()),
         Err(ApiError::Store(e)) if e.is_overloaded() => Ok(()),
-        Err(e) => Err(e.to_string()),
+        Err(ApiError::Store(StoreError::Conflict(why))) => {
+            Err(ServerMessage::error(Ending::NotRunning, why))
+        }
+        Err(e) => Err(ServerMessage::error(Ending::NotFound, e.to_string())),
     }
 }
 
@@ -216,9 +252,7 @@ pub(crate) async fn run(
         Ok(instance) => instance,
         Err(why) => {
             tracing::info!(reservation = %reservation_id, user = %user.id, %why, "console: cannot enter the instance");
-            let message = ServerMessage::Error {
-                message: why.clone(),
-            };
+            let message = ServerMessage::error(Ending::CannotEnter, why);
             close(&mut sink, &message, CLOSE_ERROR).await;
             ctx.audit("shell", started, &counts, false).await;
             return;
@@ -276,23 +310,24 @@ pub(crate) async fn run(
                         tracing::debug!(?other, "console: unexpected frame from the agent");
                     }
                     Ok(None) => break (
-                        ServerMessage::Error { message: "the shell ended without an exit status".into() },
+                        ServerMessage::error(Ending::InstanceLost, "the shell ended without an exit status"),
                         CLOSE_ERROR,
                     ),
                     Err(e) => {
                         tracing::info!(reservation = %reservation_id, error = %e, "console: the stream to the instance failed");
                         break (
-                            ServerMessage::Error {
-                                message: format!("the connection to the instance was lost ({e})"),
-                            },
+                            ServerMessage::error(
+                                Ending::InstanceLost,
+                                format!("the connection to the instance was lost ({e})"),
+                            ),
                             CLOSE_ERROR,
                         );
                     }
                 },
                 _ = recheck.tick() => {
                     if let Err(why) = still_on(&state, &viewer, &reservation_id).await {
-                        tracing::info!(reservation = %reservation_id, user = %user.id, %why, "console: ending the terminal");
-                        break (ServerMessage::Error { message: why.to_string() }, CLOSE_ERROR);
+                        tracing::info!(reservation = %reservation_id, user = %user.id, ?why, "console: ending the terminal");
+                        break (why, CLOSE_ERROR);
                     }
                 }
             }
@@ -375,6 +410,10 @@ mod tests {
             })
             .to_text(),
             r#"{"type":"exit","signal":"KILL"}"#
+        );
+        assert_eq!(
+            ServerMessage::error(Ending::SessionEnded, "log in again").to_text(),
+            r#"{"type":"error","code":"session_ended","message":"log in again"}"#
         );
     }
 }

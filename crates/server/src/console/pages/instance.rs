@@ -51,10 +51,15 @@ pub(crate) async fn page(
             div.terminal data-field="terminal" data-socket={ "/instances/" (enc(&r.id)) "/terminal" }
                 data-running=(if running { "true" } else { "false" })
                 data-ended-text=(l.t("The session ended.", "会话已结束。"))
-                data-exited-text=(l.t("The shell exited with status", "终端会话已退出，退出码"))
-                data-signal-text=(l.t("The shell was ended by signal", "终端会话被信号终止："))
+                data-exited-text=(l.t("The shell exited with status {}.", "终端会话已退出，退出码 {}。"))
+                data-signal-text=(l.t("The shell was ended by signal {}.", "终端会话被信号 {} 终止。"))
                 data-lost-text=(l.t("The connection was lost.", "连接已断开。"))
                 data-refused-text=(l.t("The terminal could not connect: the instance runs no more, or is not yours.", "终端无法连接：实例已不在运行，或不属于你。"))
+                data-not-running-text=(l.t("The instance is not running.", "实例未在运行。"))
+                data-not-found-text=(l.t("No such instance.", "没有这个实例。"))
+                data-session-ended-text=(l.t("Your session has ended; log in again.", "会话已结束，请重新登录。"))
+                data-cannot-enter-text=(l.t("The terminal cannot enter the instance.", "终端无法进入实例。"))
+                data-instance-lost-text=(l.t("The connection to the instance was lost.", "与实例的连接已断开。"))
                 data-reconnect-text=(l.t("Reconnect", "重新连接"))
                 data-waiting-text=(l.t("The terminal opens once the instance is running.", "实例运行后即可打开终端。")) {
                 @if !running {
