@@ -8,6 +8,7 @@ pub mod bench;
 pub mod bench_agent;
 pub mod bench_audit;
 pub mod bench_common;
+pub mod bench_console;
 pub mod bench_failover;
 pub mod bench_running;
 pub mod bench_settle;
