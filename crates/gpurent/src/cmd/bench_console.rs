@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::bench_common::{percentile_ms, TENANT_TOKEN};
 use crate::cli::BenchConsoleArgs;
-use crate::output::{print_json, print_table};
+use crate::output::{print_json, print_line, print_table};
 
 const PASSWORD: &str = "bench console password";
 /// How often `console.js` refreshes a live part of a page (`data-live="1000"`).
@@ -88,20 +88,20 @@ pub async fn run(args: BenchConsoleArgs, json: bool) -> anyhow::Result<()> {
         ],
         &rows,
     );
-    println!();
+    print_line("");
     let files: Vec<Vec<String>> = result
         .first_load_files
         .iter()
         .map(|(f, b)| vec![f.clone(), b.to_string()])
         .collect();
     print_table(&["first load of an instance page", "bytes (gzip)"], &files);
-    println!(
+    print_line(&format!(
         "\nfirst load: {} bytes compressed ({} uncompressed); a status change shows on /instances in p50 {:.0} ms, at most {:.0} ms",
         result.first_load_bytes,
         result.first_load_uncompressed_bytes,
         result.status_delay_p50_ms,
         result.status_delay_max_ms
-    );
+    ));
     Ok(())
 }
 
