@@ -73,3 +73,11 @@ pub fn write_secret(path: &Path, contents: &str) -> std::io::Result<()> {
     file.write_all(b"\n")?;
     file.sync_all()
 }
+
+/// Where the web console is, on stderr (stdout's `ready` line is the contract's).
+pub fn console_hint(base: &str) {
+    eprintln!(
+        "gpurent console: {base}/ (log in with a user's name and password; the admin's is set with \
+         `GPURENT_PASSWORD=... gpurent users passwd`)"
+    );
+}
