@@ -116,11 +116,11 @@ async fn nodes_page_for_hosts_and_admins(backend: Backend) {
         let t = &gpu["telemetry"];
         assert!(t.is_object(), "the sim agent reports figures: {node}");
         page.assert_has(&format!(
-            "data-field=\"temperature\">{} °C",
+            "data-field=\"temperature\" data-label=\"Temperature\">{} °C",
             t["temperature_c"]
         ));
         page.assert_has(&format!(
-            "data-field=\"memory\">{} / {} MiB",
+            "data-field=\"memory\" data-label=\"Memory\">{} / {} MiB",
             t["memory_used_mb"], t["memory_total_mb"]
         ));
         page.assert_has(&format!("value=\"{}\"", t["utilization_pct"]));

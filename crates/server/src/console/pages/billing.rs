@@ -211,12 +211,11 @@ fn every_day(from: NaiveDate, to: NaiveDate, charged: &[DayUsage]) -> Vec<DayUsa
         .collect()
 }
 
-/// The drawing's size in its own units (it scales to the page's width).
+/// The drawing's size in its own units: stretched to the page's width and a fixed height by
+/// the stylesheet, so its labels are HTML under it, never squeezed text.
 const CHART_W: i64 = 720;
-const CHART_H: i64 = 180;
-const CHART_LEFT: i64 = 8;
-const CHART_TOP: i64 = 16;
-const CHART_BOTTOM: i64 = 24;
+const CHART_H: i64 = 160;
+const CHART_TOP: i64 = 4;
 
 /// A bar per day, as tall as its charge against the range's largest (integers only: money
 /// never becomes a float).
@@ -228,11 +227,9 @@ fn chart(l: Lang, days: &[DayUsage]) -> Markup {
         .unwrap_or(0)
         .max(1);
     let n = i64::try_from(days.len()).unwrap_or(1).max(1);
-    let plot_w = CHART_W - 2 * CHART_LEFT;
-    let plot_h = CHART_H - CHART_TOP - CHART_BOTTOM;
-    let slot = plot_w / n;
+    let plot_h = CHART_H - CHART_TOP;
+    let slot = CHART_W / n;
     let bar = (slot * 3 / 4).max(1);
-    let base = CHART_TOP + plot_h;
     let top_label = days.iter().map(|d| d.charged).max().unwrap_or(Money::ZERO);
     let label = l.t("Charged per day (UTC)", "每日扣费（UTC）");
     let mut bars = String::new();
@@ -242,10 +239,10 @@ fn chart(l: Lang, days: &[DayUsage]) -> Markup {
         let h = i64::try_from(micros * i128::from(plot_h) / i128::from(max)).unwrap_or(plot_h);
         // A day with a charge too small to see still gets a sliver.
         let h = if micros > 0 { h.max(1) } else { 0 };
-        let x = CHART_LEFT + i * slot + (slot - bar) / 2;
+        let x = i * slot + (slot - bar) / 2;
         bars.push_str(&format!(
             "<rect class=\"bar\" x=\"{x}\" y=\"{}\" width=\"{bar}\" height=\"{h}\"><title>{}: {} {}</title></rect>",
-            base - h,
+            CHART_H - h,
             d.date,
             d.charged,
             crate::CURRENCY
@@ -255,14 +252,16 @@ fn chart(l: Lang, days: &[DayUsage]) -> Markup {
     let last = days.last().map(|d| d.date.as_str()).unwrap_or("");
     html! {
         figure.chart {
-            svg viewBox={ "0 0 " (CHART_W) " " (CHART_H) } role="img" aria-labelledby="usage-chart-t" preserveAspectRatio="xMidYMid meet" {
+            svg viewBox={ "0 0 " (CHART_W) " " (CHART_H) } role="img" aria-labelledby="usage-chart-t" preserveAspectRatio="none" {
                 title id="usage-chart-t" { (label) }
-                line.axis x1=(CHART_LEFT) y1=(base) x2=(CHART_W - CHART_LEFT) y2=(base) {}
-                text.tick x=(CHART_LEFT) y="12" { (top_label) " " (crate::CURRENCY) }
+                line.axis x1="0" y1=(CHART_TOP) x2=(CHART_W) y2=(CHART_TOP) vector-effect="non-scaling-stroke" {}
                 // Built above from numbers and the API's dates (YYYY-MM-DD) only.
                 (PreEscaped(bars))
-                text.tick x=(CHART_LEFT) y=(CHART_H - 6) { (first) }
-                text.tick x=(CHART_W - CHART_LEFT) y=(CHART_H - 6) text-anchor="end" { (last) }
+            }
+            div.chart-scale {
+                span { (first) }
+                span { (l.t("top line:", "顶线：")) " " (money(top_label)) }
+                span { (last) }
             }
             figcaption.muted { (label) }
         }
@@ -430,10 +429,7 @@ mod tests {
         );
         let svg = chart(Lang::En, &days).into_string();
         assert_eq!(svg.matches("<rect").count(), 3);
-        assert!(svg.contains(&format!(
-            "height=\"{}\"",
-            CHART_H - CHART_TOP - CHART_BOTTOM
-        )));
+        assert!(svg.contains(&format!("height=\"{}\"", CHART_H - CHART_TOP)));
         assert!(svg.contains("height=\"0\""));
     }
 }

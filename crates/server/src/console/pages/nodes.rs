@@ -97,7 +97,9 @@ async fn render(
     let body = html! {
         @if let Some(done) = &q.done { (done_note(l, done, q.node.as_deref())) }
         section aria-labelledby="nodes-h" {
-            h2 id="nodes-h" { (l.t("Nodes", "节点")) }
+            h2 id="nodes-h" {
+                @if ctx.role() == Some(Role::Admin) { (l.t("Every node", "全部节点")) } @else { (l.t("Your nodes", "您的节点")) }
+            }
             div id="nodes" data-live="2000" {
                 @if nodes.is_empty() {
                     p.empty { (l.t("No nodes yet: make a join token below and start an agent with it.", "还没有节点：在下方生成加入令牌，并用它启动代理程序。")) }
@@ -414,23 +416,23 @@ fn gpu_table(l: Lang, gpus: &[Gpu]) -> Markup {
                     @for g in gpus {
                         tr data-gpu-uuid=(g.uuid) {
                             th scope="row" { (raw(&g.model)) br; small.muted { (raw(&g.uuid)) } }
-                            td { (gpu_status(l, &g.status)) }
+                            td data-label=(l.t("Allocation", "分配")) { (gpu_status(l, &g.status)) }
                             @match &g.telemetry {
                                 Some(t) if t.lost => {
                                     td.error colspan="4" { (l.t("The GPU does not answer.", "GPU 无响应。")) }
                                 }
                                 Some(t) => {
-                                    td data-field="utilization" {
+                                    td data-field="utilization" data-label=(l.t("Utilisation", "利用率")) {
                                         meter min="0" max="100" value=(t.utilization_pct) aria-label=(l.t("Utilisation", "利用率")) {}
                                         " " (t.utilization_pct) "%"
                                     }
-                                    td data-field="memory" {
+                                    td data-field="memory" data-label=(l.t("Memory", "显存")) {
                                         (t.memory_used_mb) " / "
                                         @if t.memory_total_mb > 0 { (t.memory_total_mb) } @else { (u64::from(g.vram_gb) * 1024) }
                                         " MiB"
                                     }
-                                    td data-field="temperature" { (t.temperature_c) " °C" }
-                                    td data-field="power" { (watts(t.power_mw)) }
+                                    td data-field="temperature" data-label=(l.t("Temperature", "温度")) { (t.temperature_c) " °C" }
+                                    td data-field="power" data-label=(l.t("Power", "功耗")) { (watts(t.power_mw)) }
                                 }
                                 None => {
                                     td.muted colspan="4" { (l.t("No figures yet.", "暂无数据。")) }
