@@ -111,7 +111,7 @@ pub(crate) async fn page(
     let body = html! {
         div.tiles {
             div.tile { span.muted { (l.t("Balance", "余额")) } span.n data-field="balance" { (money(balance.balance)) } }
-            div.tile { span.muted { (l.t("Held for running instances", "运行中实例的预扣")) } span.n data-field="held" { (money(balance.held)) } }
+            div.tile { span.muted { (l.t("Held for your instances", "为您的实例预扣")) } span.n data-field="held" { (money(balance.held)) } }
             @if earner || balance.earnings != Money::ZERO {
                 div.tile { span.muted { (l.t("Earned by your nodes", "您的节点收益")) } span.n data-field="earnings" { (money(balance.earnings)) } }
             }
@@ -163,7 +163,7 @@ pub(crate) async fn page(
                             th scope="col" { (l.t("Charged", "扣费")) }
                         } }
                         tbody {
-                            @for r in &usage.reservations {
+                            @for r in usage.reservations.iter().take(ROWS) {
                                 tr data-reservation-id=(r.reservation_id) {
                                     th scope="row" { a href={ "/instances/" (enc(&r.reservation_id)) } { (raw(&r.reservation_id)) } }
                                     td { (money(r.charged)) }
@@ -172,6 +172,7 @@ pub(crate) async fn page(
                         }
                     }
                 }
+                @if usage.reservations.len() > ROWS { (more(l, usage.reservations.len())) }
             }
         }
         section aria-labelledby="invoice-h" {
@@ -194,6 +195,19 @@ pub(crate) async fn page(
         }
     };
     Ok(ctx.page(l.t("Billing", "账单"), body))
+}
+
+/// Rows of a list shown on the page; the totals count them all, and the CSV has every line.
+const ROWS: usize = 200;
+
+/// Said under a list cut at [`ROWS`].
+fn more(l: Lang, all: usize) -> Markup {
+    html! {
+        p.hint {
+            (l.t("The first", "仅显示前")) " " (ROWS) " " (l.t("of", "条，共")) " " (all)
+            (l.t("; the total counts them all and the CSV download lists every one.", " 条；合计包含全部，CSV 下载列出每一条。"))
+        }
+    }
 }
 
 /// Every day of the range, with what was charged on it (nothing: zero).
@@ -289,7 +303,7 @@ fn invoice_table(l: Lang, invoice: &Invoice) -> Markup {
                         th scope="col" { (l.t("Amount", "金额")) }
                     } }
                     tbody {
-                        @for line in &invoice.lines {
+                        @for line in invoice.lines.iter().take(ROWS) {
                             tr data-reservation-id=(line.reservation_id) {
                                 th scope="row" { a href={ "/instances/" (enc(&line.reservation_id)) } { (raw(&line.reservation_id)) } }
                                 td { @match line.vram_gb {
@@ -311,6 +325,7 @@ fn invoice_table(l: Lang, invoice: &Invoice) -> Markup {
                 }
             }
         }
+        @if invoice.lines.len() > ROWS { (more(l, invoice.lines.len())) }
         @if invoice.lines.is_empty() {
             p { (l.t("Total", "合计")) ": " span data-field="invoice-total" { (money(invoice.total)) } }
         }
