@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::app::TestApp;
 use crate::both_stores;
-use crate::console_session::{assert_translated, ConsoleUser, PASSWORD};
+use crate::console_support::{assert_translated, login, PASSWORD};
 
 fn fixture(name: &str) -> String {
     let path = format!(
@@ -32,7 +32,7 @@ fn field_code(html: &str, name: &str) -> String {
 async fn account_page_keys_tokens_and_password(backend: Backend) {
     let app = TestApp::with(backend).start().await;
     let tina = app.tenant("tina", "10").await;
-    let console = ConsoleUser::login(&app, &tina.id, "tina").await;
+    let console = login(&app, &tina, "tina").await;
     let page = console.get("/account").await;
     assert_eq!(page.status, StatusCode::OK);
     page.assert_has("data-form=\"ssh-key\"");
@@ -46,8 +46,8 @@ async fn account_page_keys_tokens_and_password(backend: Backend) {
             &[("public_key", &fixture("ed25519")), ("name", "laptop")],
         )
         .await;
-    assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.body);
-    assert_eq!(added.location(), "/account?done=key");
+    assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.html);
+    assert_eq!(added.location().unwrap_or(""), "/account?done=key");
     let (_, keys) = tina.client.get("/api/v1/ssh-keys").await;
     let key = &keys[0];
     assert_eq!(key["name"], "laptop");
@@ -69,6 +69,7 @@ async fn account_page_keys_tokens_and_password(backend: Backend) {
         .post_raw(
             "/account/ssh-keys",
             &[("public_key", &fixture("ecdsab256"))],
+            &[],
         )
         .await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
@@ -95,9 +96,9 @@ async fn account_page_keys_tokens_and_password(backend: Backend) {
             ],
         )
         .await;
-    assert_eq!(made.status, StatusCode::OK, "{}", made.body);
-    assert!(made.location().is_empty());
-    let token = field_code(&made.body, "token");
+    assert_eq!(made.status, StatusCode::OK, "{}", made.html);
+    assert!(made.location().is_none());
+    let token = field_code(&made.html, "token");
     assert!(token.starts_with("gpr_"), "{token}");
     made.assert_has(&format!("data-copy=\"{token}\""));
     let (status, me) = app
@@ -106,7 +107,7 @@ async fn account_page_keys_tokens_and_password(backend: Backend) {
         .await;
     assert_eq!(status, StatusCode::OK, "{me}");
     let again = console.get("/account").await;
-    assert!(!again.body.contains(&token), "the token is shown only once");
+    assert!(!again.html.contains(&token), "the token is shown only once");
     let (_, tokens) = tina.client.get("/api/v1/tokens").await;
     let ci = tokens
         .as_array()
@@ -174,8 +175,8 @@ async fn account_page_keys_tokens_and_password(backend: Backend) {
             ],
         )
         .await;
-    assert_eq!(changed.status, StatusCode::SEE_OTHER, "{}", changed.body);
-    assert_eq!(changed.location(), "/account?done=password");
+    assert_eq!(changed.status, StatusCode::SEE_OTHER, "{}", changed.html);
+    assert_eq!(changed.location().unwrap_or(""), "/account?done=password");
     let (status, _) = app
         .anonymous()
         .post(
@@ -199,14 +200,14 @@ async fn account_page_keys_tokens_and_password(backend: Backend) {
         .await;
     let zh = console.get("/account?lang=zh-CN&done=key").await;
     zh.assert_has("data-ssh-key-id=");
-    assert_translated(&zh, &["tina"]);
+    assert_translated(&zh);
     let made = console
         .post(
             "/account/tokens?lang=zh-CN",
             &[("name", "ci"), ("password", "the new console password")],
         )
         .await;
-    assert_translated(&made, &["tina"]);
+    assert_translated(&made);
     app.shutdown().await;
 }
 both_stores!(account_page, account_page_keys_tokens_and_password);

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::app::TestApp;
 use crate::both_stores;
-use crate::console_session::{assert_translated, ConsoleUser};
+use crate::console_support::{assert_translated, login};
 
 async fn billing_page_shows_what_the_api_says(backend: Backend) {
     // The manual clock starts on 2026-03-01 12:00 UTC.
@@ -36,9 +36,9 @@ async fn billing_page_shows_what_the_api_says(backend: Backend) {
     let charged = done["charged"].as_str().unwrap().to_owned();
     assert_ne!(charged, "0.00");
 
-    let console = ConsoleUser::login(&app, &tess.id, "tess").await;
+    let console = login(&app, &tess, "tess").await;
     let page = console.get("/billing").await;
-    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert_eq!(page.status, StatusCode::OK, "{}", page.html);
     let (_, balance) = tess.client.get("/api/v1/balance").await;
     for field in ["balance", "held"] {
         page.assert_has(&format!(
@@ -60,7 +60,7 @@ async fn billing_page_shows_what_the_api_says(backend: Backend) {
     ));
     page.assert_has("<svg");
     page.assert_has(&format!("<title>2026-03-01: {charged} USD</title>"));
-    assert_eq!(page.body.matches("<rect class=\"bar\"").count(), 30);
+    assert_eq!(page.html.matches("<rect class=\"bar\"").count(), 30);
     page.assert_has(&format!(
         "<tr data-date=\"2026-03-01\"><th scope=\"row\">2026-03-01</th><td><span class=\"money\">{charged} USD</span>"
     ));
@@ -77,7 +77,7 @@ async fn billing_page_shows_what_the_api_says(backend: Backend) {
     ));
     page.assert_has("href=\"/billing/invoice.csv?month=2026-03\"");
     let csv = console.get("/billing/invoice.csv?month=2026-03").await;
-    assert_eq!(csv.status, StatusCode::OK, "{}", csv.body);
+    assert_eq!(csv.status, StatusCode::OK, "{}", csv.html);
     assert!(
         csv.header("content-disposition").starts_with("attachment"),
         "{:?}",
@@ -88,22 +88,22 @@ async fn billing_page_shows_what_the_api_says(backend: Backend) {
         .client
         .get_text("/api/v1/invoices/2026-03?format=csv", "content-type")
         .await;
-    assert_eq!(csv.body, api_csv, "the console's CSV is the API's");
-    assert!(csv.body.contains(&format!(",{id},")), "{}", csv.body);
+    assert_eq!(csv.html, api_csv, "the console's CSV is the API's");
+    assert!(csv.html.contains(&format!(",{id},")), "{}", csv.html);
 
     // Another range and month; what cannot be used is said, and the page still stands.
     let other = console
         .get("/billing?from=2026-02-01&to=2026-02-10&month=2026-02")
         .await;
     assert_eq!(other.status, StatusCode::OK);
-    assert_eq!(other.body.matches("<rect class=\"bar\"").count(), 10);
-    assert!(!other.body.contains(&format!("/instances/{id}\"")));
+    assert_eq!(other.html.matches("<rect class=\"bar\"").count(), 10);
+    assert!(!other.html.contains(&format!("/instances/{id}\"")));
     other.assert_has("data-field=\"invoice-total\"><span class=\"money\">0.00 USD</span>");
     let bad = console.get("/billing?from=March&month=2026-13").await;
     assert_eq!(bad.status, StatusCode::OK);
     bad.assert_has("from: &quot;March&quot; is not a date");
     bad.assert_has("role=\"alert\"");
-    assert!(bad.body.contains("2026-13"), "{}", bad.body);
+    assert!(bad.html.contains("2026-13"), "{}", bad.html);
     let bad_csv = console.get("/billing/invoice.csv?month=2026-13").await;
     assert_eq!(bad_csv.status, StatusCode::UNPROCESSABLE_ENTITY);
 
@@ -119,16 +119,16 @@ async fn billing_page_shows_what_the_api_says(backend: Backend) {
         .unwrap();
     assert_eq!(answer.status(), StatusCode::SEE_OTHER);
 
-    assert_translated(&console.get("/billing?lang=zh-CN").await, &["tess"]);
+    assert_translated(&console.get("/billing?lang=zh-CN").await);
     // A host sees what its nodes earned.
-    let host = ConsoleUser::login(&app, &hank.id, "hank").await;
+    let host = login(&app, &hank, "hank").await;
     let (_, hank_balance) = hank.client.get("/api/v1/balance").await;
     let earned = host.get("/billing").await;
     earned.assert_has(&format!(
         "data-field=\"earnings\"><span class=\"money\">{} USD</span>",
         hank_balance["earnings"].as_str().unwrap()
     ));
-    assert_translated(&host.get("/billing?lang=zh-CN").await, &["hank"]);
+    assert_translated(&host.get("/billing?lang=zh-CN").await);
     app.shutdown().await;
 }
 both_stores!(billing_page, billing_page_shows_what_the_api_says);

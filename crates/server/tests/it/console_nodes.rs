@@ -5,13 +5,14 @@
 //! page alike, and a tenant may not open the page; in Chinese too.
 
 use chrono::Duration;
+use gpurent_agent::gpu::{FakeNvml, Faults};
 use gpurent_store::Backend;
 use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::app::TestApp;
 use crate::both_stores;
-use crate::console_session::{assert_translated, ConsoleUser};
+use crate::console_support::{assert_translated, login, login_admin};
 
 async fn a_host_schedules_only_its_own_nodes(backend: Backend) {
     let mut app = TestApp::with(backend).start().await;
@@ -98,14 +99,14 @@ async fn nodes_page_for_hosts_and_admins(backend: Backend) {
     app.wait_status(&tess.client, &id, "stopped").await;
     app.wait_nodes_ready().await;
 
-    let host = ConsoleUser::login(&app, &hank.id, "hank").await;
+    let host = login(&app, &hank, "hank").await;
     let page = host.get("/nodes").await;
-    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert_eq!(page.status, StatusCode::OK, "{}", page.html);
     let (_, nodes) = hank.client.get("/api/v1/nodes").await;
     let node = &nodes[0];
     let node_id = node["id"].as_str().unwrap().to_owned();
     page.assert_has(&format!("data-node-id=\"{node_id}\""));
-    assert!(!page.body.contains("hera-box"), "another host's node");
+    assert!(!page.html.contains("hera-box"), "another host's node");
     page.assert_has("id=\"nodes\" data-live=\"2000\"");
     page.assert_has("data-field=\"node-status\" data-status=\"ready\"");
     for gpu in node["gpus"].as_array().unwrap() {
@@ -134,24 +135,26 @@ async fn nodes_page_for_hosts_and_admins(backend: Backend) {
     assert_ne!(amount, "0.00", "{earned}");
     page.assert_has("<th scope=\"col\">2026-01</th><th scope=\"col\">2026-02</th><th scope=\"col\">2026-03</th>");
     page.assert_has(&format!(
-        "<tr data-node=\"hank-box\"><th scope=\"row\"><code>hank-box</code></th><td><span class=\"money\">0.00 USD</span></td><td><span class=\"money\">0.00 USD</span></td><td><span class=\"money\">{amount} USD</span></td>"
+        "<tr data-node=\"hank-box\"><th scope=\"row\"><code translate=\"no\">hank-box</code></th><td><span class=\"money\">0.00 USD</span></td><td><span class=\"money\">0.00 USD</span></td><td><span class=\"money\">{amount} USD</span></td>"
     ));
     let february = host.get("/nodes?month=2026-02").await;
     february.assert_has("<th scope=\"col\">2026-02</th></tr>");
     february.assert_has("<tr data-node=\"hank-box\">");
-    assert!(!february.body.contains(&format!("{amount} USD")));
+    assert!(!february.html.contains(&format!("{amount} USD")));
     let bad = host.get("/nodes?month=soon").await;
     assert_eq!(bad.status, StatusCode::OK);
     bad.assert_has("month: &quot;soon&quot; is not YYYY-MM");
 
     // Drain from the page, then uncordon; every form carries its CSRF token.
-    let forged = host.post_raw(&format!("/nodes/{node_id}/drain"), &[]).await;
+    let forged = host
+        .post_raw(&format!("/nodes/{node_id}/drain"), &[], &[])
+        .await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
     assert_eq!(app.node_status("hank-box").await, "ready");
     let drained = host.post(&format!("/nodes/{node_id}/drain"), &[]).await;
-    assert_eq!(drained.status, StatusCode::SEE_OTHER, "{}", drained.body);
+    assert_eq!(drained.status, StatusCode::SEE_OTHER, "{}", drained.html);
     assert_eq!(app.node_status("hank-box").await, "draining");
-    let page = host.get(drained.location()).await;
+    let page = host.get(drained.location().unwrap()).await;
     page.assert_has("data-field=\"node-status\" data-status=\"draining\"");
     page.assert_has("data-action=\"uncordon\"");
     let back = host.post(&format!("/nodes/{node_id}/uncordon"), &[]).await;
@@ -167,43 +170,33 @@ async fn nodes_page_for_hosts_and_admins(backend: Backend) {
 
     // A join token, shown once with the agent's command.
     let joined = host.post("/nodes", &[]).await;
-    assert_eq!(joined.status, StatusCode::OK, "{}", joined.body);
+    assert_eq!(joined.status, StatusCode::OK, "{}", joined.html);
     let at = joined
-        .body
+        .html
         .find("data-field=\"token\">")
         .expect("the token")
         + 19;
-    let token = joined.body[at..].split('<').next().unwrap().to_owned();
+    let token = joined.html[at..].split('<').next().unwrap().to_owned();
     assert!(token.starts_with("gpj_"), "{token}");
     joined.assert_has(&format!("--join-token {token}"));
     joined.assert_has("gpurent agent --server http://");
     joined.assert_has(&format!("data-copy=\"{token}\""));
-    assert!(!host.get("/nodes").await.body.contains(&token));
+    assert!(!host.get("/nodes").await.html.contains(&token));
 
     // Chinese, with the figures and a join token on the page.
-    assert_translated(&host.get("/nodes?lang=zh-CN").await, &["hank"]);
-    assert_translated(&host.post("/nodes?lang=zh-CN", &[]).await, &["hank"]);
+    assert_translated(&host.get("/nodes?lang=zh-CN").await);
+    assert_translated(&host.post("/nodes?lang=zh-CN", &[]).await);
 
     // An admin sees every node and its owner; a tenant may not open the page.
-    let (_, users) = app.admin().get("/api/v1/users").await;
-    let admin_id = users
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|u| u["name"] == "admin")
-        .expect("the first-start admin")["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let admin = ConsoleUser::login(&app, &admin_id, "admin").await;
+    let admin = login_admin(&app).await;
     let all = admin.get("/nodes").await;
     all.assert_has("hank-box");
     all.assert_has("hera-box");
     all.assert_has(&hank.id);
     // The owners' earnings, hank's among them.
     all.assert_has(&format!("{amount} USD"));
-    assert_translated(&admin.get("/nodes?lang=zh-CN").await, &["admin"]);
-    let tenant = ConsoleUser::login(&app, &tess.id, "tess").await;
+    assert_translated(&admin.get("/nodes?lang=zh-CN").await);
+    let tenant = login(&app, &tess, "tess").await;
     assert_eq!(tenant.get("/nodes").await.status, StatusCode::FORBIDDEN);
     assert_eq!(
         tenant
@@ -215,3 +208,60 @@ async fn nodes_page_for_hosts_and_admins(backend: Backend) {
     app.shutdown().await;
 }
 both_stores!(nodes_page, nodes_page_for_hosts_and_admins);
+
+async fn a_hot_gpu_on_the_nodes_page(backend: Backend) {
+    // A real H200's figures (the fake NVML replays one), then a breach of the heat rule.
+    let mut app = TestApp::with(backend).start().await;
+    let probe = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../agent/tests/fixtures/nvidia-h200/nvml-idle.json");
+    let gpus = std::sync::Arc::new(FakeNvml::load(&probe).expect("fixture"));
+    app.add_node_with("h200-box", gpus.clone()).await;
+    gpus.inject(Faults {
+        temperature_c: Some(91),
+        ..Faults::default()
+    });
+    let node = || async { app.admin().get("/api/v1/nodes").await.1[0].clone() };
+    app.eventually("the node to be unhealthy", || async {
+        node().await["status"] == "unhealthy"
+    })
+    .await;
+    let admin = login_admin(&app).await;
+    let page = admin.get("/nodes").await;
+    let node = node().await;
+    page.assert_has("data-field=\"node-status\" data-status=\"unhealthy\"");
+    let issue = &node["health"][0];
+    assert_eq!(issue["rule"], "temperature", "{node}");
+    page.assert_has(&format!(
+        "<li class=\"error\">temperature <code translate=\"no\">{}</code> <code translate=\"no\">{}</code></li>",
+        issue["gpu_uuid"].as_str().unwrap(),
+        issue["detail"].as_str().unwrap()
+    ));
+    // The driver's versions, and each GPU's figures as the agent reported them.
+    let driver = node["driver_version"].as_str().expect("the H200's driver");
+    page.assert_has(&format!("<code translate=\"no\">{driver}</code>"));
+    let cuda = node["cuda_version"].as_str().expect("its CUDA");
+    page.assert_has(&format!("<code translate=\"no\">CUDA {cuda}</code>"));
+    for gpu in node["gpus"].as_array().unwrap() {
+        let t = &gpu["telemetry"];
+        let mw = t["power_mw"].as_u64().unwrap();
+        assert!(mw > 0, "a real GPU draws power: {t}");
+        page.assert_has(&format!(
+            "data-field=\"power\" data-label=\"Power\">{}.{} W",
+            mw / 1000,
+            (mw % 1000) / 100
+        ));
+        page.assert_has(&format!(
+            "data-field=\"temperature\" data-label=\"Temperature\">{} °C",
+            t["temperature_c"]
+        ));
+        page.assert_has(&format!(
+            "data-field=\"memory\" data-label=\"Memory\">{} / {} MiB",
+            t["memory_used_mb"], t["memory_total_mb"]
+        ));
+    }
+    let zh = admin.get("/nodes?lang=zh-CN").await;
+    zh.assert_has("温度 <code");
+    assert_translated(&zh);
+    app.shutdown().await;
+}
+both_stores!(hot_gpu_page, a_hot_gpu_on_the_nodes_page);

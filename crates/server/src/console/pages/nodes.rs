@@ -314,15 +314,17 @@ fn gpu_status(l: Lang, word: &str) -> Markup {
 }
 
 fn health_rule(l: Lang, rule: &str) -> Markup {
-    let shown = match rule {
-        "temperature" => l.t("temperature", "温度"),
-        "vram" => l.t("memory", "显存"),
-        "ecc" => l.t("ECC errors", "ECC 错误"),
-        "xid" => l.t("XID errors", "XID 错误"),
-        "lost" => l.t("GPU lost", "GPU 失联"),
-        _ => "",
-    };
-    html! { @if shown.is_empty() { (raw(rule)) } @else { (shown) } }
+    // ECC and XID are the driver's own names: kept as they are in every language.
+    html! {
+        @match rule {
+            "temperature" => { (l.t("temperature", "温度")) }
+            "vram" => { (l.t("memory", "显存")) }
+            "ecc" => { span translate="no" { "ECC" } " " (l.t("errors", "错误")) }
+            "xid" => { span translate="no" { "XID" } " " (l.t("errors", "错误")) }
+            "lost" => { (l.t("GPU lost", "GPU 失联")) }
+            _ => { (raw(rule)) }
+        }
+    }
 }
 
 fn node_card(ctx: &Ctx, n: &Node) -> Markup {
@@ -343,7 +345,7 @@ fn node_card(ctx: &Ctx, n: &Node) -> Markup {
                 dt { (l.t("GPU backend", "GPU 后端")) } dd {
                     (raw(&n.gpu_backend))
                     @if let Some(d) = &n.driver_version { " · " (l.t("driver", "驱动")) " " (raw(d)) }
-                    @if let Some(c) = &n.cuda_version { " · CUDA " (raw(c)) }
+                    @if let Some(c) = &n.cuda_version { " · " (raw(&format!("CUDA {c}"))) }
                 }
                 dt { (l.t("Last heard from", "最近心跳")) } dd { (time(n.last_seen_at)) }
                 dt { (l.t("Verification", "主机验证")) } dd data-field="verification" {
