@@ -9,6 +9,8 @@ mod app;
 mod audit;
 mod authz;
 mod concurrency;
+mod console_admin;
+mod console_admin_books;
 mod drain;
 mod elastic;
 mod failover;
