@@ -93,6 +93,7 @@ impl Ctx {
             code: failure.code,
             message: failure.message,
             lang: self.lang,
+            viewer: self.viewer.clone(),
         }
     }
 
@@ -200,7 +201,7 @@ impl Ctx {
                 div.who {
                     a lang=(other.0.code()) href={ (self.path) "?lang=" (other.0.code()) } { (other.1) }
                     @if let Some(viewer) = &self.viewer {
-                        span.user { (viewer.user.name) " · " (role_name(l, viewer.user.role)) }
+                        span.user { span translate="no" { (viewer.user.name) } " · " (role_name(l, viewer.user.role)) }
                         form.inline method="post" action="/logout" {
                             (self.csrf_field())
                             button.link type="submit" { (l.t("Log out", "退出登录")) }
@@ -227,6 +228,8 @@ pub(crate) struct PageError {
     pub code: String,
     pub message: String,
     pub lang: Lang,
+    /// Who was refused, for the page's navigation.
+    pub viewer: Option<Viewer>,
 }
 
 impl PageError {
@@ -236,6 +239,7 @@ impl PageError {
             code: "internal".into(),
             message: message.to_owned(),
             lang: Lang::En,
+            viewer: None,
         }
     }
 
@@ -250,6 +254,7 @@ impl PageError {
             code: code.to_owned(),
             message: message.into(),
             lang,
+            viewer: None,
         }
     }
 }
@@ -258,7 +263,7 @@ impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         let ctx = Ctx {
             lang: self.lang,
-            viewer: None,
+            viewer: self.viewer,
             path: "/".into(),
             remember: false,
             secure: false,
@@ -284,6 +289,10 @@ pub(crate) fn error_page(ctx: &Ctx, status: StatusCode, code: &str, message: &st
             "There is nothing here, or it is not yours to see.",
             "这里没有内容，或者您无权查看。",
         ),
+        StatusCode::FORBIDDEN if code == "csrf" => l.t(
+            "This form is out of date or came from another site; reload the page and try again.",
+            "此表单已过期或来自其他网站；请刷新页面后重试。",
+        ),
         StatusCode::FORBIDDEN => l.t(
             "Your role may not open this page.",
             "您的角色不能打开此页面。",
@@ -292,8 +301,8 @@ pub(crate) fn error_page(ctx: &Ctx, status: StatusCode, code: &str, message: &st
     };
     let body = html! {
         p { (explain) }
-        @if !matches!(status, StatusCode::NOT_FOUND | StatusCode::FORBIDDEN) {
-            p.error role="alert" { code { (code) } " " code { (message) } }
+        @if status != StatusCode::NOT_FOUND && code != "forbidden" {
+            p.error role="alert" { (raw(code)) " " (raw(message)) }
         }
         p { a href="/" { (l.t("Back to the start page", "返回首页")) } }
     };
@@ -354,5 +363,5 @@ pub(crate) fn status(word: &str) -> Markup {
 /// Raw text from a program or a user (ids, images, commands): shown as is, and never
 /// translated.
 pub(crate) fn raw(text: &str) -> Markup {
-    html! { code { (text) } }
+    html! { code translate="no" { (text) } }
 }

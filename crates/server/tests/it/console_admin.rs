@@ -5,251 +5,50 @@
 //! each page in zh-CN without untranslated English.
 
 use gpurent_store::Backend;
-use reqwest::header::{HeaderMap, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use reqwest::header::CONTENT_TYPE;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::app::TestApp;
+use crate::app::{Tenant, TestApp};
 use crate::both_stores;
+use crate::console_support::{self, assert_secure_headers, field_value, Console, Page};
 
-/// A browser without scripts: a session cookie, its CSRF token, no redirects followed.
-pub struct Browser {
-    http: reqwest::Client,
-    base: String,
-    cookie: String,
-    pub csrf: String,
+/// A new user of this role, logged in to the console.
+pub async fn login_as(app: &TestApp, name: &str, role: &str) -> (Console, Tenant) {
+    let user = app.user(name, role, "0").await;
+    let console = console_support::login(app, &user, name).await;
+    (console, user)
 }
 
-/// An answer: status, headers, body.
-pub struct Answer {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: String,
-}
+/// Node statuses are status words too, like the reservations' the support module allows.
+const NODE_STATUSES: &[&str] = &["ready", "unhealthy", "draining", "unreachable"];
 
-impl Answer {
-    pub fn location(&self) -> Option<&str> {
-        self.headers.get(LOCATION).and_then(|v| v.to_str().ok())
-    }
-}
-
-/// The value of `name=` of a `Set-Cookie` among the headers.
-fn set_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(SET_COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find_map(|c| {
-            let first = c.split(';').next()?;
-            let (k, v) = first.split_once('=')?;
-            (k == name && !v.is_empty()).then(|| v.to_owned())
-        })
-}
-
-/// The `value` of the first hidden input named `name`.
-pub fn input_value(html: &str, name: &str) -> Option<String> {
-    let at = html.find(&format!("name=\"{name}\""))?;
-    let tag_start = html[..at].rfind('<')?;
-    let tag_end = at + html[at..].find('>')?;
-    let tag = &html[tag_start..tag_end];
-    let v = tag.find("value=\"")? + "value=\"".len();
-    Some(tag[v..v + tag[v..].find('"')?].to_owned())
-}
-
-impl Browser {
-    /// Logs in as a new user of this role: its password set through the API, then the login
-    /// form posted with the form's own CSRF cookie, as a browser does.
-    pub async fn login(app: &TestApp, name: &str, role: &str) -> (Browser, crate::app::Tenant) {
-        let user = app.user(name, role, "0").await;
-        let password = "correct horse battery";
-        let (status, body) = user
-            .client
-            .post(
-                &format!("/api/v1/users/{}/password", user.id),
-                &json!({ "password": password }),
-            )
-            .await;
-        assert!(status.is_success(), "{status} {body}");
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap();
-        let form = http
-            .get(format!("{}/login", app.base))
-            .send()
-            .await
-            .unwrap();
-        let login_cookie = set_cookie(form.headers(), "gpurent_login").expect("login cookie");
-        let html = form.text().await.unwrap();
-        let csrf = input_value(&html, "_csrf").expect("the login form's _csrf");
-        let answer = http
-            .post(format!("{}/login", app.base))
-            .header(COOKIE, format!("gpurent_login={login_cookie}"))
-            .form(&[
-                ("username", name),
-                ("password", password),
-                ("_csrf", csrf.as_str()),
-                ("next", "/"),
-            ])
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), StatusCode::SEE_OTHER, "login");
-        let session = set_cookie(answer.headers(), "gpurent_session").expect("session cookie");
-        let mut browser = Browser {
-            http,
-            base: app.base.clone(),
-            cookie: format!("gpurent_session={session}"),
-            csrf: String::new(),
-        };
-        let start = browser.get("/offers").await;
-        assert_eq!(start.status, StatusCode::OK, "{}", start.body);
-        browser.csrf = input_value(&start.body, "_csrf").expect("a page's _csrf");
-        (browser, user)
-    }
-
-    pub async fn get(&self, path: &str) -> Answer {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .header(COOKIE, &self.cookie)
-            .send()
-            .await
-            .unwrap();
-        Answer {
-            status: r.status(),
-            headers: r.headers().clone(),
-            body: r.text().await.unwrap(),
-        }
-    }
-
-    /// Posts a form with this session's CSRF token added (unless `csrf` is false).
-    pub async fn post(&self, path: &str, fields: &[(&str, &str)], csrf: bool) -> Answer {
-        let mut fields: Vec<(&str, &str)> = fields.to_vec();
-        if csrf {
-            fields.push(("_csrf", &self.csrf));
-        }
-        let r = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .header(COOKIE, &self.cookie)
-            .form(&fields)
-            .send()
-            .await
-            .unwrap();
-        Answer {
-            status: r.status(),
-            headers: r.headers().clone(),
-            body: r.text().await.unwrap(),
-        }
-    }
-}
-
-/// Words that are the same in both languages: units, acronyms, the product, the language
-/// switch, the status words, and the GPU models of the tests.
-const SAME_IN_BOTH: &[&str] = &[
-    "GPU",
-    "CPU",
-    "SSH",
-    "API",
-    "CSV",
-    "GB",
-    "MB",
-    "USD",
-    "UTC",
-    "VRAM",
-    "ID",
-    "ISO",
-    "gpurent",
-    "English",
-    "node",
-    "RTX",
-    "pending",
-    "starting",
-    "running",
-    "stopping",
-    "stopped",
-    "failed",
-    "preempted",
-    "lost",
-    "expired",
-    "ready",
-    "unhealthy",
-    "draining",
-    "unreachable",
-];
-
-/// English words in the page's visible text outside `<code>` (and scripts and styles).
+/// English words left untranslated on a zh-CN page.
 pub fn untranslated(html: &str) -> Vec<String> {
-    let mut text = String::new();
-    let mut rest = html;
-    // Drop whole elements whose content is not prose.
-    'outer: loop {
-        let mut next: Option<(usize, &str)> = None;
-        for tag in ["<code", "<script", "<style", "<title"] {
-            if let Some(i) = rest.find(tag) {
-                if next.is_none_or(|(j, _)| i < j) {
-                    next = Some((i, tag));
-                }
-            }
-        }
-        match next {
-            None => {
-                text.push_str(rest);
-                break 'outer;
-            }
-            Some((i, tag)) => {
-                text.push_str(&rest[..i]);
-                let close = format!("</{}>", &tag[1..]);
-                match rest[i..].find(&close) {
-                    Some(j) => rest = &rest[i + j + close.len()..],
-                    None => break 'outer,
-                }
-            }
-        }
-    }
-    let mut visible = String::new();
-    let mut in_tag = false;
-    for c in text.chars() {
-        match c {
-            '<' => in_tag = true,
-            '>' => {
-                in_tag = false;
-                visible.push(' ');
-            }
-            c if !in_tag => visible.push(c),
-            _ => {}
-        }
-    }
-    let visible = visible
-        .replace("&amp;", "&")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"");
-    visible
-        .split(|c: char| !c.is_ascii_alphabetic())
-        .filter(|w| w.len() >= 2 && !SAME_IN_BOTH.contains(w))
-        .map(str::to_owned)
+    console_support::untranslated(html)
+        .into_iter()
+        .filter(|w| !NODE_STATUSES.contains(&w.as_str()))
         .collect()
 }
 
 /// The page under `?lang=zh-CN` is in Chinese, with no English word left untranslated.
-pub async fn assert_chinese(browser: &Browser, path: &str) {
+pub async fn assert_chinese(console: &Console, path: &str) {
     let sep = if path.contains('?') { '&' } else { '?' };
-    let page = browser.get(&format!("{path}{sep}lang=zh-CN")).await;
-    assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
-    assert!(page.body.contains("<html lang=\"zh-CN\""), "{path}");
-    let words = untranslated(&page.body);
+    let page = console.get(&format!("{path}{sep}lang=zh-CN")).await;
+    assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.html);
+    assert!(page.html.contains("<html lang=\"zh-CN\""), "{path}");
+    let words = untranslated(&page.html);
     assert!(
         words.is_empty(),
         "{path} in zh-CN has untranslated English: {words:?}"
     );
 }
 
-/// Each admin page: a tenant gets the 403 page, an admin the page.
-pub async fn assert_admin_only(admin: &Browser, tenant: &Browser, path: &str) {
+/// Each admin page: a tenant gets the 403 page, an admin the page with the console's headers.
+pub async fn assert_admin_only(admin: &Console, tenant: &Console, path: &str) {
     let page = admin.get(path).await;
-    assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+    assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.html);
+    assert_secure_headers(&page);
     let refused = tenant.get(path).await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN, "{path} as a tenant");
 }
@@ -274,8 +73,8 @@ async fn the_fleet_page_shows_gpus_the_queue_and_nodes_out_of_service(backend: B
         .start()
         .await;
     app.wait_nodes_ready().await;
-    let (admin, _) = Browser::login(&app, "q1", "admin").await;
-    let (tenant_browser, _) = Browser::login(&app, "q2", "tenant").await;
+    let (admin, _) = login_as(&app, "q1", "admin").await;
+    let (tenant_browser, _) = login_as(&app, "q2", "tenant").await;
     let tenant = app.tenant("tina", "100").await;
     let (status, r) = tenant
         .client
@@ -300,8 +99,8 @@ async fn the_fleet_page_shows_gpus_the_queue_and_nodes_out_of_service(backend: B
     assert_eq!(status, StatusCode::OK, "{r}");
 
     let page = admin.get("/admin").await;
-    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    let html = &page.body;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.html);
+    let html = &page.html;
     assert!(html.contains("id=\"fleet\" data-live=\"2000\""), "{html}");
     let rtx = row(html, "data-gpu-type=\"RTX4090\"");
     assert!(rtx.contains("data-field=\"allocated\">1<"), "{rtx}");
@@ -357,32 +156,32 @@ both_stores!(
 
 async fn users_are_created_credited_and_capped_from_the_console(backend: Backend) {
     let app = TestApp::with(backend).start().await;
-    let (admin, _) = Browser::login(&app, "q1", "admin").await;
-    let (tenant_browser, _) = Browser::login(&app, "q2", "tenant").await;
+    let (admin, _) = login_as(&app, "q1", "admin").await;
+    let (tenant_browser, _) = login_as(&app, "q2", "tenant").await;
 
     // Created: the token is on the answering page, once, in no URL.
     let form = admin.get("/admin/users").await;
     assert_eq!(form.status, StatusCode::OK);
-    let key = input_value(&form.body, "idempotency_key").expect("the create form's key");
+    let key = field_value(&form.html, "idempotency_key").expect("the create form's key");
     let fields = [
         ("name", "hilda"),
         ("role", "host"),
         ("credit", "5.50"),
         ("idempotency_key", key.as_str()),
     ];
-    let created = admin.post("/admin/users", &fields, true).await;
-    assert_eq!(created.status, StatusCode::OK, "{}", created.body);
+    let created = admin.post("/admin/users", &fields).await;
+    assert_eq!(created.status, StatusCode::OK, "{}", created.html);
     assert!(
         created.location().is_none(),
         "the token is never in a redirect"
     );
     let token = {
         let at = created
-            .body
+            .html
             .find("data-field=\"token\">")
             .expect("the token")
             + 19;
-        created.body[at..at + created.body[at..].find('<').unwrap()].to_owned()
+        created.html[at..at + created.html[at..].find('<').unwrap()].to_owned()
     };
     assert!(token.starts_with("gpr_"), "{token}");
     let hilda = app.client(Some(&token));
@@ -391,12 +190,12 @@ async fn users_are_created_credited_and_capped_from_the_console(backend: Backend
     assert_eq!(balance["balance"], "5.50");
     let listed = admin.get("/admin/users").await;
     assert!(
-        !listed.body.contains(&token),
+        !listed.html.contains(&token),
         "the token is shown only once"
     );
     // The same form posted again (a reload) creates nobody else.
-    let again = admin.post("/admin/users", &fields, true).await;
-    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    let again = admin.post("/admin/users", &fields).await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.html);
     let (_, users) = app.admin().get("/api/v1/users").await;
     let hildas: Vec<&Value> = users
         .as_array()
@@ -409,24 +208,20 @@ async fn users_are_created_credited_and_capped_from_the_console(backend: Backend
     assert_eq!(hildas[0]["role"], "host");
     // A bad name is refused with the API's reason, on the page.
     let bad = admin
-        .post(
-            "/admin/users",
-            &[("name", "no spaces"), ("role", "tenant")],
-            true,
-        )
+        .post("/admin/users", &[("name", "no spaces"), ("role", "tenant")])
         .await;
-    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
-    assert!(bad.body.contains("role=\"alert\""), "{}", bad.body);
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.html);
+    assert!(bad.html.contains("role=\"alert\""), "{}", bad.html);
 
     // Credit: granted once per form, shown in the list.
     let list = admin.get("/admin/users").await;
-    let row_html = row(&list.body, &format!("data-user-id=\"{hilda_id}\""));
-    let credit_key = input_value(row_html, "idempotency_key").expect("the credit form's key");
+    let row_html = row(&list.html, &format!("data-user-id=\"{hilda_id}\""));
+    let credit_key = field_value(row_html, "idempotency_key").expect("the credit form's key");
     let path = format!("/admin/users/{hilda_id}/credit");
     let grant = [("amount", "10"), ("idempotency_key", credit_key.as_str())];
     for _ in 0..2 {
-        let granted = admin.post(&path, &grant, true).await;
-        assert_eq!(granted.status, StatusCode::SEE_OTHER, "{}", granted.body);
+        let granted = admin.post(&path, &grant).await;
+        assert_eq!(granted.status, StatusCode::SEE_OTHER, "{}", granted.html);
         assert!(granted
             .location()
             .unwrap()
@@ -435,9 +230,9 @@ async fn users_are_created_credited_and_capped_from_the_console(backend: Backend
     let (_, balance) = hilda.get("/api/v1/balance").await;
     assert_eq!(balance["balance"], "15.50", "granted once for one form");
     let list = admin.get("/admin/users").await;
-    assert!(row(&list.body, &format!("data-user-id=\"{hilda_id}\"")).contains("15.50"));
-    let bad = admin.post(&path, &[("amount", "lots")], true).await;
-    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
+    assert!(row(&list.html, &format!("data-user-id=\"{hilda_id}\"")).contains("15.50"));
+    let bad = admin.post(&path, &[("amount", "lots")]).await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.html);
 
     // Caps.
     let path = format!("/admin/users/{hilda_id}/limits");
@@ -445,24 +240,24 @@ async fn users_are_created_credited_and_capped_from_the_console(backend: Backend
         .post(
             &path,
             &[("max_reservations", "3"), ("max_spend_per_hour", "2.50")],
-            true,
         )
         .await;
-    assert_eq!(set.status, StatusCode::SEE_OTHER, "{}", set.body);
+    assert_eq!(set.status, StatusCode::SEE_OTHER, "{}", set.html);
     let (_, user) = app.admin().get(&format!("/api/v1/users/{hilda_id}")).await;
     assert_eq!(user["max_reservations"], 3, "{user}");
     assert_eq!(user["max_spend_per_hour"], "2.50", "{user}");
     let list = admin.get("/admin/users?done=limits&user=x").await;
-    assert!(list.body.contains("alert ok"), "the notice");
+    assert!(list.html.contains("alert ok"), "the notice");
 
     // Without the CSRF token, or as a tenant, nothing happens.
-    let forged = admin.post(&path, &[("max_reservations", "9")], false).await;
+    let forged = admin
+        .post_raw(&path, &[("max_reservations", "9")], &[])
+        .await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
     let forged = tenant_browser
         .post(
             &format!("/admin/users/{hilda_id}/credit"),
             &[("amount", "99")],
-            true,
         )
         .await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
@@ -477,11 +272,10 @@ async fn users_are_created_credited_and_capped_from_the_console(backend: Backend
         .post(
             "/admin/users?lang=zh-CN",
             &[("name", "ivy"), ("role", "tenant")],
-            true,
         )
         .await;
-    assert_eq!(zh.status, StatusCode::OK, "{}", zh.body);
-    let words = untranslated(&zh.body);
+    assert_eq!(zh.status, StatusCode::OK, "{}", zh.html);
+    let words = untranslated(&zh.html);
     assert!(words.is_empty(), "untranslated: {words:?}");
     app.shutdown().await;
 }
@@ -497,8 +291,8 @@ async fn everyones_reservations_are_filtered_and_paged(backend: Backend) {
         .start()
         .await;
     app.wait_nodes_ready().await;
-    let (admin, _) = Browser::login(&app, "q1", "admin").await;
-    let (tenant_browser, _) = Browser::login(&app, "q2", "tenant").await;
+    let (admin, _) = login_as(&app, "q1", "admin").await;
+    let (tenant_browser, _) = login_as(&app, "q2", "tenant").await;
     let alice = app.tenant("alice", "100").await;
     let bob = app.tenant("bob", "100").await;
     let mut ids = Vec::new();
@@ -519,35 +313,35 @@ async fn everyones_reservations_are_filtered_and_paged(backend: Backend) {
     app.wait_status(&alice.client, &ids[0], "stopped").await;
 
     let all = admin.get("/admin/reservations").await;
-    assert_eq!(all.status, StatusCode::OK, "{}", all.body);
+    assert_eq!(all.status, StatusCode::OK, "{}", all.html);
     for id in &ids {
         assert!(
-            all.body.contains(&format!("href=\"/instances/{id}\"")),
+            all.html.contains(&format!("href=\"/instances/{id}\"")),
             "{id}"
         );
     }
     assert!(
-        all.body.contains("data-field=\"filtered\""),
+        all.html.contains("data-field=\"filtered\""),
         "the page says it filters"
     );
     let by_tenant = admin
         .get(&format!("/admin/reservations?tenant={}", bob.id))
         .await;
     assert!(by_tenant
-        .body
+        .html
         .contains(&format!("data-reservation-id=\"{}\"", ids[1])));
     assert!(!by_tenant
-        .body
+        .html
         .contains(&format!("data-reservation-id=\"{}\"", ids[0])));
     assert!(!by_tenant
-        .body
+        .html
         .contains(&format!("data-reservation-id=\"{}\"", ids[2])));
     let stopped = admin.get("/admin/reservations?status=stopped").await;
     assert!(stopped
-        .body
+        .html
         .contains(&format!("data-reservation-id=\"{}\"", ids[0])));
     assert!(!stopped
-        .body
+        .html
         .contains(&format!("data-reservation-id=\"{}\"", ids[2])));
     let by_node = admin
         .get("/admin/reservations?node=node-0&gpu_type=RTX+4090")
@@ -555,42 +349,42 @@ async fn everyones_reservations_are_filtered_and_paged(backend: Backend) {
     for id in &ids {
         assert!(
             by_node
-                .body
+                .html
                 .contains(&format!("data-reservation-id=\"{id}\"")),
             "{id}"
         );
     }
     let none = admin.get("/admin/reservations?gpu_type=A100").await;
     assert!(
-        !none.body.contains("data-reservation-id="),
+        !none.html.contains("data-reservation-id="),
         "no A100 reservations"
     );
 
     // Pages of two, newest first, by the API's cursor with the filters kept.
     let first = admin.get("/admin/reservations?limit=2").await;
     assert!(first
-        .body
+        .html
         .contains(&format!("data-reservation-id=\"{}\"", ids[2])));
     assert!(!first
-        .body
+        .html
         .contains(&format!("data-reservation-id=\"{}\"", ids[0])));
     let next = {
         let at = first
-            .body
+            .html
             .find("data-action=\"next-page\"")
             .expect("a next page");
-        let tag = &first.body[first.body[..at].rfind('<').unwrap()..at];
+        let tag = &first.html[first.html[..at].rfind('<').unwrap()..at];
         let href = tag.find("href=\"").unwrap() + 6;
         tag[href..href + tag[href..].find('"').unwrap()].replace("&amp;", "&")
     };
     assert!(next.contains("limit=2"), "{next}");
     let second = admin.get(&next).await;
-    assert_eq!(second.status, StatusCode::OK, "{next}: {}", second.body);
+    assert_eq!(second.status, StatusCode::OK, "{next}: {}", second.html);
     assert!(second
-        .body
+        .html
         .contains(&format!("data-reservation-id=\"{}\"", ids[0])));
     assert!(!second
-        .body
+        .html
         .contains(&format!("data-reservation-id=\"{}\"", ids[2])));
 
     // The admin opens anyone's instance; a tenant not another's.
@@ -615,11 +409,11 @@ both_stores!(
 
 async fn events_are_listed_a_page_at_a_time(backend: Backend) {
     let app = TestApp::with(backend).start().await;
-    let (admin, _) = Browser::login(&app, "q1", "admin").await;
-    let (tenant_browser, _) = Browser::login(&app, "q2", "tenant").await;
+    let (admin, _) = login_as(&app, "q1", "admin").await;
+    let (tenant_browser, _) = login_as(&app, "q2", "tenant").await;
     let empty = admin.get("/admin/events").await;
     assert_eq!(empty.status, StatusCode::OK);
-    assert!(!empty.body.contains("data-event-id="));
+    assert!(!empty.html.contains("data-event-id="));
     // 105 health events, as the health rules write them.
     for i in 0..105 {
         app.raw_sql(&format!(
@@ -633,19 +427,19 @@ async fn events_are_listed_a_page_at_a_time(backend: Backend) {
     let (_, api) = app.admin().get("/api/v1/events?limit=100").await;
     let api = api.as_array().unwrap();
     let first = admin.get("/admin/events").await;
-    assert_eq!(first.body.matches("data-event-id=").count(), 100);
+    assert_eq!(first.html.matches("data-event-id=").count(), 100);
     for e in [&api[0], &api[99]] {
-        let tr = row(&first.body, &format!("data-event-id=\"{}\"", e["id"]));
+        let tr = row(&first.html, &format!("data-event-id=\"{}\"", e["id"]));
         assert!(tr.contains(e["detail"].as_str().unwrap()), "{tr}");
         assert!(tr.contains(e["kind"].as_str().unwrap()), "{tr}");
     }
     let last = api[99]["id"].as_i64().unwrap();
     assert!(first
-        .body
+        .html
         .contains(&format!("href=\"/admin/events?after={last}\"")));
     let second = admin.get(&format!("/admin/events?after={last}")).await;
-    assert_eq!(second.body.matches("data-event-id=").count(), 5);
-    assert!(!second.body.contains("data-action=\"next-page\""));
+    assert_eq!(second.html.matches("data-event-id=").count(), 5);
+    assert!(!second.html.contains("data-action=\"next-page\""));
     assert_admin_only(&admin, &tenant_browser, "/admin/events").await;
     assert_chinese(&admin, "/admin/events").await;
     app.shutdown().await;
@@ -653,10 +447,9 @@ async fn events_are_listed_a_page_at_a_time(backend: Backend) {
 
 both_stores!(events_test, events_are_listed_a_page_at_a_time);
 
-/// Keeps `CONTENT_TYPE` in use for the other modules' checks of the SVGs.
-pub fn content_type(answer: &Answer) -> &str {
-    answer
-        .headers
+/// The content type of an answer.
+pub fn content_type(page: &Page) -> &str {
+    page.headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::app::TestApp;
 use crate::both_stores;
-use crate::console_admin::{assert_admin_only, assert_chinese, content_type, row, Browser};
+use crate::console_admin::{assert_admin_only, assert_chinese, content_type, login_as, row};
 
 async fn the_audit_trail_is_searched_and_verified(backend: Backend) {
     let app = TestApp::with(backend)
@@ -18,8 +18,8 @@ async fn the_audit_trail_is_searched_and_verified(backend: Backend) {
         .start()
         .await;
     app.wait_nodes_ready().await;
-    let (admin, _) = Browser::login(&app, "q1", "admin").await;
-    let (tenant_browser, _) = Browser::login(&app, "q2", "tenant").await;
+    let (admin, _) = login_as(&app, "q1", "admin").await;
+    let (tenant_browser, _) = login_as(&app, "q2", "tenant").await;
     let pat = app.tenant("pat", "100").await;
     let (status, r) = pat
         .client
@@ -36,19 +36,19 @@ async fn the_audit_trail_is_searched_and_verified(backend: Backend) {
         .await;
     let records = api["records"].as_array().unwrap();
     let mine = admin.get(&format!("/admin/audit?user={}", pat.id)).await;
-    assert_eq!(mine.status, StatusCode::OK, "{}", mine.body);
+    assert_eq!(mine.status, StatusCode::OK, "{}", mine.html);
     assert_eq!(
-        mine.body.matches("data-seq=").count(),
+        mine.html.matches("data-seq=").count(),
         records.len(),
         "{}",
-        mine.body
+        mine.html
     );
     let reserve: &Value = records
         .iter()
         .find(|r| r["action"] == "POST /api/v1/reservations")
         .expect("the reservation is recorded");
     let seq = reserve["seq"].as_u64().unwrap();
-    let tr = row(&mine.body, &format!("data-seq=\"{seq}\""));
+    let tr = row(&mine.html, &format!("data-seq=\"{seq}\""));
     assert!(tr.contains(&rid), "its allocation names it: {tr}");
     let only = admin
         .get(&format!(
@@ -56,12 +56,12 @@ async fn the_audit_trail_is_searched_and_verified(backend: Backend) {
             pat.id
         ))
         .await;
-    assert_eq!(only.body.matches("data-seq=").count(), 1, "{}", only.body);
+    assert_eq!(only.html.matches("data-seq=").count(), 1, "{}", only.html);
     assert!(
-        only.body.contains(&format!("data-seq=\"{seq}\"")),
+        only.html.contains(&format!("data-seq=\"{seq}\"")),
         "the one shown is the reservation's"
     );
-    assert!(only.body.contains("data-field=\"filtered\""));
+    assert!(only.html.contains("data-field=\"filtered\""));
     // By time: a browser's datetime-local is UTC; nothing before the first record.
     let first_at = chrono::DateTime::parse_from_rfc3339(records[0]["at"].as_str().unwrap())
         .unwrap()
@@ -70,37 +70,37 @@ async fn the_audit_trail_is_searched_and_verified(backend: Backend) {
     let none = admin
         .get(&format!("/admin/audit?user={}&to={before}", pat.id))
         .await;
-    assert_eq!(none.status, StatusCode::OK, "{}", none.body);
-    assert_eq!(none.body.matches("data-seq=").count(), 0);
+    assert_eq!(none.status, StatusCode::OK, "{}", none.html);
+    assert_eq!(none.html.matches("data-seq=").count(), 0);
     let since = admin
         .get(&format!("/admin/audit?user={}&from={before}", pat.id))
         .await;
-    assert_eq!(since.body.matches("data-seq=").count(), records.len());
+    assert_eq!(since.html.matches("data-seq=").count(), records.len());
     // A time the API does not take is the API's reason, on the page.
     let bad = admin.get("/admin/audit?from=yesterday").await;
-    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
-    assert!(bad.body.contains("role=\"alert\""));
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.html);
+    assert!(bad.html.contains("role=\"alert\""));
     // Pages by the API's cursor.
     let (_, page) = app.admin().get("/api/v1/audit?limit=100").await;
     let all = admin.get("/admin/audit").await;
     assert!(
-        all.body.contains("data-table=\"checkpoints\""),
+        all.html.contains("data-table=\"checkpoints\""),
         "the first append signs one"
     );
     if let Some(next) = page["next_after"].as_u64() {
-        assert!(all.body.contains(&format!("after={next}")));
+        assert!(all.html.contains(&format!("after={next}")));
     }
 
     // Verified intact, then altered behind the server's back: the record is named.
     let verdict = admin.get("/admin/audit/verify").await;
-    assert_eq!(verdict.status, StatusCode::OK, "{}", verdict.body);
+    assert_eq!(verdict.status, StatusCode::OK, "{}", verdict.html);
     assert!(
-        verdict.body.contains("data-ok=\"true\""),
+        verdict.html.contains("data-ok=\"true\""),
         "{}",
-        verdict.body
+        verdict.html
     );
     assert!(
-        all.body.contains("action=\"/admin/audit/verify\""),
+        all.html.contains("action=\"/admin/audit/verify\""),
         "the button"
     );
     app.raw_sql(&format!(
@@ -109,11 +109,11 @@ async fn the_audit_trail_is_searched_and_verified(backend: Backend) {
     .await;
     let verdict = admin.get("/admin/audit/verify").await;
     assert!(
-        verdict.body.contains("data-ok=\"false\""),
+        verdict.html.contains("data-ok=\"false\""),
         "{}",
-        verdict.body
+        verdict.html
     );
-    let problem = &verdict.body[verdict.body.find("data-field=\"problem\"").unwrap()..];
+    let problem = &verdict.html[verdict.html.find("data-field=\"problem\"").unwrap()..];
     assert!(problem.contains(&format!("<dd>{seq}</dd>")), "{problem}");
     assert!(problem.contains("altered"), "{problem}");
 
@@ -143,8 +143,8 @@ async fn reports_show_the_day_its_charts_the_week_and_the_ledger(backend: Backen
         .start()
         .await;
     app.wait_nodes_ready().await;
-    let (admin, _) = Browser::login(&app, "q1", "admin").await;
-    let (tenant_browser, _) = Browser::login(&app, "q2", "tenant").await;
+    let (admin, _) = login_as(&app, "q1", "admin").await;
+    let (tenant_browser, _) = login_as(&app, "q2", "tenant").await;
     let alice = app.tenant("alice", "100").await;
     let (status, r) = alice
         .client
@@ -170,8 +170,8 @@ async fn reports_show_the_day_its_charts_the_week_and_the_ledger(backend: Backen
     let page = admin
         .get("/admin/reports?date=2026-03-01&week=2026-W09")
         .await;
-    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    let html = &page.body;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.html);
+    let html = &page.html;
     assert!(html.contains("data-date=\"2026-03-01\""), "{html}");
     let totals = &html[html.find("data-field=\"totals\"").unwrap()..];
     assert!(
@@ -202,11 +202,11 @@ async fn reports_show_the_day_its_charts_the_week_and_the_ledger(backend: Backen
             "{chart}"
         );
         let svg = admin.get(&src).await;
-        assert_eq!(svg.status, StatusCode::OK, "{chart}: {}", svg.body);
+        assert_eq!(svg.status, StatusCode::OK, "{chart}: {}", svg.html);
         assert_eq!(content_type(&svg), "image/svg+xml");
-        assert!(svg.body.trim_start().starts_with("<svg"), "{chart}");
-        assert!(svg.body.contains(words), "{chart}: its caption");
-        assert!(svg.body.contains("node-0 #1"), "{chart}: a row per GPU");
+        assert!(svg.html.trim_start().starts_with("<svg"), "{chart}");
+        assert!(svg.html.contains(words), "{chart}: its caption");
+        assert!(svg.html.contains("node-0 #1"), "{chart}: a row per GPU");
         assert_eq!(
             tenant_browser.get(&src).await.status,
             StatusCode::FORBIDDEN,
@@ -222,15 +222,15 @@ async fn reports_show_the_day_its_charts_the_week_and_the_ledger(backend: Backen
     );
     let bad = admin.get("/admin/reports?date=March").await;
     assert_eq!(bad.status, StatusCode::OK, "the week is still shown");
-    assert!(bad.body.contains("role=\"alert\""), "{}", bad.body);
+    assert!(bad.html.contains("role=\"alert\""), "{}", bad.html);
 
     // The ledger balances.
     let ledger = admin.get("/admin/ledger").await;
-    assert_eq!(ledger.status, StatusCode::OK, "{}", ledger.body);
-    assert!(ledger.body.contains("data-ok=\"true\""), "{}", ledger.body);
+    assert_eq!(ledger.status, StatusCode::OK, "{}", ledger.html);
+    assert!(ledger.html.contains("data-ok=\"true\""), "{}", ledger.html);
     let (_, check) = app.admin().get("/api/v1/admin/ledger-check").await;
     assert!(ledger
-        .body
+        .html
         .contains(&format!("data-field=\"transfers\">{}<", check["transfers"])));
 
     for path in ["/admin/reports", "/admin/ledger"] {

@@ -120,7 +120,7 @@ fn search_form(l: Lang, s: &Search) -> Markup {
         form.card method="get" action="/admin/audit" data-form="audit-search" {
             div.grid {
                 div {
-                    label for="a-user" { (l.t("User (id, or node:ID)", "用户（ID 或 node:ID）")) }
+                    label for="a-user" { (l.t("User", "用户")) " (" (raw("ID | node:ID")) ")" }
                     input id="a-user" name="user" type="text" value=(s.user);
                 }
                 div {

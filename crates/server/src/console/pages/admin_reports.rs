@@ -59,7 +59,7 @@ pub(crate) async fn page(
                     input id="r-date" name="date" type="date" value=(date);
                 }
                 div {
-                    label for="r-week" { (l.t("Week (ISO, for the tier comparison)", "周（ISO 周，用于档位对比）")) }
+                    label for="r-week" { (l.t("Week (for the tier comparison)", "周（用于档位对比）")) }
                     input id="r-week" name="week" type="week" value=(q.week) placeholder="2026-W09";
                 }
             }
