@@ -11,6 +11,7 @@ mod authz;
 mod concurrency;
 mod console;
 mod console_support;
+mod console_terminal;
 mod drain;
 mod elastic;
 mod failover;
