@@ -124,8 +124,7 @@ async fn terminals_and_ssh_channels_share_the_reservations_session_cap() {
     // So the terminal finds none.
     let (status, body) = terminal(&app.base, &console.cookie, &id)
         .await
-        .err()
-        .expect("the cap is full");
+        .expect_err("the cap is full");
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("sessions open"), "{body}");
 
