@@ -44,6 +44,28 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/instances/{id}/stop", post(pages::instance::stop))
         .route("/instances/{id}/log", get(pages::instance::log))
         .route("/instances/{id}/terminal", get(terminal::handler))
+        // Billing, account and nodes (pages/billing.rs, account.rs, nodes.rs).
+        .route("/billing", get(pages::billing::page))
+        .route("/billing/invoice.csv", get(pages::billing::invoice_csv))
+        .route("/account", get(pages::account::page))
+        .route("/account/ssh-keys", post(pages::account::add_key))
+        .route(
+            "/account/ssh-keys/{id}/remove",
+            post(pages::account::remove_key),
+        )
+        .route("/account/tokens", post(pages::account::create_token))
+        .route(
+            "/account/tokens/{id}/revoke",
+            post(pages::account::revoke_token),
+        )
+        .route("/account/password", post(pages::account::change_password))
+        .route(
+            "/nodes",
+            get(pages::nodes::page).post(pages::nodes::join_token),
+        )
+        .route("/nodes/{node}/cordon", post(pages::nodes::cordon))
+        .route("/nodes/{node}/drain", post(pages::nodes::drain))
+        .route("/nodes/{node}/uncordon", post(pages::nodes::uncordon))
         .route("/assets/{name}", get(assets::serve))
         .layer(axum::middleware::from_fn(compress))
 }

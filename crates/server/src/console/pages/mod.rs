@@ -1,5 +1,10 @@
 //! One module per console page (or group of pages), each rendering what the API answers.
 
+// Billing, account and nodes.
+pub(crate) mod account;
+pub(crate) mod billing;
+pub(crate) mod nodes;
+
 pub(crate) mod home;
 pub(crate) mod instance;
 pub(crate) mod instances;
