@@ -1,0 +1,85 @@
+//! What the web console refuses, seen from a real Chromium and from a plain HTTP client with
+//! the same session: an admin page for a tenant is a 403 page, another tenant's instance a
+//! 404 page, a form without (or with a wrong) CSRF token is refused and changes nothing while
+//! the same form with the page's token works, and without a session pages lead to the login.
+
+use crate::browser::{self, Browser, Lang};
+use crate::console_support::{Console, Http, SHOWN};
+
+#[test]
+fn console_refuses_what_the_policy_refuses() {
+    if !browser::available() {
+        return;
+    }
+    let console = Console::with_gpus(2);
+    let ada = console.user("ada", "tenant");
+    let bob = console.user("bob", "tenant");
+    let adas = console.running(&ada, &["--", "sleep", "600"]);
+    let bobs = console.running(&bob, &["--", "sleep", "600"]);
+    let browser = Browser::start(Lang::En);
+
+    // Logged out: the instances page leads to the login form (and says where it was going).
+    browser.goto(&console.page("/instances"));
+    browser.wait_for_path("/login", SHOWN, |p| p == "/login");
+    browser.find("input[name=\"username\"]");
+    browser.find("input[name=\"password\"]");
+    let anonymous = Http::of(&console, &browser).get("/instances");
+    assert!(
+        (300..400).contains(&anonymous.status)
+            && anonymous
+                .location
+                .as_deref()
+                .is_some_and(|l| l.starts_with("/login")),
+        "logged out, /instances answered {anonymous:?}"
+    );
+
+    console.login(&browser, &ada);
+    let http = Http::of(&console, &browser);
+
+    // A tenant on the admin page: a 403 page, in HTML, that says so.
+    browser.goto(&console.page("/admin"));
+    let text = browser.page_text();
+    assert!(
+        text.contains("403"),
+        "the admin page for a tenant says: {text:?}"
+    );
+    let admin = http.get("/admin");
+    assert_eq!(admin.status, 403, "{admin:?}");
+    assert!(admin.content_type.starts_with("text/html"), "{admin:?}");
+
+    // Another tenant's instance: a 404 page that shows nothing of it.
+    browser.goto(&console.page(&format!("/instances/{bobs}")));
+    let text = browser.page_text();
+    assert!(
+        text.contains("404"),
+        "bob's instance, for ada, says: {text:?}"
+    );
+    assert!(browser.find_all("[data-action=\"stop\"]").is_empty());
+    let foreign = http.get(&format!("/instances/{bobs}"));
+    assert_eq!(foreign.status, 404, "{foreign:?}");
+    assert!(foreign.content_type.starts_with("text/html"), "{foreign:?}");
+    assert!(!foreign.body.contains("sleep"), "{foreign:?}");
+    let stop_bobs = http.post_form(&format!("/instances/{bobs}/stop"), &[]);
+    assert_eq!(stop_bobs.status, 404, "{stop_bobs:?}");
+
+    // Ada's own stop form: without its CSRF token, or with another, it is refused and the
+    // instance runs on; with the page's token it stops it.
+    browser.goto(&console.page(&format!("/instances/{adas}")));
+    let token = browser
+        .attr("input[name=\"_csrf\"]", "value")
+        .expect("the page's CSRF token");
+    let stop = format!("/instances/{adas}/stop");
+    let without = http.post_form(&stop, &[]);
+    assert_eq!(without.status, 403, "{without:?}");
+    assert!(without.body.to_lowercase().contains("csrf"), "{without:?}");
+    let wrong = http.post_form(&stop, &[("_csrf", "0123456789abcdef0123456789abcdef")]);
+    assert_eq!(wrong.status, 403, "{wrong:?}");
+    assert_eq!(console.status(&ada.token, &adas), "running");
+    let right = http.post_form(&stop, &[("_csrf", &token)]);
+    assert!(
+        right.status < 400,
+        "the stop form with its token: {right:?}"
+    );
+    console.wait_status(&ada.token, &adas, "stopped");
+    assert_eq!(console.status(&bob.token, &bobs), "running");
+}
