@@ -238,6 +238,18 @@ pub(crate) async fn record(
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "(no route)".to_owned(), |m| m.as_str().to_owned());
+    // A console page's reads are its page's record; a live refresh repeats a page's read,
+    // and static files are no one's business.
+    let quiet = (method == Method::GET
+        && request
+            .extensions()
+            .get::<crate::console::api::Internal>()
+            .is_some())
+        || request.headers().contains_key(crate::console::LIVE_HEADER)
+        || route == "/assets/{name}";
+    if quiet {
+        return next.run(request).await;
+    }
     let client = request
         .extensions()
         .get::<ConnectInfo<crate::tls::Peer>>()

@@ -8,6 +8,7 @@ mod audit;
 mod auth;
 mod authn;
 mod bootstrap;
+mod console;
 mod elastic;
 mod error;
 mod extract;
@@ -60,6 +61,9 @@ pub use rate_limit::{Rate, RateLimits};
 pub use serve::{open_files_limit, raise_open_files_limit, HttpLimits, OpenFiles};
 pub use state::AppState;
 pub use verification::HostPolicy;
+
+/// The platform's currency: every amount of money is in it.
+pub(crate) const CURRENCY: &str = "USD";
 
 /// How the control plane behaves; the defaults suit production.
 #[derive(Debug, Clone)]

@@ -20,11 +20,19 @@ pub enum Access {
     /// A user with a valid token and one of these roles. What the user may see within the
     /// route (its own reservations, its own user) is the handler's and the store's `Scope`.
     Roles(&'static [Role]),
+    /// A console page for a logged-in user with one of these roles (the session cookie), and
+    /// its CSRF token when it changes anything; without a session, the login page.
+    Page(&'static [Role]),
 }
 
 const ANY: Access = Access::Roles(&[Role::Admin, Role::Host, Role::Tenant]);
 const ADMIN: Access = Access::Roles(&[Role::Admin]);
 const ADMIN_HOST: Access = Access::Roles(&[Role::Admin, Role::Host]);
+const PAGE_ANY: Access = Access::Page(&[Role::Admin, Role::Host, Role::Tenant]);
+#[allow(dead_code)] // The host and admin pages use them.
+const PAGE_ADMIN: Access = Access::Page(&[Role::Admin]);
+#[allow(dead_code)]
+const PAGE_ADMIN_HOST: Access = Access::Page(&[Role::Admin, Role::Host]);
 
 /// Every route: (method, route template as axum matches it, who may call it); method `*`:
 /// every method.
@@ -82,6 +90,20 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/api/v1/admin/spot", ADMIN),
     ("GET", "/api/v1/reports/daily", ADMIN),
     ("GET", "/api/v1/reports/weekly", ADMIN),
+    // The web console (`console/`): pages, what their forms post, and its static files.
+    ("GET", "/assets/{name}", Access::Public),
+    ("GET", "/login", Access::Public),
+    // The login form carries its own CSRF token (a cookie and a field), checked by its handler.
+    ("POST", "/login", Access::Public),
+    ("POST", "/logout", PAGE_ANY),
+    ("GET", "/", PAGE_ANY),
+    ("GET", "/offers", PAGE_ANY),
+    ("POST", "/offers", PAGE_ANY),
+    ("GET", "/offers/quote", PAGE_ANY),
+    ("GET", "/instances", PAGE_ANY),
+    ("GET", "/instances/{id}", PAGE_ANY),
+    ("POST", "/instances/{id}/stop", PAGE_ANY),
+    ("GET", "/instances/{id}/log", PAGE_ANY),
 ];
 
 /// What the table says for a method and route template: `None` when the route is not there
@@ -114,6 +136,9 @@ pub(crate) async fn authorize(
     let roles = match lookup(&method, route.as_str()) {
         Some(Some(Access::Public | Access::Node)) => return next.run(request).await,
         Some(Some(Access::Roles(roles))) => roles,
+        Some(Some(Access::Page(roles))) => {
+            return crate::console::guard(&state, request, next, roles).await
+        }
         Some(None) => {
             return ApiError::MethodNotAllowed(format!("{method} {}", request.uri().path()))
                 .into_response()

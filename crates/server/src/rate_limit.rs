@@ -120,9 +120,15 @@ pub(crate) async fn limit(State(state): State<AppState>, request: Request, next:
     if !exempt {
         let now = Instant::now();
         let limits = &state.rate_limits;
+        // A console page's own API calls: its address paid for the page.
+        let internal = request
+            .extensions()
+            .get::<crate::console::api::Internal>()
+            .is_some();
         let address = request
             .extensions()
             .get::<ConnectInfo<crate::tls::Peer>>()
+            .filter(|_| !internal)
             .map(|ConnectInfo(peer)| peer.addr.ip().to_string());
         if let (Some(limiter), Some(address)) = (&limits.per_address, address) {
             if let Err(wait) = limiter.take(&address, now) {

@@ -30,6 +30,9 @@ pub struct AppState {
     pub activity: Arc<crate::activity::Activity>,
     /// This process's SSH endpoint, once it listens (never, without `--ssh-listen`).
     pub ssh_endpoint: Arc<std::sync::OnceLock<crate::ssh::SshEndpoint>>,
+    /// The whole router, for the console's in-process API calls (set when it is built; it
+    /// lives as long as the process serves it).
+    pub console_api: Arc<std::sync::OnceLock<axum::Router>>,
 }
 
 impl AppState {
@@ -56,6 +59,7 @@ impl AppState {
             tunnels,
             activity: Arc::default(),
             ssh_endpoint: Arc::default(),
+            console_api: Arc::default(),
         }
     }
 

@@ -105,7 +105,9 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/proxy/{id}/{port}", any(crate::proxy::handle))
         .route("/proxy/{id}/{port}/", any(crate::proxy::handle))
         .route("/proxy/{id}/{port}/{*path}", any(crate::proxy::handle))
-        .fallback(|uri: Uri| async move { ApiError::NoRoute(uri.path().to_owned()) })
+        // The web console: HTML pages, not in the OpenAPI document.
+        .merge(crate::console::routes())
+        .fallback(not_found)
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
             ApiError::MethodNotAllowed(format!("{method} {}", uri.path()))
         })
@@ -133,6 +135,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(run_to_completion))
         .layer(TraceLayer::new_for_http())
         .with_state(state.clone());
+    // The console's pages call the API through this same router (with all its layers).
+    let _ = state.console_api.set(router.clone());
     if state.config.proxy_domain.is_none() {
         return router;
     }
@@ -144,6 +148,25 @@ pub(crate) fn router(state: AppState) -> Router {
             state,
             crate::proxy::host::route,
         ))
+}
+
+/// An unknown path: the API's JSON 404, or a page for a browser.
+async fn not_found(uri: Uri, headers: axum::http::HeaderMap) -> Response {
+    let html = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"));
+    if html && !uri.path().starts_with("/api/") {
+        let lang = crate::console::lang::Lang::of(uri.query(), &headers);
+        return crate::console::layout::PageError::new(
+            lang,
+            axum::http::StatusCode::NOT_FOUND,
+            "not_found",
+            uri.path(),
+        )
+        .into_response();
+    }
+    ApiError::NoRoute(uri.path().to_owned()).into_response()
 }
 
 /// A request, once received, is handled to the end in a task of its own, even if its client

@@ -175,7 +175,7 @@ pub(crate) async fn balance(
     let (balance, held, earnings) = state.store.accounts(&caller.0.id).await?;
     Ok(Json(Balance {
         balance,
-        currency: "USD".to_owned(),
+        currency: crate::CURRENCY.to_owned(),
         held,
         earnings,
     }))

@@ -46,11 +46,14 @@ fn every_documented_route_has_a_policy_and_every_policy_a_route() {
             "{method} {path} has no entry in policy::POLICY (default deny)"
         );
     }
-    for (method, path, _) in POLICY {
-        // The document itself, and the proxy to published ports (every method and path
-        // below a port: the app's API, not gpurent's).
-        let served_outside_the_document =
-            *path == "/api/v1/openapi.json" || path.starts_with("/proxy/");
+    for (method, path, access) in POLICY {
+        // The document itself, the proxy to published ports (every method and path below a
+        // port: the app's API, not gpurent's), and the web console (`console_pages` checks
+        // that each of its entries is routed).
+        let served_outside_the_document = *path == "/api/v1/openapi.json"
+            || path.starts_with("/proxy/")
+            || matches!(access, Access::Page(_))
+            || (!path.starts_with("/api/") && !["/healthz", "/readyz", "/metrics"].contains(path));
         assert!(
             served_outside_the_document
                 || documented.iter().any(|(m, p, _)| m == method && p == path),
@@ -92,6 +95,9 @@ async fn each_role_gets_exactly_what_the_policy_allows(backend: Backend) {
                     !status.is_success(),
                     "{method} {path} as {role:?}: {status} {answer}"
                 ),
+                Access::Page(_) => {
+                    panic!("{method} {template}: a console page in the API document")
+                }
                 Access::Roles(allowed) => match role {
                     Some(r) if allowed.contains(r) => {
                         assert!(!refused, "{method} {path} as {r}: {status} {answer}")

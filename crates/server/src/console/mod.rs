@@ -1,0 +1,151 @@
+//! The web console at `/`: pages rendered on the server (maud) for tenants, hosts and admins.
+//! Pages call the JSON API in-process with the viewer's session token ([`api`]), so the policy
+//! table, the handlers and the audit trail decide for the console exactly as for the CLI.
+
+pub(crate) mod api;
+mod assets;
+pub(crate) mod lang;
+pub(crate) mod layout;
+mod pages;
+pub(crate) mod session;
+
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use gpurent_types::Role;
+use http_body_util::BodyExt;
+
+use self::lang::Lang;
+use self::layout::Ctx;
+use self::session::NoSession;
+use crate::state::AppState;
+
+/// A console request made by `console.js` to refresh a live part of a page: not audited (the
+/// page's first load was), and answered 401 rather than sent to the login page.
+pub(crate) const LIVE_HEADER: &str = "x-gpurent-live";
+
+/// The console's routes; each is in `policy::POLICY` as `Access::Page` (or `Public`).
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(pages::home::home))
+        .route("/login", get(pages::login::form).post(pages::login::submit))
+        .route("/logout", post(pages::login::logout))
+        .route(
+            "/offers",
+            get(pages::offers::page).post(pages::offers::reserve),
+        )
+        .route("/offers/quote", get(pages::offers::quote))
+        .route("/instances", get(pages::instances::list))
+        .route("/instances/{id}", get(pages::instance::page))
+        .route("/instances/{id}/stop", post(pages::instance::stop))
+        .route("/instances/{id}/log", get(pages::instance::log))
+        .route("/assets/{name}", get(assets::serve))
+        .layer(axum::middleware::from_fn(compress))
+}
+
+/// Lets a console request through when it has a session whose role the table allows, and
+/// carries its CSRF token if it changes anything: the `Access::Page` half of
+/// `policy::authorize`. Without a session, pages lead to the login page.
+pub(crate) async fn guard(
+    state: &AppState,
+    mut request: Request,
+    next: Next,
+    roles: &[Role],
+) -> Response {
+    let lang = Lang::of(request.uri().query(), request.headers());
+    let live = request.headers().contains_key(LIVE_HEADER);
+    let viewer = match session::authenticate(state, request.headers()).await {
+        Ok(viewer) => viewer,
+        Err(NoSession::Store(e)) => {
+            return layout::PageError::new(
+                lang,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store",
+                e.to_string(),
+            )
+            .into_response()
+        }
+        Err(_) if live => return StatusCode::UNAUTHORIZED.into_response(),
+        Err(_) => {
+            let path = request
+                .uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned();
+            let to = if path == "/" || session::is_unsafe(request.method()) {
+                "/login".to_owned()
+            } else {
+                format!("/login?next={}", api::enc(&path))
+            };
+            return Redirect::to(&to).into_response();
+        }
+    };
+    crate::audit::note_caller(request.extensions(), &viewer.user.id);
+    let path = request.uri().path().to_owned();
+    let ctx = || Ctx::for_error(lang, Some(viewer.clone()), path.clone());
+    if !roles.contains(&viewer.user.role) {
+        return layout::error_page(&ctx(), StatusCode::FORBIDDEN, "forbidden", "");
+    }
+    if session::is_unsafe(request.method()) {
+        let error_ctx = ctx();
+        request = match session::check_csrf(request, &viewer.csrf).await {
+            Ok(request) => request,
+            Err(e) => {
+                return layout::error_page(
+                    &error_ctx,
+                    StatusCode::FORBIDDEN,
+                    "csrf",
+                    &e.to_string(),
+                )
+            }
+        };
+    }
+    request.extensions_mut().insert(viewer);
+    next.run(request).await
+}
+
+/// Pages are gzipped for clients that take it (the static files are gzipped once, ahead).
+async fn compress(request: Request, next: Next) -> Response {
+    let gzip = assets::accepts_gzip(request.headers());
+    let response = next.run(request).await;
+    let html = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/html"));
+    if !gzip || !html || response.headers().contains_key(header::CONTENT_ENCODING) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = body
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+    else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    if bytes.len() < 1024 {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    }
+    let packed = assets::gzip(&bytes, flate2::Compression::fast());
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts
+        .headers
+        .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    parts
+        .headers
+        .insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    Response::from_parts(parts, axum::body::Body::from(packed))
+}
+
+/// The start page of each role, and where `/` leads.
+pub(crate) fn home_of(role: Role) -> &'static str {
+    match role {
+        Role::Tenant => "/instances",
+        Role::Host => "/nodes",
+        Role::Admin => "/admin",
+    }
+}

@@ -1,0 +1,149 @@
+//! `/instances/ID`: one reservation: its status and facts (live), its log as it is written,
+//! the web terminal, its published ports, and stopping it.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderValue, Method};
+use axum::response::{IntoResponse, Redirect, Response};
+use gpurent_types::api::{Reservation, ReservationStopped};
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use super::instances::{connect, ended, gpus};
+use crate::console::api::enc;
+use crate::console::layout::{maybe_time, money, raw, status, time, Ctx, PageError};
+use crate::state::AppState;
+
+/// Statuses a reservation can still be stopped in.
+fn is_live(r: &Reservation) -> bool {
+    matches!(r.status.as_str(), "pending" | "starting" | "running")
+}
+
+pub(crate) async fn page(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let l = ctx.lang;
+    let api = ctx.api(&state)?;
+    let r: Reservation = api
+        .get(&format!("/api/v1/reservations/{}", enc(&id)))
+        .await
+        .map_err(|f| ctx.failed(f))?;
+    let running = r.status.as_str() == "running";
+    let body = html! {
+        div id="summary" data-live="1000" {
+            (summary(&ctx, &r))
+        }
+        section aria-labelledby="log-h" {
+            h2 id="log-h" { (l.t("Log", "日志")) }
+            pre.log data-field="log" data-log-src={ "/instances/" (enc(&r.id)) "/log" } data-offset="0"
+                data-follow=(if is_live(&r) { "true" } else { "false" })
+                tabindex="0" aria-label=(l.t("The instance's output", "实例的输出")) {}
+        }
+        section aria-labelledby="term-h" {
+            h2 id="term-h" { (l.t("Terminal", "终端")) }
+            div.terminal data-field="terminal" data-socket={ "/instances/" (enc(&r.id)) "/terminal" }
+                data-running=(if running { "true" } else { "false" })
+                data-ended-text=(l.t("The session ended.", "会话已结束。"))
+                data-reconnect-text=(l.t("Reconnect", "重新连接"))
+                data-waiting-text=(l.t("The terminal opens once the instance is running.", "实例运行后即可打开终端。")) {
+                @if !running {
+                    p.muted { (l.t("The terminal opens once the instance is running.", "实例运行后即可打开终端。")) }
+                }
+            }
+        }
+    };
+    let title = format!("{} {}", l.t("Instance", "实例"), r.id);
+    Ok(ctx.page(&title, body))
+}
+
+fn summary(ctx: &Ctx, r: &Reservation) -> Markup {
+    let l = ctx.lang;
+    html! {
+        p.status-line { (l.t("Status", "状态")) ": " (status(r.status.as_str()))
+            @if let Some(why) = &r.end_reason { " · " (raw(why)) }
+            @if let Some(why) = &r.queue_reason { " · " (raw(why)) }
+        }
+        dl.facts {
+            dt { (l.t("GPUs", "GPU")) } dd { (gpus(l, r)) }
+            dt { (l.t("Tier", "计费档位")) } dd { (raw(r.tier.as_str())) }
+            dt { (l.t("Node", "节点")) } dd { @if let Some(n) = &r.node { (raw(n)) } @else { "—" } }
+            dt { (l.t("Price per hour", "每小时价格")) } dd { (money(r.price_per_hour)) }
+            dt { (l.t("Charged so far", "已扣费")) } dd data-field="charged" { (money(r.charged)) }
+            dt { (l.t("Held", "预扣")) } dd { (money(r.held)) }
+            dt { (l.t("Hours", "小时数")) } dd { (r.hours) }
+            dt { (l.t("Created", "创建时间")) } dd { (time(r.created_at)) }
+            dt { (l.t("Started", "开始时间")) } dd { (maybe_time(r.started_at)) }
+            dt { (l.t("Ended", "结束时间")) } dd { (ended(r)) }
+            dt { (l.t("Image", "镜像")) } dd { @if let Some(i) = &r.image { (raw(i)) } @else { "—" } }
+            dt { (l.t("Command", "命令")) } dd { @if r.command.is_empty() { "—" } @else { (raw(&r.command.join(" "))) } }
+            dt { (l.t("Connect", "连接方式")) } dd { (connect(l, r)) }
+            @if !r.http.is_empty() {
+                dt { (l.t("Published ports", "已发布端口")) }
+                dd { ul.plain { @for e in &r.http {
+                    li { a href={ "/proxy/" (enc(&r.id)) "/" (e.port) "/" } target="_blank" rel="noopener" { (l.t("port", "端口")) " " (e.port) } }
+                } } }
+            }
+        }
+        @if is_live(r) {
+            form method="post" action={ "/instances/" (enc(&r.id)) "/stop" }
+                data-confirm=(l.t("Stop this instance? Billing ends now and its processes are ended.", "确定停止此实例？计费立即结束，其进程将被终止。")) {
+                (ctx.csrf_field())
+                button.danger type="submit" data-action="stop" { (l.t("Stop", "停止")) }
+            }
+        }
+    }
+}
+
+pub(crate) async fn stop(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let api = ctx.api(&state)?;
+    let path = format!("/api/v1/reservations/{}/stop", enc(&id));
+    let _: ReservationStopped = api
+        .call(Method::POST, &path, &serde_json::json!({}))
+        .await
+        .map_err(|f| ctx.failed(f))?;
+    Ok(Redirect::to(&format!("/instances/{}", enc(&id))).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct LogQuery {
+    #[serde(default)]
+    offset: u64,
+}
+
+/// The log from `offset` on, as the API gives it (`console.js` follows it).
+pub(crate) async fn log(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    Path(id): Path<String>,
+    Query(q): Query<LogQuery>,
+) -> Result<Response, PageError> {
+    let api = ctx.api(&state)?;
+    let path = format!("/api/v1/reservations/{}/logs?offset={}", enc(&id), q.offset);
+    let (headers, bytes) = api
+        .send(Method::GET, &path, None)
+        .await
+        .map_err(|f| ctx.failed(f))?;
+    let next = headers
+        .get("x-log-next-offset")
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from_static("0"));
+    let mut response = bytes.into_response();
+    let h = response.headers_mut();
+    // Shown with `textContent`: the instance's bytes are never taken for markup.
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert("x-log-next-offset", next);
+    Ok(response)
+}
