@@ -360,8 +360,13 @@ impl Browser {
         let element = self.find(&selector);
         let tag = self.block(element.tag_name()).expect("a tag name");
         if tag.eq_ignore_ascii_case("select") {
-            self.block(element.select_by_value(value))
-                .unwrap_or_else(|e| panic!("no option {value:?} in select {name:?}: {e}"));
+            if let Err(e) = self.block(element.select_by_value(value)) {
+                let options = self.execute(
+                    "return Array.from(arguments[0].options, o => o.value);",
+                    vec![serde_json::to_value(&element).expect("an element reference")],
+                );
+                panic!("no option {value:?} in select {name:?} (it has {options}): {e}");
+            }
         } else {
             self.block(element.clear())
                 .unwrap_or_else(|e| panic!("cannot clear {name:?}: {e}"));

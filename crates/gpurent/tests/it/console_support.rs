@@ -215,9 +215,9 @@ pub fn check_page(browser: &Browser, name: &str) {
     browser.assert_no_console_errors(name);
 }
 
-/// Words that stay as they are in a Chinese page: names of things, units, protocol and
-/// format names, the API's status words (the contract's `data-field="status"` text), the
-/// product's name.
+/// Words that stay as they are in a Chinese page: names of things (products, GPU models, the
+/// language switch's "English"), units, protocol and format names, the API's status words
+/// (the contract's `data-field="status"` text), the product's name.
 const UNTRANSLATED: &[&str] = &[
     "gpurent",
     "gpu",
@@ -261,6 +261,8 @@ const UNTRANSLATED: &[&str] = &[
     "cordoned",
     "queued",
     "xterm",
+    "docker",
+    "english",
 ];
 
 /// The English words in the visible text of a page in Chinese: ASCII words of 3 letters or
@@ -407,6 +409,15 @@ impl Http {
         let cookie = browser
             .cookie("gpurent_session")
             .map(|v| format!("gpurent_session={v}"));
+        Http::with_cookie(console, cookie)
+    }
+
+    /// Without a session.
+    pub fn anonymous(console: &Console) -> Http {
+        Http::with_cookie(console, None)
+    }
+
+    fn with_cookie(console: &Console, cookie: Option<String>) -> Http {
         Http {
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
