@@ -49,13 +49,15 @@ fn walkable(href: &str) -> bool {
         && !path.ends_with("/log")
 }
 
-/// Walks the console from `start` as the logged-in browser; what is wrong with each page.
+/// Walks the console from `start` as the browser is (logged in or not), following the
+/// pages' links when `follow`; what is wrong with each page.
 fn walk(
     console: &Console,
     browser: &Browser,
     role: &str,
     start: &[&str],
     data: &[&str],
+    follow: bool,
 ) -> Vec<String> {
     let mut problems = Vec::new();
     let mut queue: Vec<String> = start.iter().map(|s| (*s).to_owned()).collect();
@@ -108,6 +110,9 @@ fn walk(
         std::thread::sleep(Duration::from_millis(1200));
         for error in browser.console_errors() {
             problems.push(format!("{path}: console: {error}"));
+        }
+        if !follow {
+            continue;
         }
         let links = browser.execute(
             "return Array.from(document.querySelectorAll('a[href]'), a => a.getAttribute('href'));",
@@ -179,6 +184,7 @@ fn every_page_of(role: &str, lang: Lang) {
         &format!("{role}-anonymous"),
         &["/login"],
         &data,
+        false,
     );
     let user = match role {
         "tenant" => &scene.ada,
@@ -199,7 +205,7 @@ fn every_page_of(role: &str, lang: Lang) {
         "host" => vec!["/", "/nodes", "/account"],
         _ => vec!["/", "/admin", "/nodes", "/account"],
     };
-    problems.extend(walk(console, &browser, role, &start, &data));
+    problems.extend(walk(console, &browser, role, &start, &data, true));
     assert!(
         problems.is_empty(),
         "{} problems on the {role}'s pages in {}:\n{}",
