@@ -200,7 +200,7 @@ impl Ctx {
                 div.who {
                     a lang=(other.0.code()) href={ (self.path) "?lang=" (other.0.code()) } { (other.1) }
                     @if let Some(viewer) = &self.viewer {
-                        span.user { (viewer.user.name) " · " (role_name(l, viewer.user.role)) }
+                        span.user { span translate="no" { (viewer.user.name) } " · " (role_name(l, viewer.user.role)) }
                         form.inline method="post" action="/logout" {
                             (self.csrf_field())
                             button.link type="submit" { (l.t("Log out", "退出登录")) }
@@ -284,6 +284,10 @@ pub(crate) fn error_page(ctx: &Ctx, status: StatusCode, code: &str, message: &st
             "There is nothing here, or it is not yours to see.",
             "这里没有内容，或者您无权查看。",
         ),
+        StatusCode::FORBIDDEN if code == "csrf" => l.t(
+            "This form is out of date or came from another site; reload the page and try again.",
+            "此表单已过期或来自其他网站；请刷新页面后重试。",
+        ),
         StatusCode::FORBIDDEN => l.t(
             "Your role may not open this page.",
             "您的角色不能打开此页面。",
@@ -292,8 +296,8 @@ pub(crate) fn error_page(ctx: &Ctx, status: StatusCode, code: &str, message: &st
     };
     let body = html! {
         p { (explain) }
-        @if !matches!(status, StatusCode::NOT_FOUND | StatusCode::FORBIDDEN) {
-            p.error role="alert" { code { (code) } " " code { (message) } }
+        @if status != StatusCode::NOT_FOUND && code != "forbidden" {
+            p.error role="alert" { (raw(code)) " " (raw(message)) }
         }
         p { a href="/" { (l.t("Back to the start page", "返回首页")) } }
     };
@@ -354,5 +358,5 @@ pub(crate) fn status(word: &str) -> Markup {
 /// Raw text from a program or a user (ids, images, commands): shown as is, and never
 /// translated.
 pub(crate) fn raw(text: &str) -> Markup {
-    html! { code { (text) } }
+    html! { code translate="no" { (text) } }
 }

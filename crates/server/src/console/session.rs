@@ -19,6 +19,8 @@ pub(crate) const SESSION_COOKIE: &str = "gpurent_session";
 /// Before a session exists: the login form's own CSRF token, as a cookie and a field.
 pub(crate) const LOGIN_COOKIE: &str = "gpurent_login";
 pub(crate) const CSRF_FIELD: &str = "_csrf";
+/// Every cookie the console sets; none of them is passed on to an instance's app.
+pub(crate) const COOKIES: &[&str] = &[SESSION_COOKIE, LOGIN_COOKIE, super::lang::LANG_COOKIE];
 pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
 /// The most a console form may post (the reserve form with its env and secrets is a few KiB).
 const MAX_FORM_BYTES: usize = 256 * 1024;

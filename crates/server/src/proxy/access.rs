@@ -51,6 +51,12 @@ pub(super) async fn allowed(
             }
         }
     }
+    // The owner's console session (a link on its instance page).
+    if let Ok(viewer) = crate::console::session::authenticate(state, headers).await {
+        if viewer.user.id == reservation.tenant_id {
+            return true;
+        }
+    }
     let now = state.now();
     for token in cookie_values(headers, COOKIE) {
         if let Ok(Some(grant)) = state.store.proxy_session(&hash_token(token), now).await {
@@ -80,8 +86,8 @@ pub(super) fn cookie_values<'a>(headers: &'a HeaderMap, name: &'a str) -> Vec<&'
         .collect()
 }
 
-/// The `Cookie` header without the proxy's own cookie (the app never sees it); None when
-/// nothing else is left.
+/// The `Cookie` header without the proxy's and the console's cookies (the app never sees
+/// them); None when nothing else is left.
 pub(super) fn cookie_without_proxy(headers: &HeaderMap) -> Option<String> {
     let kept: Vec<&str> = headers
         .get_all(header::COOKIE)
@@ -89,7 +95,10 @@ pub(super) fn cookie_without_proxy(headers: &HeaderMap) -> Option<String> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .map(str::trim)
-        .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some(COOKIE))
+        .filter(|pair| {
+            let name = pair.split('=').next().unwrap_or("");
+            !pair.is_empty() && name != COOKIE && !crate::console::session::COOKIES.contains(&name)
+        })
         .collect();
     (!kept.is_empty()).then(|| kept.join("; "))
 }

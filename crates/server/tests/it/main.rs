@@ -9,6 +9,8 @@ mod app;
 mod audit;
 mod authz;
 mod concurrency;
+mod console;
+mod console_support;
 mod drain;
 mod elastic;
 mod failover;

@@ -1144,3 +1144,44 @@ async fn an_http_server_in_a_process_instance() {
     app.shutdown().await;
     gpurent_agent::testing::kill_processes_naming(&dir);
 }
+
+/// The owner's console session opens its ports (the links on its instance page); the app
+/// sees none of the console's cookies; another tenant's session gets the 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owners_console_session_gets_in() {
+    let s = setup(Backend::Sqlite, None).await;
+    let base = format!("/proxy/{}/{APP_PORT}/", s.rid);
+    let as_user = |token: &str| crate::app::Tenant {
+        id: String::new(),
+        client: s.app.client(Some(token)),
+    };
+    let owner = as_user(&s.owner);
+    let console = crate::console_support::login(&s.app, &owner, "olga").await;
+    let r = s
+        .http
+        .get(s.url(&format!("{base}echo")))
+        .header(
+            "cookie",
+            format!(
+                "theme=dark; gpurent_session={}; gpurent_lang=zh-CN",
+                console.cookie
+            ),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let echo: Value = r.json().await.unwrap();
+    assert_eq!(echo["headers"]["cookie"], "theme=dark", "{echo}");
+    let stranger = as_user(&s.stranger);
+    let theirs = crate::console_support::login(&s.app, &stranger, "sam").await;
+    let r = s
+        .http
+        .get(s.url(&format!("{base}echo")))
+        .header("cookie", format!("gpurent_session={}", theirs.cookie))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    s.app.shutdown().await;
+}

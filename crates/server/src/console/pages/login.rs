@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::console::api::Failure;
 use crate::console::lang::cookie;
-use crate::console::layout::{alert, Ctx, PageError};
+use crate::console::layout::{alert, raw, Ctx, PageError};
 use crate::console::session::{
     self, cookie_value, session_cookie, CSRF_FIELD, LOGIN_COOKIE, SESSION_COOKIE,
 };
@@ -69,7 +69,7 @@ fn render(ctx: &Ctx, username: &str, next: Option<&str>, failure: Option<&Failur
             input id="password" name="password" type="password" autocomplete="current-password" required;
             button type="submit" { (l.t("Log in", "登录")) }
         }
-        p.hint { (l.t("An admin sets your password: gpurent users passwd NAME.", "管理员可为您设置密码：gpurent users passwd 用户名。")) }
+        p.hint { (l.t("An admin sets your password with", "管理员可用以下命令设置密码：")) " " (raw("gpurent users passwd USER_ID")) }
     };
     let status = if failure.is_some() {
         StatusCode::UNAUTHORIZED

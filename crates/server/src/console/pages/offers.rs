@@ -233,7 +233,7 @@ fn quote_of(
     let new = crate::validate::reservation("console", &body, None).map_err(|e| e.to_string())?;
     let offer = offers
         .iter()
-        .find(|o| GpuType::parse(&o.gpu_type).is_ok_and(|t| t == new.gpu_type))
+        .find(|o| GpuType::parse(&o.gpu_type).is_ok_and(|t| t.key() == new.gpu_type.key()))
         .ok_or_else(|| format!("no {} is in the fleet now", new.gpu_type))?;
     let gpu_vram_mb = u64::from(offer.vram_gb) * 1024;
     let size = match new.want {
