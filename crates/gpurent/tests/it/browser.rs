@@ -356,8 +356,15 @@ impl Browser {
 
     /// Sets the form control named `name` (an input, textarea or select) to `value`.
     pub fn fill(&self, name: &str, value: &str) {
-        let selector = format!("[name=\"{name}\"]");
-        let element = self.find(&selector);
+        self.fill_in("", name, value);
+    }
+
+    /// `fill` for the control named `name` inside the element matching `scope` (one form of
+    /// many on a page).
+    pub fn fill_in(&self, scope: &str, name: &str, value: &str) {
+        let selector = format!("{scope} [name=\"{name}\"]");
+        let selector = selector.trim_start();
+        let element = self.find(selector);
         let tag = self.block(element.tag_name()).expect("a tag name");
         if tag.eq_ignore_ascii_case("select") {
             if let Err(e) = self.block(element.select_by_value(value)) {
@@ -587,24 +594,49 @@ impl Browser {
             json!({"width": PHONE.0, "height": PHONE.1, "deviceScaleFactor": 1, "mobile": true}),
         );
         self.settle();
-        let widths = self.execute(
-            "return [document.documentElement.scrollWidth, window.innerWidth];",
-            vec![],
+        // The widest things, named `tag.class` (outermost first), to say what does not fit.
+        let found = self.execute(
+            r#"
+            const width = arguments[0];
+            const viewport = !!document.querySelector('meta[name="viewport"][content*="width=device-width"]');
+            const wide = [];
+            for (const el of document.body.querySelectorAll('*')) {
+                const r = el.getBoundingClientRect();
+                // What a scrolling box holds stays in it, unless it is positioned out of it.
+                const escapes = ['absolute', 'fixed'].includes(getComputedStyle(el).position);
+                let held = false;
+                for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+                    if (getComputedStyle(p).overflowX !== 'visible') { held = true; break; }
+                }
+                if (r.width > 0 && Math.round(r.right) > width && (!held || escapes)) {
+                    const parent = el.parentElement;
+                    const pr = parent ? parent.getBoundingClientRect() : null;
+                    // Only where it starts: the outermost element that is too wide.
+                    if (!pr || escapes || Math.round(pr.right) <= width || parent === document.body) {
+                        wide.push(el.tagName.toLowerCase() + (el.className && typeof el.className === 'string'
+                            ? '.' + el.className.trim().split(/\s+/).join('.') : '')
+                            + ' (' + Math.round(r.right) + ' px)');
+                    }
+                }
+            }
+            return [document.documentElement.scrollWidth, window.innerWidth, viewport, wide.slice(0, 5)];
+            "#,
+            vec![json!(PHONE.0)],
         );
         self.cdp("Emulation.clearDeviceMetricsOverride", json!({}));
-        let (scroll, inner) = (
-            widths[0].as_u64().unwrap_or_default(),
-            widths[1].as_u64().unwrap_or_default(),
-        );
-        if inner != u64::from(PHONE.0) {
+        let scroll = found[0].as_u64().unwrap_or_default();
+        let inner = found[1].as_u64().unwrap_or_default();
+        let wide = &found[3];
+        if found[2] != json!(true) {
             Some(format!(
-                "at phone width the layout viewport is {inner} px wide, not {} \
-                 (no <meta name=\"viewport\" content=\"width=device-width\">?)",
-                PHONE.0
+                "no <meta name=\"viewport\" content=\"width=device-width\">: a phone shows it \
+                 {inner} px wide, zoomed out"
             ))
-        } else if scroll > inner {
+        } else if inner != u64::from(PHONE.0) || scroll > inner {
             Some(format!(
-                "at phone width it is {scroll} px wide in a {inner} px viewport: it scrolls sideways"
+                "at phone width ({} px) it is {scroll} px wide (a phone zooms out to show it \
+                 all, or it scrolls sideways); too wide: {wide}",
+                PHONE.0
             ))
         } else {
             None

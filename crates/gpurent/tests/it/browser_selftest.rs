@@ -71,6 +71,17 @@ fn site() -> TinySite {
             "Content-Disposition: attachment; filename=\"file.csv\"\r\n",
             "a,b\n1,2\n",
         ),
+        (
+            "/wide",
+            HTML,
+            "",
+            "<!doctype html><html><head>\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"></head>\
+             <body><div style=\"overflow-x: auto\"><table style=\"min-width: 900px\"><tr>\
+             <td style=\"width: 850px\">wide</td>\
+             <td><span class=\"sr\" style=\"position: absolute\">for screen readers</span>\
+             </td></tr></table></div></body></html>",
+        ),
         ("/favicon.ico", "image/x-icon", "", ""),
     ])
 }
@@ -160,6 +171,14 @@ fn browser_harness_drives_a_real_chromium() {
         browser.assert_fits_phone("a page without a viewport")
     }));
     assert!(caught.is_err());
+    // A positioned element escaping its scrolling box widens the page; it is named.
+    browser.goto(&format!("{}/wide", site.url));
+    let why = browser.phone_misfit().expect("the wide page does not fit");
+    assert!(why.contains("span.sr"), "{why}");
+    assert!(
+        !why.contains("table"),
+        "the table scrolls in its box: {why}"
+    );
     // The viewport is the desktop's again.
     assert_eq!(browser.inner_width(), u64::from(browser::DESKTOP.0));
 

@@ -131,9 +131,15 @@ impl Console {
         format!("{}{path}", self.url)
     }
 
-    /// Logs `user` in through the login form; the browser is then on its start page.
+    /// Logs `user` in through the login form (logging out whoever was); the browser is then on
+    /// its start page.
     pub fn login(&self, browser: &Browser, user: &User) {
         browser.goto(&self.page("/login"));
+        if browser.path() != "/login" {
+            // Someone is logged in already (the login page leads on): log out first.
+            browser.click("form[action=\"/logout\"] [type=\"submit\"]");
+            browser.wait_for_path("/login", SHOWN, |p| p == "/login");
+        }
         browser.fill("username", &user.name);
         browser.fill("password", PASSWORD);
         browser.click("form[action=\"/login\"] [type=\"submit\"], form [type=\"submit\"]");
