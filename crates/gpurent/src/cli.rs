@@ -273,6 +273,25 @@ pub enum BenchCommand {
     /// SSH into instances through the control plane: connect latency, scp throughput against
     /// the machine's own sshd, memory per idle session (needs ssh, scp and sshd).
     Ssh(BenchSshArgs),
+    /// The web console: server time per page with a full store, the bytes of a first load,
+    /// and the delay before a status change shows.
+    Console(BenchConsoleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchConsoleArgs {
+    /// Running reservations in the store (the tenant's).
+    #[arg(long, default_value_t = 1000)]
+    pub reservations: usize,
+    /// Nodes of 8 GPUs each.
+    #[arg(long, default_value_t = 100)]
+    pub nodes: usize,
+    /// Requests per page.
+    #[arg(long, default_value_t = 200)]
+    pub requests: usize,
+    /// Status changes timed on the instances page.
+    #[arg(long, default_value_t = 20)]
+    pub status_trials: usize,
 }
 
 #[derive(Debug, Args)]

@@ -95,6 +95,9 @@ fn main() -> ExitCode {
         Command::Bench(cli::BenchCommand::Ssh(args)) => {
             report_daemon(runtime.block_on(cmd::bench_ssh::run(args, json)))
         }
+        Command::Bench(cli::BenchCommand::Console(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_console::run(args, json)))
+        }
         Command::Bench(cli::BenchCommand::Agent(args)) => {
             report_daemon(runtime.block_on(cmd::bench_agent::run(args, json)))
         }

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod bench_agent;
 pub mod bench_audit;
 pub mod bench_common;
+pub mod bench_console;
 pub mod bench_failover;
 pub mod bench_running;
 pub mod bench_settle;
@@ -71,4 +72,12 @@ pub fn write_secret(path: &Path, contents: &str) -> std::io::Result<()> {
     file.write_all(contents.as_bytes())?;
     file.write_all(b"\n")?;
     file.sync_all()
+}
+
+/// Where the web console is, on stderr (stdout's `ready` line is the contract's).
+pub fn console_hint(base: &str) {
+    eprintln!(
+        "gpurent console: {base}/ (log in with a user's name and password; the admin's is set with \
+         `GPURENT_PASSWORD=... gpurent users passwd`)"
+    );
 }

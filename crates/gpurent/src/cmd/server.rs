@@ -62,6 +62,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         None => super::lock::write_server_url(&args.data_dir, &base)?,
     }
     print_line(&format!("gpurent ready: {base}"));
+    super::console_hint(&base);
     super::shutdown_signal().await?;
     super::lock::remove_server_url(&args.data_dir);
     stop_ssh(ssh, &args.data_dir).await;

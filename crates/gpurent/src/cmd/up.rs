@@ -141,6 +141,7 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
     }
     lock.serving(&base)?;
     print_line(&format!("gpurent ready: {base}"));
+    super::console_hint(&base);
 
     let agent_failed = tokio::select! {
         r = super::shutdown_signal() => { r?; None }

@@ -93,6 +93,7 @@ impl Ctx {
             code: failure.code,
             message: failure.message,
             lang: self.lang,
+            viewer: self.viewer.clone().map(Box::new),
         }
     }
 
@@ -227,6 +228,8 @@ pub(crate) struct PageError {
     pub code: String,
     pub message: String,
     pub lang: Lang,
+    /// Who was refused, for the page's navigation.
+    pub viewer: Option<Box<Viewer>>,
 }
 
 impl PageError {
@@ -236,6 +239,7 @@ impl PageError {
             code: "internal".into(),
             message: message.to_owned(),
             lang: Lang::En,
+            viewer: None,
         }
     }
 
@@ -250,6 +254,7 @@ impl PageError {
             code: code.to_owned(),
             message: message.into(),
             lang,
+            viewer: None,
         }
     }
 }
@@ -258,7 +263,7 @@ impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         let ctx = Ctx {
             lang: self.lang,
-            viewer: None,
+            viewer: self.viewer.map(|v| *v),
             path: "/".into(),
             remember: false,
             secure: false,

@@ -246,9 +246,10 @@ impl SqlStore {
                 duration_s, host_share_bps, started_at, charged, held, settled_until)
              SELECT id, tenant_id, node_id, 0, price_per_hour, duration_s, host_share_bps,
                 started_at, 0, price_per_hour, started_at
-             FROM reservations WHERE tenant_id = $1 AND status = 'running'",
+             FROM reservations WHERE tenant_id = $1 AND node_id = $2 AND status = 'running'",
         )
         .bind(tenant_id)
+        .bind(node_id)
         .execute(&mut *tx)
         .await?;
         // Each holds its first hour, as `reserve` does, given back at the first settlement.
@@ -256,12 +257,13 @@ impl SqlStore {
             "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id,
                 created_at, kind)
              SELECT 'hold:' || reservation_id, $1, $2, held, reservation_id, $3, 'hold'
-             FROM meters WHERE tenant_id = $4",
+             FROM meters WHERE tenant_id = $4 AND node_id = $5",
         )
         .bind(ledger::user_account(tenant_id))
         .bind(ledger::hold_account(tenant_id))
         .bind(at)
         .bind(tenant_id)
+        .bind(node_id)
         .execute(&mut *tx)
         .await?;
         let held = price_per_hour.micros() * i64::try_from(n).unwrap_or(i64::MAX);
