@@ -643,6 +643,28 @@ impl Browser {
         }
     }
 
+    /// Elements the page hides (`hidden`) that are shown all the same (a style that sets their
+    /// `display` wins over the attribute), as `tag.class "text"`.
+    pub fn hidden_but_shown(&self) -> Vec<String> {
+        let found = self.execute(
+            r#"
+            return Array.from(document.querySelectorAll('[hidden]'))
+                .filter(el => getComputedStyle(el).display !== 'none')
+                .map(el => el.tagName.toLowerCase()
+                    + (typeof el.className === 'string' && el.className.trim()
+                        ? '.' + el.className.trim().split(/\s+/).join('.') : '')
+                    + ' ' + JSON.stringify((el.textContent || '').trim().slice(0, 40)));
+            "#,
+            vec![],
+        );
+        found
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Panics when the page does not fit a phone (`phone_misfit`).
     pub fn assert_fits_phone(&self, page: &str) {
         if let Some(why) = self.phone_misfit() {

@@ -80,7 +80,9 @@ fn site() -> TinySite {
              <body><div style=\"overflow-x: auto\"><table style=\"min-width: 900px\"><tr>\
              <td style=\"width: 850px\">wide</td>\
              <td><span class=\"sr\" style=\"position: absolute\">for screen readers</span>\
-             </td></tr></table></div></body></html>",
+             </td></tr></table></div>\
+             <button hidden style=\"display: inline-block\">shown anyway</button>\
+             <p hidden>truly hidden</p></body></html>",
         ),
         ("/favicon.ico", "image/x-icon", "", ""),
     ])

@@ -6,7 +6,6 @@ use crate::browser::{self, Browser, Lang};
 use crate::console_support::{cents, confirm, Console, SHOWN};
 
 #[test]
-#[ignore = "needs the nodes page"]
 fn console_host_drains_its_node() {
     if !browser::available() {
         return;
@@ -26,7 +25,6 @@ fn console_host_drains_its_node() {
 }
 
 #[test]
-#[ignore = "needs the admin pages (users, audit)"]
 fn console_admin_grants_credit_and_verifies_the_audit_trail() {
     if !browser::available() {
         return;

@@ -1,8 +1,9 @@
 //! Every page of the web console, for each role, in English and in Chinese, in a real
 //! Chromium: found by following the console's own links from each role's start page. Each
 //! page says its language in `<html lang>`, leaves Chromium's console without an error, fits a
-//! phone's width, is saved as a screenshot at desktop and phone width under
-//! `target/console-screenshots/`, and in Chinese shows no untranslated English.
+//! phone's width, shows nothing it marks `hidden`, is saved as a screenshot at desktop and
+//! phone width under `target/console-screenshots/`, and in Chinese shows no untranslated
+//! English.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -97,6 +98,10 @@ fn walk(
             ));
         }
         browser.screenshot(&name);
+        let shown = browser.hidden_but_shown();
+        if !shown.is_empty() {
+            problems.push(format!("{path}: hidden, yet shown: {shown:?}"));
+        }
         if let Some(why) = browser.phone_misfit() {
             problems.push(format!("{path}: {why}"));
         }
@@ -216,7 +221,7 @@ fn every_page_of(role: &str, lang: Lang) {
 }
 
 #[test]
-#[ignore = "needs the billing and account pages"]
+#[ignore = "fails until the console fixes what this test reports: on a phone the tables of /account and /admin/users widen the page (positioned screen-reader labels escape their scrolling box), the instance page shows its hidden Reconnect button, and /offers in zh-CN says KEY=VALUE"]
 fn console_every_tenant_page_in_english() {
     if browser::available() {
         every_page_of("tenant", Lang::En);
@@ -224,7 +229,7 @@ fn console_every_tenant_page_in_english() {
 }
 
 #[test]
-#[ignore = "needs the billing and account pages"]
+#[ignore = "fails until the console fixes what this test reports: on a phone the tables of /account and /admin/users widen the page (positioned screen-reader labels escape their scrolling box), the instance page shows its hidden Reconnect button, and /offers in zh-CN says KEY=VALUE"]
 fn console_every_tenant_page_in_chinese() {
     if browser::available() {
         every_page_of("tenant", Lang::ZhCn);
@@ -232,7 +237,7 @@ fn console_every_tenant_page_in_chinese() {
 }
 
 #[test]
-#[ignore = "needs the nodes and account pages"]
+#[ignore = "fails until the console fixes what this test reports: on a phone the tables of /account and /admin/users widen the page (positioned screen-reader labels escape their scrolling box), the instance page shows its hidden Reconnect button, and /offers in zh-CN says KEY=VALUE"]
 fn console_every_host_page_in_english() {
     if browser::available() {
         every_page_of("host", Lang::En);
@@ -240,7 +245,7 @@ fn console_every_host_page_in_english() {
 }
 
 #[test]
-#[ignore = "needs the nodes and account pages"]
+#[ignore = "fails until the console fixes what this test reports: on a phone the tables of /account and /admin/users widen the page (positioned screen-reader labels escape their scrolling box), the instance page shows its hidden Reconnect button, and /offers in zh-CN says KEY=VALUE"]
 fn console_every_host_page_in_chinese() {
     if browser::available() {
         every_page_of("host", Lang::ZhCn);
@@ -248,7 +253,7 @@ fn console_every_host_page_in_chinese() {
 }
 
 #[test]
-#[ignore = "needs the admin pages"]
+#[ignore = "fails until the console fixes what this test reports: on a phone the tables of /account and /admin/users widen the page (positioned screen-reader labels escape their scrolling box), the instance page shows its hidden Reconnect button, and /offers in zh-CN says KEY=VALUE"]
 fn console_every_admin_page_in_english() {
     if browser::available() {
         every_page_of("admin", Lang::En);
@@ -256,7 +261,7 @@ fn console_every_admin_page_in_english() {
 }
 
 #[test]
-#[ignore = "needs the admin pages"]
+#[ignore = "fails until the console fixes what this test reports: on a phone the tables of /account and /admin/users widen the page (positioned screen-reader labels escape their scrolling box), the instance page shows its hidden Reconnect button, and /offers in zh-CN says KEY=VALUE"]
 fn console_every_admin_page_in_chinese() {
     if browser::available() {
         every_page_of("admin", Lang::ZhCn);

@@ -86,7 +86,6 @@ fn console_refuses_a_foreign_instance_and_a_form_without_its_token() {
 }
 
 #[test]
-#[ignore = "needs the admin page"]
 fn console_admin_page_is_forbidden_to_a_tenant_and_a_host() {
     if !browser::available() {
         return;

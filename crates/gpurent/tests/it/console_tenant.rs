@@ -102,7 +102,6 @@ fn console_tenant_reserves_watches_its_log_and_stops() {
 }
 
 #[test]
-#[ignore = "needs the billing page"]
 fn console_tenant_finds_the_charge_and_the_invoice() {
     if !browser::available() {
         return;

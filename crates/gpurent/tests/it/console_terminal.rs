@@ -50,7 +50,6 @@ fn a_command_runs_in_the_web_terminal(executor: &str, reserve: &[&str]) {
 }
 
 #[test]
-#[ignore = "needs the web terminal"]
 fn console_web_terminal_runs_a_command_in_a_process_instance() {
     if !browser::available() {
         return;
@@ -59,7 +58,6 @@ fn console_web_terminal_runs_a_command_in_a_process_instance() {
 }
 
 #[test]
-#[ignore = "needs the web terminal"]
 fn console_web_terminal_runs_a_command_in_a_docker_instance() {
     if !browser::available() {
         return;
