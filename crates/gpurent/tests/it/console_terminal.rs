@@ -3,6 +3,7 @@
 //! drawn in the terminal. The process executor always; the Docker executor where a Docker
 //! Engine with the test image answers.
 
+use std::cell::OnceCell;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -20,11 +21,44 @@ fn docker_answers() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Removes a reservation's containers when dropped: a killed agent leaves them running.
+/// Made before the agent starts, so it is dropped after the agent is gone.
+struct Containers(OnceCell<String>);
+
+impl Drop for Containers {
+    fn drop(&mut self) {
+        let Some(id) = self.0.get() else {
+            return;
+        };
+        let label = format!(
+            "label={}={id}",
+            gpurent_agent::executor::docker::LABEL_RESERVATION
+        );
+        let Ok(listed) = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &label])
+            .output()
+        else {
+            return;
+        };
+        for container in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
+            let _ = Command::new("docker")
+                .args(["rm", "-f", container])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
 /// Types a command into the terminal of a running instance's page and waits for its output.
 fn a_command_runs_in_the_web_terminal(executor: &str, reserve: &[&str]) {
+    let containers = Containers(OnceCell::new());
     let console = Console::with(1, executor);
     let ada = console.user("ada", "tenant");
     let id = console.running(&ada, reserve);
+    if executor == "docker" {
+        let _ = containers.0.set(id.clone());
+    }
     let browser = Browser::start(Lang::En);
     console.login(&browser, &ada);
     browser.goto(&console.page(&format!("/instances/{id}")));
