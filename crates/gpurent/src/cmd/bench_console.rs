@@ -96,7 +96,7 @@ pub async fn run(args: BenchConsoleArgs, json: bool) -> anyhow::Result<()> {
         .collect();
     print_table(&["first load of an instance page", "bytes (gzip)"], &files);
     print_line(&format!(
-        "\nfirst load: {} bytes compressed ({} uncompressed); a status change shows on /instances in p50 {:.0} ms, at most {:.0} ms",
+        "first load: {} bytes compressed ({} uncompressed); a status change shows on /instances in p50 {:.0} ms, at most {:.0} ms",
         result.first_load_bytes,
         result.first_load_uncompressed_bytes,
         result.status_delay_p50_ms,

@@ -221,7 +221,6 @@ fn every_page_of(role: &str, lang: Lang) {
 }
 
 #[test]
-#[ignore = "fails until the console fixes what this test reports: on a phone the tables of /account and /admin/users widen the page (positioned screen-reader labels escape their scrolling box), the instance page shows its hidden Reconnect button, and /offers in zh-CN says KEY=VALUE"]
 fn console_every_tenant_page_in_english() {
     if browser::available() {
         every_page_of("tenant", Lang::En);
@@ -229,7 +228,6 @@ fn console_every_tenant_page_in_english() {
 }
 
 #[test]
-#[ignore = "fails until the console fixes what this test reports: on a phone the tables of /account and /admin/users widen the page (positioned screen-reader labels escape their scrolling box), the instance page shows its hidden Reconnect button, and /offers in zh-CN says KEY=VALUE"]
 fn console_every_tenant_page_in_chinese() {
     if browser::available() {
         every_page_of("tenant", Lang::ZhCn);
@@ -237,7 +235,6 @@ fn console_every_tenant_page_in_chinese() {
 }
 
 #[test]
-#[ignore = "fails until the console fixes what this test reports: on a phone the tables of /account and /admin/users widen the page (positioned screen-reader labels escape their scrolling box), the instance page shows its hidden Reconnect button, and /offers in zh-CN says KEY=VALUE"]
 fn console_every_host_page_in_english() {
     if browser::available() {
         every_page_of("host", Lang::En);
@@ -245,7 +242,6 @@ fn console_every_host_page_in_english() {
 }
 
 #[test]
-#[ignore = "fails until the console fixes what this test reports: on a phone the tables of /account and /admin/users widen the page (positioned screen-reader labels escape their scrolling box), the instance page shows its hidden Reconnect button, and /offers in zh-CN says KEY=VALUE"]
 fn console_every_host_page_in_chinese() {
     if browser::available() {
         every_page_of("host", Lang::ZhCn);
@@ -253,7 +249,6 @@ fn console_every_host_page_in_chinese() {
 }
 
 #[test]
-#[ignore = "fails until the console fixes what this test reports: on a phone the tables of /account and /admin/users widen the page (positioned screen-reader labels escape their scrolling box), the instance page shows its hidden Reconnect button, and /offers in zh-CN says KEY=VALUE"]
 fn console_every_admin_page_in_english() {
     if browser::available() {
         every_page_of("admin", Lang::En);
@@ -261,7 +256,6 @@ fn console_every_admin_page_in_english() {
 }
 
 #[test]
-#[ignore = "fails until the console fixes what this test reports: on a phone the tables of /account and /admin/users widen the page (positioned screen-reader labels escape their scrolling box), the instance page shows its hidden Reconnect button, and /offers in zh-CN says KEY=VALUE"]
 fn console_every_admin_page_in_chinese() {
     if browser::available() {
         every_page_of("admin", Lang::ZhCn);

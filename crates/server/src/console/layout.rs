@@ -365,3 +365,34 @@ pub(crate) fn status(word: &str) -> Markup {
 pub(crate) fn raw(text: &str) -> Markup {
     html! { code translate="no" { (text) } }
 }
+
+/// A command as a shell would take it back: each argument quoted when it needs to be
+/// (`sh -c 'echo ready; sleep 600'`, not `sh -c echo ready; sleep 600`).
+pub(crate) fn shell_line(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_is_shown_as_a_shell_would_take_it() {
+        let args = ["sh", "-c", "echo ready; sleep 600"].map(String::from);
+        assert_eq!(shell_line(&args), "sh -c 'echo ready; sleep 600'");
+        let args = ["echo", "it's", ""].map(String::from);
+        assert_eq!(shell_line(&args), r"echo 'it'\''s' ''");
+    }
+}

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::instances::{connect, ended, gpus};
 use crate::console::api::enc;
 use crate::console::assets;
-use crate::console::layout::{maybe_time, money, raw, status, time, Ctx, PageError};
+use crate::console::layout::{maybe_time, money, raw, shell_line, status, time, Ctx, PageError};
 use crate::state::AppState;
 
 /// Statuses a reservation can still be stopped in.
@@ -91,7 +91,7 @@ fn summary(ctx: &Ctx, r: &Reservation) -> Markup {
             dt { (l.t("Started", "开始时间")) } dd { (maybe_time(r.started_at)) }
             dt { (l.t("Ended", "结束时间")) } dd { (ended(r)) }
             dt { (l.t("Image", "镜像")) } dd { @if let Some(i) = &r.image { (raw(i)) } @else { "—" } }
-            dt { (l.t("Command", "命令")) } dd { @if r.command.is_empty() { "—" } @else { (raw(&r.command.join(" "))) } }
+            dt { (l.t("Command", "命令")) } dd { @if r.command.is_empty() { "—" } @else { (raw(&shell_line(&r.command))) } }
             dt { (l.t("Connect", "连接方式")) } dd { (connect(l, r)) }
             @if !r.http.is_empty() {
                 dt { (l.t("Published ports", "已发布端口")) }

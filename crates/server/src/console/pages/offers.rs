@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use crate::console::api::Failure;
 use crate::console::lang::Lang;
-use crate::console::layout::{alert, money, Ctx, PageError};
+use crate::console::layout::{alert, money, raw, Ctx, PageError};
 use crate::state::AppState;
 
 /// The reserve form as posted: every field text, as a browser sends it.
@@ -384,11 +384,11 @@ fn reserve_form(ctx: &Ctx, offers: &[Offer], form: &ReserveForm, quote: &str) ->
                     p.hint { (l.t("Run through sh -c when it uses the shell (pipes, ;, quotes, $).", "含有管道、分号、引号或 $ 时通过 sh -c 运行。")) }
                 }
                 div {
-                    label for="env" { (l.t("Environment (KEY=VALUE per line)", "环境变量（每行 KEY=VALUE）")) }
+                    label for="env" { (l.t("Environment", "环境变量")) " (" (raw("KEY=VALUE")) " " (l.t("per line", "每行一个")) ")" }
                     textarea id="env" name="env" rows="3" { (form.env) }
                 }
                 div {
-                    label for="secrets" { (l.t("Secrets (KEY=VALUE per line, never shown again)", "密钥（每行 KEY=VALUE，不再显示）")) }
+                    label for="secrets" { (l.t("Secrets", "密钥")) " (" (raw("KEY=VALUE")) " " (l.t("per line, never shown again", "每行一个，之后不再显示")) ")" }
                     textarea id="secrets" name="secrets" rows="3" autocomplete="off" {}
                 }
                 div {
