@@ -8,6 +8,7 @@ pub(crate) mod lang;
 pub(crate) mod layout;
 mod pages;
 pub(crate) mod session;
+pub(crate) mod terminal;
 
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -42,6 +43,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/instances/{id}", get(pages::instance::page))
         .route("/instances/{id}/stop", post(pages::instance::stop))
         .route("/instances/{id}/log", get(pages::instance::log))
+        .route("/instances/{id}/terminal", get(terminal::handler))
         // Billing, account and nodes (pages/billing.rs, account.rs, nodes.rs).
         .route("/billing", get(pages::billing::page))
         .route("/billing/invoice.csv", get(pages::billing::invoice_csv))
