@@ -58,6 +58,7 @@ pub use idempotency::IdempotencyError;
 pub use openapi::openapi_document;
 pub use policy::{Access, POLICY};
 pub use rate_limit::{Rate, RateLimits};
+pub use report::plot as report_plot;
 pub use serve::{open_files_limit, raise_open_files_limit, HttpLimits, OpenFiles};
 pub use state::AppState;
 pub use verification::HostPolicy;

@@ -119,6 +119,20 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("POST", "/nodes/{node}/cordon", PAGE_ADMIN_HOST),
     ("POST", "/nodes/{node}/drain", PAGE_ADMIN_HOST),
     ("POST", "/nodes/{node}/uncordon", PAGE_ADMIN_HOST),
+    // The admin pages (`console/pages/admin*.rs`).
+    ("GET", "/admin", PAGE_ADMIN),
+    ("GET", "/admin/users", PAGE_ADMIN),
+    ("POST", "/admin/users", PAGE_ADMIN),
+    ("POST", "/admin/users/{id}/credit", PAGE_ADMIN),
+    ("POST", "/admin/users/{id}/limits", PAGE_ADMIN),
+    ("GET", "/admin/reservations", PAGE_ADMIN),
+    ("GET", "/admin/events", PAGE_ADMIN),
+    ("GET", "/admin/audit", PAGE_ADMIN),
+    ("GET", "/admin/audit/verify", PAGE_ADMIN),
+    ("GET", "/admin/reports", PAGE_ADMIN),
+    ("GET", "/admin/reports/heatmap.svg", PAGE_ADMIN),
+    ("GET", "/admin/reports/timeline.svg", PAGE_ADMIN),
+    ("GET", "/admin/ledger", PAGE_ADMIN),
 ];
 
 /// What the table says for a method and route template: `None` when the route is not there

@@ -2,23 +2,13 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-/// Text is laid out (and in PNG drawn) with this font, so no system font library is needed.
-static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
-pub const FAMILY: &str = "sans-serif";
+/// The font and colours of every chart (the report's, in the server crate).
+pub use gpurent_server::report_plot::{COLOURS, FAMILY};
 const SIZE: (u32, u32) = (960, 640);
-/// Distinguishable colours (matplotlib's first six), then again from the first.
-pub const COLOURS: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -53,8 +43,7 @@ pub struct Line {
 
 /// Makes the embedded font the one charts draw `FAMILY` with.
 pub fn register_font() -> anyhow::Result<()> {
-    plotters::style::register_font(FAMILY, FontStyle::Normal, FONT)
-        .map_err(|_| anyhow!("the embedded font does not parse"))
+    Ok(gpurent_server::report_plot::register_font()?)
 }
 
 /// Draws the chart into `path`.

@@ -66,6 +66,28 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/nodes/{node}/cordon", post(pages::nodes::cordon))
         .route("/nodes/{node}/drain", post(pages::nodes::drain))
         .route("/nodes/{node}/uncordon", post(pages::nodes::uncordon))
+        // The admin pages (`pages/admin*.rs`).
+        .route("/admin", get(pages::admin::page))
+        .route(
+            "/admin/users",
+            get(pages::admin_users::list).post(pages::admin_users::create),
+        )
+        .route("/admin/users/{id}/credit", post(pages::admin_users::credit))
+        .route("/admin/users/{id}/limits", post(pages::admin_users::limits))
+        .route("/admin/reservations", get(pages::admin_reservations::list))
+        .route("/admin/events", get(pages::admin_events::list))
+        .route("/admin/audit", get(pages::admin_audit::search))
+        .route("/admin/audit/verify", get(pages::admin_audit::verify))
+        .route("/admin/reports", get(pages::admin_reports::page))
+        .route(
+            "/admin/reports/heatmap.svg",
+            get(pages::admin_reports::heatmap),
+        )
+        .route(
+            "/admin/reports/timeline.svg",
+            get(pages::admin_reports::timeline),
+        )
+        .route("/admin/ledger", get(pages::admin_reports::ledger))
         .route("/assets/{name}", get(assets::serve))
         .layer(axum::middleware::from_fn(compress))
 }

@@ -1,7 +1,9 @@
 //! The usage reports, computed from the store's facts without I/O: the time windows (`window`),
-//! a day per tenant, node and GPU (`daily`), a week per price tier (`weekly`).
+//! a day per tenant, node and GPU (`daily`), a week per price tier (`weekly`), and the day's
+//! charts (`plot`).
 
 mod daily;
+pub mod plot;
 mod weekly;
 pub(crate) mod window;
 

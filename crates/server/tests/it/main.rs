@@ -11,6 +11,8 @@ mod authz;
 mod concurrency;
 mod console;
 mod console_account;
+mod console_admin;
+mod console_admin_books;
 mod console_billing;
 mod console_nodes;
 mod console_support;

@@ -5,6 +5,13 @@ pub(crate) mod account;
 pub(crate) mod billing;
 pub(crate) mod nodes;
 
+// The admin pages (`/admin...`).
+pub(crate) mod admin;
+pub(crate) mod admin_audit;
+pub(crate) mod admin_events;
+pub(crate) mod admin_reports;
+pub(crate) mod admin_reservations;
+pub(crate) mod admin_users;
 pub(crate) mod home;
 pub(crate) mod instance;
 pub(crate) mod instances;
