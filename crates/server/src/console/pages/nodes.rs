@@ -93,7 +93,16 @@ async fn render(
             ),
         },
     };
-    let earnings = earnings(ctx, &api, &nodes, last_month).await?;
+    // console.js refreshing the nodes every 2 s takes only them: the earnings are not asked for.
+    let earnings = if headers.contains_key(crate::console::LIVE_HEADER) {
+        EarningsTable {
+            months: Vec::new(),
+            nodes: BTreeMap::new(),
+            totals: Vec::new(),
+        }
+    } else {
+        earnings(ctx, &api, &nodes, last_month).await?
+    };
     let server = server_url(ctx, headers);
     let body = html! {
         @if let Some(done) = &q.done { (done_note(l, done, q.node.as_deref())) }
