@@ -1,7 +1,7 @@
 //! The console's account page: SSH keys added from the form and removed, API tokens made with
 //! the password and shown once (on the page answering the form, in no URL) that then work
 //! against the API, revoked from the page, and a new password that logs in; forms without
-//! their CSRF token are refused; in Chinese too.
+//! their CSRF token are refused; revoking the session in use logs out; in Chinese too.
 
 use gpurent_store::Backend;
 use reqwest::StatusCode;
@@ -208,6 +208,35 @@ async fn account_page_keys_tokens_and_password(backend: Backend) {
         )
         .await;
     assert_translated(&made);
+
+    // Revoking the session in use says so first, and logs out.
+    let page = console.get("/account").await;
+    let pill = page
+        .html
+        .find("this session")
+        .expect("the session in use is marked");
+    let row = page.html[..pill].rfind("data-token-id=\"").unwrap() + 15;
+    let session = page.html[row..].split('"').next().unwrap().to_owned();
+    let (_, tokens) = tina.client.get("/api/v1/tokens").await;
+    let listed = tokens
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == session.as_str())
+        .unwrap();
+    assert_eq!(listed["kind"], "session", "{listed}");
+    page.assert_has("This is the session you are using: revoking it logs you out.");
+    let out = console
+        .post(&format!("/account/tokens/{session}/revoke"), &[])
+        .await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    let after = console.get("/account").await;
+    assert_eq!(after.status, StatusCode::SEE_OTHER);
+    assert!(
+        after.location().unwrap_or("").starts_with("/login"),
+        "{:?}",
+        after.location()
+    );
     app.shutdown().await;
 }
 both_stores!(account_page, account_page_keys_tokens_and_password);

@@ -137,6 +137,14 @@ async fn nodes_page_for_hosts_and_admins(backend: Backend) {
     page.assert_has(&format!(
         "<tr data-node=\"hank-box\"><th scope=\"row\"><code translate=\"no\">hank-box</code></th><td><span class=\"money\">0.00 USD</span></td><td><span class=\"money\">0.00 USD</span></td><td><span class=\"money\">{amount} USD</span></td>"
     ));
+    // The live refresh (console.js, every 2 s) has the nodes, not the earnings.
+    let live = host.get_with("/nodes", &[("x-gpurent-live", "1")]).await;
+    live.assert_has(&format!("data-node-id=\"{node_id}\""));
+    assert!(
+        !live.html.contains("<tr data-node=\"hank-box\">"),
+        "{}",
+        live.html
+    );
     let february = host.get("/nodes?month=2026-02").await;
     february.assert_has("<th scope=\"col\">2026-02</th></tr>");
     february.assert_has("<tr data-node=\"hank-box\">");

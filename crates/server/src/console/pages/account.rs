@@ -236,7 +236,11 @@ fn tokens_table(ctx: &Ctx, tokens: &[Token], admin: bool, now: DateTime<Utc>) ->
                                 td {
                                     @if word == "ready" {
                                         form method="post" action={ "/account/tokens/" (enc(&t.id)) "/revoke" }
-                                            data-confirm=(l.t("Revoke this token? Requests with it are refused from now on.", "确定吊销此令牌？此后使用它的请求将被拒绝。")) {
+                                            data-confirm=(if this_session == Some(t.id.as_str()) {
+                                                l.t("This is the session you are using: revoking it logs you out. Revoke it?", "这是您当前使用的会话：吊销后将退出登录。确定吊销？")
+                                            } else {
+                                                l.t("Revoke this token? Requests with it are refused from now on.", "确定吊销此令牌？此后使用它的请求将被拒绝。")
+                                            }) {
                                             (ctx.csrf_field())
                                             button.small.danger type="submit" data-action="revoke-token" { (l.t("Revoke", "吊销")) }
                                         }

@@ -18,8 +18,9 @@ use crate::console::lang::Lang;
 use crate::console::layout::{alert, money, raw, time, Ctx, PageError};
 use crate::state::AppState;
 
-/// Nodes listed (the API's most per page); the fleet beyond is on the next pages.
-const PAGE: u32 = 1000;
+/// Nodes per page (each with its GPUs, refreshed every 2 s); the fleet beyond is on the next
+/// pages.
+const PAGE: u32 = 50;
 /// Months of earnings shown: the chosen one and those before it.
 const MONTHS: u32 = 3;
 
@@ -92,7 +93,16 @@ async fn render(
             ),
         },
     };
-    let earnings = earnings(ctx, &api, &nodes, last_month).await?;
+    // console.js refreshing the nodes every 2 s takes only them: the earnings are not asked for.
+    let earnings = if headers.contains_key(crate::console::LIVE_HEADER) {
+        EarningsTable {
+            months: Vec::new(),
+            nodes: BTreeMap::new(),
+            totals: Vec::new(),
+        }
+    } else {
+        earnings(ctx, &api, &nodes, last_month).await?
+    };
     let server = server_url(ctx, headers);
     let body = html! {
         @if let Some(done) = &q.done { (done_note(l, done, q.node.as_deref())) }
@@ -106,8 +116,13 @@ async fn render(
                 }
                 @for n in &nodes { (node_card(ctx, n)) }
             }
-            @if let Some(next) = &next {
-                p { a href={ "/nodes?after=" (enc(next)) } { (l.t("More nodes", "更多节点")) " →" } }
+            p.actions {
+                @if q.after.as_deref().is_some_and(|a| !a.is_empty()) {
+                    a href="/nodes" { "← " (l.t("First nodes", "最前面的节点")) }
+                }
+                @if let Some(next) = &next {
+                    a href={ "/nodes?after=" (enc(next)) } { (l.t("More nodes", "更多节点")) " →" }
+                }
             }
         }
         section aria-labelledby="join-h" {
