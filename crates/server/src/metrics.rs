@@ -282,7 +282,7 @@ impl Metrics {
         e.single(
             "gpurent_ssh_sessions",
             Kind::Gauge,
-            "SSH session channels (shells, commands, SFTP) open through this replica.",
+            "Sessions into instances open through this replica: SSH session channels (shells, commands, SFTP) and web console terminals.",
             s.sessions.load(Ordering::Relaxed),
         );
         e.single(
@@ -295,7 +295,7 @@ impl Metrics {
         e.family(
             name,
             Kind::Counter,
-            "Bytes relayed between SSH clients and instances: in (to the instance) and out.",
+            "Bytes relayed between SSH clients or web console terminals and instances: in (to the instance) and out.",
         );
         e.sample(
             name,

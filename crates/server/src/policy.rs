@@ -29,9 +29,7 @@ const ANY: Access = Access::Roles(&[Role::Admin, Role::Host, Role::Tenant]);
 const ADMIN: Access = Access::Roles(&[Role::Admin]);
 const ADMIN_HOST: Access = Access::Roles(&[Role::Admin, Role::Host]);
 const PAGE_ANY: Access = Access::Page(&[Role::Admin, Role::Host, Role::Tenant]);
-#[allow(dead_code)] // The host and admin pages use them.
 const PAGE_ADMIN: Access = Access::Page(&[Role::Admin]);
-#[allow(dead_code)]
 const PAGE_ADMIN_HOST: Access = Access::Page(&[Role::Admin, Role::Host]);
 
 /// Every route: (method, route template as axum matches it, who may call it); method `*`:
@@ -78,9 +76,9 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/api/v1/ssh", ANY),
     ("POST", "/api/v1/nodes/join-token", ADMIN_HOST),
     ("GET", "/api/v1/nodes", ADMIN_HOST),
-    ("POST", "/api/v1/nodes/{node}/cordon", ADMIN),
-    ("POST", "/api/v1/nodes/{node}/drain", ADMIN),
-    ("POST", "/api/v1/nodes/{node}/uncordon", ADMIN),
+    ("POST", "/api/v1/nodes/{node}/cordon", ADMIN_HOST),
+    ("POST", "/api/v1/nodes/{node}/drain", ADMIN_HOST),
+    ("POST", "/api/v1/nodes/{node}/uncordon", ADMIN_HOST),
     ("POST", "/api/v1/nodes/{node}/revoke", ADMIN),
     ("GET", "/api/v1/events", ADMIN),
     ("GET", "/api/v1/audit", ADMIN),
@@ -104,6 +102,22 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/instances/{id}", PAGE_ANY),
     ("POST", "/instances/{id}/stop", PAGE_ANY),
     ("GET", "/instances/{id}/log", PAGE_ANY),
+    // The web terminal's WebSocket: the viewer's own running reservation (an admin's: any).
+    ("GET", "/instances/{id}/terminal", PAGE_ANY),
+    // Billing, account and nodes (console/pages/billing.rs, account.rs, nodes.rs).
+    ("GET", "/billing", PAGE_ANY),
+    ("GET", "/billing/invoice.csv", PAGE_ANY),
+    ("GET", "/account", PAGE_ANY),
+    ("POST", "/account/ssh-keys", PAGE_ANY),
+    ("POST", "/account/ssh-keys/{id}/remove", PAGE_ANY),
+    ("POST", "/account/tokens", PAGE_ANY),
+    ("POST", "/account/tokens/{id}/revoke", PAGE_ANY),
+    ("POST", "/account/password", PAGE_ANY),
+    ("GET", "/nodes", PAGE_ADMIN_HOST),
+    ("POST", "/nodes", PAGE_ADMIN_HOST),
+    ("POST", "/nodes/{node}/cordon", PAGE_ADMIN_HOST),
+    ("POST", "/nodes/{node}/drain", PAGE_ADMIN_HOST),
+    ("POST", "/nodes/{node}/uncordon", PAGE_ADMIN_HOST),
     // The admin pages (`console/pages/admin*.rs`).
     ("GET", "/admin", PAGE_ADMIN),
     ("GET", "/admin/users", PAGE_ADMIN),

@@ -28,6 +28,9 @@ pub struct AppState {
     pub tunnels: Arc<crate::tunnel::Tunnels>,
     /// The HTTP proxy's own state (when each reservation's use last counted).
     pub activity: Arc<crate::activity::Activity>,
+    /// The sessions open into instances (SSH channels, web console terminals), capped per
+    /// reservation.
+    pub sessions: Arc<crate::ssh::Sessions>,
     /// This process's SSH endpoint, once it listens (never, without `--ssh-listen`).
     pub ssh_endpoint: Arc<std::sync::OnceLock<crate::ssh::SshEndpoint>>,
     /// The whole router, for the console's in-process API calls (set when it is built; it
@@ -46,8 +49,10 @@ impl AppState {
             Arc::clone(&clock),
             Arc::clone(&metrics),
         ));
+        let sessions = crate::ssh::Sessions::new(Default::default(), Arc::clone(&metrics));
         AppState {
             audit,
+            sessions,
             elastic: Arc::new(ElasticState::new(&config.scale)),
             alerts: Arc::default(),
             metrics,

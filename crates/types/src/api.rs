@@ -305,7 +305,7 @@ pub struct NodeRevoked {
     pub revoked: bool,
 }
 
-/// A node after a cordon, drain or uncordon (admin).
+/// A node after a cordon, drain or uncordon (an admin, or the host that owns it).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct NodeScheduled {
     pub node_id: String,

@@ -32,3 +32,4 @@ mod ssh_support;
 mod support;
 mod tls;
 mod unisolated;
+mod web_terminal;

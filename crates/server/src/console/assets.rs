@@ -32,6 +32,38 @@ pub(crate) const ASSETS: &[Asset] = &[
         content_type: "image/svg+xml",
         bytes: include_bytes!("../../assets/favicon.svg"),
     },
+    // The instance page's web terminal (`terminal.rs`): its script and the vendored xterm.js,
+    // byte for byte the files `vendor/vendor.lock` names (a test of `terminal.rs` checks).
+    Asset {
+        name: "terminal.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("../../assets/terminal.js"),
+    },
+    Asset {
+        name: "xterm.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("../../assets/vendor/xterm.js"),
+    },
+    Asset {
+        name: "xterm.css",
+        content_type: "text/css; charset=utf-8",
+        bytes: include_bytes!("../../assets/vendor/xterm.css"),
+    },
+    Asset {
+        name: "addon-fit.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("../../assets/vendor/addon-fit.js"),
+    },
+    Asset {
+        name: "xterm.LICENSE",
+        content_type: "text/plain; charset=utf-8",
+        bytes: include_bytes!("../../assets/vendor/xterm.LICENSE"),
+    },
+    Asset {
+        name: "addon-fit.LICENSE",
+        content_type: "text/plain; charset=utf-8",
+        bytes: include_bytes!("../../assets/vendor/addon-fit.LICENSE"),
+    },
 ];
 
 struct Prepared {

@@ -93,7 +93,7 @@ impl Ctx {
             code: failure.code,
             message: failure.message,
             lang: self.lang,
-            viewer: self.viewer.clone(),
+            viewer: self.viewer.clone().map(Box::new),
         }
     }
 
@@ -229,7 +229,7 @@ pub(crate) struct PageError {
     pub message: String,
     pub lang: Lang,
     /// Who was refused, for the page's navigation.
-    pub viewer: Option<Viewer>,
+    pub viewer: Option<Box<Viewer>>,
 }
 
 impl PageError {
@@ -263,7 +263,7 @@ impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         let ctx = Ctx {
             lang: self.lang,
-            viewer: self.viewer,
+            viewer: self.viewer.map(|v| *v),
             path: "/".into(),
             remember: false,
             secure: false,

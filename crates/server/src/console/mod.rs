@@ -8,6 +8,7 @@ pub(crate) mod lang;
 pub(crate) mod layout;
 mod pages;
 pub(crate) mod session;
+pub(crate) mod terminal;
 
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -42,6 +43,29 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/instances/{id}", get(pages::instance::page))
         .route("/instances/{id}/stop", post(pages::instance::stop))
         .route("/instances/{id}/log", get(pages::instance::log))
+        .route("/instances/{id}/terminal", get(terminal::handler))
+        // Billing, account and nodes (pages/billing.rs, account.rs, nodes.rs).
+        .route("/billing", get(pages::billing::page))
+        .route("/billing/invoice.csv", get(pages::billing::invoice_csv))
+        .route("/account", get(pages::account::page))
+        .route("/account/ssh-keys", post(pages::account::add_key))
+        .route(
+            "/account/ssh-keys/{id}/remove",
+            post(pages::account::remove_key),
+        )
+        .route("/account/tokens", post(pages::account::create_token))
+        .route(
+            "/account/tokens/{id}/revoke",
+            post(pages::account::revoke_token),
+        )
+        .route("/account/password", post(pages::account::change_password))
+        .route(
+            "/nodes",
+            get(pages::nodes::page).post(pages::nodes::join_token),
+        )
+        .route("/nodes/{node}/cordon", post(pages::nodes::cordon))
+        .route("/nodes/{node}/drain", post(pages::nodes::drain))
+        .route("/nodes/{node}/uncordon", post(pages::nodes::uncordon))
         // The admin pages (`pages/admin*.rs`).
         .route("/admin", get(pages::admin::page))
         .route(

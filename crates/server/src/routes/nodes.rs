@@ -1,5 +1,5 @@
-//! Nodes for admins: join tokens for new agents, the inventory, and taking nodes out of
-//! placement (cordon, drain) and back (uncordon), and cutting one off (revoke).
+//! Nodes for admins and hosts: join tokens for new agents, the inventory, taking nodes out of
+//! placement (cordon, drain) and back (uncordon), and (admins) cutting one off (revoke).
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -82,13 +82,35 @@ pub(crate) async fn list(
     Ok((axum::response::AppendHeaders(next), Json(nodes)))
 }
 
+/// Cordons, drains or uncordons a node: any node for an admin, only its own for a host (another
+/// host's node, like one that does not exist, is a 404).
 async fn schedule(
     state: &AppState,
-    _caller: &Caller,
+    caller: &Caller,
     node: &str,
     action: gpurent_store::NodeAction,
 ) -> Result<Json<NodeScheduled>, ApiError> {
-    let done = state.store.schedule_node(node, action, state.now()).await?;
+    let target = if caller.is_admin() {
+        node.to_owned()
+    } else {
+        // The host's own node by id or name, then acted on by its id: a name that is another
+        // node's id never reaches that node.
+        state
+            .store
+            .list_nodes(state.live_since(), Some(&caller.0.id))
+            .await?
+            .into_iter()
+            .find(|n| n.id == node || n.name == node)
+            .map(|n| n.id)
+            .ok_or_else(|| gpurent_store::StoreError::NotFound {
+                what: "node",
+                id: node.to_owned(),
+            })?
+    };
+    let done = state
+        .store
+        .schedule_node(&target, action, state.now())
+        .await?;
     // The node's agent learns at once what no longer runs there; moved work is placed now.
     state.wake.wake(&done.node_id);
     state.wake.wake_scheduler();
@@ -99,7 +121,8 @@ async fn schedule(
     }))
 }
 
-/// Cordon a node (by id or name): no new work lands on it; what runs there keeps running.
+/// Cordon a node (by id or name; a host: its own): no new work lands on it; what runs there
+/// keeps running.
 #[utoipa::path(post, path = "/api/v1/nodes/{node}/cordon", tag = "nodes",
     security(("bearer" = [])), params(("node" = String, Path)),
     responses((status = 200, body = NodeScheduled), (status = 403, body = ErrorBody),
@@ -112,9 +135,9 @@ pub(crate) async fn cordon(
     schedule(&state, &caller, &node, gpurent_store::NodeAction::Cordon).await
 }
 
-/// Drain a node: cordon it and move what runs there to other nodes. Each reservation is billed
-/// to now here, queued again with the next epoch, and billed again from when it runs elsewhere;
-/// the node's agent stops its copy.
+/// Drain a node (a host: its own): cordon it and move what runs there to other nodes. Each
+/// reservation is billed to now here, queued again with the next epoch, and billed again from
+/// when it runs elsewhere; the node's agent stops its copy.
 #[utoipa::path(post, path = "/api/v1/nodes/{node}/drain", tag = "nodes",
     security(("bearer" = [])), params(("node" = String, Path)),
     responses((status = 200, body = NodeScheduled), (status = 403, body = ErrorBody),
@@ -127,7 +150,7 @@ pub(crate) async fn drain(
     schedule(&state, &caller, &node, gpurent_store::NodeAction::Drain).await
 }
 
-/// Uncordon a node: it takes new work again.
+/// Uncordon a node (a host: its own): it takes new work again.
 #[utoipa::path(post, path = "/api/v1/nodes/{node}/uncordon", tag = "nodes",
     security(("bearer" = [])), params(("node" = String, Path)),
     responses((status = 200, body = NodeScheduled), (status = 403, body = ErrorBody),

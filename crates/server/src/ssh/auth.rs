@@ -63,8 +63,9 @@ pub async fn decide(store: &dyn Store, user: &str, key: &PublicKey) -> Decision 
     }
 }
 
-/// "reservation R is queued" / "reservation R is stopped (ended at ...)".
-fn not_running(
+/// "reservation R is queued" / "reservation R is stopped (ended at ...)": why an owner cannot
+/// enter (the SSH endpoint's disconnect message, the web terminal's refusal).
+pub(crate) fn not_running(
     id: &str,
     status: ReservationStatus,
     ended_at: Option<chrono::DateTime<chrono::Utc>>,

@@ -12,7 +12,7 @@ use russh::{Channel, ChannelId, ChannelOpenFailure, Disconnect};
 use tokio::sync::oneshot;
 
 use super::auth::{decide, Decision};
-use super::relay::{self, RelayContext};
+use super::relay::{self, RelayContext, Via};
 use super::sessions::{Sessions, Slot};
 use crate::state::AppState;
 
@@ -117,9 +117,11 @@ impl russh::server::Handler for Connection {
                     metrics: self.state.metrics.clone(),
                     audit: self.state.audit.clone(),
                     reservation_id,
-                    tenant_id,
+                    user_id: tenant_id,
                     peer: self.peer,
-                    fingerprint: key.fingerprint(Default::default()).to_string(),
+                    via: Via::Ssh {
+                        fingerprint: key.fingerprint(Default::default()).to_string(),
+                    },
                     activity: self.state.activity.clone(),
                     bytes_in: AtomicU64::new(0),
                     bytes_out: AtomicU64::new(0),

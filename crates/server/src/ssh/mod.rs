@@ -24,7 +24,10 @@ use tokio::task::JoinHandle;
 pub use auth::Decision;
 pub use endpoint::{host_of, valid_host, Advertise, SshEndpoint, SshEndpointInfo};
 pub use host_key::{HostKeyError, HOST_KEY_FILE};
-pub use sessions::{SessionCaps, Sessions};
+pub use sessions::{SessionCaps, Sessions, Slot};
+
+pub(crate) use auth::not_running;
+pub(crate) use relay::{Counts, RelayContext, Via};
 
 use crate::serve::caps::Caps;
 use crate::state::AppState;
@@ -130,7 +133,9 @@ impl SshServer {
             Arc::default(),
         );
         let (stop, stopped) = watch::channel(false);
-        let sessions = Sessions::new(limits.caps, state.metrics.clone());
+        // One table with the web console's terminals: a reservation's cap holds across both.
+        state.sessions.set_caps(limits.caps);
+        let sessions = state.sessions.clone();
         let shared = Shared {
             config,
             state,
@@ -283,8 +288,8 @@ async fn serve_connection(
                     Decision::Enter { .. } => continue,
                     Decision::NotRunning { message } => message,
                     Decision::Refuse => format!(
-                        "the key {} is no longer one of the owner's keys of reservation {}",
-                        entered.ctx.fingerprint, entered.user
+                        "the {} is no longer one of the owner's keys of reservation {}",
+                        entered.ctx.via, entered.user
                     ),
                 };
                 tracing::info!(%peer, user = %entered.user, %why, "ssh: disconnecting");
@@ -298,7 +303,7 @@ async fn serve_connection(
     tracing::info!(
         %peer,
         reservation = %ctx.reservation_id,
-        key = %ctx.fingerprint,
+        via = %ctx.via,
         bytes_in = ctx.bytes_in.load(std::sync::atomic::Ordering::Relaxed),
         bytes_out = ctx.bytes_out.load(std::sync::atomic::Ordering::Relaxed),
         "ssh: connection closed"

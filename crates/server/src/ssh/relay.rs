@@ -1,5 +1,6 @@
 //! Relays one SSH channel to the instance: a session channel (shell, exec, SFTP) or a
-//! forwarded TCP connection, as one stream through the node's tunnel.
+//! forwarded TCP connection, as one stream through the node's tunnel. [`RelayContext`] (the
+//! dial, the counts, the activity and the audit record) serves the web console's terminal too.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,11 +19,11 @@ use crate::audit::AuditTrail;
 use crate::metrics::Metrics;
 use crate::tunnel::{Stream, Tunnels};
 
-/// Bytes relayed on one channel.
+/// Bytes relayed on one channel (or web terminal).
 #[derive(Debug, Default)]
-struct Counts {
-    inbound: AtomicU64,
-    outbound: AtomicU64,
+pub(crate) struct Counts {
+    pub(crate) inbound: AtomicU64,
+    pub(crate) outbound: AtomicU64,
 }
 
 /// What a refused entry exits with (OpenSSH's own failures exit 255 too).
@@ -30,7 +31,25 @@ const REFUSED_STATUS: u32 = 255;
 /// Environment variables a client may send per channel.
 const MAX_ENV: usize = 64;
 
-/// What every channel of one authenticated connection shares.
+/// How a client entered the instance, in the audit trail and the logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Via {
+    /// The SSH endpoint, with the key that got in (its SHA256 fingerprint).
+    Ssh { fingerprint: String },
+    /// The web console's terminal (`console::terminal`), as the logged-in user.
+    Console,
+}
+
+impl std::fmt::Display for Via {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Via::Ssh { fingerprint } => write!(f, "key {fingerprint}"),
+            Via::Console => f.write_str("web console"),
+        }
+    }
+}
+
+/// What every channel of one authenticated connection (or one web terminal) shares.
 #[derive(Debug)]
 pub struct RelayContext {
     pub store: Arc<dyn Store>,
@@ -38,11 +57,11 @@ pub struct RelayContext {
     pub metrics: Arc<Metrics>,
     pub audit: Option<AuditTrail>,
     pub reservation_id: String,
-    /// The reservation's owner, whose key got in.
-    pub tenant_id: String,
+    /// Who entered: the reservation's owner, whose key got in, or the console's user (the
+    /// owner or an admin).
+    pub user_id: String,
     pub peer: Option<SocketAddr>,
-    /// The SHA256 fingerprint of the key that got in.
-    pub fingerprint: String,
+    pub via: Via,
     /// Where input counts as the reservation's activity (for idle reclaim).
     pub activity: Arc<crate::activity::Activity>,
     /// Bytes relayed, client to instance and back, over all of the connection's channels.
@@ -52,13 +71,13 @@ pub struct RelayContext {
 
 impl RelayContext {
     /// The client sent input: the reservation is in use (idle reclaim leaves it running).
-    fn activity(&self) {
+    pub(crate) fn activity(&self) {
         self.activity
             .touch(&self.store, &self.reservation_id, Utc::now());
     }
 
     /// Counts bytes relayed for `/metrics`, the connection and the channel.
-    fn count(&self, channel: &AtomicU64, inbound: bool, n: usize) {
+    pub(crate) fn count(&self, channel: &AtomicU64, inbound: bool, n: usize) {
         let n = n as u64;
         let (conn, total) = if inbound {
             (&self.bytes_in, &self.metrics.ssh.bytes_in)
@@ -70,24 +89,42 @@ impl RelayContext {
         channel.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// The channel's record in the audit trail: who (the owner, by key), what (shell, exec,
-    /// sftp, tcp/PORT), from where, when, and the bytes each way; outcome 200 when the
-    /// instance was entered, 403 when it was refused.
-    async fn audit(&self, what: &str, started: DateTime<Utc>, counts: &Counts, entered: bool) {
+    /// The channel's record in the audit trail: who (the owner by key, or the console's
+    /// user), what (shell, exec, sftp, tcp/PORT), from where, when, and the bytes each way;
+    /// outcome 200 when the instance was entered, 403 when it was refused.
+    pub(crate) async fn audit(
+        &self,
+        what: &str,
+        started: DateTime<Utc>,
+        counts: &Counts,
+        entered: bool,
+    ) {
         let Some(trail) = &self.audit else {
             return;
         };
         let ended = Utc::now();
+        let (prefix, action, resource) = match &self.via {
+            Via::Ssh { .. } => (
+                "ssh",
+                format!("SSH {what}"),
+                format!("/ssh/{}/{what}", self.reservation_id),
+            ),
+            Via::Console => (
+                "console",
+                format!("CONSOLE {what}"),
+                format!("/instances/{}/terminal", self.reservation_id),
+            ),
+        };
         trail
             .record(Entry {
-                request_id: format!("ssh-{}", hex::encode(rand::random::<[u8; 8]>())),
+                request_id: format!("{prefix}-{}", hex::encode(rand::random::<[u8; 8]>())),
                 at: ended,
-                user_id: Some(self.tenant_id.clone()),
-                action: format!("SSH {what}"),
-                resource: format!("/ssh/{}/{what}", self.reservation_id),
+                user_id: Some(self.user_id.clone()),
+                action,
+                resource,
                 allocation: Some(format!(
-                    "key {}; from {} to {}; {} bytes in, {} bytes out",
-                    self.fingerprint,
+                    "{}; from {} to {}; {} bytes in, {} bytes out",
+                    self.via,
                     started.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
                     ended.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
                     counts.inbound.load(Ordering::Relaxed),
@@ -116,7 +153,8 @@ impl RelayContext {
         }
     }
 
-    async fn dial(
+    /// Enters the instance: a stream of `kind` through the tunnel of the node it runs on.
+    pub(crate) async fn dial(
         &self,
         kind: StreamKind,
         pty: Option<PtySpec>,
@@ -275,15 +313,13 @@ async fn pump(
         loop {
             match rx.next().await {
                 Ok(Some(Frame::Data(data))) => {
-                    ctx.bytes_out
-                        .fetch_add(data.len() as u64, Ordering::Relaxed);
+                    ctx.count(&counts.outbound, false, data.len());
                     if write.data_bytes(data).await.is_err() {
                         break;
                     }
                 }
                 Ok(Some(Frame::Stderr(data))) => {
-                    ctx.bytes_out
-                        .fetch_add(data.len() as u64, Ordering::Relaxed);
+                    ctx.count(&counts.outbound, false, data.len());
                     if write.extended_data_bytes(1, data).await.is_err() {
                         break;
                     }

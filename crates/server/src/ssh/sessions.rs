@@ -1,5 +1,6 @@
-//! How many session channels and forwarded connections each reservation has open on this
-//! replica, capped ([`SessionCaps`]), and counted for `/metrics`.
+//! How many sessions (SSH session channels, web console terminals) and forwarded connections
+//! each reservation has open on this replica, capped ([`SessionCaps`]), and counted for
+//! `/metrics`.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -31,10 +32,11 @@ struct Open {
     forwards: usize,
 }
 
-/// The open channels of this replica, by reservation.
+/// The open sessions of this replica, by reservation: one table for the SSH endpoint and
+/// the web console (`AppState::sessions`), so a reservation's cap holds across both.
 #[derive(Debug)]
 pub struct Sessions {
-    caps: SessionCaps,
+    caps: Mutex<SessionCaps>,
     open: Mutex<HashMap<String, Open>>,
     metrics: Arc<Metrics>,
 }
@@ -72,10 +74,16 @@ impl Drop for Slot {
 impl Sessions {
     pub fn new(caps: SessionCaps, metrics: Arc<Metrics>) -> Arc<Sessions> {
         Arc::new(Sessions {
-            caps,
+            caps: Mutex::new(caps),
             open: Mutex::default(),
             metrics,
         })
+    }
+
+    /// The SSH endpoint's limits apply to every session of the replica from now on (places
+    /// taken stay taken).
+    pub fn set_caps(&self, caps: SessionCaps) {
+        *self.caps.lock().unwrap_or_else(|e| e.into_inner()) = caps;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Open>> {
@@ -93,15 +101,16 @@ impl Sessions {
     }
 
     fn take(self: &Arc<Self>, reservation: &str, forward: bool) -> Option<Slot> {
+        let caps = *self.caps.lock().unwrap_or_else(|e| e.into_inner());
         let mut open = self.lock();
         let o = open.entry(reservation.to_owned()).or_default();
         if forward {
-            if o.forwards >= self.caps.forwards {
+            if o.forwards >= caps.forwards {
                 return None;
             }
             o.forwards += 1;
         } else {
-            if o.sessions >= self.caps.sessions {
+            if o.sessions >= caps.sessions {
                 return None;
             }
             o.sessions += 1;

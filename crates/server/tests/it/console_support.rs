@@ -280,3 +280,38 @@ pub fn untranslated(html: &str) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+// For the billing, account and nodes page tests.
+impl Page {
+    /// The page has this markup, or the test fails showing the page.
+    #[track_caller]
+    pub fn assert_has(&self, text: &str) {
+        assert!(
+            self.html.contains(text),
+            "the page ({}) does not contain {text:?}:\n{}",
+            self.status,
+            self.html
+        );
+    }
+
+    /// A header's value, empty when absent.
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+}
+
+/// A zh-CN page, shown, with no English left in its visible text.
+#[track_caller]
+pub fn assert_translated(page: &Page) {
+    assert_eq!(page.status, StatusCode::OK, "{}", page.html);
+    assert!(page.html.contains("<html lang=\"zh-CN\">"), "{}", page.html);
+    let english = untranslated(&page.html);
+    assert!(
+        english.is_empty(),
+        "untranslated {english:?}:\n{}",
+        page.html
+    );
+}

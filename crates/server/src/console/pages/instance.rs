@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use super::instances::{connect, ended, gpus};
 use crate::console::api::enc;
+use crate::console::assets;
 use crate::console::layout::{maybe_time, money, raw, status, time, Ctx, PageError};
 use crate::state::AppState;
 
@@ -42,9 +43,23 @@ pub(crate) async fn page(
         }
         section aria-labelledby="term-h" {
             h2 id="term-h" { (l.t("Terminal", "终端")) }
+            // xterm.js only where the terminal is (deferred: run in order once parsed).
+            link rel="stylesheet" href=(assets::url("xterm.css"));
+            script src=(assets::url("xterm.js")) defer {}
+            script src=(assets::url("addon-fit.js")) defer {}
+            script src=(assets::url("terminal.js")) defer {}
             div.terminal data-field="terminal" data-socket={ "/instances/" (enc(&r.id)) "/terminal" }
                 data-running=(if running { "true" } else { "false" })
                 data-ended-text=(l.t("The session ended.", "会话已结束。"))
+                data-exited-text=(l.t("The shell exited with status {}.", "终端会话已退出，退出码 {}。"))
+                data-signal-text=(l.t("The shell was ended by signal {}.", "终端会话被信号 {} 终止。"))
+                data-lost-text=(l.t("The connection was lost.", "连接已断开。"))
+                data-refused-text=(l.t("The terminal could not connect: the instance runs no more, or is not yours.", "终端无法连接：实例已不在运行，或不属于你。"))
+                data-not-running-text=(l.t("The instance is not running.", "实例未在运行。"))
+                data-not-found-text=(l.t("No such instance.", "没有这个实例。"))
+                data-session-ended-text=(l.t("Your session has ended; log in again.", "会话已结束，请重新登录。"))
+                data-cannot-enter-text=(l.t("The terminal cannot enter the instance.", "终端无法进入实例。"))
+                data-instance-lost-text=(l.t("The connection to the instance was lost.", "与实例的连接已断开。"))
                 data-reconnect-text=(l.t("Reconnect", "重新连接"))
                 data-waiting-text=(l.t("The terminal opens once the instance is running.", "实例运行后即可打开终端。")) {
                 @if !running {

@@ -1,0 +1,468 @@
+//! `/account`: the viewer's SSH keys (add, remove), API tokens (create, shown once on the page
+//! that answers the form; revoke) and password.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use chrono::{DateTime, Utc};
+use gpurent_types::api::{AddSshKey, CreateToken, SetPassword, SshKey, Token, TokenCreated};
+use gpurent_types::Role;
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use crate::console::api::{enc, Api, Failure};
+use crate::console::lang::Lang;
+use crate::console::layout::{alert, maybe_time, raw, time, Ctx, PageError};
+use crate::state::AppState;
+
+/// Keys and tokens listed (the newest first); the CLI lists every one.
+const LIST: u32 = 100;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct AccountQuery {
+    /// What the form before this page did: `key`, `key-removed`, `token-revoked`, `password`.
+    done: Option<String>,
+}
+
+/// What a form of this page asked for and how it went, to show above the lists.
+#[derive(Default)]
+struct Outcome {
+    done: Option<String>,
+    failure: Option<(Section, Failure)>,
+    created: Option<TokenCreated>,
+    /// What the SSH key form had, shown again when it was refused.
+    key_text: String,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Section {
+    Keys,
+    Tokens,
+    Password,
+}
+
+pub(crate) async fn page(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    Query(q): Query<AccountQuery>,
+) -> Result<Response, PageError> {
+    let outcome = Outcome {
+        done: q.done,
+        ..Outcome::default()
+    };
+    render(&state, &ctx, StatusCode::OK, outcome).await
+}
+
+async fn render(
+    state: &AppState,
+    ctx: &Ctx,
+    status: StatusCode,
+    outcome: Outcome,
+) -> Result<Response, PageError> {
+    let l = ctx.lang;
+    let api = ctx.api(state)?;
+    let (keys, more_keys): (Vec<SshKey>, _) = api
+        .page(&format!("/api/v1/ssh-keys?limit={LIST}"))
+        .await
+        .map_err(|f| ctx.failed(f))?;
+    let (tokens, more_tokens): (Vec<Token>, _) = api
+        .page(&format!("/api/v1/tokens?limit={LIST}"))
+        .await
+        .map_err(|f| ctx.failed(f))?;
+    let admin = ctx.role() == Some(Role::Admin);
+    let failure = |s: Section| {
+        outcome
+            .failure
+            .as_ref()
+            .filter(|(at, _)| *at == s)
+            .map(|(_, f)| alert(l, f))
+    };
+    let now = state.now();
+    let body = html! {
+        @if let Some(done) = &outcome.done { (done_note(l, done)) }
+        section aria-labelledby="keys-h" {
+            h2 id="keys-h" { (l.t("SSH keys", "SSH 密钥")) }
+            p.hint { (l.t("Your keys get you into your running instances:", "这些密钥可登录您运行中的实例：")) " " (raw("gpurent ssh ID")) }
+            (keys_table(ctx, &keys, admin))
+            @if more_keys.is_some() { p.hint { (l.t("Only the newest are listed here; the command line lists all of them.", "此处只列出最新的；命令行可列出全部。")) } }
+            @if let Some(a) = failure(Section::Keys) { (a) }
+            form.card method="post" action="/account/ssh-keys" data-form="ssh-key" {
+                (ctx.csrf_field())
+                label for="public_key" { (l.t("Public key (one line), as in", "公钥（一行），即此文件的内容：")) " " (raw("~/.ssh/id_ed25519.pub")) }
+                textarea id="public_key" name="public_key" rows="3" required spellcheck="false" { (outcome.key_text) }
+                label for="key_name" { (l.t("Name (optional; the key's comment by default)", "名称（可选，默认为密钥的注释）")) }
+                input id="key_name" name="name" type="text" maxlength="100";
+                button type="submit" { (l.t("Add key", "添加密钥")) }
+            }
+        }
+        section aria-labelledby="tokens-h" {
+            h2 id="tokens-h" { (l.t("API tokens", "API 令牌")) }
+            @if let Some(created) = &outcome.created { (new_token(l, created)) }
+            (tokens_table(ctx, &tokens, admin, now))
+            @if more_tokens.is_some() { p.hint { (l.t("Only the newest are listed here; the command line lists all of them.", "此处只列出最新的；命令行可列出全部。")) } }
+            @if let Some(a) = failure(Section::Tokens) { (a) }
+            form.card method="post" action="/account/tokens" data-form="token" {
+                (ctx.csrf_field())
+                div.grid {
+                    div {
+                        label for="token_name" { (l.t("Name", "名称")) }
+                        input id="token_name" name="name" type="text" maxlength="100" placeholder="ci";
+                    }
+                    div {
+                        label for="expires_in_days" { (l.t("Expires after (days, optional)", "有效天数（可选）")) }
+                        input id="expires_in_days" name="expires_in_days" type="number" min="1" max="3650";
+                    }
+                    div {
+                        label for="token_password" { (l.t("Your password", "您的密码")) }
+                        input id="token_password" name="password" type="password" autocomplete="current-password" required;
+                    }
+                }
+                p.hint { (l.t("With your password the token is a credential of its own: logging out does not end it.", "输入密码后，令牌独立有效：退出登录不会使其失效。")) }
+                button type="submit" { (l.t("Create token", "创建令牌")) }
+            }
+        }
+        section aria-labelledby="password-h" {
+            h2 id="password-h" { (l.t("Password", "密码")) }
+            @if let Some(a) = failure(Section::Password) { (a) }
+            form.card.narrow method="post" action="/account/password" data-form="password" {
+                (ctx.csrf_field())
+                label for="new_password" { (l.t("New password (8 characters or more)", "新密码（至少 8 个字符）")) }
+                input id="new_password" name="password" type="password" autocomplete="new-password" minlength="8" maxlength="1024" required;
+                label for="repeat_password" { (l.t("The new password again", "再次输入新密码")) }
+                input id="repeat_password" name="repeat" type="password" autocomplete="new-password" minlength="8" maxlength="1024" required;
+                button type="submit" { (l.t("Change password", "修改密码")) }
+            }
+        }
+    };
+    Ok(ctx.page_with_status(status, l.t("Account", "账户"), body))
+}
+
+fn done_note(l: Lang, done: &str) -> Markup {
+    let text = match done {
+        "key" => l.t("The key was added.", "密钥已添加。"),
+        "key-removed" => l.t("The key was removed.", "密钥已删除。"),
+        "token-revoked" => l.t("The token was revoked.", "令牌已吊销。"),
+        "password" => l.t("Your password was changed.", "密码已修改。"),
+        _ => return html! {},
+    };
+    html! { div.alert.ok role="status" { (text) } }
+}
+
+fn keys_table(ctx: &Ctx, keys: &[SshKey], admin: bool) -> Markup {
+    let l = ctx.lang;
+    html! {
+        @if keys.is_empty() {
+            p.empty { (l.t("No SSH keys yet.", "还没有 SSH 密钥。")) }
+        } @else {
+            div.scroll {
+                table.keys {
+                    thead { tr {
+                        th scope="col" { (l.t("Name", "名称")) }
+                        @if admin { th scope="col" { (l.t("User", "用户")) } }
+                        th scope="col" { (l.t("Kind", "类型")) }
+                        th scope="col" { (l.t("Fingerprint", "指纹")) }
+                        th scope="col" { (l.t("Added", "添加时间")) }
+                        th scope="col" { span.visually-hidden { (l.t("Actions", "操作")) } }
+                    } }
+                    tbody {
+                        @for k in keys {
+                            tr data-ssh-key-id=(k.id) {
+                                th scope="row" { (raw(&k.name)) }
+                                @if admin { td { (raw(&k.user_id)) } }
+                                td { (raw(&k.algorithm)) }
+                                td { (raw(&k.fingerprint)) }
+                                td { (time(k.created_at)) }
+                                td {
+                                    form method="post" action={ "/account/ssh-keys/" (enc(&k.id)) "/remove" }
+                                        data-confirm=(l.t("Remove this key? It gets into nothing from now on.", "确定删除此密钥？此后它将无法登录任何实例。")) {
+                                        (ctx.csrf_field())
+                                        button.small.danger type="submit" data-action="remove-key" { (l.t("Remove", "删除")) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn token_state(l: Lang, t: &Token, now: DateTime<Utc>) -> (&'static str, &'static str) {
+    if t.revoked_at.is_some() {
+        ("revoked", l.t("revoked", "已吊销"))
+    } else if t.expires_at.is_some_and(|e| e <= now) {
+        ("expired", l.t("expired", "已过期"))
+    } else {
+        ("ready", l.t("valid", "有效"))
+    }
+}
+
+fn tokens_table(ctx: &Ctx, tokens: &[Token], admin: bool, now: DateTime<Utc>) -> Markup {
+    let l = ctx.lang;
+    let this_session = ctx.viewer.as_ref().map(|v| v.token_id.as_str());
+    html! {
+        @if tokens.is_empty() {
+            p.empty { (l.t("No tokens yet.", "还没有令牌。")) }
+        } @else {
+            div.scroll {
+                table.tokens {
+                    thead { tr {
+                        th scope="col" { (l.t("Name", "名称")) }
+                        @if admin { th scope="col" { (l.t("User", "用户")) } }
+                        th scope="col" { (l.t("Kind", "类型")) }
+                        th scope="col" { (l.t("State", "状态")) }
+                        th scope="col" { (l.t("Created", "创建时间")) }
+                        th scope="col" { (l.t("Expires", "过期时间")) }
+                        th scope="col" { (l.t("Revoked", "吊销时间")) }
+                        th scope="col" { span.visually-hidden { (l.t("Actions", "操作")) } }
+                    } }
+                    tbody {
+                        @for t in tokens {
+                            @let (word, shown) = token_state(l, t, now);
+                            tr data-token-id=(t.id) {
+                                th scope="row" {
+                                    @if let Some(name) = &t.name { (raw(name)) } @else { span.muted { (l.t("unnamed", "未命名")) } }
+                                    @if this_session == Some(t.id.as_str()) { " " span.pill { (l.t("this session", "当前会话")) } }
+                                }
+                                @if admin { td { (raw(&t.user_id)) } }
+                                td { @if t.kind == "session" { (l.t("login session", "登录会话")) } @else { (l.t("API token", "API 令牌")) } }
+                                td { span.status data-status=(word) { (shown) } }
+                                td { (time(t.created_at)) }
+                                td { @if t.expires_at.is_some() { (maybe_time(t.expires_at)) } @else { (l.t("never", "永不过期")) } }
+                                td { (maybe_time(t.revoked_at)) }
+                                td {
+                                    @if word == "ready" {
+                                        form method="post" action={ "/account/tokens/" (enc(&t.id)) "/revoke" }
+                                            data-confirm=(l.t("Revoke this token? Requests with it are refused from now on.", "确定吊销此令牌？此后使用它的请求将被拒绝。")) {
+                                            (ctx.csrf_field())
+                                            button.small.danger type="submit" data-action="revoke-token" { (l.t("Revoke", "吊销")) }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The token just made: on this page only, never again (the API keeps only its hash).
+fn new_token(l: Lang, created: &TokenCreated) -> Markup {
+    html! {
+        div.alert.ok role="status" data-field="new-token" {
+            p { strong { (l.t("Your new token. Copy it now: it is not shown again.", "您的新令牌。请立即复制：它不会再次显示。")) } }
+            p.secret { code data-field="token" { (created.token) } " "
+                button.small.secondary type="button" data-copy=(created.token) { (l.t("Copy", "复制")) } }
+            p.hint { (l.t("For the command line:", "命令行用法：")) " " (raw("GPURENT_TOKEN=TOKEN")) " " (l.t("or", "或")) " " (raw("--token TOKEN")) }
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct KeyForm {
+    public_key: String,
+    name: String,
+}
+
+pub(crate) async fn add_key(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    Form(form): Form<KeyForm>,
+) -> Result<Response, PageError> {
+    let api = ctx.api(&state)?;
+    let body = AddSshKey {
+        public_key: form.public_key.trim().to_owned(),
+        name: Some(form.name.trim().to_owned()).filter(|n| !n.is_empty()),
+    };
+    match api.post::<_, SshKey>("/api/v1/ssh-keys", &body).await {
+        Ok(_) => Ok(Redirect::to("/account?done=key").into_response()),
+        Err(f) => {
+            refused(
+                &state,
+                &ctx,
+                Section::Keys,
+                f,
+                Outcome {
+                    key_text: form.public_key,
+                    ..Outcome::default()
+                },
+            )
+            .await
+        }
+    }
+}
+
+pub(crate) async fn remove_key(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let api = ctx.api(&state)?;
+    let path = format!("/api/v1/ssh-keys/{}", enc(&id));
+    api.send(Method::DELETE, &path, None)
+        .await
+        .map_err(|f| ctx.failed(f))?;
+    Ok(Redirect::to("/account?done=key-removed").into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct TokenForm {
+    name: String,
+    expires_in_days: String,
+    password: String,
+}
+
+/// Makes a token and answers with this page showing it, once: it is in no URL and no
+/// redirect, and the page is never cached (`Cache-Control: no-store`).
+pub(crate) async fn create_token(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    Form(form): Form<TokenForm>,
+) -> Result<Response, PageError> {
+    let api = ctx.api(&state)?;
+    let body = match token_body(form) {
+        Ok(body) => body,
+        Err(f) => return refused(&state, &ctx, Section::Tokens, f, Outcome::default()).await,
+    };
+    match api.post::<_, TokenCreated>("/api/v1/tokens", &body).await {
+        Ok(created) => {
+            let outcome = Outcome {
+                created: Some(created),
+                ..Outcome::default()
+            };
+            render(&state, &ctx, StatusCode::OK, outcome).await
+        }
+        Err(f) => refused(&state, &ctx, Section::Tokens, f, Outcome::default()).await,
+    }
+}
+
+fn validation(message: impl Into<String>) -> Failure {
+    Failure {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        code: "validation".into(),
+        message: message.into(),
+    }
+}
+
+fn token_body(form: TokenForm) -> Result<CreateToken, Failure> {
+    let days = form.expires_in_days.trim();
+    let expires_in_days = if days.is_empty() {
+        None
+    } else {
+        Some(days.parse::<u32>().map_err(|_| {
+            validation(format!("expires_in_days: {days:?} is not a number of days"))
+        })?)
+    };
+    // Without the password the API binds the token to this login session, which logging out
+    // revokes: not what a token made for a script is for.
+    if form.password.is_empty() {
+        return Err(validation(
+            "password: needed, so that the token outlives this login session",
+        ));
+    }
+    Ok(CreateToken {
+        name: Some(form.name.trim().to_owned()).filter(|n| !n.is_empty()),
+        expires_in_days,
+        password: Some(form.password),
+    })
+}
+
+pub(crate) async fn revoke_token(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let api = ctx.api(&state)?;
+    let path = format!("/api/v1/tokens/{}", enc(&id));
+    api.send(Method::DELETE, &path, None)
+        .await
+        .map_err(|f| ctx.failed(f))?;
+    Ok(Redirect::to("/account?done=token-revoked").into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct PasswordForm {
+    password: String,
+    repeat: String,
+}
+
+pub(crate) async fn change_password(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    Form(form): Form<PasswordForm>,
+) -> Result<Response, PageError> {
+    let api = ctx.api(&state)?;
+    if form.password != form.repeat {
+        let f = validation("the two passwords differ");
+        return refused(&state, &ctx, Section::Password, f, Outcome::default()).await;
+    }
+    let body = SetPassword {
+        password: form.password,
+    };
+    match set_password(&api, &body).await {
+        Ok(()) => Ok(Redirect::to("/account?done=password").into_response()),
+        Err(f) => refused(&state, &ctx, Section::Password, f, Outcome::default()).await,
+    }
+}
+
+async fn set_password(api: &Api, body: &SetPassword) -> Result<(), Failure> {
+    let json = serde_json::to_vec(body).map_err(|e| Failure::internal(e.to_string()))?;
+    api.send(Method::POST, "/api/v1/users/me/password", Some(json))
+        .await
+        .map(|_| ())
+}
+
+/// The page again, with why a form was refused above it; a failure of the control plane
+/// itself is an error page.
+async fn refused(
+    state: &AppState,
+    ctx: &Ctx,
+    section: Section,
+    failure: Failure,
+    outcome: Outcome,
+) -> Result<Response, PageError> {
+    if failure.status.is_server_error() {
+        return Err(ctx.failed(failure));
+    }
+    let status = failure.status;
+    let outcome = Outcome {
+        failure: Some((section, failure)),
+        ..outcome
+    };
+    render(state, ctx, status, outcome).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_form_needs_a_password_and_days_that_are_a_number() {
+        let form = |days: &str, password: &str| TokenForm {
+            name: " ci ".into(),
+            expires_in_days: days.into(),
+            password: password.into(),
+        };
+        let body = token_body(form("30", "pw")).unwrap();
+        assert_eq!(body.name.as_deref(), Some("ci"));
+        assert_eq!(body.expires_in_days, Some(30));
+        assert_eq!(body.password.as_deref(), Some("pw"));
+        assert_eq!(token_body(form("", "pw")).unwrap().expires_in_days, None);
+        assert!(token_body(form("soon", "pw"))
+            .unwrap_err()
+            .message
+            .contains("not a number"));
+        assert!(token_body(form("", ""))
+            .unwrap_err()
+            .message
+            .starts_with("password"));
+    }
+}
