@@ -105,6 +105,10 @@ async fn the_fleet_page_shows_gpus_the_queue_and_nodes_out_of_service(backend: B
     let rtx = row(html, "data-gpu-type=\"RTX4090\"");
     assert!(rtx.contains("data-field=\"allocated\">1<"), "{rtx}");
     assert!(rtx.contains("data-field=\"free\">1<"), "{rtx}");
+    assert!(
+        rtx.contains("data-field=\"queued\">1<"),
+        "/metrics' queue length: {rtx}"
+    );
     let a100 = row(html, "data-gpu-type=\"A100\"");
     assert!(
         a100.contains("data-field=\"free\">0<"),
@@ -157,6 +161,7 @@ async fn the_fleet_page_shows_gpus_the_queue_and_nodes_out_of_service(backend: B
     let rtx = row(&live.html, "data-gpu-type=\"RTX4090\"");
     assert!(rtx.contains("data-field=\"allocated\">2<"), "{rtx}");
     assert!(rtx.contains("data-field=\"free\">0<"), "{rtx}");
+    assert!(rtx.contains("data-field=\"queued\">0<"), "{rtx}");
     assert!(
         !live
             .html
