@@ -34,6 +34,9 @@
 #   OpenSSH's client (ssh-keygen, ssh) is installed with apt when missing.
 #   GPURENT_TEST_DOCKER=1      (the default) make sure a Docker daemon is running
 #                              and the test image exists; 0 skips the Docker tests.
+#   GPURENT_TEST_BROWSER=1     (the default) install Chromium and chromedriver when
+#                              missing: the web console's tests then must run in it;
+#                              0 skips the browser tests (a quicker targeted run).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -393,6 +396,25 @@ ensure_openssh_server() {
 }
 
 # ---------------------------------------------------------------------------
+# Chromium and chromedriver (Debian's packages): the web console's tests drive a real headless
+# browser over WebDriver.
+# ---------------------------------------------------------------------------
+
+# A Chinese font too, or the zh-CN screenshots show boxes for every character.
+CJK_FONT=/usr/share/fonts/truetype/wqy/wqy-microhei.ttc
+
+ensure_chromium() {
+  local -a missing=()
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+  [ -f "$CJK_FONT" ] || missing+=(fonts-wqy-microhei)
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  apt_install "${missing[@]}"
+  [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] ||
+    die "chromium and chromium-driver are installed but /usr/bin/chromium or /usr/bin/chromedriver is missing"
+}
+
+# ---------------------------------------------------------------------------
 
 # shellcheck disable=SC2317  # the EXIT trap
 cleanup() {
@@ -417,6 +439,11 @@ ensure_openssh_client
 ensure_openssh_server
 if [ "${GPURENT_TEST_SKIP_PROMTOOL:-0}" != 1 ]; then
   ensure_promtool
+fi
+
+export GPURENT_TEST_BROWSER="${GPURENT_TEST_BROWSER:-1}"
+if [ "$GPURENT_TEST_BROWSER" = 1 ]; then
+  ensure_chromium
 fi
 
 export GPURENT_TEST_DOCKER="${GPURENT_TEST_DOCKER:-1}"

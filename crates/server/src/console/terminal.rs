@@ -128,7 +128,7 @@ pub(crate) async fn handler(
 
 /// Refuses a cross-origin upgrade (403), another's or an unknown reservation (404), one that
 /// does not run (409, saying why) and one with all its sessions open (409); then upgrades.
-pub(crate) async fn upgrade(
+async fn upgrade(
     state: AppState,
     viewer: Viewer,
     reservation_id: String,
@@ -222,7 +222,7 @@ async fn still_on(
 
 /// The upgraded terminal: enters the instance with a shell and relays until the shell
 /// exits, the browser goes, the session ends, or the reservation stops.
-pub(crate) async fn run(
+async fn run(
     state: AppState,
     viewer: Viewer,
     reservation_id: String,

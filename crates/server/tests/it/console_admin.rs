@@ -239,7 +239,7 @@ async fn users_are_created_credited_and_capped_from_the_console(backend: Backend
 
     // Credit: granted once per form, shown in the list.
     let list = admin.get("/admin/users").await;
-    let row_html = row(&list.html, &format!("data-forms-of=\"{hilda_id}\""));
+    let row_html = row(&list.html, &format!("data-user-id=\"{hilda_id}\""));
     let credit_key = field_value(row_html, "idempotency_key").expect("the credit form's key");
     let path = format!("/admin/users/{hilda_id}/credit");
     let grant = [("amount", "10"), ("idempotency_key", credit_key.as_str())];

@@ -16,6 +16,7 @@ mod console_admin_books;
 mod console_billing;
 mod console_nodes;
 mod console_support;
+mod console_terminal;
 mod drain;
 mod elastic;
 mod failover;

@@ -98,6 +98,8 @@ async fn render(
                     th scope="col" { (l.t("Balance", "余额")) }
                     th scope="col" { (l.t("Caps", "上限")) }
                     th scope="col" { (l.t("Created", "创建时间")) }
+                    th scope="col" { (l.t("Grant credit", "充值")) }
+                    th scope="col" { (l.t("Set caps", "设置上限")) }
                 } }
                 tbody { @for u in &users { (row(ctx, u)) } }
             } }
@@ -155,7 +157,7 @@ fn create_form(ctx: &Ctx) -> Markup {
     }
 }
 
-/// A user's facts, and under them its forms (folded, so the table stays narrow on a phone).
+/// A user's facts and its two forms (the table scrolls sideways on a phone).
 fn row(ctx: &Ctx, u: &User) -> Markup {
     let l = ctx.lang;
     let id = enc(&u.id);
@@ -170,30 +172,25 @@ fn row(ctx: &Ctx, u: &User) -> Markup {
                 (l.t("per hour", "每小时")) ": " @match u.max_spend_per_hour { Some(m) => { (money(m)) }, None => { (l.t("default", "默认")) } }
             }
             td { (time(u.created_at)) }
-        }
-        tr.forms data-forms-of=(u.id) {
-            td colspan="5" {
-                details {
-                    summary { (l.t("Grant credit or set caps:", "充值或设置上限：")) " " (raw(&u.name)) }
-                    div.actions {
-                        form.row method="post" action={ "/admin/users/" (id) "/credit" } data-form="credit" {
-                            (ctx.csrf_field())
-                            input type="hidden" name="idempotency_key" value=(crate::auth::new_token("crd"));
-                            label for={ "amount-" (u.id) } { (l.t("Credit to grant", "充值金额")) " (" (crate::CURRENCY) ")" }
-                            input id={ "amount-" (u.id) } name="amount" type="text" inputmode="decimal" required placeholder="10.00";
-                            button.small type="submit" { (l.t("Grant", "充值")) }
-                        }
-                        form.row method="post" action={ "/admin/users/" (id) "/limits" } data-form="limits" {
-                            (ctx.csrf_field())
-                            label for={ "maxr-" (u.id) } { (l.t("Most live reservations", "最多同时预订数")) }
-                            input id={ "maxr-" (u.id) } name="max_reservations" type="number" min="0" max="1000000"
-                                value=[u.max_reservations];
-                            label for={ "maxs-" (u.id) } { (l.t("Most spend per hour", "每小时最高花费")) " (" (crate::CURRENCY) ")" }
-                            input id={ "maxs-" (u.id) } name="max_spend_per_hour" type="text" inputmode="decimal"
-                                value=[u.max_spend_per_hour.map(|m| m.to_string())];
-                            button.small type="submit" { (l.t("Set caps", "设置上限")) }
-                        }
-                    }
+            td {
+                form.row method="post" action={ "/admin/users/" (id) "/credit" } data-form="credit" {
+                    (ctx.csrf_field())
+                    input type="hidden" name="idempotency_key" value=(crate::auth::new_token("crd"));
+                    label for={ "amount-" (u.id) } { (l.t("Amount", "金额")) " (" (crate::CURRENCY) ")" }
+                    input id={ "amount-" (u.id) } name="amount" type="text" inputmode="decimal" required placeholder="10.00";
+                    button.small type="submit" { (l.t("Grant", "充值")) }
+                }
+            }
+            td {
+                form.row method="post" action={ "/admin/users/" (id) "/limits" } data-form="limits" {
+                    (ctx.csrf_field())
+                    label for={ "maxr-" (u.id) } { (l.t("Most live reservations", "最多同时预订数")) }
+                    input id={ "maxr-" (u.id) } name="max_reservations" type="number" min="0" max="1000000"
+                        value=[u.max_reservations];
+                    label for={ "maxs-" (u.id) } { (l.t("Most spend per hour", "每小时最高花费")) " (" (crate::CURRENCY) ")" }
+                    input id={ "maxs-" (u.id) } name="max_spend_per_hour" type="text" inputmode="decimal"
+                        value=[u.max_spend_per_hour.map(|m| m.to_string())];
+                    button.small type="submit" { (l.t("Set caps", "设置上限")) }
                 }
             }
         }

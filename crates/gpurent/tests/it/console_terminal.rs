@@ -1,0 +1,116 @@
+//! The instance page's web terminal (xterm.js over a WebSocket to the relay `gpurent ssh`
+//! uses), in a real Chromium: a command typed into it runs in the instance and its output is
+//! drawn in the terminal. The process executor always; the Docker executor where a Docker
+//! Engine with the test image answers.
+
+use std::cell::OnceCell;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::key::Key;
+
+use crate::browser::{self, Browser, Lang};
+use crate::console_support::{check_page, Console, SHOWN};
+
+fn docker_answers() -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", "gpurent-test/busybox:latest"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Removes a reservation's containers when dropped: a killed agent leaves them running.
+/// Made before the agent starts, so it is dropped after the agent is gone.
+struct Containers(OnceCell<String>);
+
+impl Drop for Containers {
+    fn drop(&mut self) {
+        let Some(id) = self.0.get() else {
+            return;
+        };
+        let label = format!(
+            "label={}={id}",
+            gpurent_agent::executor::docker::LABEL_RESERVATION
+        );
+        let Ok(listed) = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &label])
+            .output()
+        else {
+            return;
+        };
+        for container in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
+            let _ = Command::new("docker")
+                .args(["rm", "-f", container])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Types a command into the terminal of a running instance's page and waits for its output.
+fn a_command_runs_in_the_web_terminal(executor: &str, reserve: &[&str]) {
+    let containers = Containers(OnceCell::new());
+    let console = Console::with(1, executor);
+    let ada = console.user("ada", "tenant");
+    let id = console.running(&ada, reserve);
+    if executor == "docker" {
+        let _ = containers.0.set(id.clone());
+    }
+    let browser = Browser::start(Lang::En);
+    console.login(&browser, &ada);
+    browser.goto(&console.page(&format!("/instances/{id}")));
+    let terminal = "[data-field=\"terminal\"]";
+    // A page may keep the terminal behind a button until it is wanted.
+    if !browser.find_all("[data-action=\"terminal\"]").is_empty() {
+        browser.click("[data-action=\"terminal\"]");
+    }
+    browser.find(&format!("{terminal} .xterm"));
+    // xterm.js reads keys from its helper textarea; the shell's prompt comes first.
+    let input = format!("{terminal} textarea");
+    browser.click(terminal);
+    browser.wait_for_text_where(terminal, "a shell prompt", SHOWN, |t| {
+        t.contains('$') || t.contains('#')
+    });
+    // The output, not the echo of what was typed: only the shell makes 42 of 6*7.
+    browser.type_into(
+        &input,
+        &format!("echo hello-$((6*7)){}", char::from(Key::Enter)),
+    );
+    browser.wait_for_text(terminal, "hello-42", Duration::from_secs(30));
+    check_page(&browser, &format!("instance-terminal-{executor}"));
+}
+
+#[test]
+fn console_web_terminal_runs_a_command_in_a_process_instance() {
+    if !browser::available() {
+        return;
+    }
+    a_command_runs_in_the_web_terminal("process", &["--", "sleep", "600"]);
+}
+
+#[test]
+fn console_web_terminal_runs_a_command_in_a_docker_instance() {
+    if !browser::available() {
+        return;
+    }
+    if !docker_answers() {
+        if std::env::var("GPURENT_TEST_DOCKER").as_deref() == Ok("1") {
+            panic!("GPURENT_TEST_DOCKER=1 but no Docker Engine answers with the test image");
+        }
+        eprintln!("SKIPPED: no Docker Engine with the test image");
+        return;
+    }
+    a_command_runs_in_the_web_terminal(
+        "docker",
+        &[
+            "--image",
+            "gpurent-test/busybox:latest",
+            "--",
+            "sleep",
+            "600",
+        ],
+    );
+}
