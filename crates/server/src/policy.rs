@@ -29,7 +29,6 @@ const ANY: Access = Access::Roles(&[Role::Admin, Role::Host, Role::Tenant]);
 const ADMIN: Access = Access::Roles(&[Role::Admin]);
 const ADMIN_HOST: Access = Access::Roles(&[Role::Admin, Role::Host]);
 const PAGE_ANY: Access = Access::Page(&[Role::Admin, Role::Host, Role::Tenant]);
-#[allow(dead_code)] // The host and admin pages use them.
 const PAGE_ADMIN: Access = Access::Page(&[Role::Admin]);
 const PAGE_ADMIN_HOST: Access = Access::Page(&[Role::Admin, Role::Host]);
 

@@ -105,6 +105,10 @@ async fn the_fleet_page_shows_gpus_the_queue_and_nodes_out_of_service(backend: B
     let rtx = row(html, "data-gpu-type=\"RTX4090\"");
     assert!(rtx.contains("data-field=\"allocated\">1<"), "{rtx}");
     assert!(rtx.contains("data-field=\"free\">1<"), "{rtx}");
+    assert!(
+        rtx.contains("data-field=\"queued\">1<"),
+        "/metrics' queue length: {rtx}"
+    );
     let a100 = row(html, "data-gpu-type=\"A100\"");
     assert!(
         a100.contains("data-field=\"free\">0<"),
@@ -144,6 +148,26 @@ async fn the_fleet_page_shows_gpus_the_queue_and_nodes_out_of_service(backend: B
     ] {
         assert!(html.contains(&format!("href=\"{link}\"")), "link {link}");
     }
+    // As `console.js` refreshes the live part: the first reservation stopped, the queued one
+    // takes both GPUs and leaves the queue.
+    let (status, r) = tenant
+        .client
+        .post(&format!("/api/v1/reservations/{running}/stop"), &json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    app.wait_status(&tenant.client, &queued, "running").await;
+    let live = admin.get_with("/admin", &[("x-gpurent-live", "1")]).await;
+    assert_eq!(live.status, StatusCode::OK);
+    let rtx = row(&live.html, "data-gpu-type=\"RTX4090\"");
+    assert!(rtx.contains("data-field=\"allocated\">2<"), "{rtx}");
+    assert!(rtx.contains("data-field=\"free\">0<"), "{rtx}");
+    assert!(rtx.contains("data-field=\"queued\">0<"), "{rtx}");
+    assert!(
+        !live
+            .html
+            .contains(&format!("data-reservation-id=\"{queued}\"")),
+        "placed, it left the queue"
+    );
     assert_admin_only(&admin, &tenant_browser, "/admin").await;
     assert_chinese(&admin, "/admin").await;
     app.shutdown().await;

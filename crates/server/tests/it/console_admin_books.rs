@@ -224,6 +224,17 @@ async fn reports_show_the_day_its_charts_the_week_and_the_ledger(backend: Backen
     assert_eq!(bad.status, StatusCode::OK, "the week is still shown");
     assert!(bad.html.contains("role=\"alert\""), "{}", bad.html);
 
+    // Without a week asked for, the API's default (the last whole week), shown in its field.
+    let (_, week) = app.admin().get("/api/v1/reports/weekly").await;
+    let week = week["week"].as_str().unwrap().to_owned();
+    let default = admin.get("/admin/reports?date=2026-03-01").await;
+    assert!(
+        default
+            .html
+            .contains(&format!("name=\"week\" type=\"week\" value=\"{week}\"")),
+        "week {week}"
+    );
+
     // The ledger balances.
     let ledger = admin.get("/admin/ledger").await;
     assert_eq!(ledger.status, StatusCode::OK, "{}", ledger.html);

@@ -2,9 +2,13 @@
 //! nodes out of service, revenue today), refreshed live, with links to the other admin pages.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
+use axum::http::Method;
 use axum::response::Response;
+use gpurent_store::Store;
 use gpurent_types::api::{Node, Offer, Reservation};
 use gpurent_types::report::DailyReport;
 use gpurent_types::Money;
@@ -18,8 +22,12 @@ use crate::state::AppState;
 
 /// The most nodes the page reads (pages of the API's largest size).
 const MAX_NODES: usize = 10_000;
-/// The queue is found among this many newest reservations (one page of the API's largest).
-const QUEUE_WINDOW: u32 = 1000;
+/// The queued reservations are listed from this many newest reservations (the API's list has
+/// no filter); how many wait of each type is the exact figure of `/metrics`.
+const QUEUE_WINDOW: u32 = 200;
+/// How long today's report is reused: the fleet page is refreshed every 2 s by each admin who
+/// has it open, and the report reads all of the day's usage.
+const KEEP_TODAY: Duration = Duration::from_secs(15);
 
 /// The admin pages, for the links at the top of each.
 pub(crate) fn subnav(l: Lang, current: &str) -> Markup {
@@ -73,6 +81,7 @@ struct TypeCount {
     free: u32,
     out_of_service: u32,
     rentable: u32,
+    queued: u64,
 }
 
 fn by_type(nodes: &[Node], offers: &[Offer]) -> BTreeMap<String, TypeCount> {
@@ -99,6 +108,72 @@ fn by_type(nodes: &[Node], offers: &[Offer]) -> BTreeMap<String, TypeCount> {
     out
 }
 
+/// The queue per GPU type, from `/metrics`: how many wait, and the longest wait in seconds.
+async fn queue_lengths(api: &Api) -> Result<BTreeMap<String, (u64, f64)>, Failure> {
+    let (_, body) = api.send(Method::GET, "/metrics", None).await?;
+    let text = String::from_utf8_lossy(&body);
+    let mut out: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    for line in text.lines() {
+        let Some((name, rest)) = line.split_once('{') else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let Some(gpu_type) = labels
+            .split(',')
+            .find_map(|l| l.strip_prefix("gpu_type=\""))
+            .and_then(|v| v.strip_suffix('"'))
+        else {
+            continue;
+        };
+        let entry = out.entry(gpu_type.to_owned()).or_default();
+        match name {
+            "gpurent_queue_length" => entry.0 = value.trim().parse().unwrap_or(0),
+            "gpurent_queue_oldest_wait_seconds" => entry.1 = value.trim().parse().unwrap_or(0.0),
+            _ => {}
+        }
+    }
+    out.retain(|_, (n, _)| *n > 0);
+    Ok(out)
+}
+
+/// Today's report as one control plane (its store) last gave it.
+struct KeptReport {
+    store: Weak<dyn Store>,
+    date: String,
+    at: Instant,
+    report: DailyReport,
+}
+
+static TODAY: Mutex<Option<KeptReport>> = Mutex::new(None);
+
+/// Today's daily report, reused for `KEEP_TODAY`. Keyed by the store, held weakly so that its
+/// address cannot be another control plane's (tests run several in one process).
+async fn today_report(state: &AppState, api: &Api) -> Result<DailyReport, Failure> {
+    let date = today(state);
+    let store = Arc::downgrade(&state.store);
+    if let Ok(kept) = TODAY.lock() {
+        if let Some(k) = kept.as_ref().filter(|k| {
+            Weak::ptr_eq(&k.store, &store) && k.date == date && k.at.elapsed() < KEEP_TODAY
+        }) {
+            return Ok(k.report.clone());
+        }
+    }
+    let report: DailyReport = api
+        .get(&format!("/api/v1/reports/daily?date={date}"))
+        .await?;
+    if let Ok(mut kept) = TODAY.lock() {
+        *kept = Some(KeptReport {
+            store,
+            date,
+            at: Instant::now(),
+            report: report.clone(),
+        });
+    }
+    Ok(report)
+}
+
 /// Today (UTC), as the daily report's `date`.
 fn today(state: &AppState) -> String {
     state.now().format("%Y-%m-%d").to_string()
@@ -114,15 +189,23 @@ pub(crate) async fn page(State(state): State<AppState>, ctx: Ctx) -> Result<Resp
         .await
         .map_err(|f| ctx.failed(f))?;
     // The only figure of today's money the API has: the daily report's revenue so far.
-    let report = api
-        .get::<DailyReport>(&format!("/api/v1/reports/daily?date={}", today(&state)))
-        .await;
-    let types = by_type(&nodes, &offers);
+    let report = today_report(&state, &api).await;
+    let lengths = queue_lengths(&api).await.unwrap_or_default();
+    let mut types = by_type(&nodes, &offers);
+    for (gpu_type, (n, _)) in &lengths {
+        types.entry(gpu_type.clone()).or_default().queued = *n;
+    }
     let queue: Vec<&Reservation> = newest
         .iter()
         .filter(|r| r.status.as_str() == "pending" && r.node.is_none())
         .collect();
     let out: Vec<&Node> = nodes.iter().filter(|n| n.status != "ready").collect();
+    // The exact count where `/metrics` answered, else what the newest reservations show.
+    let waiting = if lengths.is_empty() {
+        u64::try_from(queue.len()).unwrap_or(u64::MAX)
+    } else {
+        lengths.values().map(|(n, _)| n).sum()
+    };
     let sum = |f: fn(&TypeCount) -> u32| types.values().map(f).sum::<u32>();
     let body = html! {
         (subnav(l, "/admin"))
@@ -131,7 +214,7 @@ pub(crate) async fn page(State(state): State<AppState>, ctx: Ctx) -> Result<Resp
                 div.tile { span.n { (sum(|c| c.total)) } (l.t("GPUs", "GPU 总数")) }
                 div.tile { span.n { (sum(|c| c.allocated) + sum(|c| c.shared)) } (l.t("allocated (wholly or shared)", "已分配（整卡或共享）")) }
                 div.tile { span.n { (sum(|c| c.free)) } (l.t("free", "空闲")) }
-                div.tile { span.n { (queue.len()) } (l.t("waiting in the queue", "排队中")) }
+                div.tile data-field="queued" { span.n { (waiting) } (l.t("waiting in the queue", "排队中")) }
                 div.tile { span.n { (nodes.len() - out.len()) " / " (nodes.len()) } (l.t("nodes ready", "就绪节点")) }
                 div.tile {
                     @match &report {
@@ -142,7 +225,7 @@ pub(crate) async fn page(State(state): State<AppState>, ctx: Ctx) -> Result<Resp
             }
             (types_table(l, &types))
             (revenue(l, &report))
-            (queue_table(l, &queue, more.is_some()))
+            (queue_table(l, &queue, &lengths, waiting, more.is_some()))
             (out_of_service(l, &out))
         }
     };
@@ -165,6 +248,7 @@ fn types_table(l: Lang, types: &BTreeMap<String, TypeCount>) -> Markup {
                         th scope="col" { (l.t("Free", "空闲")) }
                         th scope="col" { (l.t("Rentable now", "当前可租")) }
                         th scope="col" { (l.t("On nodes out of service", "停用节点上")) }
+                        th scope="col" { (l.t("Queued", "排队中")) }
                     } }
                     tbody { @for (model, c) in types {
                         tr data-gpu-type=(model) {
@@ -175,6 +259,7 @@ fn types_table(l: Lang, types: &BTreeMap<String, TypeCount>) -> Markup {
                             td data-field="free" { (c.free) }
                             td { (c.rentable) }
                             td { (c.out_of_service) }
+                            td data-field="queued" { (c.queued) }
                         }
                     } }
                 } }
@@ -207,13 +292,27 @@ fn revenue(l: Lang, report: &Result<DailyReport, Failure>) -> Markup {
     }
 }
 
-fn queue_table(l: Lang, queue: &[&Reservation], windowed: bool) -> Markup {
+fn queue_table(
+    l: Lang,
+    queue: &[&Reservation],
+    lengths: &BTreeMap<String, (u64, f64)>,
+    waiting: u64,
+    windowed: bool,
+) -> Markup {
     html! {
         section aria-labelledby="queue-h" {
             h2 id="queue-h" { (l.t("The queue", "排队队列")) }
-            @if queue.is_empty() {
+            @if !lengths.is_empty() {
+                ul.plain data-field="queue-lengths" {
+                    @for (gpu_type, (n, oldest)) in lengths {
+                        li { (raw(gpu_type)) ": " (n) " · " (l.t("longest wait", "最长等待")) " "
+                            (format!("{:.0}", oldest / 60.0)) " " (l.t("min", "分钟")) }
+                    }
+                }
+            }
+            @if queue.is_empty() && waiting == 0 {
                 p.empty { (l.t("Nothing is waiting for GPUs.", "没有等待 GPU 的预订。")) }
-            } @else {
+            } @else if !queue.is_empty() {
                 div.scroll { table data-table="queue" {
                     thead { tr {
                         th scope="col" { (l.t("Reservation", "预订")) }
@@ -233,8 +332,9 @@ fn queue_table(l: Lang, queue: &[&Reservation], windowed: bool) -> Markup {
                     } }
                 } }
             }
-            @if windowed {
-                p.hint { (l.t("Counted among the newest 1000 reservations.", "仅统计最新的 1000 个预订。")) }
+            @if windowed && u64::try_from(queue.len()).unwrap_or(u64::MAX) < waiting {
+                p.hint { (l.t("Listed: those among the newest 200 reservations.", "列表仅含最新的 200 个预订中的排队项。")) " "
+                    a href="/admin/reservations?status=pending" { (l.t("All reservations", "全部预订")) } }
             }
         }
     }

@@ -50,6 +50,15 @@ pub(crate) async fn page(
         w => format!("/api/v1/reports/weekly?week={}", enc(w)),
     };
     let weekly: Result<WeeklyReport, Failure> = api.get(&weekly_path).await;
+    // The week shown, in its field: the API's default (the last whole week) when none was asked.
+    let week = match q.week.trim() {
+        "" => weekly
+            .as_ref()
+            .ok()
+            .and_then(|w| w.week.clone())
+            .unwrap_or_default(),
+        w => w.to_owned(),
+    };
     let body = html! {
         (subnav(l, "/admin/reports"))
         form.card method="get" action="/admin/reports" data-form="report" {
@@ -60,7 +69,7 @@ pub(crate) async fn page(
                 }
                 div {
                     label for="r-week" { (l.t("Week (for the tier comparison)", "周（用于档位对比）")) }
-                    input id="r-week" name="week" type="week" value=(q.week) placeholder="2026-W09";
+                    input id="r-week" name="week" type="week" value=(week) placeholder="2026-W09";
                 }
             }
             button type="submit" { (l.t("Show", "查看")) }

@@ -157,6 +157,7 @@ fn create_form(ctx: &Ctx) -> Markup {
     }
 }
 
+/// A user's facts and its two forms (the table scrolls sideways on a phone).
 fn row(ctx: &Ctx, u: &User) -> Markup {
     let l = ctx.lang;
     let id = enc(&u.id);
@@ -175,8 +176,8 @@ fn row(ctx: &Ctx, u: &User) -> Markup {
                 form.row method="post" action={ "/admin/users/" (id) "/credit" } data-form="credit" {
                     (ctx.csrf_field())
                     input type="hidden" name="idempotency_key" value=(crate::auth::new_token("crd"));
-                    label.sr for={ "amount-" (u.id) } { (l.t("Amount", "金额")) }
-                    input id={ "amount-" (u.id) } name="amount" type="text" inputmode="decimal" required placeholder="10.00" size="8";
+                    label for={ "amount-" (u.id) } { (l.t("Amount", "金额")) " (" (crate::CURRENCY) ")" }
+                    input id={ "amount-" (u.id) } name="amount" type="text" inputmode="decimal" required placeholder="10.00";
                     button.small type="submit" { (l.t("Grant", "充值")) }
                 }
             }
@@ -185,11 +186,11 @@ fn row(ctx: &Ctx, u: &User) -> Markup {
                     (ctx.csrf_field())
                     label for={ "maxr-" (u.id) } { (l.t("Most live reservations", "最多同时预订数")) }
                     input id={ "maxr-" (u.id) } name="max_reservations" type="number" min="0" max="1000000"
-                        value=[u.max_reservations] size="6";
-                    label for={ "maxs-" (u.id) } { (l.t("Most spend per hour", "每小时最高花费")) }
+                        value=[u.max_reservations];
+                    label for={ "maxs-" (u.id) } { (l.t("Most spend per hour", "每小时最高花费")) " (" (crate::CURRENCY) ")" }
                     input id={ "maxs-" (u.id) } name="max_spend_per_hour" type="text" inputmode="decimal"
-                        value=[u.max_spend_per_hour.map(|m| m.to_string())] size="8";
-                    button.small type="submit" { (l.t("Set", "设置")) }
+                        value=[u.max_spend_per_hour.map(|m| m.to_string())];
+                    button.small type="submit" { (l.t("Set caps", "设置上限")) }
                 }
             }
         }
