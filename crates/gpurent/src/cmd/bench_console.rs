@@ -310,6 +310,8 @@ async fn pages(
         "/admin/users",
         "/admin/events",
         "/admin/audit",
+        "/admin/reports",
+        "/admin/ledger",
     ];
     let mut out = Vec::new();
     for (who, session, list) in [

@@ -2,13 +2,11 @@
 //! nodes out of service, revenue today), refreshed live, with links to the other admin pages.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::Method;
 use axum::response::Response;
-use gpurent_store::Store;
 use gpurent_types::api::{Node, Offer, Reservation};
 use gpurent_types::report::DailyReport;
 use gpurent_types::Money;
@@ -25,9 +23,6 @@ const MAX_NODES: usize = 10_000;
 /// The queued reservations are listed from this many newest reservations (the API's list has
 /// no filter); how many wait of each type is the exact figure of `/metrics`.
 const QUEUE_WINDOW: u32 = 200;
-/// How long today's report is reused: the fleet page is refreshed every 2 s by each admin who
-/// has it open, and the report reads all of the day's usage.
-const KEEP_TODAY: Duration = Duration::from_secs(15);
 
 /// The admin pages, for the links at the top of each.
 pub(crate) fn subnav(l: Lang, current: &str) -> Markup {
@@ -138,40 +133,9 @@ async fn queue_lengths(api: &Api) -> Result<BTreeMap<String, (u64, f64)>, Failur
     Ok(out)
 }
 
-/// Today's report as one control plane (its store) last gave it.
-struct KeptReport {
-    store: Weak<dyn Store>,
-    date: String,
-    at: Instant,
-    report: DailyReport,
-}
-
-static TODAY: Mutex<Option<KeptReport>> = Mutex::new(None);
-
-/// Today's daily report, reused for `KEEP_TODAY`. Keyed by the store, held weakly so that its
-/// address cannot be another control plane's (tests run several in one process).
-async fn today_report(state: &AppState, api: &Api) -> Result<DailyReport, Failure> {
-    let date = today(state);
-    let store = Arc::downgrade(&state.store);
-    if let Ok(kept) = TODAY.lock() {
-        if let Some(k) = kept.as_ref().filter(|k| {
-            Weak::ptr_eq(&k.store, &store) && k.date == date && k.at.elapsed() < KEEP_TODAY
-        }) {
-            return Ok(k.report.clone());
-        }
-    }
-    let report: DailyReport = api
-        .get(&format!("/api/v1/reports/daily?date={date}"))
-        .await?;
-    if let Ok(mut kept) = TODAY.lock() {
-        *kept = Some(KeptReport {
-            store,
-            date,
-            at: Instant::now(),
-            report: report.clone(),
-        });
-    }
-    Ok(report)
+/// Today's daily report (reused for a few seconds: `report_cache`).
+async fn today_report(state: &AppState, api: &Api) -> Result<Arc<DailyReport>, Failure> {
+    crate::console::report_cache::daily(state, api, &today(state)).await
 }
 
 /// Today (UTC), as the daily report's `date`.
@@ -182,15 +146,20 @@ fn today(state: &AppState) -> String {
 pub(crate) async fn page(State(state): State<AppState>, ctx: Ctx) -> Result<Response, PageError> {
     let l = ctx.lang;
     let api = ctx.api(&state)?;
-    let nodes = all_nodes(&api).await.map_err(|f| ctx.failed(f))?;
-    let offers: Vec<Offer> = api.get("/api/v1/offers").await.map_err(|f| ctx.failed(f))?;
-    let (newest, more): (Vec<Reservation>, _) = api
-        .page(&format!("/api/v1/reservations?limit={QUEUE_WINDOW}"))
-        .await
-        .map_err(|f| ctx.failed(f))?;
-    // The only figure of today's money the API has: the daily report's revenue so far.
-    let report = today_report(&state, &api).await;
-    let lengths = queue_lengths(&api).await.unwrap_or_default();
+    // Five reads that need nothing of each other, made at once.
+    let newest_path = format!("/api/v1/reservations?limit={QUEUE_WINDOW}");
+    let (nodes, offers, newest, report, lengths) = tokio::join!(
+        all_nodes(&api),
+        api.get::<Vec<Offer>>("/api/v1/offers"),
+        api.page::<Reservation>(&newest_path),
+        // The only figure of today's money the API has: the daily report's revenue so far.
+        today_report(&state, &api),
+        queue_lengths(&api),
+    );
+    let nodes = nodes.map_err(|f| ctx.failed(f))?;
+    let offers = offers.map_err(|f| ctx.failed(f))?;
+    let (newest, more) = newest.map_err(|f| ctx.failed(f))?;
+    let lengths = lengths.unwrap_or_default();
     let mut types = by_type(&nodes, &offers);
     for (gpu_type, (n, _)) in &lengths {
         types.entry(gpu_type.clone()).or_default().queued = *n;
@@ -269,7 +238,7 @@ fn types_table(l: Lang, types: &BTreeMap<String, TypeCount>) -> Markup {
     }
 }
 
-fn revenue(l: Lang, report: &Result<DailyReport, Failure>) -> Markup {
+fn revenue(l: Lang, report: &Result<Arc<DailyReport>, Failure>) -> Markup {
     html! {
         section aria-labelledby="revenue-h" {
             h2 id="revenue-h" { (l.t("Revenue today", "今日收入")) }

@@ -42,9 +42,7 @@ pub(crate) async fn page(
         "" => state.now().format("%Y-%m-%d").to_string(),
         d => d.to_owned(),
     };
-    let daily: Result<DailyReport, Failure> = api
-        .get(&format!("/api/v1/reports/daily?date={}", enc(&date)))
-        .await;
+    let daily = crate::console::report_cache::daily(&state, &api, &date).await;
     let weekly_path = match q.week.trim() {
         "" => "/api/v1/reports/weekly".to_owned(),
         w => format!("/api/v1/reports/weekly?week={}", enc(w)),
@@ -268,8 +266,7 @@ async fn chart(
     date: &str,
 ) -> Result<Response, PageError> {
     let api = ctx.api(state)?;
-    let report: DailyReport = api
-        .get(&format!("/api/v1/reports/daily?date={}", enc(date)))
+    let report = crate::console::report_cache::daily(state, &api, date)
         .await
         .map_err(|f| ctx.failed(f))?;
     let svg = plot::svg(which, &report).map_err(|e| PageError::internal(&e.to_string()))?;
