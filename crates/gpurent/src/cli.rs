@@ -809,6 +809,12 @@ pub enum UsersCommand {
         #[arg(long)]
         max_spend_per_hour: Option<String>,
     },
+    /// Give a user another role (admin); the last admin cannot lose its own.
+    Role {
+        user_id: String,
+        #[arg(value_parser = ["tenant", "host", "admin"])]
+        role: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

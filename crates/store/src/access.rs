@@ -105,6 +105,13 @@ pub trait AccessStore: Send + Sync {
     /// The login facts of the user named `name`, if any.
     async fn login_facts(&self, name: &str) -> Result<Option<LoginFacts>>;
 
+    /// Gives a user another role; the last admin cannot lose it (`Conflict`).
+    async fn set_role(
+        &self,
+        user_id: &str,
+        role: gpurent_types::Role,
+    ) -> Result<gpurent_types::api::User>;
+
     /// Sets a user's overrides of the caps (`None` leaves one as it is).
     async fn set_limits(
         &self,

@@ -89,7 +89,7 @@ pub struct TokenCreated {
     pub token: String,
 }
 
-/// `PATCH /api/v1/users/{id}` (admin): per-tenant overrides of the platform's caps.
+/// `PATCH /api/v1/users/{id}` (admin): a new role, and per-tenant overrides of the platform's caps.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateUser {
@@ -100,6 +100,9 @@ pub struct UpdateUser {
     /// Most spend per hour: the sum of `price_per_hour` of its live reservations.
     #[serde(default)]
     pub max_spend_per_hour: Option<Money>,
+    /// A new role. The last admin cannot lose it (409).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<crate::Role>,
 }
 
 /// `POST /api/v1/ssh-keys`: an OpenSSH public key of the caller (one line, as in

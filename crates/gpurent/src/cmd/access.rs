@@ -65,6 +65,25 @@ pub async fn passwd(api: &ApiClient, user_id: Option<String>, json: bool) -> Res
     Ok(())
 }
 
+/// `gpurent users role USER_ID ROLE`.
+pub async fn role(api: &ApiClient, user_id: &str, role: &str, json: bool) -> Result<(), CliError> {
+    let role = role
+        .parse()
+        .map_err(|e: gpurent_types::UnknownValue| CliError::new("invalid_value", e.to_string()))?;
+    let body = UpdateUser {
+        role: Some(role),
+        ..UpdateUser::default()
+    };
+    let user: User = api
+        .patch(&format!("/api/v1/users/{}", segment(user_id)), &body)
+        .await?;
+    if json {
+        return print_json(&user);
+    }
+    print_line(&format!("{}: {}", user.name, user.role));
+    Ok(())
+}
+
 pub async fn limits(
     api: &ApiClient,
     user_id: &str,
@@ -81,6 +100,7 @@ pub async fn limits(
     let body = UpdateUser {
         max_reservations,
         max_spend_per_hour,
+        role: None,
     };
     let user: User = api
         .patch(&format!("/api/v1/users/{}", segment(user_id)), &body)

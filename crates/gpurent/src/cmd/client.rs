@@ -459,6 +459,9 @@ pub async fn run(
             super::access::limits(&api, &user_id, max_reservations, max_spend_per_hour, json)
                 .await?;
         }
+        Command::Users(UsersCommand::Role { user_id, role }) => {
+            super::access::role(&api, &user_id, &role, json).await?;
+        }
         Command::Tokens(command) => super::access::tokens(&api, command, json).await?,
         Command::Keys(command) => super::ssh_keys::keys(&api, command, json).await?,
         Command::Login { name } => super::access::login(&api, &name, json).await?,

@@ -102,12 +102,13 @@ pub(crate) async fn get_user(
 /// The highest cap on live reservations an admin may set (the schema's `maximum`).
 const MAX_RESERVATIONS_CAP: u32 = 1_000_000;
 
-/// Set a user's overrides of the platform's caps on live reservations and spend per hour
-/// (admin).
+/// Set a user's role, and its overrides of the platform's caps on live reservations and spend
+/// per hour (admin). The last admin cannot lose its role (409).
 #[utoipa::path(patch, path = "/api/v1/users/{id}", tag = "users", security(("bearer" = [])),
     params(("id" = String, Path)), request_body = UpdateUser,
     responses((status = 200, body = User), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub(crate) async fn update_user(
     State(state): State<AppState>,
     caller: Caller,
@@ -126,6 +127,10 @@ pub(crate) async fn update_user(
         return Err(ApiError::Invalid(
             "max_spend_per_hour: must be more than 0".into(),
         ));
+    }
+    if let Some(role) = body.role {
+        state.store.set_role(&id, role).await?;
+        tracing::info!(user_id = %id, by = %caller.0.id, %role, "role set");
     }
     let user = state
         .store

@@ -764,6 +764,17 @@ impl Client {
         .await
     }
 
+    pub async fn patch(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        Self::decode(
+            self.request(reqwest::Method::PATCH, path)
+                .json(body)
+                .send()
+                .await
+                .expect("send"),
+        )
+        .await
+    }
+
     pub async fn post_with_key(&self, path: &str, body: &Value, key: &str) -> (StatusCode, Value) {
         let r = self
             .request(reqwest::Method::POST, path)

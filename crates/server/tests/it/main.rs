@@ -37,6 +37,7 @@ mod proxy;
 mod queue;
 mod reports;
 mod revoke;
+mod roles;
 mod secrets;
 mod settlement;
 mod slow_clients;

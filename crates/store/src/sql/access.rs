@@ -193,6 +193,39 @@ impl AccessStore for SqlStore {
         .transpose()
     }
 
+    async fn set_role(&self, user_id: &str, role: gpurent_types::Role) -> Result<User> {
+        let mut tx = self.begin().await?;
+        // Every admin's row first (PostgreSQL; SQLite has one writer): two admins demoting
+        // each other at once cannot both count the other.
+        sqlx::query("UPDATE users SET role = role WHERE role = 'admin'")
+            .execute(&mut *tx)
+            .await?;
+        let current = sqlx::query("SELECT role FROM users WHERE id = $1")
+            .bind(user_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::not_found("user", user_id))?;
+        let current: String = current.try_get("role")?;
+        if current == "admin" && role != gpurent_types::Role::Admin {
+            let admins: i64 = sqlx::query("SELECT COUNT(*) AS n FROM users WHERE role = 'admin'")
+                .fetch_one(&mut *tx)
+                .await?
+                .try_get("n")?;
+            if admins <= 1 {
+                return Err(StoreError::Conflict(format!(
+                    "user {user_id} is the only admin: make another user admin first"
+                )));
+            }
+        }
+        sqlx::query("UPDATE users SET role = $2 WHERE id = $1")
+            .bind(user_id)
+            .bind(role.as_str())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        crate::UserStore::get_user(self, user_id).await
+    }
+
     async fn set_limits(
         &self,
         user_id: &str,

@@ -49,6 +49,7 @@ pub(crate) struct CreditForm {
 pub(crate) struct LimitsForm {
     max_reservations: String,
     max_spend_per_hour: String,
+    role: String,
 }
 
 pub(crate) async fn list(
@@ -107,7 +108,7 @@ async fn render(
         @if let Some(next) = next {
             p { a href={ "/admin/users?after=" (enc(&next)) } { (l.t("More", "更多")) " →" } }
         }
-        p.hint { (l.t("Caps: an empty field leaves that cap as it is. A user's role is set when it is created: the API has no way to change it.", "上限：留空的字段保持不变。用户的角色在创建时确定：API 不支持修改角色。")) }
+        p.hint { (l.t("Caps: an empty field leaves that cap as it is. The last admin cannot lose its role.", "上限：留空的字段保持不变。最后一位管理员不能失去管理员角色。")) }
     };
     let status = failure.map_or(StatusCode::OK, |f| f.status);
     Ok(ctx.page_with_status(status, l.t("Users", "用户"), body))
@@ -190,7 +191,13 @@ fn row(ctx: &Ctx, u: &User) -> Markup {
                     label for={ "maxs-" (u.id) } { (l.t("Most spend per hour", "每小时最高花费")) " (" (crate::CURRENCY) ")" }
                     input id={ "maxs-" (u.id) } name="max_spend_per_hour" type="text" inputmode="decimal"
                         value=[u.max_spend_per_hour.map(|m| m.to_string())];
-                    button.small type="submit" { (l.t("Set caps", "设置上限")) }
+                    label for={ "role-" (u.id) } { (l.t("Role", "角色")) }
+                    select id={ "role-" (u.id) } name="role" {
+                        @for role in [Role::Tenant, Role::Host, Role::Admin] {
+                            option value=(role.as_str()) selected[role == u.role] { (role_name(l, role)) }
+                        }
+                    }
+                    button.small type="submit" { (l.t("Save", "保存")) }
                 }
             }
         }
@@ -301,8 +308,26 @@ pub(crate) async fn limits(
         (Ok(max_reservations), Ok(max_spend_per_hour)) => UpdateUser {
             max_reservations,
             max_spend_per_hour,
+            role: None,
         },
         (Err(f), _) | (_, Err(f)) => return render(&state, &ctx, &q, None, Some(&f)).await,
+    };
+    let body = match form.role.trim() {
+        "" => body,
+        r => match r.parse::<Role>() {
+            Ok(role) => UpdateUser {
+                role: Some(role),
+                ..body
+            },
+            Err(e) => {
+                let f = Failure {
+                    status: StatusCode::UNPROCESSABLE_ENTITY,
+                    code: "validation".into(),
+                    message: format!("role: {e}"),
+                };
+                return render(&state, &ctx, &q, None, Some(&f)).await;
+            }
+        },
     };
     let api = ctx.api(&state)?;
     let path = format!("/api/v1/users/{}", enc(&id));
