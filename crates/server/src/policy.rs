@@ -124,6 +124,7 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("POST", "/admin/users", PAGE_ADMIN),
     ("POST", "/admin/users/{id}/credit", PAGE_ADMIN),
     ("POST", "/admin/users/{id}/limits", PAGE_ADMIN),
+    ("POST", "/admin/users/{id}/password", PAGE_ADMIN),
     ("GET", "/admin/reservations", PAGE_ADMIN),
     ("GET", "/admin/events", PAGE_ADMIN),
     ("GET", "/admin/audit", PAGE_ADMIN),

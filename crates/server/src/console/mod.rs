@@ -75,6 +75,10 @@ pub(crate) fn routes() -> Router<AppState> {
         )
         .route("/admin/users/{id}/credit", post(pages::admin_users::credit))
         .route("/admin/users/{id}/limits", post(pages::admin_users::limits))
+        .route(
+            "/admin/users/{id}/password",
+            post(pages::admin_users::password),
+        )
         .route("/admin/reservations", get(pages::admin_reservations::list))
         .route("/admin/events", get(pages::admin_events::list))
         .route("/admin/audit", get(pages::admin_audit::search))

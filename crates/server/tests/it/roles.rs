@@ -97,7 +97,7 @@ async fn roles_change_and_the_last_admin_keeps_its_own(backend: Backend) {
 both_stores!(api, roles_change_and_the_last_admin_keeps_its_own);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_users_page_changes_a_role() {
+async fn the_users_page_changes_a_role_and_sets_a_password() {
     let app = TestApp::with(Backend::Sqlite).start().await;
     let tina = app.tenant("tina", "0").await;
     let console = login_admin(&app).await;
@@ -122,5 +122,34 @@ async fn the_users_page_changes_a_role() {
         )
         .await;
     assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY);
+    // The admin gives the user a password from its row; the user then logs in with it.
+    let short = console
+        .post(
+            &format!("/admin/users/{}/password", tina.id),
+            &[("password", "short")],
+        )
+        .await;
+    assert_eq!(
+        short.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        short.html
+    );
+    let set = console
+        .post(
+            &format!("/admin/users/{}/password", tina.id),
+            &[("password", crate::console_support::PASSWORD)],
+        )
+        .await;
+    assert_eq!(set.status, StatusCode::SEE_OTHER, "{}", set.html);
+    let tinas =
+        crate::console_support::login_with(&app.base, "tina", crate::console_support::PASSWORD)
+            .await
+            .expect("tina logs in with the password the admin set");
+    assert_eq!(
+        tinas.get("/").await.location(),
+        Some("/nodes"),
+        "tina is a host now"
+    );
     app.shutdown().await;
 }

@@ -83,6 +83,7 @@ async fn render(
             div.alert.ok role="status" {
                 @match done {
                     "credit" => { (l.t("Credit granted to", "已为该用户充值：")) " " (raw(user)) }
+                    "password" => { (l.t("Password set for", "已设置该用户的密码：")) " " (raw(user)) }
                     _ => { (l.t("Caps set for", "已设置该用户的上限：")) " " (raw(user)) }
                 }
             }
@@ -120,7 +121,7 @@ fn created_notice(l: Lang, c: &UserCreated) -> Markup {
             p { strong { (l.t("User created:", "用户已创建：")) } " " (raw(&c.name)) " · " (role_name(l, c.role)) " · " (raw(&c.id)) }
             p { (l.t("Their API token, shown only this once: give it to them now.", "其 API 令牌仅显示这一次，请立即交给该用户。")) }
             p { code data-field="token" { (c.token) } }
-            p.hint { (l.t("They can log in to this console once a password is set:", "设置密码后即可登录控制台：")) " " (raw(&format!("gpurent users passwd {}", c.name))) }
+            p.hint { (l.t("They can log in to this console once a password is set:", "设置密码后即可登录控制台：")) " " (raw(&format!("gpurent users passwd {}", c.id))) " " (l.t("or the form in its row below.", "或下方该用户行中的表单。")) }
         }
     }
 }
@@ -198,6 +199,12 @@ fn row(ctx: &Ctx, u: &User) -> Markup {
                         }
                     }
                     button.small type="submit" { (l.t("Save", "保存")) }
+                }
+                form.row method="post" action={ "/admin/users/" (id) "/password" } data-form="password" {
+                    (ctx.csrf_field())
+                    label for={ "pw-" (u.id) } { (l.t("New password (8 or more characters)", "新密码（至少 8 个字符）")) }
+                    input id={ "pw-" (u.id) } name="password" type="password" autocomplete="new-password" minlength="8" required;
+                    button.small type="submit" { (l.t("Set password", "设置密码")) }
                 }
             }
         }
@@ -282,6 +289,38 @@ pub(crate) async fn credit(
             Redirect::to(&format!("/admin/users?done=credit&user={}", enc(&id))).into_response(),
         ),
         Err(f) if f.status.is_client_error() => render(&state, &ctx, &q, None, Some(&f)).await,
+        Err(f) => Err(ctx.failed(f)),
+    }
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct PasswordForm {
+    password: String,
+}
+
+/// Sets a user's password, so that it can log in to the console.
+pub(crate) async fn password(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    Path(id): Path<String>,
+    Form(form): Form<PasswordForm>,
+) -> Result<Response, PageError> {
+    let api = ctx.api(&state)?;
+    let path = format!("/api/v1/users/{}/password", enc(&id));
+    let body = gpurent_types::api::SetPassword {
+        password: form.password,
+    };
+    match api
+        .send(Method::POST, &path, serde_json::to_vec(&body).ok())
+        .await
+    {
+        Ok(_) => Ok(
+            Redirect::to(&format!("/admin/users?done=password&user={}", enc(&id))).into_response(),
+        ),
+        Err(f) if f.status.is_client_error() => {
+            render(&state, &ctx, &ListQuery::default(), None, Some(&f)).await
+        }
         Err(f) => Err(ctx.failed(f)),
     }
 }
