@@ -665,6 +665,27 @@ impl Browser {
             .collect()
     }
 
+    /// Form fields a person fills that have no label (no `<label>`, no `aria-label`), as
+    /// `tag[name]`.
+    pub fn unlabelled_fields(&self) -> Vec<String> {
+        let found = self.execute(
+            r#"
+            return Array.from(document.querySelectorAll('input, select, textarea'))
+                .filter(el => !['hidden', 'submit', 'button'].includes(el.type))
+                .filter(el => !(el.labels && el.labels.length) && !el.getAttribute('aria-label')
+                    && !el.getAttribute('aria-labelledby'))
+                .map(el => el.tagName.toLowerCase() + '[' + (el.name || el.id || '?') + ']');
+            "#,
+            vec![],
+        );
+        found
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Panics when the page does not fit a phone (`phone_misfit`).
     pub fn assert_fits_phone(&self, page: &str) {
         if let Some(why) = self.phone_misfit() {

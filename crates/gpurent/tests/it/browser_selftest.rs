@@ -139,6 +139,8 @@ fn browser_harness_drives_a_real_chromium() {
 
     // A click runs the page's script.
     browser.goto(&format!("{}/", site.url));
+    // The label check: the input is in its label, the select has none.
+    assert_eq!(browser.unlabelled_fields(), vec!["select[tier]".to_owned()]);
     browser.click("#bump");
     browser.click("#bump");
     assert_eq!(

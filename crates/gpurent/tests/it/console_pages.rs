@@ -105,6 +105,10 @@ fn walk(
         if let Some(why) = browser.phone_misfit() {
             problems.push(format!("{path}: {why}"));
         }
+        let unlabelled = browser.unlabelled_fields();
+        if !unlabelled.is_empty() {
+            problems.push(format!("{path}: fields without a label: {unlabelled:?}"));
+        }
         if browser.lang() == Lang::ZhCn {
             let english = untranslated_words(browser, data);
             if !english.is_empty() {
