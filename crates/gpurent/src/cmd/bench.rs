@@ -5,10 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use gpurent_server::{hash_token, RunningServer, ServerConfig};
-use gpurent_store::prelude::*;
-use gpurent_store::{NewNode, SqlStore};
-use gpurent_types::agent::GpuInfo;
+use gpurent_server::{RunningServer, ServerConfig};
+use gpurent_store::SqlStore;
 use gpurent_types::SystemClock;
 use serde::Serialize;
 
@@ -52,45 +50,9 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         "bench: registering {} nodes x {} GPUs",
         args.nodes, args.gpus_per_node
     );
-    let admin_token = "gpr_bench_admin";
-    store.ensure_admin(&hash_token(admin_token), now).await?;
-    let admin = store
-        .authenticate(&hash_token(admin_token))
-        .await?
-        .context("admin")?;
-    store
-        .create_join_token(
-            "bench-join",
-            &admin.id,
-            now + chrono::Duration::days(1),
-            now,
-        )
-        .await?;
+    super::bench_common::bench_admin(&store, now).await?;
     for n in 0..args.nodes {
-        let gpus = (0..args.gpus_per_node)
-            .map(|i| {
-                GpuInfo::basic(
-                    i,
-                    format!("GPU-bench-{n}-{i}"),
-                    "NVIDIA GeForce RTX 4090".into(),
-                    24_564,
-                )
-            })
-            .collect();
-        store
-            .register_node(
-                NewNode {
-                    join_token_hash: "bench-join".into(),
-                    node_token_hash: format!("bench-node-{n}"),
-                    name: format!("bench-{n}"),
-                    executor: "sim".into(),
-                    gpu_backend: "sim".into(),
-                    gpus,
-                    verification: None,
-                    isolated: true,
-                },
-                now,
-            )
+        super::bench_common::bench_node(&store, usize::try_from(n)?, args.gpus_per_node, now)
             .await?;
     }
     let tenant_token = super::bench_common::TENANT_TOKEN;

@@ -84,3 +84,60 @@ pub fn rss_mib(pid: u32) -> f64 {
         .and_then(|kb| kb.parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
 }
+
+/// The admin of a bench store (token `gpr_bench_admin`) and the join token `bench-join`.
+pub async fn bench_admin(
+    store: &SqlStore,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<gpurent_store::AuthUser> {
+    store
+        .ensure_admin(&hash_token("gpr_bench_admin"), now)
+        .await?;
+    let admin = store
+        .authenticate(&hash_token("gpr_bench_admin"))
+        .await?
+        .context("admin")?;
+    store
+        .create_join_token(
+            "bench-join",
+            &admin.id,
+            now + chrono::Duration::days(1),
+            now,
+        )
+        .await?;
+    Ok(admin)
+}
+
+/// Registers node `bench-N` with `gpus` simulated RTX 4090s (after [`bench_admin`]); its id.
+pub async fn bench_node(
+    store: &SqlStore,
+    n: usize,
+    gpus: u32,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<String> {
+    let gpus = (0..gpus)
+        .map(|i| {
+            gpurent_types::agent::GpuInfo::basic(
+                i,
+                format!("GPU-bench-{n}-{i}"),
+                "NVIDIA GeForce RTX 4090".into(),
+                24_564,
+            )
+        })
+        .collect();
+    Ok(store
+        .register_node(
+            gpurent_store::NewNode {
+                join_token_hash: "bench-join".into(),
+                node_token_hash: format!("bench-node-{n}"),
+                name: format!("bench-{n}"),
+                executor: "sim".into(),
+                gpu_backend: "sim".into(),
+                gpus,
+                verification: None,
+                isolated: true,
+            },
+            now,
+        )
+        .await?)
+}

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use gpurent_server::{hash_token, RunningServer, ServerConfig};
 use gpurent_store::prelude::*;
-use gpurent_store::{NewNode, SqlStore};
-use gpurent_types::agent::GpuInfo;
+use gpurent_store::SqlStore;
 use gpurent_types::{Money, SystemClock};
 use serde::Serialize;
 
@@ -113,19 +112,7 @@ async fn measure(args: &BenchConsoleArgs, dir: &std::path::Path) -> anyhow::Resu
     );
     let now = chrono::Utc::now();
     let admin_token = "gpr_bench_admin";
-    store.ensure_admin(&hash_token(admin_token), now).await?;
-    let admin = store
-        .authenticate(&hash_token(admin_token))
-        .await?
-        .context("admin")?;
-    store
-        .create_join_token(
-            "bench-join",
-            &admin.id,
-            now + chrono::Duration::days(1),
-            now,
-        )
-        .await?;
+    let admin = super::bench_common::bench_admin(&store, now).await?;
     super::bench_common::bench_tenant(&store, 1_000_000_000).await?;
     let tenant = store
         .authenticate(&hash_token(TENANT_TOKEN))
@@ -138,31 +125,7 @@ async fn measure(args: &BenchConsoleArgs, dir: &std::path::Path) -> anyhow::Resu
     let per_node = args.reservations.div_ceil(args.nodes.max(1));
     let mut left = args.reservations;
     for n in 0..args.nodes {
-        let gpus = (0..8)
-            .map(|i| {
-                GpuInfo::basic(
-                    i,
-                    format!("GPU-bench-{n}-{i}"),
-                    "NVIDIA GeForce RTX 4090".into(),
-                    24_564,
-                )
-            })
-            .collect();
-        let node = store
-            .register_node(
-                NewNode {
-                    join_token_hash: "bench-join".into(),
-                    node_token_hash: format!("bench-node-{n}"),
-                    name: format!("bench-{n}"),
-                    executor: "sim".into(),
-                    gpu_backend: "sim".into(),
-                    gpus,
-                    verification: None,
-                    isolated: true,
-                },
-                now,
-            )
-            .await?;
+        let node = super::bench_common::bench_node(&store, n, 8, now).await?;
         let here = per_node.min(left);
         left -= here;
         store

@@ -11,15 +11,7 @@ use fantoccini::key::Key;
 
 use crate::browser::{self, Browser, Lang};
 use crate::console_support::{check_page, Console, SHOWN};
-
-fn docker_answers() -> bool {
-    Command::new("docker")
-        .args(["image", "inspect", "gpurent-test/busybox:latest"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
+use crate::ssh_support::docker_answers;
 
 /// Removes a reservation's containers when dropped: a killed agent leaves them running.
 /// Made before the agent starts, so it is dropped after the agent is gone.

@@ -11,22 +11,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::ssh_endpoint::{keygen, run_bounded, tenant};
-use crate::ssh_support::{http_hello, random_file, sha256, wait_bounded};
+use crate::ssh_support::{docker_answers, http_hello, random_file, sha256, wait_bounded};
 use crate::support::{cli, eventually, Cluster, Daemon};
 
 /// `/proc/self` belongs to the process's effective user.
 fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-fn docker_answers() -> bool {
-    Command::new("docker")
-        .args(["image", "inspect", "gpurent-test/busybox:latest"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// Kills a child (an ssh in the background) when dropped.

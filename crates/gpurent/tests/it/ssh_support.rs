@@ -281,3 +281,13 @@ impl Drop for Guard {
         let _ = self.0.wait();
     }
 }
+
+/// Whether a Docker Engine answers and has the test image (`scripts/test.sh` imports it).
+pub fn docker_answers() -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", "gpurent-test/busybox:latest"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
