@@ -262,22 +262,42 @@ impl Browser {
     pub fn wait_for_download(&self, deadline: Duration) -> PathBuf {
         let dir = self.downloads_dir();
         let end = Instant::now() + deadline;
+        // Chromium puts an empty file under the final name while it writes the
+        // `.crdownload`, then renames that over it: done when no `.crdownload` is left and the
+        // file's size holds between two looks.
+        let mut last: Option<(PathBuf, u64)> = None;
+        let mut same = 0;
         loop {
-            let done = std::fs::read_dir(&dir)
+            let paths: Vec<PathBuf> = std::fs::read_dir(&dir)
                 .into_iter()
                 .flatten()
                 .flatten()
                 .map(|e| e.path())
-                .find(|p| p.extension().is_none_or(|x| x != "crdownload"));
-            if let Some(path) = done {
-                // A file that is renamed into place is whole once it has its name.
-                return path;
+                .collect();
+            let writing = paths
+                .iter()
+                .any(|p| p.extension().is_some_and(|x| x == "crdownload"));
+            let done = paths
+                .iter()
+                .find(|p| p.extension().is_none_or(|x| x != "crdownload"))
+                .map(|p| (p.clone(), std::fs::metadata(p).map_or(0, |m| m.len())));
+            if !writing && done.is_some() && done == last {
+                same += 1;
+                // An empty file is only taken for a download once it has stayed so for 2 s.
+                if let Some((path, len)) = &done {
+                    if *len > 0 || same >= 10 {
+                        return path.clone();
+                    }
+                }
+            } else {
+                same = 0;
             }
+            last = done;
             assert!(
                 Instant::now() < end,
                 "nothing downloaded into {dir:?} within {deadline:?}"
             );
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(200));
         }
     }
 
