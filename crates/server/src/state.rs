@@ -36,6 +36,8 @@ pub struct AppState {
     /// The whole router, for the console's in-process API calls (set when it is built; it
     /// lives as long as the process serves it).
     pub console_api: Arc<std::sync::OnceLock<axum::Router>>,
+    /// The admin pages' recent daily reports.
+    pub console_reports: Arc<crate::console::report_cache::ReportCache>,
 }
 
 impl AppState {
@@ -65,6 +67,7 @@ impl AppState {
             activity: Arc::default(),
             ssh_endpoint: Arc::default(),
             console_api: Arc::default(),
+            console_reports: Arc::default(),
         }
     }
 

@@ -16,7 +16,9 @@ use super::session::Viewer;
 use crate::state::AppState;
 
 /// Marks a request the console made on behalf of a page: already counted against its
-/// address's rate when the page was asked for, and not audited as a read of its own.
+/// address's rate when the page was asked for, not audited as a read of its own, and made
+/// by the viewer `console::guard` found (so `policy::authorize` does not look its token up
+/// again).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Internal;
 
@@ -59,6 +61,7 @@ impl Failure {
 pub(crate) struct Api {
     router: Router,
     token: Option<String>,
+    caller: Option<crate::auth::Caller>,
     peer: Option<ConnectInfo<crate::tls::Peer>>,
 }
 
@@ -77,6 +80,15 @@ impl Api {
         Ok(Api {
             router,
             token: viewer.map(|v| v.token.clone()),
+            caller: viewer.map(|v| {
+                crate::auth::Caller(
+                    v.user.clone(),
+                    gpurent_store::TokenFacts {
+                        id: v.token_id.clone(),
+                        expires_at: v.expires_at,
+                    },
+                )
+            }),
             peer,
         })
     }
@@ -113,6 +125,9 @@ impl Api {
             .body(body.map_or_else(Body::empty, Body::from))
             .map_err(|e| Failure::internal(format!("a console request: {e}")))?;
         request.extensions_mut().insert(Internal);
+        if let Some(caller) = &self.caller {
+            request.extensions_mut().insert(caller.clone());
+        }
         if let Some(peer) = &self.peer {
             request.extensions_mut().insert(peer.clone());
         }

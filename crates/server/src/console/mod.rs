@@ -7,7 +7,7 @@ mod assets;
 pub(crate) mod lang;
 pub(crate) mod layout;
 mod pages;
-mod report_cache;
+pub(crate) mod report_cache;
 pub(crate) mod session;
 pub(crate) mod terminal;
 

@@ -2,10 +2,9 @@
 //! 2 s and the reports page draws its two charts from the same report, while a report reads
 //! the whole day from the store.
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use gpurent_store::Store;
 use gpurent_types::report::DailyReport;
 
 use super::api::{enc, Api, Failure};
@@ -13,19 +12,14 @@ use crate::state::AppState;
 
 /// How long a report is reused: revenue shown at most this late.
 pub(crate) const KEEP: Duration = Duration::from_secs(15);
-/// Reports kept at once (dates, across control planes in one process).
+/// Reports kept at once (dates).
 const MOST: usize = 8;
 
-/// A report as one control plane (its store, held weakly so that its address cannot be
-/// another's: tests run several in one process) gave it.
-struct Kept {
-    store: Weak<dyn Store>,
-    date: String,
-    at: Instant,
-    report: Arc<DailyReport>,
+/// This control plane's recent daily reports (`AppState::console_reports`).
+#[derive(Debug, Default)]
+pub struct ReportCache {
+    kept: Mutex<Vec<(String, Instant, Arc<DailyReport>)>>,
 }
-
-static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
 
 /// The daily report of `date`, from the API (as the viewer, an admin) or reused.
 pub(crate) async fn daily(
@@ -33,30 +27,22 @@ pub(crate) async fn daily(
     api: &Api,
     date: &str,
 ) -> Result<Arc<DailyReport>, Failure> {
-    let store = Arc::downgrade(&state.store);
+    let cache = &state.console_reports;
     {
-        let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
-        kept.retain(|k| k.at.elapsed() < KEEP && k.store.strong_count() > 0);
-        if let Some(k) = kept
-            .iter()
-            .find(|k| Weak::ptr_eq(&k.store, &store) && k.date == date)
-        {
-            return Ok(Arc::clone(&k.report));
+        let mut kept = cache.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.retain(|(_, at, _)| at.elapsed() < KEEP);
+        if let Some((_, _, report)) = kept.iter().find(|(d, _, _)| d == date) {
+            return Ok(Arc::clone(report));
         }
     }
     let report: Arc<DailyReport> = Arc::new(
         api.get(&format!("/api/v1/reports/daily?date={}", enc(date)))
             .await?,
     );
-    let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut kept = cache.kept.lock().unwrap_or_else(PoisonError::into_inner);
     if kept.len() >= MOST {
         kept.remove(0);
     }
-    kept.push(Kept {
-        store,
-        date: date.to_owned(),
-        at: Instant::now(),
-        report: Arc::clone(&report),
-    });
+    kept.push((date.to_owned(), Instant::now(), Arc::clone(&report)));
     Ok(report)
 }

@@ -32,6 +32,8 @@ pub(crate) struct Viewer {
     pub user: AuthUser,
     pub token: String,
     pub token_id: String,
+    /// When the session's token expires.
+    pub expires_at: Option<DateTime<Utc>>,
     pub csrf: String,
 }
 
@@ -79,6 +81,7 @@ pub(crate) async fn authenticate(
             user,
             token: token.to_owned(),
             token_id: facts.id,
+            expires_at: facts.expires_at,
             csrf: csrf_for(token),
         }),
         TokenCheck::Expired(_) | TokenCheck::Revoked(_) | TokenCheck::Unknown => {

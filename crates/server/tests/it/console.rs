@@ -6,10 +6,10 @@ use gpurent_store::Backend;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::app::{TestApp, TestAppBuilder};
+use crate::app::{Tenant, TestApp, TestAppBuilder};
 use crate::console_support::{
     assert_secure_headers, field_value, login, login_admin, login_with, no_redirects, untranslated,
-    PASSWORD,
+    Console, PASSWORD,
 };
 
 fn app() -> TestAppBuilder {
@@ -19,6 +19,21 @@ fn app() -> TestAppBuilder {
             per_address: None,
         }
     })
+}
+
+/// A server with a ready node of two GPUs.
+async fn ready_node() -> TestApp {
+    let app = app().with_sim_gpus("2xRTX4090").start().await;
+    app.wait_nodes_ready().await;
+    app
+}
+
+/// ... and tenant alice, logged in to the console.
+async fn alice_at_a_ready_node() -> (TestApp, Tenant, Console) {
+    let app = ready_node().await;
+    let alice = app.tenant("alice", "10").await;
+    let console = login(&app, &alice, "alice").await;
+    (app, alice, console)
 }
 
 /// Every console entry of the table is routed, and without a session leads to the login
@@ -175,10 +190,7 @@ async fn the_session_cookie_is_httponly_strict_and_expires_with_its_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forms_without_their_csrf_token_or_from_another_site_are_refused() {
-    let app = app().with_sim_gpus("2xRTX4090").start().await;
-    app.wait_nodes_ready().await;
-    let alice = app.tenant("alice", "10").await;
-    let console = login(&app, &alice, "alice").await;
+    let (app, alice, console) = alice_at_a_ready_node().await;
     let form = [("gpu_type", "RTX 4090"), ("hours", "1")];
     let missing = console.post_raw("/offers", &form, &[]).await;
     assert_eq!(missing.status, StatusCode::FORBIDDEN);
@@ -229,10 +241,7 @@ async fn forms_without_their_csrf_token_or_from_another_site_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reserving_watching_and_stopping_through_the_pages() {
-    let app = app().with_sim_gpus("2xRTX4090").start().await;
-    app.wait_nodes_ready().await;
-    let alice = app.tenant("alice", "10").await;
-    let console = login(&app, &alice, "alice").await;
+    let (app, alice, console) = alice_at_a_ready_node().await;
     // The offers and the price the form shows before it is sent: the billing crate's.
     let offers = console.get("/offers").await;
     assert!(offers.html.contains("data-form=\"reserve\""));
@@ -354,8 +363,7 @@ async fn reserving_watching_and_stopping_through_the_pages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_tenants_instance_is_not_found() {
-    let app = app().with_sim_gpus("2xRTX4090").start().await;
-    app.wait_nodes_ready().await;
+    let app = ready_node().await;
     let alice = app.tenant("alice", "10").await;
     let bob = app.tenant("bob", "10").await;
     let (status, r) = alice
@@ -386,8 +394,7 @@ async fn another_tenants_instance_is_not_found() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_speak_the_browsers_language_or_the_chosen_one() {
-    let app = app().with_sim_gpus("2xRTX4090").start().await;
-    app.wait_nodes_ready().await;
+    let app = ready_node().await;
     let alice = app.tenant("alice", "10").await;
     let (_, r) = alice
         .client

@@ -3,48 +3,17 @@
 //! a place freed by SSH lets a terminal in, and a terminal that cannot enter the instance
 //! (the sim executor runs nothing) says why and closes.
 
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use gpurent_server::ssh::{SessionCaps, SshLimits, SshServer};
-use gpurent_store::Backend;
-use reqwest::StatusCode;
-use russh::keys::{load_secret_key, PrivateKeyWithHashAlg};
-use serde_json::json;
+use gpurent_server::ssh::SessionCaps;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{http::header, Error as WsError, Message};
 
-use crate::app::TestApp;
 use crate::console_support::login;
+use crate::ssh_channels::SshRig;
 
 const PATIENCE: Duration = Duration::from_secs(30);
-
-struct Client;
-
-impl russh::client::Handler for Client {
-    type Error = russh::Error;
-
-    async fn check_server_key(
-        &mut self,
-        _key: &russh::keys::PublicKeyOrCertificate,
-    ) -> Result<bool, Self::Error> {
-        Ok(true)
-    }
-}
-
-fn keygen(dir: &Path) -> (russh::keys::PrivateKey, String) {
-    let path = dir.join("id_ed25519");
-    let status = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-N", "", "-t", "ed25519", "-f"])
-        .arg(&path)
-        .status()
-        .expect("ssh-keygen (openssh-client; scripts/test.sh installs it)");
-    assert!(status.success());
-    let public = std::fs::read_to_string(path.with_extension("pub")).unwrap();
-    (load_secret_key(&path, None).unwrap(), public)
-}
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -76,48 +45,16 @@ async fn terminal(base: &str, cookie: &str, id: &str) -> Result<Ws, (u16, String
 
 #[tokio::test]
 async fn terminals_and_ssh_channels_share_the_reservations_session_cap() {
-    let app = TestApp::with(Backend::Sqlite)
-        .with_sim_gpus("1xRTX4090")
-        .start()
-        .await;
-    let dir = tempfile::tempdir().unwrap();
-    let state = app.server.as_ref().unwrap().state.clone();
-    let limits = SshLimits {
-        caps: SessionCaps {
-            sessions: 2,
-            forwards: 1,
-        },
-        ..SshLimits::default()
-    };
-    let ssh = SshServer::start("127.0.0.1:0".parse().unwrap(), dir.path(), state, limits)
-        .await
-        .unwrap();
-    let (key, public) = keygen(dir.path());
-    let ada = app.tenant("ada", "100").await;
-    let (status, body) = ada
-        .client
-        .post("/api/v1/ssh-keys", &json!({"public_key": public}))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let (status, r) = ada
-        .client
-        .reserve(json!({"gpu_type": "rtx4090", "hours": 1}))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{r}");
-    let id = r["id"].as_str().unwrap().to_owned();
-    app.wait_status(&ada.client, &id, "running").await;
+    // Partial moves: the rest (the key's directory) lives to the end of the test.
+    let rig = SshRig::start(SessionCaps {
+        sessions: 2,
+        forwards: 1,
+    })
+    .await;
+    let (app, ssh, ada, id, session) = (rig.app, rig.ssh, rig.ada, rig.id, rig.session);
     let console = login(&app, &ada, "ada").await;
 
     // Two SSH session channels take the reservation's two places.
-    let config = Arc::new(russh::client::Config::default());
-    let mut session = russh::client::connect(config, ssh.addr, Client)
-        .await
-        .unwrap();
-    let auth = session
-        .authenticate_publickey(&id, PrivateKeyWithHashAlg::new(Arc::new(key), None))
-        .await
-        .unwrap();
-    assert!(auth.success(), "{auth:?}");
     let first = session.channel_open_session().await.unwrap();
     let _second = session.channel_open_session().await.unwrap();
 

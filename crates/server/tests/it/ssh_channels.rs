@@ -13,9 +13,9 @@ use reqwest::StatusCode;
 use russh::keys::{load_secret_key, PrivateKeyWithHashAlg};
 use serde_json::json;
 
-use crate::app::TestApp;
+use crate::app::{Tenant, TestApp};
 
-struct Client;
+pub struct Client;
 
 impl russh::client::Handler for Client {
     type Error = russh::Error;
@@ -40,48 +40,76 @@ fn keygen(dir: &Path) -> (russh::keys::PrivateKey, String) {
     (load_secret_key(&path, None).unwrap(), public)
 }
 
+/// A running reservation of tenant `ada` with her key, an SSH endpoint with these caps on the
+/// app's state, and an SSH connection authenticated as that reservation.
+pub struct SshRig {
+    pub app: TestApp,
+    pub ssh: SshServer,
+    pub ada: Tenant,
+    pub id: String,
+    pub session: russh::client::Handle<Client>,
+    _dir: tempfile::TempDir,
+}
+
+impl SshRig {
+    pub async fn start(caps: SessionCaps) -> SshRig {
+        let app = TestApp::with(Backend::Sqlite)
+            .with_sim_gpus("1xRTX4090")
+            .start()
+            .await;
+        let dir = tempfile::tempdir().unwrap();
+        let state = app.server.as_ref().unwrap().state.clone();
+        let limits = SshLimits {
+            caps,
+            ..SshLimits::default()
+        };
+        let ssh = SshServer::start("127.0.0.1:0".parse().unwrap(), dir.path(), state, limits)
+            .await
+            .unwrap();
+        let (key, public) = keygen(dir.path());
+        let ada = app.tenant("ada", "100").await;
+        let (status, body) = ada
+            .client
+            .post("/api/v1/ssh-keys", &json!({"public_key": public}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let (status, r) = ada
+            .client
+            .reserve(json!({"gpu_type": "rtx4090", "hours": 1}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{r}");
+        let id = r["id"].as_str().unwrap().to_owned();
+        app.wait_status(&ada.client, &id, "running").await;
+        let config = Arc::new(russh::client::Config::default());
+        let mut session = russh::client::connect(config, ssh.addr, Client)
+            .await
+            .unwrap();
+        let auth = session
+            .authenticate_publickey(&id, PrivateKeyWithHashAlg::new(Arc::new(key), None))
+            .await
+            .unwrap();
+        assert!(auth.success(), "{auth:?}");
+        SshRig {
+            app,
+            ssh,
+            ada,
+            id,
+            session,
+            _dir: dir,
+        }
+    }
+}
+
 #[tokio::test]
 async fn channels_are_capped_per_reservation_and_forwards_stay_inside() {
-    let app = TestApp::with(Backend::Sqlite)
-        .with_sim_gpus("1xRTX4090")
-        .start()
-        .await;
-    let dir = tempfile::tempdir().unwrap();
-    let state = app.server.as_ref().unwrap().state.clone();
-    let limits = SshLimits {
-        caps: SessionCaps {
-            sessions: 4,
-            forwards: 2,
-        },
-        ..SshLimits::default()
-    };
-    let ssh = SshServer::start("127.0.0.1:0".parse().unwrap(), dir.path(), state, limits)
-        .await
-        .unwrap();
-    let (key, public) = keygen(dir.path());
-    let ada = app.tenant("ada", "100").await;
-    let (status, body) = ada
-        .client
-        .post("/api/v1/ssh-keys", &json!({"public_key": public}))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let (status, r) = ada
-        .client
-        .reserve(json!({"gpu_type": "rtx4090", "hours": 1}))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{r}");
-    let id = r["id"].as_str().unwrap().to_owned();
-    app.wait_status(&ada.client, &id, "running").await;
-
-    let config = Arc::new(russh::client::Config::default());
-    let mut session = russh::client::connect(config, ssh.addr, Client)
-        .await
-        .unwrap();
-    let auth = session
-        .authenticate_publickey(&id, PrivateKeyWithHashAlg::new(Arc::new(key), None))
-        .await
-        .unwrap();
-    assert!(auth.success(), "{auth:?}");
+    // Partial moves: the rest (the app, the key's directory) lives to the end of the test.
+    let rig = SshRig::start(SessionCaps {
+        sessions: 4,
+        forwards: 2,
+    })
+    .await;
+    let ssh = rig.ssh;
+    let session = rig.session;
 
     // Many session channels at once: the cap's worth are opened, the rest refused.
     let mut open = Vec::new();
