@@ -88,17 +88,11 @@ pub(crate) fn query_lang(query: &str) -> Option<Lang> {
         .and_then(Lang::parse)
 }
 
-/// The value of a cookie of the request.
-pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|pair| {
-            let (k, v) = pair.trim().split_once('=')?;
-            (k == name).then_some(v)
-        })
+/// The value of a cookie of the request (the first, where a browser sends several).
+pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &'a str) -> Option<&'a str> {
+    crate::proxy::access::cookie_values(headers, name)
+        .into_iter()
+        .next()
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Lang {

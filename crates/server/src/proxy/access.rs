@@ -73,7 +73,7 @@ pub(super) async fn allowed(
 
 /// Every value of the cookie `name` the request sends (a browser sends one per path that
 /// matches).
-pub(super) fn cookie_values<'a>(headers: &'a HeaderMap, name: &'a str) -> Vec<&'a str> {
+pub(crate) fn cookie_values<'a>(headers: &'a HeaderMap, name: &'a str) -> Vec<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()

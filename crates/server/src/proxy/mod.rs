@@ -2,7 +2,7 @@
 //! forwarded to that port inside the reservation's instance, through its node's tunnel, for
 //! the reservation's owner only (bearer token, or the cookie a one-time link sets).
 
-mod access;
+pub(crate) mod access;
 mod forward;
 pub(crate) mod host;
 pub(crate) mod links;
