@@ -136,19 +136,20 @@ pub fn reservation(
 ) -> Result<NewReservation, ApiError> {
     no_nul_in_request(body)?;
     let gpu_type = GpuType::parse(&body.gpu_type).map_err(|e| invalid(format!("gpu_type: {e}")))?;
-    let share = share_mb(body, card_vram_mb)?;
-    let want = match (body.gpu_count, share) {
-        (Some(_), Some(_)) => return Err(invalid(
+    if body.gpu_count.is_some() && asks_share(body) {
+        return Err(invalid(
             "give gpu_count (whole GPUs), or vram_gb or vram_fraction (a share of one), not both",
-        )),
-        (None, Some(vram_mb)) => Want::Share { vram_mb },
-        (Some(0), None) => return Err(invalid("gpu_count must be at least 1")),
-        (Some(n), None) if n > MAX_GPU_COUNT => {
+        ));
+    }
+    let want = match (share_mb(body, card_vram_mb)?, body.gpu_count) {
+        (Some(vram_mb), _) => Want::Share { vram_mb },
+        (None, Some(0)) => return Err(invalid("gpu_count must be at least 1")),
+        (None, Some(n)) if n > MAX_GPU_COUNT => {
             return Err(invalid(format!(
                 "gpu_count must be at most {MAX_GPU_COUNT} (one node)"
             )))
         }
-        (Some(count), None) => Want::Whole { count },
+        (None, Some(count)) => Want::Whole { count },
         (None, None) => Want::Whole { count: 1 },
     };
     if !body.hours.is_finite() || body.hours < MIN_HOURS || body.hours > MAX_HOURS {
