@@ -468,6 +468,12 @@ mod tests {
         assert_eq!(body.env.get("B").map(String::as_str), Some("two"));
         assert_eq!(body.http_ports, [8888, 6006]);
         assert!(body.queue);
+        let half = ReserveForm {
+            vram_gb: String::new(),
+            vram_fraction: "0.5".into(),
+            ..form.clone()
+        };
+        assert_eq!(half.to_api().unwrap().vram_fraction, Some(0.5));
         let bad = ReserveForm {
             ports: "80,x".into(),
             ..form
