@@ -1,7 +1,7 @@
 //! Prices through the CLI: `offers` shows every tier's price for one whole GPU, a share of all
 //! of a card (`--vram-gb 24` on a 24,564 MiB RTX 4090) or half of it (`--vram-fraction 0.5`)
 //! is reserved at its part of the card's price, the currency comes from the price file, and
-//! a price file that makes a share dearer than its card is warned of at start-up.
+//! a price file that makes a share dearer than its card is warned of at start-up (`server` and `up`).
 
 use std::path::Path;
 
@@ -186,9 +186,23 @@ fn the_price_file_sets_the_currency_and_a_share_dearer_than_its_card_is_warned_o
     let dir = tempfile::tempdir().unwrap();
     let prices = dir.path().join("prices.toml");
     std::fs::write(&prices, "[shares]\nper_gb_hour = \"0.50\"\n").unwrap();
-    let log = dir.path().join("server.log");
-    let server = server_with_prices(dir.path(), prices.to_str().unwrap(), &log);
-    drop(server);
+    let log = dir.path().join("up.log");
+    let data = dir.path().join("data");
+    let up = Daemon::start(
+        &[
+            "up",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--sim-gpus",
+            "1xRTX4090",
+            "--prices",
+            prices.to_str().unwrap(),
+        ],
+        &log,
+    );
+    drop(up);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let warning = text
         .lines()
