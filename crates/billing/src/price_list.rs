@@ -449,8 +449,9 @@ impl PriceList {
         if let Some(p) = self.per_gpu_hour.get(gpu_type.key()) {
             return *p;
         }
-        // Not listed: by its memory, to the nearest GB as offers show it. (A MIG slice is
-        // priced from its parent model here: see `crate::mig`.)
+        // Not listed. A MIG slice's price, its part of its parent model's, belongs here, before
+        // the per-GB price of other unlisted models (by memory, to the nearest GB as offers
+        // show it).
         let gb = i64::try_from(((vram_mb + 512) / 1024).max(1)).unwrap_or(i64::MAX);
         self.per_gb_hour_fallback
             .checked_mul(gb)
