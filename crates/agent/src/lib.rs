@@ -19,6 +19,7 @@ mod stops;
 pub mod testing;
 pub mod tls;
 mod tunnel;
+pub mod vram;
 
 pub use burn_in::BurnInConfig;
 pub use checkpoint::CheckpointConfig;
