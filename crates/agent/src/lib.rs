@@ -13,6 +13,7 @@ pub mod gpu;
 mod host;
 mod identity;
 pub mod metrics;
+pub mod mps;
 pub mod reconcile;
 mod run;
 mod stops;

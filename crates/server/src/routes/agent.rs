@@ -22,6 +22,9 @@ use crate::validate;
 use crate::verification::verify;
 
 const MAX_REPORTS: usize = 4096;
+/// An agent's events per sync, and the longest detail of one (bytes).
+const MAX_EVENTS: usize = 1000;
+const MAX_EVENT_DETAIL: usize = 1000;
 /// A replica re-reads the version this often while holding a sync, to see other replicas' changes.
 const VERSION_RECHECK: Duration = Duration::from_secs(1);
 
@@ -131,6 +134,22 @@ pub(crate) async fn sync(
     if body.instances.len() > MAX_REPORTS {
         return Err(ApiError::Invalid(format!(
             "at most {MAX_REPORTS} instance reports per sync"
+        )));
+    }
+    if body.events.len() > MAX_EVENTS {
+        return Err(ApiError::Invalid(format!(
+            "at most {MAX_EVENTS} events per sync"
+        )));
+    }
+    if let Some(e) = body
+        .events
+        .iter()
+        .find(|e| e.detail.len() > MAX_EVENT_DETAIL)
+    {
+        return Err(ApiError::Invalid(format!(
+            "an event's detail is at most {MAX_EVENT_DETAIL} bytes ({} has {})",
+            e.kind.as_str(),
+            e.detail.len()
         )));
     }
     state.store.sync_node(&node_id, &body, state.now()).await?;
