@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use gpurent_types::agent::{
     AgentEvent, Assignment, GpuInfo, HostFacts, InstanceReport, InstanceState, LogChunk,
-    NodeTelemetry, PublishedPort, RegisterNode, SyncRequest, LOG_TAIL_BYTES,
+    NodeTelemetry, PublishedPort, RegisterNode, SyncRequest, AGENT_EVENT_DETAIL_MAX,
+    LOG_TAIL_BYTES,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -352,7 +353,8 @@ impl Agent {
                 let running = running_assignments(&desired, &actual, stops);
                 for verdict in watchdog.check(t, &running, std::time::Instant::now()) {
                     match verdict {
-                        Verdict::Event(e) => {
+                        Verdict::Event(mut e) => {
+                            cut(&mut e.detail, AGENT_EVENT_DETAIL_MAX);
                             tracing::warn!(kind = e.kind.as_str(), reservation_id = ?e.reservation_id, gpu = %e.gpu_uuid, detail = %e.detail, "VRAM watchdog");
                             self.metrics.event(e.kind);
                             events.push(e);
@@ -711,6 +713,18 @@ impl Agent {
             }
             Err(e) => tracing::error!(error = %e, "could not list instances while fencing"),
         }
+    }
+}
+
+/// Cuts `text` to at most `max` bytes, at a character boundary (a detail naming many
+/// processes or shares would otherwise be refused).
+fn cut(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut at = max;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
     }
 }
 

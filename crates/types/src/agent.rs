@@ -291,9 +291,12 @@ pub struct AgentEvent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation_id: Option<String>,
     pub gpu_uuid: String,
-    /// What was seen, in words (at most 1000 characters).
+    /// What was seen, in words (at most [`AGENT_EVENT_DETAIL_MAX`] bytes).
     pub detail: String,
 }
+
+/// The longest detail of an [`AgentEvent`], in bytes.
+pub const AGENT_EVENT_DETAIL_MAX: usize = 1000;
 
 /// The end reasons an agent may give an instance it ended itself
 /// ([`InstanceReport::end_reason`]); the control plane ignores any other.

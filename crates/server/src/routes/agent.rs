@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use gpurent_store::NewNode;
 use gpurent_types::agent::{
-    InstanceState, NodeRegistered, RegisterNode, SyncRequest, SyncResponse,
+    InstanceState, NodeRegistered, RegisterNode, SyncRequest, SyncResponse, AGENT_EVENT_DETAIL_MAX,
 };
 use gpurent_types::api::ErrorBody;
 
@@ -22,9 +22,8 @@ use crate::validate;
 use crate::verification::verify;
 
 const MAX_REPORTS: usize = 4096;
-/// An agent's events per sync, and the longest detail of one (bytes).
+/// An agent's events per sync.
 const MAX_EVENTS: usize = 1000;
-const MAX_EVENT_DETAIL: usize = 1000;
 /// A replica re-reads the version this often while holding a sync, to see other replicas' changes.
 const VERSION_RECHECK: Duration = Duration::from_secs(1);
 
@@ -144,10 +143,10 @@ pub(crate) async fn sync(
     if let Some(e) = body
         .events
         .iter()
-        .find(|e| e.detail.len() > MAX_EVENT_DETAIL)
+        .find(|e| e.detail.len() > AGENT_EVENT_DETAIL_MAX)
     {
         return Err(ApiError::Invalid(format!(
-            "an event's detail is at most {MAX_EVENT_DETAIL} bytes ({} has {})",
+            "an event's detail is at most {AGENT_EVENT_DETAIL_MAX} bytes ({} has {})",
             e.kind.as_str(),
             e.detail.len()
         )));
