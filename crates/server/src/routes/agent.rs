@@ -151,6 +151,17 @@ pub(crate) async fn sync(
             e.detail.len()
         )));
     }
+    // Details are shown in terminals (`gpurent events`, a tenant's `gpurent logs`).
+    if let Some(e) = body
+        .events
+        .iter()
+        .find(|e| e.detail.chars().any(char::is_control))
+    {
+        return Err(ApiError::Invalid(format!(
+            "an event's detail may hold no control characters ({})",
+            e.kind.as_str()
+        )));
+    }
     state.store.sync_node(&node_id, &body, state.now()).await?;
     // The GPUs' health, from this sample: a breach keeps the node out of placement.
     if let Some(telemetry) = &body.telemetry {
