@@ -469,6 +469,16 @@ pub struct NodeArgs {
     /// Days a checkpoint volume no instance uses is kept (removed when the agent starts).
     #[arg(long, value_name = "DAYS", default_value_t = 7)]
     pub checkpoint_keep_days: u64,
+    /// Seconds a share may use more GPU memory than it has (or an instance keep processes on
+    /// a GPU not its own) before the agent stops it, ending it with `vram_exceeded` (0: at
+    /// once). Checked on every telemetry sample (each heartbeat).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub vram_grace_secs: u64,
+    /// The node runs NVIDIA's MPS control daemon (`nvidia-cuda-mps-control -d`): shares get
+    /// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE. The agent
+    /// refuses to start when the daemon does not answer within 2 s.
+    #[arg(long)]
+    pub mps: bool,
 }
 
 /// Node liveness: agents sync every heartbeat; a node that misses this many in a row (the

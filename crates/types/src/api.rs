@@ -392,9 +392,13 @@ pub struct Event {
     pub id: i64,
     pub at: DateTime<Utc>,
     pub node_id: Option<String>,
-    /// `node_unhealthy`, `node_healthy`.
+    /// `node_unhealthy`, `node_healthy`; from the agent's VRAM watchdog `vram_over_share`,
+    /// `vram_back_under`, `vram_exceeded`, `foreign_gpu`, `unowned_gpu_process`.
     pub kind: String,
     pub detail: String,
+    /// The reservation it concerns, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation_id: Option<String>,
 }
 
 /// The host checks of a node, each passed or failed with what was found.
