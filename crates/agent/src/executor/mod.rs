@@ -5,6 +5,7 @@
 mod cgroup;
 pub mod docker;
 mod process;
+pub mod resources;
 mod sandbox;
 mod sim;
 
@@ -16,7 +17,8 @@ use gpurent_types::agent::{Assignment, PublishedPort};
 
 pub use cgroup::{CgroupLimits, CgroupRoot};
 pub use docker::DockerExecutor;
-pub use process::{Isolation, ProcessExecutor, ResourcesPerGpu, DEFAULT_INSTANCE_UID_BASE};
+pub use process::{Isolation, ProcessExecutor, DEFAULT_INSTANCE_UID_BASE};
+pub use resources::{HostCapacity, InstanceLimits, ResourcesPerGpu};
 pub use sandbox::UID_RANGE as INSTANCE_UID_RANGE;
 pub use sim::SimExecutor;
 

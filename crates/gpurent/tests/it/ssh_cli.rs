@@ -19,6 +19,8 @@ fn start_up(dir: &Path, extra: &[&str]) -> Daemon {
         "127.0.0.1:0",
         "--sim-gpus",
         "2xRTX4090",
+        "--executor",
+        "sim",
     ];
     args.extend(extra);
     Daemon::start(&args, &dir.join("up.log"))

@@ -122,6 +122,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "http_ports",
         include_str!("../../migrations/0028_http_ports.sql"),
     ),
+    (
+        29,
+        "host_capacity_end_message",
+        include_str!("../../migrations/0029_host_capacity_end_message.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that
