@@ -54,7 +54,7 @@ pub enum AgentError {
         reservation_id: String,
         message: String,
     },
-    #[error("no Docker Engine answers on {socket}: {message}")]
+    #[error("no Docker Engine answers on {socket} ({message})")]
     NoDockerEngine { socket: String, message: String },
     #[error("the NVIDIA Container Toolkit here is {version}, which has a known container escape (CVE-2024-0132, CVE-2025-23266); upgrade it to {safe} or later before this node takes work")]
     VulnerableToolkit { version: String, safe: String },

@@ -184,7 +184,7 @@ fn process_without_docker(
             );
             Ok(executor)
         }
-        Err(e) => bail!("{no_docker}, and {e}; or start a Docker Engine"),
+        Err(e) => bail!("{no_docker}, and {e}"),
     }
 }
 
@@ -206,19 +206,14 @@ fn fitted_resources(node: &NodeArgs, gpus: &dyn GpuBackend) -> ResourcesPerGpu {
     let limits = fitted.for_instance(1);
     if fitted == asked {
         tracing::info!(
-            cpus = %limits.cpus_text(),
-            memory_mb = limits.memory_mb(),
-            "each GPU brings its instance {} CPUs and {} MiB",
+            "instance limits per GPU: {} CPU and {} MiB (--cpus-per-gpu, --memory-per-gpu-gb)",
             limits.cpus_text(),
             limits.memory_mb()
         );
     } else {
         tracing::info!(
-            host_cpus = host.cpus(),
-            host_memory_mb = host.memory_mb,
-            gpus = count,
-            "each GPU brings its instance {} CPUs and {} MiB: the host's {} cores and {} MiB \
-             divided among its {count} GPUs (asked: --cpus-per-gpu {} --memory-per-gpu-gb {})",
+            "instance limits per GPU: {} CPU and {} MiB, the host's {} cores and {} MiB divided \
+             among its {count} GPUs (asked: --cpus-per-gpu {} --memory-per-gpu-gb {})",
             limits.cpus_text(),
             limits.memory_mb(),
             host.cpus(),

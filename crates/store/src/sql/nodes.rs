@@ -257,12 +257,14 @@ async fn finish(
     if ended != 1 {
         return Ok(false);
     }
+    // A failure says why where its tenant looks: `get`, and the log.
     if let Some(message) = end_message(status, report) {
         sqlx::query("UPDATE reservations SET end_message = $1 WHERE id = $2")
             .bind(&message)
             .bind(id)
             .execute(&mut *conn)
             .await?;
+        super::logs::note(conn, id, &format!("{reason}: {message}")).await?;
     }
     // Closing the meter locks it and reads it under that lock, so a settlement that committed
     // meanwhile is seen, and one that read it before cannot update it any more.

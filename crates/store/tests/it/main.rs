@@ -6,6 +6,7 @@
 mod audit;
 mod billing_model;
 mod concurrent_settlement;
+mod end_message;
 mod gpu_hours;
 mod idempotency;
 mod lifecycle;
