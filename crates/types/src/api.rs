@@ -207,8 +207,9 @@ pub struct Reservation {
     pub ended_at: Option<DateTime<Utc>>,
     /// Why it ended: `stopped_by_user`, `expired`, `exited`, ...
     pub end_reason: Option<String>,
-    /// What the executor said when its instance failed (`failed_to_start`: a missing image,
-    /// a command not found); absent otherwise.
+    /// Why its instance failed, in the executor's words (`failed_to_start`: a missing image,
+    /// a refused limit; `exited_with_error`: the exit code), at most 1000 characters; absent
+    /// for every other end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_message: Option<String>,
     /// What it has been charged so far.

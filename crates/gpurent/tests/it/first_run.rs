@@ -120,7 +120,7 @@ fn up_without_docker_runs_echo_hi_in_isolated_processes() {
     );
     // Each of the 2 simulated GPUs brings at most half the host's cores (4 by default).
     let milli = (cores * 1000 / 2).min(4000);
-    let cpus = if milli % 1000 == 0 {
+    let cpus = if milli.is_multiple_of(1000) {
         (milli / 1000).to_string()
     } else {
         format!("{}.{}", milli / 1000, (milli % 1000) / 100)

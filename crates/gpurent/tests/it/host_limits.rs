@@ -112,11 +112,12 @@ fn containers_on_a_small_host_get_their_share_of_its_cores() {
         .parse()
         .unwrap();
     // One GPU of two: half the host's cores, at most the 4 CPUs a GPU brings.
-    let milli = u64::try_from(cores).unwrap() * 1000 / 2;
-    assert_eq!(nano, milli.min(4000) * 1_000_000, "NanoCpus of {container}");
+    let milli = (u64::try_from(cores).unwrap() * 1000 / 2).min(4000);
+    assert_eq!(nano, milli * 1_000_000, "NanoCpus of {container}");
     assert!(nano <= u64::try_from(cores).unwrap() * 1_000_000_000);
-    let cpus = if milli.min(4000) % 1000 == 0 {
-        (milli.min(4000) / 1000).to_string()
+    // Whole cores or a half (cores / 2).
+    let cpus = if milli.is_multiple_of(1000) {
+        (milli / 1000).to_string()
     } else {
         format!("{}.5", milli / 1000)
     };
