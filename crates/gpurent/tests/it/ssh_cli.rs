@@ -19,9 +19,11 @@ fn start_up(dir: &Path, extra: &[&str]) -> Daemon {
         "127.0.0.1:0",
         "--sim-gpus",
         "2xRTX4090",
-        "--executor",
-        "sim",
     ];
+    // The sim executor unless `extra` names one (`auto` would pick Docker or processes).
+    if !extra.contains(&"--executor") {
+        args.extend(["--executor", "sim"]);
+    }
     args.extend(extra);
     Daemon::start(&args, &dir.join("up.log"))
 }
