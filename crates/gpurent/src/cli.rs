@@ -556,8 +556,9 @@ pub struct UpArgs {
     /// API at, and the --ssh-listen port).
     #[arg(long, value_name = "HOST[:PORT]")]
     pub ssh_advertise: Option<gpurent_server::ssh::Advertise>,
-    /// A TOML price file ([gpu] "MODEL" = "PRICE PER HOUR"; per_gb_hour = "..."); models it
-    /// does not name keep their defaults.
+    /// A TOML price file (currency = "CNY"; [gpu] "MODEL" = "PRICE PER HOUR"; per_gb_hour =
+    /// "..."; [shares] premium_percent; [stepped] first_percent, then_percent; see
+    /// deploy/prices/seeds-cny.toml); what it does not name keeps its default.
     #[arg(long)]
     pub prices: Option<PathBuf>,
     /// Seconds a reservation made with `--queue` may wait for GPUs before it ends as `failed`
@@ -987,11 +988,14 @@ pub struct ReserveArgs {
     #[arg(long)]
     pub gpu: String,
     /// Whole GPUs on one node.
-    #[arg(long, conflicts_with = "vram_gb")]
+    #[arg(long, conflicts_with_all = ["vram_gb", "vram_fraction"])]
     pub count: Option<u32>,
-    /// A share of one GPU with this much memory.
-    #[arg(long)]
+    /// A share of one GPU with this much memory, up to all of it (24 on a 24 GB card).
+    #[arg(long, conflicts_with = "vram_fraction")]
     pub vram_gb: Option<u32>,
+    /// A share of one GPU as a fraction of its memory, more than 0 and at most 1 (0.5: half).
+    #[arg(long, value_name = "FRACTION")]
+    pub vram_fraction: Option<f64>,
     /// How long it may run, e.g. 1 or 0.5.
     #[arg(long)]
     pub hours: f64,

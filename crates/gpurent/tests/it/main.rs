@@ -28,6 +28,7 @@ mod instance_sftp;
 mod logs_download;
 mod netns;
 mod partition;
+mod prices_cli;
 mod report;
 mod sim;
 mod sim_replay;
