@@ -231,3 +231,23 @@ proptest! {
         }
     }
 }
+
+/// The README's price-file example is one the server takes, and says what it says.
+#[test]
+fn the_readme_price_file_parses() {
+    let readme = include_str!("../../../README.md");
+    let block = readme
+        .split("```toml\n")
+        .find(|b| b.starts_with("currency = "))
+        .and_then(|b| b.split("```").next())
+        .unwrap_or_else(|| panic!("the README has no price-file example"));
+    let list = PriceList::from_toml(block).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        list.price_per_gpu_hour(
+            &GpuType::parse("RTX 4090").unwrap_or_else(|e| panic!("{e}")),
+            24_564
+        )
+        .to_string(),
+        "2.20"
+    );
+}
