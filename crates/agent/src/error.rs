@@ -54,6 +54,8 @@ pub enum AgentError {
         reservation_id: String,
         message: String,
     },
+    #[error("no Docker Engine answers on {socket} ({message})")]
+    NoDockerEngine { socket: String, message: String },
     #[error("the NVIDIA Container Toolkit here is {version}, which has a known container escape (CVE-2024-0132, CVE-2025-23266); upgrade it to {safe} or later before this node takes work")]
     VulnerableToolkit { version: String, safe: String },
     #[error("the process executor cannot isolate instances on this host: {why}. Install bubblewrap and run the agent as root with a writable cgroup tree (--cgroup-root), use the docker executor, or pass --allow-unisolated to run tenants' commands with the agent's own rights (they can then read this node's credentials and each other's work)")]

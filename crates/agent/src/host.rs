@@ -1,6 +1,6 @@
 //! What the agent finds of its host when it starts, for the control plane's host verification:
 //! driver and CUDA versions (from the GPU backend), the NVIDIA container toolkit's version, and
-//! the free space of the data directory.
+//! the free space of the data directory, its cores and memory.
 
 use std::path::Path;
 use std::process::Command;
@@ -18,6 +18,7 @@ pub(crate) fn host_facts(
     gpu_containers: bool,
     isolated: bool,
 ) -> HostFacts {
+    let capacity = crate::executor::HostCapacity::detect();
     HostFacts {
         driver_version: sample.and_then(|s| s.driver_version.clone()),
         cuda_version: sample.and_then(|s| s.cuda_version.clone()),
@@ -25,6 +26,8 @@ pub(crate) fn host_facts(
         gpu_containers,
         disk_free_mb: disk_free_mb(data_dir),
         isolated: Some(isolated),
+        cpus: capacity.map(|c| c.cpus()),
+        memory_mb: capacity.map(|c| c.memory_mb),
     }
 }
 
@@ -105,6 +108,7 @@ mod tests {
             gpu_containers,
             disk_free_mb: None,
             isolated: Some(true),
+            ..HostFacts::default()
         };
         let refused = check_toolkit(&facts("1.17.7", true))
             .unwrap_err()
@@ -138,6 +142,10 @@ mod tests {
         assert_eq!(f.cuda_version.as_deref(), Some("13.0"));
         assert!(f.disk_free_mb.is_some_and(|mb| mb > 0));
         assert!(!f.gpu_containers);
+        // The cores this process may use, and the host's memory.
+        let cores = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(f.cpus, Some(u32::try_from(cores).unwrap()));
+        assert!(f.memory_mb.is_some_and(|mb| mb > 0));
         assert_eq!(
             host_facts(None, Path::new("/no/such/dir"), true, true).disk_free_mb,
             None

@@ -115,7 +115,9 @@ pub fn reports(desired: &[Assignment], actual: &[Observed]) -> Vec<InstanceRepor
                     ObservedState::Running if a.run => report(InstanceState::Running, None, None),
                     // Still to be stopped: say nothing until it is gone.
                     ObservedState::Running => return None,
-                    ObservedState::Exited(code) => report(InstanceState::Exited, Some(*code), None),
+                    ObservedState::Exited(code) => {
+                        report(InstanceState::Exited, Some(*code), exit_message(*code))
+                    }
                     ObservedState::Failed(msg) => {
                         report(InstanceState::Failed, None, Some(msg.clone()))
                     }
@@ -126,6 +128,17 @@ pub fn reports(desired: &[Assignment], actual: &[Observed]) -> Vec<InstanceRepor
             }
         })
         .collect()
+}
+
+/// What a non-zero exit code tells the tenant (`end_message`): the shell's codes for a
+/// command not found or not runnable, else the code. None for a clean exit.
+pub fn exit_message(code: i32) -> Option<String> {
+    match code {
+        0 => None,
+        127 => Some("the command was not found (exit code 127)".to_owned()),
+        126 => Some("the command could not be run: not executable (exit code 126)".to_owned()),
+        code => Some(format!("the command exited with code {code}")),
+    }
 }
 
 #[cfg(test)]
@@ -187,6 +200,25 @@ mod tests {
                 stop("orphan", 3),
                 Action::Start(assignment("a", 1, true))
             ]
+        );
+    }
+
+    #[test]
+    fn an_exit_with_an_error_says_why() {
+        let desired = [assignment("a", 1, true), assignment("b", 1, true)];
+        let actual = [
+            observed("a", 1, ObservedState::Exited(127)),
+            observed("b", 1, ObservedState::Exited(0)),
+        ];
+        let r = reports(&desired, &actual);
+        assert_eq!(
+            r[0].message.as_deref(),
+            Some("the command was not found (exit code 127)")
+        );
+        assert_eq!(r[1].message, None);
+        assert_eq!(
+            exit_message(3).as_deref(),
+            Some("the command exited with code 3")
         );
     }
 

@@ -400,9 +400,14 @@ pub enum OnNodeLossArg {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ExecutorKind {
+    /// Docker when its Engine answers (`DOCKER_HOST`'s unix socket, else
+    /// /var/run/docker.sock), else isolated processes; never sim, even for simulated GPUs.
     Auto,
+    /// Each instance a container (needs `--image`).
     Docker,
+    /// Each instance a sandboxed process tree in a cgroup (root and bubblewrap).
     Process,
+    /// Nothing runs: instances only report `running` (tests and benchmarks).
     Sim,
 }
 
@@ -416,12 +421,15 @@ pub struct NodeArgs {
     /// Replay an NVML probe (JSON) instead of asking the driver (tests and demos).
     #[arg(long, hide = true)]
     pub fake_nvml: Option<PathBuf>,
+    /// Where instances run.
     #[arg(long, value_enum, default_value = "auto")]
     pub executor: ExecutorKind,
-    /// CPUs each reserved GPU brings to its instance.
+    /// CPUs each reserved GPU brings to its instance, at most the host's cores divided among
+    /// its GPUs (a share gets its whole GPU's part).
     #[arg(long, default_value_t = 4)]
     pub cpus_per_gpu: u32,
-    /// Memory (GiB) each reserved GPU brings to its instance.
+    /// Memory (GiB) each reserved GPU brings to its instance, at most the host's memory
+    /// divided among its GPUs.
     #[arg(long, default_value_t = 16)]
     pub memory_per_gpu_gb: u64,
     /// Out of touch with the control plane for longer than this, the agent stops its

@@ -167,6 +167,7 @@ mod tests {
             gpu_containers: true,
             disk_free_mb: Some(100 * 1024),
             isolated: Some(true),
+            ..HostFacts::default()
         }
     }
 

@@ -237,6 +237,14 @@ pub trait NodeStore: Send + Sync {
     /// started.
     async fn set_isolation(&self, node_id: &str, isolated: bool) -> Result<()>;
 
+    /// The cores and memory (MiB) the node's agent found on its host (`nodes ls`).
+    async fn set_capacity(
+        &self,
+        node_id: &str,
+        cpus: Option<u32>,
+        memory_mb: Option<u64>,
+    ) -> Result<()>;
+
     async fn authenticate_node(&self, token_hash: &str) -> Result<Option<String>>;
 
     /// Records the SHA-256 of the client certificate signed for a node at registration.

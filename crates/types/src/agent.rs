@@ -151,6 +151,13 @@ pub struct HostFacts {
     /// older agents, whose process executor did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolated: Option<bool>,
+    /// Logical cores available to the agent (its affinity and cgroup quota counted); absent
+    /// from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+    /// The host's memory (`MemTotal`), MiB; absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

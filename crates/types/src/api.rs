@@ -223,6 +223,11 @@ pub struct Reservation {
     pub ended_at: Option<DateTime<Utc>>,
     /// Why it ended: `stopped_by_user`, `expired`, `exited`, ...
     pub end_reason: Option<String>,
+    /// Why its instance failed, in the executor's words (`failed_to_start`: a missing image,
+    /// a refused limit; `exited_with_error`: the exit code), at most 1000 characters; absent
+    /// for every other end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_message: Option<String>,
     /// What it has been charged so far.
     pub charged: Money,
     /// What the tenant's hold keeps for it: its first hour until the first settlement, or
@@ -356,6 +361,12 @@ pub struct Node {
     #[serde(default = "isolated_by_default")]
     pub isolated: bool,
     pub gpu_backend: String,
+    /// Logical cores its agent reported; absent until an agent that reports them syncs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+    /// The host's memory its agent reported, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
     pub driver_version: Option<String>,
     pub cuda_version: Option<String>,
     pub last_seen_at: DateTime<Utc>,

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 /// Limits of one instance's cgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CgroupLimits {
-    /// CPUs as a quota: 4 means 400 ms of CPU time per 100 ms.
-    pub cpus: u32,
+    /// CPUs as a quota, in thousandths: 4000 means 400 ms of CPU time per 100 ms, 500 means
+    /// 50 ms.
+    pub milli_cpus: u32,
     pub memory_bytes: u64,
     pub pids: u64,
 }
@@ -132,7 +133,8 @@ impl CgroupRoot {
     /// Creates the instance's cgroup and writes its limits. Returns the `cgroup.procs` files
     /// a process writes its pid to, to join it.
     pub fn create(&self, name: &str, limits: CgroupLimits) -> std::io::Result<Vec<PathBuf>> {
-        let quota = u64::from(limits.cpus) * CPU_PERIOD_US;
+        // cgroup v1 refuses a quota under 1 ms.
+        let quota = (u64::from(limits.milli_cpus) * CPU_PERIOD_US / 1000).max(1000);
         match &self.tree {
             Tree::V2 { root } => {
                 let dir = root.join(name);

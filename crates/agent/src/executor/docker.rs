@@ -76,6 +76,23 @@ fn is_not_found(e: &bollard::errors::Error) -> bool {
     )
 }
 
+/// What the Engine said when it would not create or start a container, in words a tenant
+/// reads in `gpurent get` (`end_message`): a missing image, a refused limit.
+fn refusal(action: &str, image: &str, e: &bollard::errors::Error) -> String {
+    match e {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            message,
+        } if action == "create" => {
+            format!("the image {image} is not on this node (Docker: {message})")
+        }
+        bollard::errors::Error::DockerResponseServerError { message, .. } => {
+            format!("Docker refused to {action} the container: {message}")
+        }
+        other => format!("Docker did not {action} the container: {other}"),
+    }
+}
+
 /// Where a container sees its checkpoint volume.
 const CHECKPOINT_MOUNT: &str = "/checkpoint";
 /// How long past the grace period a stop request may take (the kill and the Engine's answer).
@@ -110,19 +127,22 @@ fn labelled(c: &ContainerSummary) -> Option<(String, i64)> {
 }
 
 impl DockerExecutor {
-    /// Connects to the Engine on its local socket and agrees on an API version. Err when no
-    /// Engine answers.
+    /// Connects to the Engine on its local socket (`engine_socket`) and agrees on an API
+    /// version. Err when no Engine answers.
     pub async fn connect(
         resources: ResourcesPerGpu,
         gpu_devices: bool,
     ) -> Result<Self, AgentError> {
-        let fail = |e: bollard::errors::Error| AgentError::Executor {
-            executor: "docker",
-            action: "connect to",
-            reservation_id: "-".to_owned(),
+        let socket = engine_socket().map_err(|message| AgentError::NoDockerEngine {
+            socket: std::env::var("DOCKER_HOST").unwrap_or_default(),
+            message,
+        })?;
+        let fail = |e: bollard::errors::Error| AgentError::NoDockerEngine {
+            socket: socket.clone(),
             message: e.to_string(),
         };
-        let docker = Docker::connect_with_socket_defaults().map_err(fail)?;
+        let docker = Docker::connect_with_socket(&socket, 120, bollard::API_DEFAULT_VERSION)
+            .map_err(fail)?;
         let docker = docker.negotiate_version().await.map_err(fail)?;
         docker.ping().await.map_err(fail)?;
         Ok(DockerExecutor {
@@ -166,23 +186,16 @@ impl DockerExecutor {
     }
 
     fn host_config(&self, a: &Assignment) -> HostConfig {
-        let gpus = i64::try_from(a.gpus.len().max(1)).unwrap_or(1);
-        let memory = i64::try_from(self.resources.memory_mb)
-            .unwrap_or(i64::MAX / 4)
-            .saturating_mul(1024 * 1024);
-        let memory = memory.saturating_mul(gpus);
+        let limits = self.resources.for_instance(a.gpus.len());
+        let memory = i64::try_from(limits.memory_bytes).unwrap_or(i64::MAX);
         HostConfig {
             memory: Some(memory),
             // The soft limit the kernel reclaims down to under memory pressure.
             memory_reservation: Some(memory / 4 * 3),
             // No swap beyond the memory limit.
             memory_swap: Some(memory),
-            nano_cpus: Some(
-                i64::from(self.resources.cpus)
-                    .saturating_mul(gpus)
-                    .saturating_mul(1_000_000_000),
-            ),
-            pids_limit: Some(i64::try_from(self.resources.pids).unwrap_or(i64::MAX)),
+            nano_cpus: Some(i64::from(limits.milli_cpus).saturating_mul(1_000_000)),
+            pids_limit: Some(i64::try_from(limits.pids).unwrap_or(i64::MAX)),
             cap_drop: Some(vec!["ALL".to_owned()]),
             security_opt: Some(vec!["no-new-privileges".to_owned()]),
             privileged: Some(false),
@@ -327,6 +340,9 @@ impl Executor for DockerExecutor {
                 .into_iter()
                 .map(|(k, v)| format!("{k}={v}")),
         );
+        for (k, v) in self.resources.for_instance(a.gpus.len()).env() {
+            env.push(format!("{k}={v}"));
+        }
         if volume.is_some() {
             env.push(format!("GPURENT_CHECKPOINT_DIR={CHECKPOINT_MOUNT}"));
         }
@@ -360,7 +376,7 @@ impl Executor for DockerExecutor {
             host_config.port_bindings = Some(bindings);
         }
         let body = ContainerCreateBody {
-            image: Some(image),
+            image: Some(image.clone()),
             exposed_ports: (!exposed.is_empty()).then_some(exposed),
             cmd: (!a.command.is_empty()).then(|| a.command.clone()),
             env: Some(env),
@@ -372,11 +388,11 @@ impl Executor for DockerExecutor {
         self.docker
             .create_container(Some(options), body)
             .await
-            .map_err(|e| docker_error("create", id, e))?;
+            .map_err(|e| docker_error("create", id, refusal("create", &image, &e)))?;
         self.docker
             .start_container(&name, None)
             .await
-            .map_err(|e| docker_error("start", id, e))?;
+            .map_err(|e| docker_error("start", id, refusal("start", &image, &e)))?;
         tracing::info!(reservation_id = %id, container = %name, gpus = %visible, "container started");
         Ok(())
     }
@@ -688,6 +704,19 @@ fn container_user(pid: i32, user: &str, working_dir: Option<&str>) -> Option<(u3
         })
         .unwrap_or_else(|| "/".to_owned());
     Some((uid, gid, home))
+}
+
+/// The Engine's unix socket: `DOCKER_HOST` when it names one (`unix:///PATH`), else
+/// `/var/run/docker.sock`. Err for another kind of `DOCKER_HOST` (the agent speaks to a local
+/// Engine only: its containers are this node's).
+pub fn engine_socket() -> Result<String, String> {
+    match std::env::var("DOCKER_HOST") {
+        Err(_) => Ok("/var/run/docker.sock".to_owned()),
+        Ok(host) if host.is_empty() => Ok("/var/run/docker.sock".to_owned()),
+        Ok(host) => host.strip_prefix("unix://").map(str::to_owned).ok_or_else(|| {
+            format!("DOCKER_HOST={host} is not a unix socket (unix:///PATH); the docker executor uses the local Engine only")
+        }),
+    }
 }
 
 /// How long to wait for the Engine to answer at start-up.

@@ -6,6 +6,7 @@ mod cgroup;
 pub mod docker;
 mod limits;
 mod process;
+pub mod resources;
 mod sandbox;
 mod sim;
 
@@ -18,7 +19,8 @@ use gpurent_types::agent::{Assignment, PublishedPort};
 pub use cgroup::{CgroupLimits, CgroupRoot};
 pub use docker::DockerExecutor;
 pub use limits::GpuLimits;
-pub use process::{Isolation, ProcessExecutor, ResourcesPerGpu, DEFAULT_INSTANCE_UID_BASE};
+pub use process::{Isolation, ProcessExecutor, DEFAULT_INSTANCE_UID_BASE};
+pub use resources::{HostCapacity, InstanceLimits, ResourcesPerGpu};
 pub use sandbox::UID_RANGE as INSTANCE_UID_RANGE;
 pub use sim::SimExecutor;
 

@@ -29,30 +29,13 @@ use tokio::io::AsyncWriteExt;
 
 use super::cgroup::{CgroupLimits, CgroupRoot};
 use super::limits::GpuLimits;
+use super::resources::ResourcesPerGpu;
 use super::sandbox::{self, Sandbox};
 use super::{is_reserved_env, Executor};
 use crate::entry::sftp::SftpTarget;
 use crate::entry::{session, tcp, Entered, EntryError, EntryKind, EntryRequest, LocalTarget};
 use crate::reconcile::{Observed, ObservedState};
 use crate::AgentError;
-
-/// Resources per GPU of a reservation (the seeds: 4 CPUs and 16 GiB per RTX 4090).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResourcesPerGpu {
-    pub cpus: u32,
-    pub memory_mb: u64,
-    pub pids: u64,
-}
-
-impl Default for ResourcesPerGpu {
-    fn default() -> Self {
-        ResourcesPerGpu {
-            cpus: 4,
-            memory_mb: 16 * 1024,
-            pids: 4096,
-        }
-    }
-}
 
 /// The default first uid of the range instances run as (`--instance-uid-base`): above the
 /// ranges distributions and `/etc/subuid` usually hand out (100000 + 65536).
@@ -378,15 +361,11 @@ impl ProcessExecutor {
     }
 
     fn limits(&self, gpus: usize) -> CgroupLimits {
-        let n = u32::try_from(gpus.max(1)).unwrap_or(u32::MAX);
+        let limits = self.resources.for_instance(gpus);
         CgroupLimits {
-            cpus: self.resources.cpus.saturating_mul(n),
-            memory_bytes: self
-                .resources
-                .memory_mb
-                .saturating_mul(u64::from(n))
-                .saturating_mul(1024 * 1024),
-            pids: self.resources.pids,
+            milli_cpus: limits.milli_cpus,
+            memory_bytes: limits.memory_bytes,
+            pids: limits.pids,
         }
     }
 
@@ -498,6 +477,9 @@ impl ProcessExecutor {
                 .into_iter()
                 .map(|(k, v)| (k, OsString::from(v))),
         );
+        for (k, v) in self.resources.for_instance(a.gpus.len()).env() {
+            env.push((k.into(), v.into()));
+        }
         if let Some(dir) = checkpoint {
             env.push(("GPURENT_CHECKPOINT_DIR".into(), dir));
         }

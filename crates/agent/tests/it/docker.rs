@@ -18,7 +18,7 @@ const IMAGE: &str = "gpurent-test/busybox:latest";
 /// and the test run did not ask for one.
 async fn docker() -> Option<DockerExecutor> {
     let resources = ResourcesPerGpu {
-        cpus: 1,
+        milli_cpus: 1000,
         memory_mb: 256,
         pids: 64,
     };

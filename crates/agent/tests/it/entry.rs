@@ -98,7 +98,7 @@ fn process_executor(data_dir: &Path, uid_base: u32) -> Option<Arc<ProcessExecuto
 /// The Docker executor, or None (saying why) where no Engine answers and none was asked for.
 async fn docker_executor() -> Option<DockerExecutor> {
     let resources = ResourcesPerGpu {
-        cpus: 1,
+        milli_cpus: 1000,
         memory_mb: 256,
         pids: 64,
     };

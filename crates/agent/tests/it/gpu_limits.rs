@@ -96,7 +96,7 @@ async fn a_process_instance_gets_its_share_and_with_mps_its_mps_limits() {
 #[tokio::test]
 async fn a_container_gets_its_share_and_with_mps_its_mps_limits() {
     let resources = ResourcesPerGpu {
-        cpus: 1,
+        milli_cpus: 1000,
         memory_mb: 256,
         pids: 64,
     };

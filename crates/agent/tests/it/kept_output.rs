@@ -224,7 +224,7 @@ fn unique(prefix: &str) -> String {
 #[tokio::test]
 async fn docker_keeps_a_stopped_container_until_its_output_is_forgotten() {
     let resources = ResourcesPerGpu {
-        cpus: 1,
+        milli_cpus: 1000,
         memory_mb: 256,
         pids: 64,
     };

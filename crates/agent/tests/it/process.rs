@@ -223,7 +223,7 @@ async fn cgroup_limits_are_applied_where_a_cgroup_tree_is_writable() {
     };
     let dir = tempfile::tempdir().unwrap();
     let resources = ResourcesPerGpu {
-        cpus: 2,
+        milli_cpus: 2000,
         memory_mb: 512,
         pids: 64,
     };

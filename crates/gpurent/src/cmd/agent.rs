@@ -4,9 +4,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use gpurent_agent::executor::docker::CONNECT_TIMEOUT;
+use gpurent_agent::executor::docker::{engine_socket, CONNECT_TIMEOUT};
 use gpurent_agent::executor::{
-    DockerExecutor, GpuLimits, Isolation, ProcessExecutor, ResourcesPerGpu, SimExecutor,
+    DockerExecutor, GpuLimits, HostCapacity, Isolation, ProcessExecutor, ResourcesPerGpu,
+    SimExecutor,
 };
 use gpurent_agent::gpu::{FakeNvml, NvmlGpus, SimGpus};
 use gpurent_agent::tls::ClientTls;
@@ -118,18 +119,14 @@ pub async fn backends(
             Err(e) => return Err(e).context("no GPUs (pass --sim-gpus to simulate some)"),
         },
     };
-    let resources = ResourcesPerGpu {
-        cpus: node.cpus_per_gpu,
-        memory_mb: node.memory_per_gpu_gb.saturating_mul(1024),
-        ..ResourcesPerGpu::default()
-    };
+    let resources = fitted_resources(node, gpus.as_ref());
     // Containers get the GPUs through the NVIDIA runtime only when they are real.
     let real_gpus = gpus.name() == "nvml";
     let limits = gpu_limits(node, gpus.as_ref()).await?;
     // SFTP sessions run this binary's hidden `instance-sftp`.
     let helper =
         std::env::current_exe().context("cannot find this binary's path (SFTP sessions run it)")?;
-    let process = || -> anyhow::Result<Arc<dyn Executor>> {
+    let process = || -> Result<Arc<dyn Executor>, gpurent_agent::AgentError> {
         let isolation = Isolation {
             cgroup_root: node.cgroup_root.clone(),
             uid_base: node.instance_uid_base,
@@ -157,30 +154,34 @@ pub async fn backends(
                 .with_entry_helper(helper.clone())
                 .with_gpu_limits(limits.clone()),
         ),
-        ExecutorKind::Auto if gpus.name() == "sim" => Arc::new(SimExecutor::new()),
+        // Simulated GPUs too run real work: `auto` never picks the sim executor (a demo whose
+        // `-- echo hi` printed nothing taught the wrong thing).
         ExecutorKind::Auto => {
+            let socket = engine_socket().unwrap_or_else(|why| why);
             let docker = tokio::time::timeout(
                 CONNECT_TIMEOUT,
                 DockerExecutor::connect(resources, real_gpus),
             )
             .await;
             match docker {
-                Ok(Ok(docker)) => Arc::new(
-                    docker
-                        .scoped(node_name)
-                        .with_entry_helper(helper.clone())
-                        .with_gpu_limits(limits.clone()),
-                ),
-                Ok(Err(e)) => {
-                    tracing::info!(reason = %e, "no Docker Engine: using the process executor");
-                    process()?
-                }
-                Err(_) => {
+                Ok(Ok(docker)) => {
                     tracing::info!(
-                        "the Docker Engine did not answer in time: using the process executor"
+                        "a Docker Engine answers on {socket}: running instances as containers"
                     );
-                    process()?
+                    Arc::new(
+                        docker
+                            .scoped(node_name)
+                            .with_entry_helper(helper.clone())
+                            .with_gpu_limits(limits.clone()),
+                    )
                 }
+                Ok(Err(e)) => process_without_docker(e.to_string(), process)?,
+                Err(_) => process_without_docker(
+                    format!(
+                        "the Docker Engine on {socket} did not answer within {CONNECT_TIMEOUT:?}"
+                    ),
+                    process,
+                )?,
             }
         }
     };
@@ -197,6 +198,65 @@ pub async fn backends(
         "node backends chosen"
     );
     Ok((gpus, executor))
+}
+
+/// `auto` where no Docker Engine answers (`no_docker` says why): the process executor, said at
+/// start; where it cannot isolate instances either, an error saying both and what to do.
+fn process_without_docker(
+    no_docker: String,
+    process: impl FnOnce() -> Result<Arc<dyn Executor>, gpurent_agent::AgentError>,
+) -> anyhow::Result<Arc<dyn Executor>> {
+    match process() {
+        Ok(executor) => {
+            tracing::info!(
+                "{no_docker}: running instances as {} processes (the process executor)",
+                if executor.isolated() {
+                    "isolated"
+                } else {
+                    "UNISOLATED"
+                }
+            );
+            Ok(executor)
+        }
+        Err(e) => bail!("{no_docker}, and {e}"),
+    }
+}
+
+/// What each reserved GPU brings to its instance: the flags, at most the host's cores and
+/// memory divided among its GPUs (Docker refuses a CPU quota over the host's cores: 4 CPUs per
+/// GPU on a 2-core host failed every start). Said in the log when the host clamps them.
+fn fitted_resources(node: &NodeArgs, gpus: &dyn GpuBackend) -> ResourcesPerGpu {
+    let asked = ResourcesPerGpu {
+        milli_cpus: node.cpus_per_gpu.saturating_mul(1000),
+        memory_mb: node.memory_per_gpu_gb.saturating_mul(1024),
+        ..ResourcesPerGpu::default()
+    };
+    let count = gpus.discover().map_or(1, |g| g.len().max(1));
+    let Some(host) = HostCapacity::detect() else {
+        tracing::warn!("cannot read this host's cores and memory: instance limits are the flags'");
+        return asked;
+    };
+    let fitted = asked.fit(host, count);
+    let limits = fitted.for_instance(1);
+    if fitted == asked {
+        tracing::info!(
+            "instance limits per GPU: {} CPU and {} MiB (--cpus-per-gpu, --memory-per-gpu-gb)",
+            limits.cpus_text(),
+            limits.memory_mb()
+        );
+    } else {
+        tracing::info!(
+            "instance limits per GPU: {} CPU and {} MiB, the host's {} cores and {} MiB divided \
+             among its {count} GPUs (asked: --cpus-per-gpu {} --memory-per-gpu-gb {})",
+            limits.cpus_text(),
+            limits.memory_mb(),
+            host.cpus(),
+            host.memory_mb,
+            node.cpus_per_gpu,
+            node.memory_per_gpu_gb
+        );
+    }
+    fitted
 }
 
 pub fn host_name() -> String {

@@ -38,7 +38,7 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
     let base = format!("http://{}", server.addr);
 
     let resources = ResourcesPerGpu {
-        cpus: 1,
+        milli_cpus: 1000,
         memory_mb: 256,
         pids: 256,
     };

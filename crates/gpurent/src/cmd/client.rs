@@ -328,6 +328,13 @@ pub async fn run(
             if let Some(ssh) = &r.ssh {
                 print_line(&format!("connect: {}", ssh.command));
             }
+            // Why it failed, in the executor's words (`ls` has it in --json only).
+            if let Some(message) = &r.end_message {
+                print_line(&format!(
+                    "{}: {message}",
+                    r.end_reason.as_deref().unwrap_or("ended")
+                ));
+            }
         }
         Command::Open { id, port, browser } => {
             super::open::open(&api, &id, port, browser, json).await?
@@ -402,6 +409,7 @@ pub async fn run(
                         } else {
                             format!("{} (unisolated)/{}", n.executor, n.gpu_backend)
                         },
+                        capacity(n),
                         g.uuid.clone(),
                         g.model.clone(),
                         g.vram_gb.to_string(),
@@ -420,6 +428,7 @@ pub async fn run(
                     "NODE",
                     "STATUS",
                     "EXECUTOR/GPUS",
+                    "CPUS/MEM GB",
                     "GPU",
                     "MODEL",
                     "VRAM GB",
@@ -567,6 +576,18 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
         print_line(&format!("queued: {reason}"));
     }
     Ok(())
+}
+
+/// A node's cores and memory as `nodes ls` shows them: `2/7.8`, `-` where its agent did not
+/// say.
+fn capacity(n: &Node) -> String {
+    let cpus = n.cpus.map_or("-".to_owned(), |c| c.to_string());
+    let memory = n.memory_mb.map_or("-".to_owned(), |mb| {
+        // Tenths of a GiB, in integers (no float rounding in a table).
+        let tenths = mb * 10 / 1024;
+        format!("{}.{}", tenths / 10, tenths % 10)
+    });
+    format!("{cpus}/{memory}")
 }
 
 async fn schedule_node(

@@ -22,6 +22,8 @@ fn the_contract_flow_through_the_cli() {
             "127.0.0.1:0",
             "--sim-gpus",
             "2xRTX4090",
+            "--executor",
+            "sim",
         ],
         &dir.path().join("up.log"),
     );
@@ -253,6 +255,8 @@ async fn ledger_check_finds_a_tampered_balance() {
         "127.0.0.1:0",
         "--sim-gpus",
         "1xRTX4090",
+        "--executor",
+        "sim",
     ];
     let up = Daemon::start(&args, &dir.path().join("up1.log"));
     let admin = read_token(&data);
@@ -305,6 +309,8 @@ fn owners_set_their_prices_in_a_price_file() {
             "127.0.0.1:0",
             "--sim-gpus",
             "1xRTX4090",
+            "--executor",
+            "sim",
             "--prices",
             prices.to_str().unwrap(),
         ],

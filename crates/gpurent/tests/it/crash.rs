@@ -165,6 +165,8 @@ async fn kill_9_during_a_storm_on_sqlite() {
         "127.0.0.1:0",
         "--sim-gpus",
         "256xRTX4090",
+        "--executor",
+        "sim",
     ];
     let up = Daemon::start(&args, &dir.path().join("up1.log"));
     let token = tenant(&up.url, &read_token(&data));
@@ -228,6 +230,8 @@ async fn kill_9_the_server_during_a_storm_on_postgres() {
             "gpu-host-1",
             "--sim-gpus",
             "256xRTX4090",
+            "--executor",
+            "sim",
         ],
         &dir.path().join("agent.log"),
     );

@@ -41,6 +41,8 @@ fn up_keeps_its_data_dir_secrets_and_database_private() {
             "127.0.0.1:0",
             "--sim-gpus",
             "1xRTX4090",
+            "--executor",
+            "sim",
             "--tls-self-signed",
         ],
         &dir.path().join("up.log"),
@@ -169,6 +171,8 @@ fn a_second_server_on_one_sqlite_data_dir_is_refused_naming_the_first() {
         "127.0.0.1:0",
         "--sim-gpus",
         "1xRTX4090",
+        "--executor",
+        "sim",
     ];
     let (code, stderr) = exit_of(&up, &dir.path().join("up.log"));
     assert!(

@@ -33,6 +33,8 @@ fn published_ports_through_the_cli() {
             "127.0.0.1:0",
             "--sim-gpus",
             "1xRTX4090",
+            "--executor",
+            "sim",
             "--proxy-domain",
             "Apps.Test.",
         ],

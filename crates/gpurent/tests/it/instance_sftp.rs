@@ -175,7 +175,7 @@ fn assignment(id: &str, image: Option<&str>, script: &str) -> Assignment {
 
 async fn docker_executor() -> Option<DockerExecutor> {
     let resources = ResourcesPerGpu {
-        cpus: 1,
+        milli_cpus: 1000,
         memory_mb: 256,
         pids: 64,
     };

@@ -22,6 +22,7 @@ mod crash;
 mod data_dir;
 mod failover_processes;
 mod first_run;
+mod host_limits;
 mod http_ports;
 mod instance_sftp;
 mod logs_download;

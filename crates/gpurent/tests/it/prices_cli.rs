@@ -36,6 +36,8 @@ fn offers_show_whole_gpu_tiers_and_a_share_may_be_all_of_a_card() {
             "127.0.0.1:0",
             "--sim-gpus",
             "2xRTX4090",
+            "--executor",
+            "sim",
         ],
         &dir.path().join("up.log"),
     );
@@ -197,6 +199,8 @@ fn the_price_file_sets_the_currency_and_a_share_dearer_than_its_card_is_warned_o
             "127.0.0.1:0",
             "--sim-gpus",
             "1xRTX4090",
+            "--executor",
+            "sim",
             "--prices",
             prices.to_str().unwrap(),
         ],

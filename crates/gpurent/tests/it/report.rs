@@ -28,6 +28,8 @@ fn a_daily_report_writes_csv_json_and_charts() {
             "127.0.0.1:0",
             "--sim-gpus",
             "2xRTX4090",
+            "--executor",
+            "sim",
         ],
         &dir.path().join("up.log"),
     );

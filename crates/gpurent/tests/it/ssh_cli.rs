@@ -20,6 +20,10 @@ fn start_up(dir: &Path, extra: &[&str]) -> Daemon {
         "--sim-gpus",
         "2xRTX4090",
     ];
+    // The sim executor unless `extra` names one (`auto` would pick Docker or processes).
+    if !extra.contains(&"--executor") {
+        args.extend(["--executor", "sim"]);
+    }
     args.extend(extra);
     Daemon::start(&args, &dir.join("up.log"))
 }

@@ -77,6 +77,8 @@ fn start_up(dir: &Path, data: &Path, log: &str) -> (Daemon, u16) {
             "127.0.0.1:0",
             "--sim-gpus",
             "2xRTX4090",
+            "--executor",
+            "sim",
         ],
         &dir.join(log),
     );

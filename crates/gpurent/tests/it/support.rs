@@ -33,6 +33,11 @@ impl Daemon {
 
     /// `start` in the working directory `cwd` (relative paths, `./gpurent-data`, are there).
     pub fn start_in(cwd: &Path, args: &[&str], log: &Path) -> Daemon {
+        Daemon::start_in_env(cwd, args, &[], log)
+    }
+
+    /// `start_in` with more environment variables (`DOCKER_HOST`, say).
+    pub fn start_in_env(cwd: &Path, args: &[&str], env: &[(&str, &str)], log: &Path) -> Daemon {
         let log = std::fs::File::create(log).expect("log file");
         // `up` serves SSH on a fixed port by default: tests run many `up`s at once, so only
         // those that ask for SSH (with --ssh-listen, port 0) get it.
@@ -44,6 +49,7 @@ impl Daemon {
             .current_dir(cwd)
             .args(&args)
             .env("GPURENT_LOG", "info,sqlx=warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()

@@ -194,6 +194,12 @@ pub(crate) async fn sync(
             }
             state.store.set_isolation(&node_id, isolated).await?;
         }
+        if host.cpus.is_some() || host.memory_mb.is_some() {
+            state
+                .store
+                .set_capacity(&node_id, host.cpus, host.memory_mb)
+                .await?;
+        }
         if verification.ok {
             state.wake.wake_scheduler();
         }

@@ -492,3 +492,37 @@ async fn static_files_are_versioned_cached_and_gzipped() {
     assert_eq!(none.status(), StatusCode::NOT_FOUND);
     app.shutdown().await;
 }
+
+/// A failed instance's page says why (the executor's message, `end_message`), in both
+/// languages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_instance_says_why_on_its_page() {
+    let mut app = app().start().await;
+    app.add_process_node("proc", std::time::Duration::from_secs(2))
+        .await;
+    app.wait_nodes_ready().await;
+    let alice = app.tenant("alice", "10").await;
+    let (_, r) = alice
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "hours": 1, "command": ["sh", "-c", "exit 3"]}))
+        .await;
+    let id = r["id"].as_str().unwrap().to_owned();
+    let failed = app.wait_status(&alice.client, &id, "failed").await;
+    assert_eq!(failed["end_reason"], "exited_with_error", "{failed}");
+    assert_eq!(
+        failed["end_message"], "the command exited with code 3",
+        "{failed}"
+    );
+    let console = login(&app, &alice, "alice").await;
+    let page = console.get(&format!("/instances/{id}?lang=en")).await;
+    assert_eq!(page.status, StatusCode::OK);
+    page.assert_has("<dt>Reason</dt>");
+    page.assert_has(
+        "data-field=\"end-message\"><code translate=\"no\">the command exited with code 3</code>",
+    );
+    let zh = console.get(&format!("/instances/{id}?lang=zh-CN")).await;
+    zh.assert_has("<dt>原因</dt>");
+    let english = untranslated(&zh.html);
+    assert!(english.is_empty(), "untranslated {english:?}");
+    app.shutdown().await;
+}

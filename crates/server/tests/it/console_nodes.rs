@@ -109,6 +109,10 @@ async fn nodes_page_for_hosts_and_admins(backend: Backend) {
     assert!(!page.html.contains("hera-box"), "another host's node");
     page.assert_has("id=\"nodes\" data-live=\"2000\"");
     page.assert_has("data-field=\"node-status\" data-status=\"ready\"");
+    // The cores its agent reported (this host's), on the page as in the API.
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(node["cpus"], cores, "{node}");
+    page.assert_has(&format!("data-field=\"capacity\">{cores} cores"));
     for gpu in node["gpus"].as_array().unwrap() {
         page.assert_has(&format!(
             "data-gpu-uuid=\"{}\"",

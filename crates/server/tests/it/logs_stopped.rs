@@ -287,7 +287,7 @@ const IMAGE: &str = "gpurent-test/busybox:latest";
 /// and the run did not ask for one (GPURENT_TEST_DOCKER=0).
 async fn docker() -> Option<DockerExecutor> {
     let resources = ResourcesPerGpu {
-        cpus: 1,
+        milli_cpus: 1000,
         memory_mb: 256,
         pids: 64,
     };

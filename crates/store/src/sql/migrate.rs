@@ -123,6 +123,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/0028_http_ports.sql"),
     ),
     (
+        29,
+        "host_capacity_end_message",
+        include_str!("../../migrations/0029_host_capacity_end_message.sql"),
+    ),
+    (
         30,
         "event_reservations",
         include_str!("../../migrations/0030_event_reservations.sql"),

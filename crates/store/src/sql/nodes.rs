@@ -166,6 +166,25 @@ async fn set_status(
     Ok(n == 1)
 }
 
+/// The most of an executor's message a reservation keeps (`end_message`), in characters.
+pub(crate) const END_MESSAGE_MAX_CHARS: usize = 1000;
+
+/// What a failed instance's report said, for its tenant: kept when the instance failed (to
+/// start, or exited with an error) and its agent said why, at most `END_MESSAGE_MAX_CHARS`.
+fn end_message(status: ReservationStatus, report: &InstanceReport) -> Option<String> {
+    if status != ReservationStatus::Failed {
+        return None;
+    }
+    let message = report.message.as_deref()?.trim();
+    if message.is_empty() {
+        return None;
+    }
+    Some(match message.char_indices().nth(END_MESSAGE_MAX_CHARS) {
+        Some((cut, _)) => format!("{}...", &message[..cut]),
+        None => message.to_owned(),
+    })
+}
+
 /// Ends a reservation whose instance is gone: its final status, the rest of the exact charge
 /// for the seconds it ran (transfer id `charge:<id>:final`, so at most once), what it still
 /// held given back, the host's share of the charge, and its GPUs freed.
@@ -250,6 +269,15 @@ async fn finish(
     .rows_affected();
     if ended != 1 {
         return Ok(false);
+    }
+    // A failure says why where its tenant looks: `get`, and the log.
+    if let Some(message) = end_message(status, report) {
+        sqlx::query("UPDATE reservations SET end_message = $1 WHERE id = $2")
+            .bind(&message)
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
+        super::logs::note(conn, id, &format!("{reason}: {message}")).await?;
     }
     // Closing the meter locks it and reads it under that lock, so a settlement that committed
     // meanwhile is seen, and one that read it before cannot update it any more.
@@ -1075,6 +1103,28 @@ impl NodeStore for SqlStore {
         Ok(())
     }
 
+    async fn set_capacity(
+        &self,
+        node_id: &str,
+        cpus: Option<u32>,
+        memory_mb: Option<u64>,
+    ) -> Result<()> {
+        let updated = sqlx::query("UPDATE nodes SET cpus = $1, memory_mb = $2 WHERE id = $3")
+            .bind(cpus.map(i64::from))
+            .bind(memory_mb.and_then(|m| i64::try_from(m).ok()))
+            .bind(node_id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        if updated == 0 {
+            return Err(StoreError::NotFound {
+                what: "node",
+                id: node_id.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
     async fn create_join_token(
         &self,
         token_hash: &str,
@@ -1333,7 +1383,7 @@ impl NodeStore for SqlStore {
     ) -> Result<Vec<Node>> {
         let nodes = sqlx::query(
             "SELECT id, name, executor, gpu_backend, last_seen_at, telemetry, owner_id, status,
-                    verification, verified, health, healthy, isolated FROM nodes
+                    verification, verified, health, healthy, isolated, cpus, memory_mb FROM nodes
              WHERE $1 = '' OR owner_id = $1 ORDER BY name",
         )
         .bind(owner.unwrap_or(""))
@@ -1417,6 +1467,12 @@ impl NodeStore for SqlStore {
                     executor: n.try_get("executor")?,
                     isolated: n.try_get::<i64, _>("isolated")? != 0,
                     gpu_backend: n.try_get("gpu_backend")?,
+                    cpus: n
+                        .try_get::<Option<i64>, _>("cpus")?
+                        .and_then(|c| u32::try_from(c).ok()),
+                    memory_mb: n
+                        .try_get::<Option<i64>, _>("memory_mb")?
+                        .and_then(|m| u64::try_from(m).ok()),
                     last_seen_at: from_ts(last_seen)?,
                 })
             })

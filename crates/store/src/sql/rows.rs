@@ -10,7 +10,7 @@ use crate::{Result, StoreError};
 
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
-    r.created_at, r.started_at, r.ended_at, r.end_reason, COALESCE(m.charged, 0) AS charged,
+    r.created_at, r.started_at, r.ended_at, r.end_reason, r.end_message, COALESCE(m.charged, 0) AS charged,
     COALESCE(m.held, 0) AS held, r.bid, r.published, r.queue_reason, r.placed_at, r.on_node_loss, r.epoch, r.idle_reclaim, r.checkpoint, r.secret_names, r.http_ports, n.name AS node_name
     FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id
     LEFT JOIN meters m ON m.reservation_id = r.id";
@@ -53,6 +53,7 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
         started_at: opt_ts("started_at")?,
         ended_at: opt_ts("ended_at")?,
         end_reason: row.try_get("end_reason")?,
+        end_message: row.try_get("end_message")?,
         charged: Money::from_micros(row.try_get("charged")?),
         held: Money::from_micros(row.try_get("held")?),
         bid: row

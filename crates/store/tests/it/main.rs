@@ -7,6 +7,7 @@ mod agent_events;
 mod audit;
 mod billing_model;
 mod concurrent_settlement;
+mod end_message;
 mod gpu_hours;
 mod idempotency;
 mod lifecycle;

@@ -90,6 +90,9 @@ fn summary(ctx: &Ctx, r: &Reservation) -> Markup {
             dt { (l.t("Created", "创建时间")) } dd { (time(r.created_at)) }
             dt { (l.t("Started", "开始时间")) } dd { (maybe_time(r.started_at)) }
             dt { (l.t("Ended", "结束时间")) } dd { (ended(r)) }
+            @if let Some(why) = &r.end_message {
+                dt { (l.t("Reason", "原因")) } dd data-field="end-message" { (raw(why)) }
+            }
             dt { (l.t("Image", "镜像")) } dd { @if let Some(i) = &r.image { (raw(i)) } @else { "—" } }
             dt { (l.t("Command", "命令")) } dd { @if r.command.is_empty() { "—" } @else { (raw(&shell_line(&r.command))) } }
             dt { (l.t("Connect", "连接方式")) } dd { (connect(l, r)) }

@@ -362,6 +362,12 @@ fn node_card(ctx: &Ctx, n: &Node) -> Markup {
                     @if let Some(d) = &n.driver_version { " · " (l.t("driver", "驱动")) " " (raw(d)) }
                     @if let Some(c) = &n.cuda_version { " · " (raw(&format!("CUDA {c}"))) }
                 }
+                @if n.cpus.is_some() || n.memory_mb.is_some() {
+                    dt { (l.t("Cores and memory", "CPU 核数与内存")) } dd data-field="capacity" {
+                        @if let Some(c) = n.cpus { (c) " " (l.t("cores", "核")) }
+                        @if let Some(mb) = n.memory_mb { " · " (mb / 1024) " GiB" }
+                    }
+                }
                 dt { (l.t("Last heard from", "最近心跳")) } dd { (time(n.last_seen_at)) }
                 dt { (l.t("Verification", "主机验证")) } dd data-field="verification" {
                     @match &n.verification {
