@@ -1,6 +1,7 @@
 //! Pure pricing and charging rules. No I/O: the store and server call these with the facts.
 
 mod charge;
+mod mig;
 mod price_list;
 mod quote;
 mod rate;

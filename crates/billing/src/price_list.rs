@@ -295,6 +295,12 @@ impl PriceList {
         if let Some(p) = self.per_gpu_hour.get(gpu_type.key()) {
             return *p;
         }
+        // An unlisted MIG instance: its part of its parent's listed price (`crate::mig`).
+        if let Some(p) = crate::mig::listed_parent_share(gpu_type, |parent| {
+            self.per_gpu_hour.get(parent.key()).copied()
+        }) {
+            return p;
+        }
         let gb = i64::try_from(vram_mb.div_ceil(1024)).unwrap_or(i64::MAX);
         self.per_gb_hour_fallback
             .checked_mul(gb)
