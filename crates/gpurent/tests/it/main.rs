@@ -25,6 +25,7 @@ mod first_run;
 mod http_ports;
 mod instance_sftp;
 mod logs_download;
+mod mig;
 mod netns;
 mod partition;
 mod report;
