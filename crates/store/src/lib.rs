@@ -342,6 +342,10 @@ pub trait ReservationStore: Send + Sync {
         max_bytes: u64,
     ) -> Result<(Vec<u8>, u64)>;
 
+    /// Writes a line of the platform's own (`[gpurent] LINE`) into the reservation's log,
+    /// after what it holds, whatever the reservation's status.
+    async fn append_log_note(&self, reservation_id: &str, line: &str) -> Result<()>;
+
     /// Removes the output of reservations that ended before `before` (a batch of them at a
     /// time); how many reservations' output went.
     async fn prune_logs(&self, before: DateTime<Utc>) -> Result<u64>;

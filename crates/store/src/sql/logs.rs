@@ -159,6 +159,55 @@ async fn insert(conn: &mut AnyConnection, id: &str, at: i64, bytes: &[u8]) -> Re
     Ok(())
 }
 
+/// Longest note the platform writes into a log (a longer one is cut at a character boundary).
+const NOTE_MAX_BYTES: usize = 2000;
+
+/// Writes a line of the platform's own into the reservation's log (`[gpurent] ...`, on a line
+/// of its own), whatever its status: why a start failed, why the instance was stopped. It is
+/// stored after what the log holds and moves neither the agent's offset nor the kept head's
+/// cut, so the output still shipped lands after it.
+pub(crate) async fn note(conn: &mut AnyConnection, id: &str, line: &str) -> Result<()> {
+    let row = sqlx::query(
+        "UPDATE reservations SET log_read = log_read WHERE id = $1 RETURNING log_bytes",
+    )
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else {
+        return Err(crate::StoreError::NotFound {
+            what: "reservation",
+            id: id.to_owned(),
+        });
+    };
+    let stored: i64 = row.try_get("log_bytes")?;
+    let last: Option<Vec<u8>> = sqlx::query_scalar(
+        "SELECT data FROM reservation_output WHERE reservation_id = $1
+         ORDER BY byte_offset DESC LIMIT 1",
+    )
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let mut text = line.trim_end().replace(['\r', '\n'], " ");
+    if text.len() > NOTE_MAX_BYTES {
+        let mut cut = NOTE_MAX_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    let starts_line = last
+        .as_deref()
+        .is_none_or(|d| d.last().is_none_or(|&b| b == b'\n'));
+    let bytes = format!("{}[gpurent] {text}\n", if starts_line { "" } else { "\n" }).into_bytes();
+    insert(conn, id, stored, &bytes).await?;
+    sqlx::query("UPDATE reservations SET log_bytes = $1 WHERE id = $2")
+        .bind(stored + bytes.len() as i64)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 /// The log's bytes from `offset` on, at most `max`, and the offset that follows them.
 pub(crate) async fn read(
     conn: &mut AnyConnection,

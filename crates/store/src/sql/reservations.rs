@@ -820,6 +820,13 @@ impl ReservationStore for SqlStore {
         super::logs::read(&mut conn, id, offset, max_bytes).await
     }
 
+    async fn append_log_note(&self, reservation_id: &str, line: &str) -> Result<()> {
+        let mut tx = self.begin().await?;
+        super::logs::note(&mut tx, reservation_id, line).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     async fn prune_logs(&self, before: DateTime<Utc>) -> Result<u64> {
         let mut tx = self.begin().await?;
         let pruned = super::logs::prune(&mut tx, ts(before)).await?;

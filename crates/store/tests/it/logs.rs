@@ -208,6 +208,38 @@ async fn logs_of_long_ended_reservations_are_pruned(backend: Backend) {
     assert_eq!(again, 0);
 }
 
+/// The platform's notes go on a line of their own, after what the log holds, and the output
+/// shipped after them still lands (the agent's offset does not move).
+async fn platform_notes_go_on_their_own_line(backend: Backend) {
+    let (f, node, id) = running(backend).await;
+    f.store
+        .append_log_note(&id, "first note")
+        .await
+        .expect("note");
+    ship(
+        &f,
+        &node,
+        vec![LogChunk::of_bytes(&id, 1, 0, b"no newline")],
+    )
+    .await;
+    f.store
+        .append_log_note(&id, "over\nits share\n")
+        .await
+        .expect("note");
+    ship(&f, &node, vec![LogChunk::of_bytes(&id, 1, 10, b"more\n")]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&log_of(&f, &id).await),
+        "[gpurent] first note\nno newline\n[gpurent] over its share\nmore\n"
+    );
+    // A long note is cut, not refused; an unknown reservation is.
+    f.store
+        .append_log_note(&id, &"é".repeat(5000))
+        .await
+        .expect("long note");
+    assert!(log_of(&f, &id).await.len() < 2100);
+    assert!(f.store.append_log_note("nope", "x").await.is_err());
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
@@ -230,4 +262,5 @@ on_both!(
     a_read_starts_at_its_offset,
     past_the_cap_the_head_a_marker_and_the_tail,
     logs_of_long_ended_reservations_are_pruned,
+    platform_notes_go_on_their_own_line,
 );
