@@ -341,3 +341,26 @@ impl GpuBackend for NvmlGpus {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::mig_model;
+
+    #[test]
+    fn a_mig_device_is_named_by_nvml_or_after_its_parent() {
+        assert_eq!(
+            mig_model(
+                "NVIDIA H200",
+                Some("NVIDIA H200 MIG 3g.71gb".into()),
+                71_680
+            ),
+            "NVIDIA H200 MIG 3g.71gb"
+        );
+        for unnamed in [None, Some("NVIDIA H200".to_owned())] {
+            assert_eq!(
+                mig_model("NVIDIA H200", unnamed, 71_680),
+                "NVIDIA H200 MIG 70gb"
+            );
+        }
+    }
+}
