@@ -13,12 +13,14 @@ pub mod gpu;
 mod host;
 mod identity;
 pub mod metrics;
+pub mod mps;
 pub mod reconcile;
 mod run;
 mod stops;
 pub mod testing;
 pub mod tls;
 mod tunnel;
+pub mod vram;
 
 pub use burn_in::BurnInConfig;
 pub use checkpoint::CheckpointConfig;

@@ -12,7 +12,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use gpurent_types::agent::{GpuInfo, NodeTelemetry};
+use gpurent_types::agent::{AgentEventKind, GpuInfo, NodeTelemetry};
 use gpurent_types::exposition::{micros, millis, Exposition, Kind, CONTENT_TYPE};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -35,6 +35,8 @@ pub struct AgentMetrics {
     hostname: String,
     latest: Mutex<Option<Snapshot>>,
     last_sync_us: Mutex<Option<i64>>,
+    /// The VRAM watchdog's events so far, by kind.
+    events: Mutex<BTreeMap<AgentEventKind, u64>>,
 }
 
 fn unix_micros(t: SystemTime) -> i64 {
@@ -51,6 +53,7 @@ impl AgentMetrics {
             hostname: hostname.to_owned(),
             latest: Mutex::new(None),
             last_sync_us: Mutex::new(None),
+            events: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -96,6 +99,16 @@ impl AgentMetrics {
             Some(unix_micros(SystemTime::now()));
     }
 
+    /// The VRAM watchdog raised an event of this kind.
+    pub fn event(&self, kind: AgentEventKind) {
+        *self
+            .events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(kind)
+            .or_default() += 1;
+    }
+
     /// The text exposition of the latest sample (families without samples before the first).
     pub fn render(&self) -> String {
         let latest = self
@@ -127,6 +140,21 @@ impl AgentMetrics {
         );
         if let Some(at) = last_sync {
             e.sample(name, &[], micros(at));
+        }
+        let name = "gpurent_agent_vram_events_total";
+        e.family(
+            name,
+            Kind::Counter,
+            "Events of the VRAM watchdog, by kind (a share over its memory, back under, stopped, a process on a foreign GPU, a process of no instance on a rented GPU).",
+        );
+        let events = self
+            .events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for kind in AgentEventKind::ALL {
+            let n = events.get(&kind).copied().unwrap_or(0);
+            e.sample(name, &[("kind", kind.as_str())], n);
         }
         e.finish()
     }
@@ -353,8 +381,16 @@ mod tests {
             format!("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{labels}}} 0"),
             "gpurent_reservation_gpu_memory_used_bytes{reservation=\"r1\",UUID=\"GPU-a\",gpu=\"3\"} 1184890880".to_owned(),
             "gpurent_reservation_gpu_utilization_percent{reservation=\"r1\",UUID=\"GPU-a\",gpu=\"3\"} 99".to_owned(),
+            "gpurent_agent_vram_events_total{kind=\"vram_exceeded\"} 0".to_owned(),
         ] {
             assert!(text.contains(&format!("{line}\n")), "{line} not in\n{text}");
         }
+        m.event(AgentEventKind::VramOverShare);
+        m.event(AgentEventKind::VramOverShare);
+        let text = m.render();
+        assert!(
+            text.contains("gpurent_agent_vram_events_total{kind=\"vram_over_share\"} 2\n"),
+            "{text}"
+        );
     }
 }

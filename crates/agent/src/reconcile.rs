@@ -108,6 +108,7 @@ pub fn reports(desired: &[Assignment], actual: &[Observed]) -> Vec<InstanceRepor
                 exit_code,
                 message,
                 ports: Vec::new(),
+                end_reason: None,
             };
             match have.get(a.reservation_id.as_str()) {
                 Some(o) if o.epoch == a.epoch => Some(match &o.state {

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpurent_types::agent::{
-    Assignment, GpuInfo, HostFacts, InstanceReport, InstanceState, LogChunk, NodeTelemetry,
-    PublishedPort, RegisterNode, SyncRequest, LOG_TAIL_BYTES,
+    AgentEvent, Assignment, GpuInfo, HostFacts, InstanceReport, InstanceState, LogChunk,
+    NodeTelemetry, PublishedPort, RegisterNode, SyncRequest, AGENT_EVENT_DETAIL_MAX,
+    LOG_TAIL_BYTES,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -20,6 +21,7 @@ use crate::metrics::AgentMetrics;
 use crate::reconcile::{self, Action, Observed, ObservedState};
 use crate::stops::Stops;
 use crate::tls::{self, ClientTls};
+use crate::vram::{Verdict, Watchdog};
 use crate::{AgentError, CheckpointConfig, Executor, GpuBackend, NodeIdentity};
 
 /// Output shipped with one sync, for one running instance and for all (an instance that
@@ -29,6 +31,13 @@ const LOG_BYTES_PER_SYNC: usize = 1024 * 1024;
 /// The longest the end of an instance is held back while its output is shipped: output that
 /// keeps coming (from a process it left behind) must not keep its reservation going.
 const DRAIN_AT_MOST: Duration = Duration::from_secs(30);
+/// Between SIGTERM and SIGKILL for an instance the VRAM watchdog stops: it had the whole
+/// grace to give the memory back, and its neighbours on the GPU pay for every second more.
+const VRAM_STOP_GRACE: Duration = Duration::from_secs(1);
+/// The end reason of an instance the VRAM watchdog stopped.
+const VRAM_EXCEEDED: &str = "vram_exceeded";
+/// Events kept while the control plane is out of reach; older ones are dropped past this.
+const EVENTS_KEPT: usize = 1000;
 
 /// The output one sync ships.
 struct NewOutput {
@@ -61,6 +70,9 @@ pub struct AgentConfig {
     /// How an `https://` control plane is trusted (`--ca-cert`, `--tls-fingerprint`); the
     /// node's client certificate is added once it has one.
     pub tls: ClientTls,
+    /// How long an instance may stay over its share's GPU memory (or on a GPU not its own)
+    /// before it is stopped (`--vram-grace-secs`).
+    pub vram_grace: Duration,
 }
 
 impl AgentConfig {
@@ -77,6 +89,7 @@ impl AgentConfig {
             burn_in: None,
             checkpoint: CheckpointConfig::new(data_dir.join("checkpoints")),
             tls: ClientTls::default(),
+            vram_grace: Duration::from_secs(10),
             data_dir,
         }
     }
@@ -267,6 +280,13 @@ impl Agent {
         let mut fenced = false;
         let mut burn_in = BurnIn::new(self.config.burn_in.clone());
         let gpu_uuids: Vec<String> = inventory.iter().map(|g| g.uuid.clone()).collect();
+        let mut watchdog = Watchdog::new(self.config.vram_grace);
+        // Instances the watchdog stopped, by reservation: their epoch and why. Their
+        // assignments count as not to run (`mask_own_stops`) until the control plane has the
+        // report and lets go of them.
+        let mut own_stops: BTreeMap<String, (i64, String)> = BTreeMap::new();
+        // The watchdog's events the control plane has not taken yet.
+        let mut events: Vec<AgentEvent> = Vec::new();
         while !*shutdown.borrow() {
             stops.reap();
             let actual = self.observe(&failures).await?;
@@ -278,6 +298,15 @@ impl Agent {
             // An instance being stopped is reported once it is gone, not as it goes down
             // (when it may look exited for a moment).
             instances.retain(|r| !stops.contains(&r.reservation_id));
+            for r in &mut instances {
+                let own = own_stops
+                    .get(&r.reservation_id)
+                    .filter(|(epoch, _)| *epoch == r.epoch);
+                if let (InstanceState::Stopped, Some((_, why))) = (r.state, own) {
+                    r.end_reason = Some(VRAM_EXCEEDED.to_owned());
+                    r.message = Some(why.clone());
+                }
+            }
             // An instance that ended, or was stopped, is reported once its output is all
             // shipped (its end ends the reservation, and with it the output the control plane
             // takes).
@@ -321,7 +350,37 @@ impl Agent {
             if let Some(t) = &telemetry {
                 self.metrics
                     .record(&inventory, t, &running_gpus(&desired, &actual));
+                let running = running_assignments(&desired, &actual, stops);
+                for verdict in watchdog.check(t, &running, std::time::Instant::now()) {
+                    match verdict {
+                        Verdict::Event(mut e) => {
+                            cut(&mut e.detail, AGENT_EVENT_DETAIL_MAX);
+                            tracing::warn!(kind = e.kind.as_str(), reservation_id = ?e.reservation_id, gpu = %e.gpu_uuid, detail = %e.detail, "VRAM watchdog");
+                            self.metrics.event(e.kind);
+                            events.push(e);
+                        }
+                        Verdict::Stop {
+                            reservation_id,
+                            epoch,
+                            detail,
+                        } => {
+                            stops.start(&reservation_id, Some(VRAM_STOP_GRACE));
+                            own_stops.insert(reservation_id, (epoch, detail));
+                        }
+                    }
+                }
+                mask_own_stops(&mut desired, &own_stops);
+                if events.len() > EVENTS_KEPT {
+                    let dropped = events.len() - EVENTS_KEPT;
+                    tracing::warn!(
+                        dropped,
+                        "VRAM watchdog events dropped: the control plane has not taken them"
+                    );
+                    events.drain(..dropped);
+                }
             }
+            // Events go out at once rather than after a long poll.
+            let wait = if events.is_empty() { wait } else { 0 };
             let request = SyncRequest {
                 // The inventory only until the control plane has it; telemetry every time.
                 gpus: if known_version.is_none() {
@@ -339,6 +398,7 @@ impl Agent {
                 } else {
                     None
                 },
+                events: events.clone(),
             };
             // A control plane that does not answer at all must not hold the agent past its
             // lease: the call (retries included) gets what is left of the lease, at least two
@@ -381,6 +441,13 @@ impl Agent {
                     fenced = false;
                     known_version = Some(response.version);
                     desired = response.assignments;
+                    events.clear();
+                    own_stops.retain(|id, (epoch, _)| {
+                        desired
+                            .iter()
+                            .any(|a| &a.reservation_id == id && a.epoch == *epoch)
+                    });
+                    mask_own_stops(&mut desired, &own_stops);
                     log_room = response.log_room;
                     self.forget_outputs(&kept, &reported, &desired).await;
                     if !desired.is_empty() {
@@ -645,6 +712,52 @@ impl Agent {
                 }
             }
             Err(e) => tracing::error!(error = %e, "could not list instances while fencing"),
+        }
+    }
+}
+
+/// Cuts `text` to at most `max` bytes, at a character boundary (a detail naming many
+/// processes or shares would otherwise be refused).
+fn cut(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut at = max;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+    }
+}
+
+/// The instances that run as their assignments say and are not being stopped.
+fn running_assignments(
+    desired: &[Assignment],
+    actual: &[Observed],
+    stops: &Stops,
+) -> Vec<Assignment> {
+    desired
+        .iter()
+        .filter(|a| {
+            a.run
+                && !stops.contains(&a.reservation_id)
+                && actual.iter().any(|o| {
+                    o.reservation_id == a.reservation_id
+                        && o.epoch == a.epoch
+                        && o.state == ObservedState::Running
+                })
+        })
+        .cloned()
+        .collect()
+}
+
+/// An instance the watchdog stopped is, to the agent, one the control plane asked to stop:
+/// not started again, its output shipped, its stop reported once it is gone.
+fn mask_own_stops(desired: &mut [Assignment], own_stops: &BTreeMap<String, (i64, String)>) {
+    for a in desired.iter_mut() {
+        if own_stops
+            .get(&a.reservation_id)
+            .is_some_and(|(epoch, _)| *epoch == a.epoch)
+        {
+            a.run = false;
         }
     }
 }

@@ -1,12 +1,17 @@
 //! Pure pricing and charging rules. No I/O: the store and server call these with the facts.
 
 mod charge;
+mod coherence;
 mod mig;
 mod price_list;
 mod quote;
 mod rate;
 
+#[cfg(test)]
+mod golden;
+
 pub use charge::charge_for_seconds;
-pub use price_list::{PriceList, PriceListError, Stepped};
+pub use coherence::Incoherence;
+pub use price_list::{PriceList, PriceListError, Stepped, DEFAULT_CURRENCY};
 pub use quote::{Quote, QuoteError, Size};
 pub use rate::Rate;

@@ -18,9 +18,9 @@ pub enum Size {
 }
 
 impl Size {
-    /// GB of GPU memory the reservation holds, the per-GB tiers' quantity: whole GPUs as
-    /// `vram_gb` shows them, to the nearest GB (an H200's 143,771 MiB is 140, an RTX 4090's
-    /// 24,564 MiB is 24), shares as asked.
+    /// GB of GPU memory the reservation holds: whole GPUs as `vram_gb` shows them, to the
+    /// nearest GB (an H200's 143,771 MiB is 140, an RTX 4090's 24,564 MiB is 24), shares as
+    /// asked, rounded up (what an explicit per-GB share price is charged on).
     pub fn gb(self) -> u64 {
         match self {
             Size::Whole { count, gpu_vram_mb } => u64::from(count)
@@ -83,16 +83,12 @@ impl Quote {
 }
 
 fn mul_div_ceil(m: Money, num: u64, den: u64) -> Result<Money, QuoteError> {
-    let den = i128::from(den.max(1));
-    let v = (i128::from(m.micros()) * i128::from(num) + den - 1) / den;
-    i64::try_from(v)
-        .map(Money::from_micros)
-        .map_err(|_| QuoteError::Overflow)
+    crate::price_list::mul_div_ceil(m, num, den).ok_or(QuoteError::Overflow)
 }
 
 impl PriceList {
     /// The on-demand hourly price of `size` of a GPU of this type: whole GPUs by model,
-    /// shares per GB of memory.
+    /// shares by their fraction of the card (see [`PriceList::share_per_hour`]).
     pub fn on_demand_per_hour(
         &self,
         gpu_type: &gpurent_types::GpuType,
@@ -103,11 +99,37 @@ impl PriceList {
                 .price_per_gpu_hour(gpu_type, gpu_vram_mb)
                 .checked_mul(i64::from(count))
                 .ok_or(QuoteError::Overflow),
-            Size::Share { .. } => self
-                .share_per_gb_hour
-                .checked_mul(i64::try_from(size.gb()).map_err(|_| QuoteError::Overflow)?)
-                .ok_or(QuoteError::Overflow),
+            Size::Share {
+                vram_mb,
+                gpu_vram_mb,
+            } => self.share_per_hour(gpu_type, vram_mb, gpu_vram_mb),
         }
+    }
+
+    /// A share of `vram_mb` of a card of `gpu_vram_mb`: its fraction of the card's on-demand
+    /// price, rounded up to the micro-unit, plus the owner's premium, and never more than the
+    /// whole card (a share of all of it costs the card). With an explicit `[shares]
+    /// per_gb_hour`, that per GB instead (`incoherences` says where it passes the card).
+    pub fn share_per_hour(
+        &self,
+        gpu_type: &gpurent_types::GpuType,
+        vram_mb: u64,
+        gpu_vram_mb: u64,
+    ) -> Result<Money, QuoteError> {
+        if let Some(per_gb) = self.share_per_gb_hour {
+            let gb = Size::Share {
+                vram_mb,
+                gpu_vram_mb,
+            }
+            .gb();
+            return per_gb
+                .checked_mul(i64::try_from(gb).map_err(|_| QuoteError::Overflow)?)
+                .ok_or(QuoteError::Overflow);
+        }
+        let card = self.price_per_gpu_hour(gpu_type, gpu_vram_mb);
+        let part = mul_div_ceil(card, vram_mb, gpu_vram_mb)?;
+        let priced = mul_div_ceil(part, 100 + u64::from(self.share_premium_percent), 100)?;
+        Ok(priced.min(card))
     }
 
     /// The lowest spot bid for `size`: `min_bid_percent` of the on-demand price, rounded up.
@@ -120,21 +142,17 @@ impl PriceList {
         mul_div_ceil(on_demand, u64::from(self.spot_min_bid_percent), 100)
     }
 
-    /// The stepped tier's rate for `size`.
-    pub fn stepped_rate(&self, size: Size) -> Result<Rate, QuoteError> {
-        let gb = i64::try_from(size.gb()).map_err(|_| QuoteError::Overflow)?;
+    /// The stepped tier's rate for `size`: its percents of the on-demand price of `size`.
+    pub fn stepped_rate(
+        &self,
+        gpu_type: &gpurent_types::GpuType,
+        size: Size,
+    ) -> Result<Rate, QuoteError> {
+        let on_demand = self.on_demand_per_hour(gpu_type, size)?;
         Ok(Rate {
-            first: self
-                .stepped
-                .first_per_gb_hour
-                .checked_mul(gb)
-                .ok_or(QuoteError::Overflow)?,
+            first: mul_div_ceil(on_demand, u64::from(self.stepped.first_percent), 100)?,
             step_s: u64::from(self.stepped.first_hours) * SECONDS_PER_HOUR,
-            then: self
-                .stepped
-                .then_per_gb_hour
-                .checked_mul(gb)
-                .ok_or(QuoteError::Overflow)?,
+            then: mul_div_ceil(on_demand, u64::from(self.stepped.then_percent), 100)?,
         })
     }
 
@@ -156,6 +174,26 @@ impl PriceList {
         &self.reserved_discounts
     }
 
+    /// The hourly price of `size` in a reserved block of each length: (minimum hours, percent
+    /// off, price per hour), as `quote` charges it.
+    pub fn reserved_prices(
+        &self,
+        gpu_type: &gpurent_types::GpuType,
+        size: Size,
+    ) -> Result<Vec<(u32, u32, Money)>, QuoteError> {
+        let on_demand = self.on_demand_per_hour(gpu_type, size)?;
+        self.reserved_discounts
+            .iter()
+            .map(|&(hours, percent)| {
+                Ok((
+                    hours,
+                    percent,
+                    mul_div_ceil(on_demand, u64::from(100 - percent), 100)?,
+                ))
+            })
+            .collect()
+    }
+
     /// The price of a reservation of `size` for `duration_s` seconds on `tier`.
     pub fn quote(
         &self,
@@ -173,7 +211,7 @@ impl PriceList {
         let mut priority = i64::MAX;
         let rate = match tier {
             Tier::OnDemand => Rate::flat(on_demand),
-            Tier::Stepped => self.stepped_rate(size)?,
+            Tier::Stepped => self.stepped_rate(gpu_type, size)?,
             Tier::Reserved => {
                 discount_percent = self.reserved_discount(duration_s)?;
                 Rate::flat(mul_div_ceil(
@@ -252,11 +290,11 @@ mod tests {
         );
         assert_eq!(q.hold.to_string(), "16.00");
 
-        // 320 GB at 2.00 for 3 hours, then 1.20 for 69.
+        // The on-demand price for 3 hours, then 60% of it for 69.
         let (q, cost) = total(Tier::Stepped, FOUR, None);
-        assert_eq!(q.price_per_hour.to_string(), "640.00");
-        assert_eq!(q.rate.then.to_string(), "384.00");
-        assert_eq!(cost.to_string(), "28416.00");
+        assert_eq!(q.price_per_hour.to_string(), "16.00");
+        assert_eq!(q.rate.then.to_string(), "9.60");
+        assert_eq!(cost.to_string(), "710.40");
 
         // 72 h is a 24 h+ block: 20% off, prepaid in full.
         let (q, cost) = total(Tier::Reserved, FOUR, None);
@@ -280,7 +318,7 @@ mod tests {
             ("8.00".into(), "576.00".into())
         );
 
-        // The per-GB base tier: four 40 GB shares' worth, one share of 40 GB for 72 h.
+        // A share of 40 GB, half an A100-80GB, for 72 h: half the card's price.
         let share = Size::Share {
             vram_mb: 40 * 1024,
             gpu_vram_mb: A100_MB,
@@ -288,7 +326,7 @@ mod tests {
         let (q, cost) = total(Tier::OnDemand, share, None);
         assert_eq!(
             (q.price_per_hour.to_string(), cost.to_string()),
-            ("20.00".into(), "1440.00".into())
+            ("2.00".into(), "144.00".into())
         );
     }
 
@@ -343,7 +381,7 @@ mod tests {
         };
         assert_eq!(p(one, Money::units(3)), 3_000_000);
         assert_eq!(p(FOUR, Money::units(12)), 3_000_000);
-        // Half a GPU bid at 9.00 is 18.00 a GPU.
-        assert_eq!(p(half, Money::units(9)), 18_000_000);
+        // Half a GPU bid at 1.50 is 3.00 a GPU.
+        assert_eq!(p(half, Money::from_micros(1_500_000)), 3_000_000);
     }
 }

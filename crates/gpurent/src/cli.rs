@@ -469,6 +469,16 @@ pub struct NodeArgs {
     /// Days a checkpoint volume no instance uses is kept (removed when the agent starts).
     #[arg(long, value_name = "DAYS", default_value_t = 7)]
     pub checkpoint_keep_days: u64,
+    /// Seconds a share may use more GPU memory than it has (or an instance keep processes on
+    /// a GPU not its own) before the agent stops it, ending it with `vram_exceeded` (0: at
+    /// once). Checked on every telemetry sample (each heartbeat).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub vram_grace_secs: u64,
+    /// The node runs NVIDIA's MPS control daemon (`nvidia-cuda-mps-control -d`): shares get
+    /// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE. The agent
+    /// refuses to start when the daemon does not answer within 2 s.
+    #[arg(long)]
+    pub mps: bool,
 }
 
 /// Node liveness: agents sync every heartbeat; a node that misses this many in a row (the
@@ -556,8 +566,9 @@ pub struct UpArgs {
     /// API at, and the --ssh-listen port).
     #[arg(long, value_name = "HOST[:PORT]")]
     pub ssh_advertise: Option<gpurent_server::ssh::Advertise>,
-    /// A TOML price file ([gpu] "MODEL" = "PRICE PER HOUR"; per_gb_hour = "..."); models it
-    /// does not name keep their defaults.
+    /// A TOML price file (currency = "CNY"; [gpu] "MODEL" = "PRICE PER HOUR"; per_gb_hour =
+    /// "..."; [shares] premium_percent; [stepped] first_percent, then_percent; see
+    /// deploy/prices/seeds-cny.toml); what it does not name keeps its default.
     #[arg(long)]
     pub prices: Option<PathBuf>,
     /// Seconds a reservation made with `--queue` may wait for GPUs before it ends as `failed`
@@ -987,11 +998,14 @@ pub struct ReserveArgs {
     #[arg(long)]
     pub gpu: String,
     /// Whole GPUs on one node.
-    #[arg(long, conflicts_with = "vram_gb")]
+    #[arg(long, conflicts_with_all = ["vram_gb", "vram_fraction"])]
     pub count: Option<u32>,
-    /// A share of one GPU with this much memory.
-    #[arg(long)]
+    /// A share of one GPU with this much memory, up to all of it (24 on a 24 GB card).
+    #[arg(long, conflicts_with = "vram_fraction")]
     pub vram_gb: Option<u32>,
+    /// A share of one GPU as a fraction of its memory, more than 0 and at most 1 (0.5: half).
+    #[arg(long, value_name = "FRACTION")]
+    pub vram_fraction: Option<f64>,
     /// How long it may run, e.g. 1 or 0.5.
     #[arg(long)]
     pub hours: f64,

@@ -114,7 +114,7 @@
   function quote(form) {
     const out = form.querySelector("[data-field=quote]");
     const src = form.getAttribute("data-quote");
-    const fields = ["gpu_type", "gpu_count", "vram_gb", "hours", "tier", "bid"];
+    const fields = ["gpu_type", "gpu_count", "vram_gb", "vram_fraction", "hours", "tier", "bid"];
     let timer = null;
     async function ask() {
       const q = new URLSearchParams();

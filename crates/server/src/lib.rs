@@ -63,9 +63,6 @@ pub use serve::{open_files_limit, raise_open_files_limit, HttpLimits, OpenFiles}
 pub use state::AppState;
 pub use verification::HostPolicy;
 
-/// The platform's currency: every amount of money is in it.
-pub(crate) const CURRENCY: &str = "USD";
-
 /// How the control plane behaves; the defaults suit production.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {

@@ -11,6 +11,7 @@ use crate::error::ApiError;
 /// The most whole GPUs one reservation may ask for (one node).
 pub const MAX_GPU_COUNT: u32 = 64;
 pub const MAX_VRAM_GB: u32 = 1024;
+const MIB_PER_GB: u64 = 1024;
 /// A year.
 pub const MAX_HOURS: f64 = 8760.0;
 /// 3.6 seconds: the schema's minimum.
@@ -76,33 +77,79 @@ fn no_nul_in_request(body: &CreateReservation) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Whether the body asks for a share of a GPU, sized against the type's card (the handler then
+/// reads the card's memory for [`reservation`]).
+pub fn asks_share(body: &CreateReservation) -> bool {
+    body.vram_gb.is_some() || body.vram_fraction.is_some()
+}
+
+/// A share's size in MiB, against a card of `card_mb` (the type's largest; `None`: no node
+/// has one). `vram_gb` up to the card's memory to the nearest GB is capped at the card, so that
+/// 24 on a 24,564 MiB RTX 4090 is all of it; a fraction is rounded down to the MiB, so that it
+/// fits. All of a card is still a share: nobody else can have a share of it meanwhile.
+fn share_mb(body: &CreateReservation, card_mb: Option<u64>) -> Result<Option<u64>, ApiError> {
+    let gpu_type = &body.gpu_type;
+    match (body.vram_gb, body.vram_fraction) {
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => Err(invalid(
+            "give vram_gb (GB of one GPU) or vram_fraction (a fraction of one), not both",
+        )),
+        (Some(0), None) => Err(invalid("vram_gb must be at least 1")),
+        (Some(gb), None) if gb > MAX_VRAM_GB => {
+            Err(invalid(format!("vram_gb must be at most {MAX_VRAM_GB}")))
+        }
+        (Some(gb), None) => {
+            let asked = u64::from(gb) * MIB_PER_GB;
+            Ok(Some(match card_mb {
+                Some(card) if u64::from(gb) <= (card + MIB_PER_GB / 2) / MIB_PER_GB => {
+                    asked.min(card)
+                }
+                // Larger than any card: the store says so (409 no_capacity), or queues it.
+                _ => asked,
+            }))
+        }
+        (None, Some(f)) => {
+            if !f.is_finite() || f <= 0.0 || f > 1.0 {
+                return Err(invalid(
+                    "vram_fraction must be more than 0 and at most 1 (0.5: half of one GPU)",
+                ));
+            }
+            let Some(card) = card_mb else {
+                return Err(ApiError::Store(gpurent_store::StoreError::NoCapacity(
+                    format!("no node has a GPU of type {gpu_type} to take vram_fraction {f} of"),
+                )));
+            };
+            // In millionths, so that the MiB are integer arithmetic.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // 1..=1e6
+            let ppm = (f * 1e6).round().max(1.0) as u64;
+            Ok(Some((card * ppm / 1_000_000).max(1)))
+        }
+    }
+}
+
+/// `card_vram_mb`: the memory of the type's largest card, for a share (see [`asks_share`]).
 pub fn reservation(
     tenant_id: &str,
     body: &CreateReservation,
     idempotency_key: Option<String>,
+    card_vram_mb: Option<u64>,
 ) -> Result<NewReservation, ApiError> {
     no_nul_in_request(body)?;
     let gpu_type = GpuType::parse(&body.gpu_type).map_err(|e| invalid(format!("gpu_type: {e}")))?;
-    let want = match (body.gpu_count, body.vram_gb) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                "give gpu_count (whole GPUs) or vram_gb (a share of one), not both",
-            ))
-        }
-        (None, Some(0)) => return Err(invalid("vram_gb must be at least 1")),
-        (None, Some(gb)) if gb > MAX_VRAM_GB => {
-            return Err(invalid(format!("vram_gb must be at most {MAX_VRAM_GB}")))
-        }
-        (None, Some(gb)) => Want::Share {
-            vram_mb: u64::from(gb) * 1024,
-        },
-        (Some(0), None) => return Err(invalid("gpu_count must be at least 1")),
-        (Some(n), None) if n > MAX_GPU_COUNT => {
+    if body.gpu_count.is_some() && asks_share(body) {
+        return Err(invalid(
+            "give gpu_count (whole GPUs), or vram_gb or vram_fraction (a share of one), not both",
+        ));
+    }
+    let want = match (share_mb(body, card_vram_mb)?, body.gpu_count) {
+        (Some(vram_mb), _) => Want::Share { vram_mb },
+        (None, Some(0)) => return Err(invalid("gpu_count must be at least 1")),
+        (None, Some(n)) if n > MAX_GPU_COUNT => {
             return Err(invalid(format!(
                 "gpu_count must be at most {MAX_GPU_COUNT} (one node)"
             )))
         }
-        (Some(count), None) => Want::Whole { count },
+        (None, Some(count)) => Want::Whole { count },
         (None, None) => Want::Whole { count: 1 },
     };
     if !body.hours.is_finite() || body.hours < MIN_HOURS || body.hours > MAX_HOURS {
@@ -363,6 +410,22 @@ mod tests {
                 "vram_gb",
             ),
             (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "vram_fraction": 0}),
+                "vram_fraction",
+            ),
+            (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "vram_fraction": 1.5}),
+                "vram_fraction",
+            ),
+            (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "vram_fraction": 0.5, "vram_gb": 8}),
+                "vram_fraction",
+            ),
+            (
+                serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "vram_fraction": 0.5, "gpu_count": 1}),
+                "gpu_count",
+            ),
+            (
                 serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "env": {"1X": "y"}}),
                 "env",
             ),
@@ -372,12 +435,13 @@ mod tests {
             ),
         ];
         for (json, field) in cases {
-            let err = reservation("t", &body(json.clone()), None).unwrap_err();
+            let err = reservation("t", &body(json.clone()), None, None).unwrap_err();
             assert!(err.to_string().contains(field), "{json}: {err}");
         }
         let ok = reservation(
             "t",
             &body(serde_json::json!({"gpu_type": "RTX 4090", "hours": 0.5})),
+            None,
             None,
         );
         assert!(matches!(
@@ -388,5 +452,40 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    fn share_of(json: serde_json::Value, card_mb: Option<u64>) -> Result<Want, String> {
+        reservation("t", &body(json), None, card_mb)
+            .map(|n| n.want)
+            .map_err(|e| e.to_string())
+    }
+
+    /// A share of N GB fits a card whose memory rounds to N GB: 24 on a 24,564 MiB RTX 4090 is
+    /// all of it. More than the card stays as asked (the store refuses it, naming the card).
+    #[test]
+    fn a_share_is_sized_against_the_card() {
+        let card = Some(24_564);
+        let gb = |n: u32| serde_json::json!({"gpu_type": "RTX 4090", "hours": 1, "vram_gb": n});
+        let fraction =
+            |f: f64| serde_json::json!({"gpu_type": "RTX 4090", "hours": 1, "vram_fraction": f});
+        assert_eq!(share_of(gb(24), card), Ok(Want::Share { vram_mb: 24_564 }));
+        assert_eq!(share_of(gb(12), card), Ok(Want::Share { vram_mb: 12_288 }));
+        assert_eq!(share_of(gb(25), card), Ok(Want::Share { vram_mb: 25_600 }));
+        // No node has the type yet: as asked (it may queue for one).
+        assert_eq!(share_of(gb(24), None), Ok(Want::Share { vram_mb: 24_576 }));
+        assert_eq!(
+            share_of(fraction(0.5), card),
+            Ok(Want::Share { vram_mb: 12_282 })
+        );
+        assert_eq!(
+            share_of(fraction(1.0), card),
+            Ok(Want::Share { vram_mb: 24_564 })
+        );
+        assert_eq!(
+            share_of(fraction(0.333), card),
+            Ok(Want::Share { vram_mb: 8_179 })
+        );
+        let err = share_of(fraction(0.5), None).unwrap_err();
+        assert!(err.contains("no node has a GPU of type RTX 4090"), "{err}");
     }
 }

@@ -310,6 +310,10 @@ pub trait ReservationStore: Send + Sync {
     /// Free whole GPUs per type on nodes seen at or after `live_since`.
     async fn offers(&self, prices: &PriceList, live_since: DateTime<Utc>) -> Result<Vec<Offer>>;
 
+    /// The memory of the largest GPU of this type on any node, in MiB: what a share asked in
+    /// GB or as a fraction is sized against. `None` when no node has one.
+    async fn gpu_vram_mb(&self, gpu_type: &gpurent_types::GpuType) -> Result<Option<u64>>;
+
     /// Places and records a reservation in one transaction: GPU memory is taken by
     /// compare-and-set, so no GPU share is ever given twice. Returns the reservation and the
     /// node whose desired state changed.

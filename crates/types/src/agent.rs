@@ -243,6 +243,10 @@ pub struct InstanceReport {
     /// Where the instance's ports are reachable on the node, once running.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<PublishedPort>,
+    /// Why the agent itself ended the instance (`vram_exceeded`): the end reason, unless the
+    /// control plane had asked for a stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_reason: Option<String>,
 }
 
 /// An instance's port and the node's port that reaches it.
@@ -273,6 +277,65 @@ pub struct SyncRequest {
     /// The host's facts, with the inventory (on the first sync after the agent starts).
     #[serde(default)]
     pub host: Option<HostFacts>,
+    /// What the agent's VRAM watchdog found since the last answered sync.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<AgentEvent>,
+}
+
+/// Something the agent saw on its GPUs, for `gpurent events` and, when it names a
+/// reservation, a line in that reservation's log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AgentEvent {
+    pub kind: AgentEventKind,
+    /// The reservation whose instance it concerns; none for a process of no instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation_id: Option<String>,
+    pub gpu_uuid: String,
+    /// What was seen, in words (at most [`AGENT_EVENT_DETAIL_MAX`] bytes).
+    pub detail: String,
+}
+
+/// The longest detail of an [`AgentEvent`], in bytes.
+pub const AGENT_EVENT_DETAIL_MAX: usize = 1000;
+
+/// The end reasons an agent may give an instance it ended itself
+/// ([`InstanceReport::end_reason`]); the control plane ignores any other.
+pub const AGENT_END_REASONS: &[&str] = &["vram_exceeded"];
+
+/// The kinds of [`AgentEvent`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentEventKind {
+    /// A share's processes use more GPU memory than the share (its grace begins).
+    VramOverShare,
+    /// Back within the share before the grace was over.
+    VramBackUnder,
+    /// Still over the share (or on a foreign GPU) once the grace was over: stopped.
+    VramExceeded,
+    /// A process of an instance on a GPU that is not the instance's.
+    ForeignGpu,
+    /// A process of no instance on a GPU an instance holds (the host's own work).
+    UnownedGpuProcess,
+}
+
+impl AgentEventKind {
+    pub const ALL: [AgentEventKind; 5] = [
+        AgentEventKind::VramOverShare,
+        AgentEventKind::VramBackUnder,
+        AgentEventKind::VramExceeded,
+        AgentEventKind::ForeignGpu,
+        AgentEventKind::UnownedGpuProcess,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentEventKind::VramOverShare => "vram_over_share",
+            AgentEventKind::VramBackUnder => "vram_back_under",
+            AgentEventKind::VramExceeded => "vram_exceeded",
+            AgentEventKind::ForeignGpu => "foreign_gpu",
+            AgentEventKind::UnownedGpuProcess => "unowned_gpu_process",
+        }
+    }
 }
 
 /// What the control plane keeps of a reservation's output: its first bytes up to the cap, and

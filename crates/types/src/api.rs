@@ -93,6 +93,9 @@ pub struct Balance {
 pub struct Offer {
     pub gpu_type: String,
     pub vram_gb: u32,
+    /// The card's memory in MiB (the largest of the type), what shares are fractions of.
+    #[serde(default)]
+    pub vram_mb: u64,
     /// Whole GPUs free now.
     pub available: u32,
     /// Price of one whole GPU for one hour (on-demand).
@@ -104,10 +107,14 @@ pub struct Offer {
     pub stepped_price_per_hour: Money,
     pub stepped_first_hours: u32,
     pub stepped_then_per_hour: Money,
-    /// Shares of a GPU (`vram_gb`): per GB of memory per hour.
+    /// Shares of a GPU (`vram_gb`, `vram_fraction`): per GB of memory per hour (a share
+    /// costs its fraction of the whole GPU's on-demand price).
     pub share_price_per_gb_hour: Money,
     /// Reserved blocks: percent off the on-demand price by the block's length.
     pub reserved_discounts: Vec<ReservedDiscount>,
+    /// The currency of every price (ISO 4217, the platform's).
+    #[serde(default)]
+    pub currency: String,
     /// Of `available`, GPUs on nodes that run instances unisolated (their tenants can read the
     /// node's credentials and each other's work; `gpurent nodes ls` says which); absent when
     /// none.
@@ -119,6 +126,9 @@ pub struct Offer {
 pub struct ReservedDiscount {
     pub min_hours: u32,
     pub percent: u32,
+    /// What one whole GPU costs per hour in a block this long.
+    #[serde(default)]
+    pub price_per_hour: Money,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -132,10 +142,16 @@ pub struct CreateReservation {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 64)]
     pub gpu_count: Option<u32>,
-    /// A share of one GPU: this many GB of its memory.
+    /// A share of one GPU: this many GB of its memory. Up to the card's memory to the nearest
+    /// GB (24 on a 24,564 MiB RTX 4090 is all of it, still a share).
     #[serde(default)]
     #[schema(minimum = 1, maximum = 1024)]
     pub vram_gb: Option<u32>,
+    /// A share of one GPU as a fraction of its memory (0.5: half the card), more than 0 and at
+    /// most 1; instead of `gpu_count` and `vram_gb`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
+    pub vram_fraction: Option<f64>,
     /// How long the reservation runs before it expires, counted from when it starts running.
     #[schema(minimum = 0.001, maximum = 8760.0)]
     pub hours: f64,
@@ -377,9 +393,13 @@ pub struct Event {
     pub id: i64,
     pub at: DateTime<Utc>,
     pub node_id: Option<String>,
-    /// `node_unhealthy`, `node_healthy`.
+    /// `node_unhealthy`, `node_healthy`; from the agent's VRAM watchdog `vram_over_share`,
+    /// `vram_back_under`, `vram_exceeded`, `foreign_gpu`, `unowned_gpu_process`.
     pub kind: String,
     pub detail: String,
+    /// The reservation it concerns, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation_id: Option<String>,
 }
 
 /// The host checks of a node, each passed or failed with what was found.

@@ -23,7 +23,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use gpurent_types::agent::{Assignment, PublishedPort};
 
-use super::{Executor, ResourcesPerGpu};
+use super::{Executor, GpuLimits, ResourcesPerGpu};
 use crate::entry::root::{self, PasswdEntry};
 use crate::entry::sftp::SftpTarget;
 use crate::entry::{
@@ -53,6 +53,8 @@ pub struct DockerExecutor {
     scope: Option<String>,
     /// The binary whose `instance-sftp` serves SFTP sessions.
     entry_helper: PathBuf,
+    /// What containers are told of their GPU memory.
+    gpu_limits: GpuLimits,
 }
 
 fn docker_error(action: &'static str, id: &str, e: impl std::fmt::Display) -> AgentError {
@@ -130,6 +132,7 @@ impl DockerExecutor {
             grace_s: 10,
             scope: None,
             entry_helper: crate::entry::sftp::default_helper(),
+            gpu_limits: GpuLimits::default(),
         })
     }
 
@@ -149,6 +152,12 @@ impl DockerExecutor {
     /// the agent's own).
     pub fn with_entry_helper(mut self, helper: PathBuf) -> Self {
         self.entry_helper = helper;
+        self
+    }
+
+    /// What containers are told of their GPU memory (`GPURENT_VRAM_LIMIT_MB`, MPS limits).
+    pub fn with_gpu_limits(mut self, limits: GpuLimits) -> Self {
+        self.gpu_limits = limits;
         self
     }
 
@@ -312,6 +321,12 @@ impl Executor for DockerExecutor {
         env.push(format!("CUDA_VISIBLE_DEVICES={visible}"));
         env.push(format!("GPURENT_RESERVATION_ID={id}"));
         env.push(format!("GPURENT_EPOCH={}", a.epoch));
+        env.extend(
+            self.gpu_limits
+                .env(a)
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}")),
+        );
         if volume.is_some() {
             env.push(format!("GPURENT_CHECKPOINT_DIR={CHECKPOINT_MOUNT}"));
         }
@@ -703,6 +718,7 @@ mod tests {
             grace_s: 10,
             scope: None,
             entry_helper: PathBuf::from("gpurent"),
+            gpu_limits: GpuLimits::default(),
         };
         let requests = executor
             .host_config(&assignment)

@@ -4,6 +4,7 @@
 
 mod cgroup;
 pub mod docker;
+mod limits;
 mod process;
 mod sandbox;
 mod sim;
@@ -16,6 +17,7 @@ use gpurent_types::agent::{Assignment, PublishedPort};
 
 pub use cgroup::{CgroupLimits, CgroupRoot};
 pub use docker::DockerExecutor;
+pub use limits::GpuLimits;
 pub use process::{Isolation, ProcessExecutor, ResourcesPerGpu, DEFAULT_INSTANCE_UID_BASE};
 pub use sandbox::UID_RANGE as INSTANCE_UID_RANGE;
 pub use sim::SimExecutor;
@@ -25,9 +27,13 @@ use crate::reconcile::Observed;
 use crate::AgentError;
 
 /// Variables every executor sets for an instance (its GPUs, its identity), which a tenant's
-/// environment never overrides: `CUDA_VISIBLE_DEVICES`, `NVIDIA_*`, `GPURENT_*`.
+/// environment never overrides: `CUDA_VISIBLE_DEVICES`, `NVIDIA_*`, `GPURENT_*`, `CUDA_MPS_*`
+/// (an MPS client's limits).
 pub fn is_reserved_env(name: &str) -> bool {
-    name == "CUDA_VISIBLE_DEVICES" || name.starts_with("NVIDIA_") || name.starts_with("GPURENT_")
+    name == "CUDA_VISIBLE_DEVICES"
+        || name.starts_with("NVIDIA_")
+        || name.starts_with("GPURENT_")
+        || name.starts_with("CUDA_MPS_")
 }
 
 #[async_trait]

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
 use super::cgroup::{CgroupLimits, CgroupRoot};
+use super::limits::GpuLimits;
 use super::sandbox::{self, Sandbox};
 use super::{is_reserved_env, Executor};
 use crate::entry::sftp::SftpTarget;
@@ -112,6 +113,8 @@ pub struct ProcessExecutor {
     uid_lock: tokio::sync::Mutex<()>,
     /// The binary whose `instance-sftp` serves SFTP sessions.
     entry_helper: PathBuf,
+    /// What instances are told of their GPU memory.
+    gpu_limits: GpuLimits,
 }
 
 fn exec_error(action: &'static str, id: &str, e: impl std::fmt::Display) -> AgentError {
@@ -213,7 +216,14 @@ impl ProcessExecutor {
             children: Mutex::new(HashMap::new()),
             uid_lock: tokio::sync::Mutex::new(()),
             entry_helper: crate::entry::sftp::default_helper(),
+            gpu_limits: GpuLimits::default(),
         })
+    }
+
+    /// What instances are told of their GPU memory (`GPURENT_VRAM_LIMIT_MB`, MPS limits).
+    pub fn with_gpu_limits(mut self, limits: GpuLimits) -> Self {
+        self.gpu_limits = limits;
+        self
     }
 
     /// How long a stopped instance gets between SIGTERM and SIGKILL when its assignment does
@@ -482,6 +492,12 @@ impl ProcessExecutor {
             a.reservation_id.clone().into(),
         ));
         env.push(("GPURENT_EPOCH".into(), a.epoch.to_string().into()));
+        env.extend(
+            self.gpu_limits
+                .env(a)
+                .into_iter()
+                .map(|(k, v)| (k, OsString::from(v))),
+        );
         if let Some(dir) = checkpoint {
             env.push(("GPURENT_CHECKPOINT_DIR".into(), dir));
         }

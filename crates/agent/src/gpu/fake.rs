@@ -1,7 +1,9 @@
 //! A fake NVML that replays what NVML reported on a real machine (the JSON probes in
-//! `tests/fixtures/`), so inventory and telemetry parsing are tested without a GPU.
+//! `tests/fixtures/`), so inventory and telemetry parsing are tested without a GPU. It reads
+//! its file again whenever the file changes, so a test scripts telemetry by rewriting it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use gpurent_types::agent::{GpuInfo, GpuProcess, GpuSample, NodeTelemetry};
 use serde::Deserialize;
@@ -66,8 +68,40 @@ struct ProbeProcess {
 
 #[derive(Debug, Clone)]
 pub struct FakeNvml {
-    probe: Probe,
+    path: PathBuf,
+    loaded: Arc<Mutex<Loaded>>,
     faults: std::sync::Arc<std::sync::Mutex<Faults>>,
+}
+
+/// The last good probe, and the file as it was when last read (good or not).
+#[derive(Debug, Clone)]
+struct Loaded {
+    probe: Probe,
+    file: Option<FileStamp>,
+}
+
+/// What tells a changed file: a rename onto it makes another inode, a rewrite in place
+/// another size or modification time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    inode: u64,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+fn stamp(path: &Path) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileStamp {
+        inode: m.ino(),
+        len: m.len(),
+        modified: m.modified().ok(),
+    })
+}
+
+fn read_probe(path: &Path) -> Result<Probe, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Faults injected into every GPU's samples from now on (health rule tests): what is `None`
@@ -85,18 +119,37 @@ pub struct Faults {
 
 impl FakeNvml {
     pub fn load(path: &Path) -> Result<Self, AgentError> {
-        let fail = |message: String| AgentError::Gpu {
+        let file = stamp(path);
+        let probe = read_probe(path).map_err(|message| AgentError::Gpu {
             what: "read the fake NVML probe",
             message,
-        };
-        let text =
-            std::fs::read_to_string(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
-        let probe =
-            serde_json::from_str(&text).map_err(|e| fail(format!("{}: {e}", path.display())))?;
+        })?;
         Ok(FakeNvml {
-            probe,
+            path: path.to_owned(),
+            loaded: Arc::new(Mutex::new(Loaded { probe, file })),
             faults: std::sync::Arc::default(),
         })
+    }
+
+    /// The probe as the file says now: read again when the file changed since last read. A
+    /// file that cannot be read or parsed (written halfway: write another and rename it over
+    /// this one) keeps the last good probe, with a warning once per change.
+    fn probe(&self) -> Probe {
+        let mut loaded = self
+            .loaded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = stamp(&self.path);
+        if now != loaded.file {
+            loaded.file = now;
+            match read_probe(&self.path) {
+                Ok(probe) => loaded.probe = probe,
+                Err(error) => {
+                    tracing::warn!(%error, "fake NVML probe not readable; keeping the last good one")
+                }
+            }
+        }
+        loaded.probe.clone()
     }
 
     /// Replaces the injected faults (`Faults::default()` clears them).
@@ -120,7 +173,7 @@ impl GpuBackend for FakeNvml {
     }
 
     fn discover(&self) -> Result<Vec<GpuInfo>, AgentError> {
-        Ok(self.probe.devices.iter().flat_map(offered).collect())
+        Ok(self.probe().devices.iter().flat_map(offered).collect())
     }
 
     fn sample(&self) -> Result<NodeTelemetry, AgentError> {
@@ -133,11 +186,11 @@ impl GpuBackend for FakeNvml {
             }
             Err(_) => Faults::default(),
         };
+        let probe = self.probe();
         Ok(NodeTelemetry {
-            driver_version: Some(self.probe.driver.clone()),
-            cuda_version: Some(cuda_version(self.probe.cuda)),
-            gpus: self
-                .probe
+            driver_version: Some(probe.driver.clone()),
+            cuda_version: Some(cuda_version(probe.cuda)),
+            gpus: probe
                 .devices
                 .iter()
                 .flat_map(|d| sampled(d, &faults))
@@ -240,6 +293,48 @@ mod tests {
             .join("tests/fixtures/nvidia-h200")
             .join(name);
         FakeNvml::load(&path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Writes the probe as a test does: to a file beside it, renamed over it.
+    fn replace(path: &Path, text: &str) {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::rename(&tmp, path).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn a_rewritten_probe_is_read_again_and_a_bad_one_keeps_the_last_good() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("nvml.json");
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvidia-h200");
+        let idle = std::fs::read_to_string(fixtures.join("nvml-idle.json")).unwrap_or_default();
+        let busy = std::fs::read_to_string(fixtures.join("nvml-busy.json")).unwrap_or_default();
+        replace(&path, &idle);
+        let nvml = FakeNvml::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let used = |n: &FakeNvml| {
+            let t = n.sample().unwrap_or_default();
+            (t.gpus[0].utilization_pct, t.gpus[0].processes.len())
+        };
+        assert_eq!(used(&nvml), (0, 0));
+        replace(&path, &busy);
+        assert_eq!(used(&nvml), (99, 1), "the rewritten probe is replayed");
+        // A copy shares what its original read (the agent hands clones around).
+        assert_eq!(used(&nvml.clone()), (99, 1));
+        replace(&path, "{\"cuda\": 13000, \"devi");
+        assert_eq!(
+            used(&nvml),
+            (99, 1),
+            "a half-written probe keeps the last good one"
+        );
+        std::fs::remove_file(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            used(&nvml),
+            (99, 1),
+            "a missing probe keeps the last good one"
+        );
+        replace(&path, &idle);
+        assert_eq!(used(&nvml), (0, 0), "a good probe after a bad one is read");
+        assert_eq!(nvml.discover().map(|g| g.len()).unwrap_or(0), 1);
     }
 
     #[test]

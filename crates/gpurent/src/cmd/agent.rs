@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use gpurent_agent::executor::docker::CONNECT_TIMEOUT;
 use gpurent_agent::executor::{
-    DockerExecutor, Isolation, ProcessExecutor, ResourcesPerGpu, SimExecutor,
+    DockerExecutor, GpuLimits, Isolation, ProcessExecutor, ResourcesPerGpu, SimExecutor,
 };
 use gpurent_agent::gpu::{FakeNvml, NvmlGpus, SimGpus};
 use gpurent_agent::tls::ClientTls;
@@ -75,6 +75,25 @@ pub fn configure_node(config: &mut AgentConfig, liveness: &LivenessArgs, node: &
     }
     config.checkpoint.hook.clone_from(&node.checkpoint_hook);
     config.checkpoint.keep = std::time::Duration::from_secs(node.checkpoint_keep_days * 24 * 3600);
+    config.vram_grace = std::time::Duration::from_secs(node.vram_grace_secs);
+}
+
+/// What instances are told of their GPU memory; with `--mps`, once the MPS control daemon
+/// answered (else the agent does not start).
+async fn gpu_limits(node: &NodeArgs, gpus: &dyn GpuBackend) -> anyhow::Result<GpuLimits> {
+    if node.mps {
+        gpurent_agent::mps::check().await?;
+        tracing::info!("the MPS control daemon answers: shares get MPS limits");
+    }
+    let memory_mb = gpus
+        .discover()?
+        .into_iter()
+        .map(|g| (g.uuid, g.vram_mb))
+        .collect();
+    Ok(GpuLimits {
+        memory_mb,
+        mps: node.mps,
+    })
 }
 
 /// Picks the GPU backend and the executor, and says which. Without `--sim-gpus`, real GPUs
@@ -106,6 +125,7 @@ pub async fn backends(
     };
     // Containers get the GPUs through the NVIDIA runtime only when they are real.
     let real_gpus = gpus.name() == "nvml";
+    let limits = gpu_limits(node, gpus.as_ref()).await?;
     // SFTP sessions run this binary's hidden `instance-sftp`.
     let helper =
         std::env::current_exe().context("cannot find this binary's path (SFTP sessions run it)")?;
@@ -122,7 +142,8 @@ pub async fn backends(
         };
         Ok(Arc::new(
             ProcessExecutor::isolated(data_dir, &isolation, resources)?
-                .with_entry_helper(helper.clone()),
+                .with_entry_helper(helper.clone())
+                .with_gpu_limits(limits.clone()),
         ))
     };
     let executor: Arc<dyn Executor> = match node.executor {
@@ -133,7 +154,8 @@ pub async fn backends(
                 .await
                 .context("the docker executor needs a Docker Engine on its local socket")?
                 .scoped(node_name)
-                .with_entry_helper(helper.clone()),
+                .with_entry_helper(helper.clone())
+                .with_gpu_limits(limits.clone()),
         ),
         ExecutorKind::Auto if gpus.name() == "sim" => Arc::new(SimExecutor::new()),
         ExecutorKind::Auto => {
@@ -143,9 +165,12 @@ pub async fn backends(
             )
             .await;
             match docker {
-                Ok(Ok(docker)) => {
-                    Arc::new(docker.scoped(node_name).with_entry_helper(helper.clone()))
-                }
+                Ok(Ok(docker)) => Arc::new(
+                    docker
+                        .scoped(node_name)
+                        .with_entry_helper(helper.clone())
+                        .with_gpu_limits(limits.clone()),
+                ),
                 Ok(Err(e)) => {
                     tracing::info!(reason = %e, "no Docker Engine: using the process executor");
                     process()?
@@ -159,6 +184,12 @@ pub async fn backends(
             }
         }
     };
+    if node.mps && executor.name() == "process" && executor.isolated() {
+        // MPS serves one user at a time: a client of another uid waits until every client of
+        // the running server is done, and the isolated process executor runs each instance as
+        // a uid of its own.
+        bail!("--mps does not work with the isolated process executor: MPS serves one uid at a time, so each share would wait for the others to end; use the docker executor (instances of one uid) or run without --mps");
+    }
     tracing::info!(
         gpu_backend = gpus.name(),
         executor = executor.name(),

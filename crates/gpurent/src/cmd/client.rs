@@ -150,10 +150,10 @@ pub async fn run(
             }
             print_line(&format!("{} {}", b.balance, b.currency));
             if b.held != Money::ZERO {
-                print_line(&format!("held for reservations: {}", b.held));
+                print_line(&format!("held for reservations: {} {}", b.held, b.currency));
             }
             if b.earnings != Money::ZERO {
-                print_line(&format!("earned as a host: {}", b.earnings));
+                print_line(&format!("earned as a host: {} {}", b.earnings, b.currency));
             }
         }
         Command::Offers => {
@@ -173,11 +173,16 @@ pub async fn run(
                             o.available.to_string()
                         },
                         o.price_per_hour.to_string(),
-                        o.spot_min_bid.to_string(),
                         format!(
                             "{} then {}",
                             o.stepped_price_per_hour, o.stepped_then_per_hour
                         ),
+                        o.spot_min_bid.to_string(),
+                        o.reserved_discounts
+                            .iter()
+                            .map(|d| d.price_per_hour.to_string())
+                            .collect::<Vec<_>>()
+                            .join(" / "),
                         o.share_price_per_gb_hour.to_string(),
                     ]
                 })
@@ -188,13 +193,22 @@ pub async fn run(
                     "VRAM GB",
                     "AVAILABLE",
                     "PRICE/H",
-                    "SPOT FROM/H",
                     "STEPPED/H",
+                    "SPOT FROM/H",
+                    "RESERVED/H",
                     "SHARE/GB/H",
                 ],
                 &rows,
             );
             if let Some(o) = offers.first() {
+                print_line(&format!(
+                    "prices in {} for one whole GPU; a share costs its part of the GPU's price",
+                    o.currency
+                ));
+                print_line(&format!(
+                    "stepped: the first price for {} h, then the second",
+                    o.stepped_first_hours
+                ));
                 let blocks: Vec<String> = o
                     .reserved_discounts
                     .iter()
@@ -203,10 +217,6 @@ pub async fn run(
                 if !blocks.is_empty() {
                     print_line(&format!("reserved blocks: {}", blocks.join(", ")));
                 }
-                print_line(&format!(
-                    "stepped: the first rate for {} h, then the second",
-                    o.stepped_first_hours
-                ));
             }
         }
         Command::Reserve(args) => reserve(&api, args, json).await?,
@@ -503,6 +513,7 @@ async fn reserve(api: &ApiClient, args: ReserveArgs, json: bool) -> Result<(), C
         gpu_type: args.gpu,
         gpu_count: args.count,
         vram_gb: args.vram_gb,
+        vram_fraction: args.vram_fraction,
         hours: args.hours,
         tier,
         bid: args.bid.as_deref().map(|b| money(b, "bid")).transpose()?,

@@ -169,8 +169,15 @@ pub async fn start(
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read the price file {}", path.display()))?;
-            PriceList::from_toml(&text)
-                .with_context(|| format!("in the price file {}", path.display()))?
+            let prices = PriceList::from_toml(&text)
+                .with_context(|| format!("in the price file {}", path.display()))?;
+            // Said on stderr as well as in the log: `up` and `server` start anyway, with the
+            // owner's prices as written.
+            for incoherence in prices.incoherences() {
+                eprintln!("warning: the price file {}: {incoherence}", path.display());
+                tracing::warn!(file = %path.display(), "{incoherence}");
+            }
+            prices
         }
         None => PriceList::defaults(),
     };

@@ -253,6 +253,12 @@ impl Cluster {
     /// (unisolated, not in the machine's cgroup tree: these tests are about nodes, not limits
     /// or isolation) and `extra`.
     pub fn agent_args(&self, name: &str, extra: &[&str]) -> Vec<String> {
+        self.agent_args_on(name, &["--sim-gpus", "1xRTX4090"], extra)
+    }
+
+    /// `agent_args` with these GPU flags (`--fake-nvml FILE`, say) instead of one simulated
+    /// RTX 4090.
+    pub fn agent_args_on(&self, name: &str, gpus: &[&str], extra: &[&str]) -> Vec<String> {
         let join = self
             .cli(Some(&self.admin), true, &["nodes", "join-token"])
             .json();
@@ -267,8 +273,12 @@ impl Cluster {
                 data.to_str().unwrap(),
                 "--name",
                 name,
-                "--sim-gpus",
-                "1xRTX4090",
+            ]
+            .map(str::to_owned),
+        );
+        args.extend(gpus.iter().map(|a| (*a).to_owned()));
+        args.extend(
+            [
                 "--executor",
                 "process",
                 "--cgroup-root",

@@ -337,9 +337,22 @@ fn error_title(l: Lang, code: &str) -> &'static str {
     }
 }
 
+tokio::task_local! {
+    /// The platform's currency, for the page being rendered: set by `console::guard` for every
+    /// page behind a session, so that the forty places that show money need not carry it.
+    pub(crate) static CURRENCY: String;
+}
+
+/// The platform's currency (the defaults' outside a page).
+pub(crate) fn currency() -> String {
+    CURRENCY
+        .try_with(Clone::clone)
+        .unwrap_or_else(|_| gpurent_billing::DEFAULT_CURRENCY.to_owned())
+}
+
 /// Money with the platform's currency.
 pub(crate) fn money(m: Money) -> Markup {
-    html! { span.money { (m) " " (crate::CURRENCY) } }
+    html! { span.money { (m) " " (currency()) } }
 }
 
 /// A UTC time, shown in the browser's time zone by `console.js` (UTC without scripts).

@@ -155,7 +155,8 @@ pub(crate) async fn guard(
         };
     }
     request.extensions_mut().insert(viewer);
-    next.run(request).await
+    let currency = state.config.prices.currency().to_owned();
+    layout::CURRENCY.scope(currency, next.run(request)).await
 }
 
 /// Pages are gzipped for clients that take it (the static files are gzipped once, ahead).

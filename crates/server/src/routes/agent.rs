@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use gpurent_store::NewNode;
 use gpurent_types::agent::{
-    InstanceState, NodeRegistered, RegisterNode, SyncRequest, SyncResponse,
+    InstanceState, NodeRegistered, RegisterNode, SyncRequest, SyncResponse, AGENT_EVENT_DETAIL_MAX,
 };
 use gpurent_types::api::ErrorBody;
 
@@ -22,6 +22,8 @@ use crate::validate;
 use crate::verification::verify;
 
 const MAX_REPORTS: usize = 4096;
+/// An agent's events per sync.
+const MAX_EVENTS: usize = 1000;
 /// A replica re-reads the version this often while holding a sync, to see other replicas' changes.
 const VERSION_RECHECK: Duration = Duration::from_secs(1);
 
@@ -131,6 +133,33 @@ pub(crate) async fn sync(
     if body.instances.len() > MAX_REPORTS {
         return Err(ApiError::Invalid(format!(
             "at most {MAX_REPORTS} instance reports per sync"
+        )));
+    }
+    if body.events.len() > MAX_EVENTS {
+        return Err(ApiError::Invalid(format!(
+            "at most {MAX_EVENTS} events per sync"
+        )));
+    }
+    if let Some(e) = body
+        .events
+        .iter()
+        .find(|e| e.detail.len() > AGENT_EVENT_DETAIL_MAX)
+    {
+        return Err(ApiError::Invalid(format!(
+            "an event's detail is at most {AGENT_EVENT_DETAIL_MAX} bytes ({} has {})",
+            e.kind.as_str(),
+            e.detail.len()
+        )));
+    }
+    // Details are shown in terminals (`gpurent events`, a tenant's `gpurent logs`).
+    if let Some(e) = body
+        .events
+        .iter()
+        .find(|e| e.detail.chars().any(char::is_control))
+    {
+        return Err(ApiError::Invalid(format!(
+            "an event's detail may hold no control characters ({})",
+            e.kind.as_str()
         )));
     }
     state.store.sync_node(&node_id, &body, state.now()).await?;

@@ -48,7 +48,8 @@ pub(crate) async fn create(
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateReservation>,
 ) -> Result<(StatusCode, Json<Reservation>), ApiError> {
-    let mut new = validate::reservation(&caller.0.id, &body, idempotency_key(&headers)?)?;
+    let card = card_vram_mb(&state, &body).await?;
+    let mut new = validate::reservation(&caller.0.id, &body, idempotency_key(&headers)?, card)?;
     new.limits = state.config.tenant_limits;
     if !body.secrets.is_empty() {
         new.sealed_secrets = Some(
@@ -75,6 +76,19 @@ pub(crate) async fn create(
     }
     note.reservation(&reservation);
     Ok((StatusCode::CREATED, Json(reservation)))
+}
+
+/// The memory of the largest card of the body's GPU type, when the body asks for a share (a
+/// share is sized against it); `None` otherwise, or when no node has one.
+async fn card_vram_mb(state: &AppState, body: &CreateReservation) -> Result<Option<u64>, ApiError> {
+    if !validate::asks_share(body) {
+        return Ok(None);
+    }
+    let Ok(gpu_type) = gpurent_types::GpuType::parse(&body.gpu_type) else {
+        // Refused by validation, naming the field.
+        return Ok(None);
+    };
+    Ok(state.store.gpu_vram_mb(&gpu_type).await?)
 }
 
 /// The caller's reservations, newest first (an admin sees all), a page at a time.

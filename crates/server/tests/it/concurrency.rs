@@ -82,8 +82,8 @@ async fn shares_never_exceed_a_gpu(backend: Backend) {
         .cloned()
         .unwrap_or_default();
     assert_eq!(r["vram_gb"], 5);
-    // Shares are priced per GB of memory: 5 GB at 0.50/GB/h.
-    assert_eq!(r["price_per_hour"], "2.50");
+    // A share costs its part of the card: 5,120 of 24,564 MiB of 2.50, rounded up.
+    assert_eq!(r["price_per_hour"], "0.521088");
     // A whole GPU is not free while shares use it.
     let (status, _) = t
         .client

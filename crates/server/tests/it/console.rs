@@ -249,6 +249,7 @@ async fn reserving_watching_and_stopping_through_the_pages() {
         "gpu_type",
         "gpu_count",
         "vram_gb",
+        "vram_fraction",
         "hours",
         "tier",
         "bid",
@@ -256,6 +257,18 @@ async fn reserving_watching_and_stopping_through_the_pages() {
         "command",
     ] {
         assert!(offers.html.contains(&format!("name=\"{name}\"")), "{name}");
+    }
+    // A share as a fraction of the card (its 24,564 MiB), or all of it by GB: its part of the
+    // card's 2.50.
+    for (ask, price) in [("vram_fraction=0.5", "1.25"), ("vram_gb=24", "2.50")] {
+        let quote = console
+            .get(&format!("/offers/quote?gpu_type=RTX+4090&{ask}&hours=1"))
+            .await;
+        assert!(
+            quote.html.starts_with(&format!("{price} USD per hour")),
+            "{ask}: {}",
+            quote.html
+        );
     }
     let quote = console
         .get("/offers/quote?gpu_type=RTX+4090&gpu_count=2&hours=3")

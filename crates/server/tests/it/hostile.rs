@@ -366,6 +366,68 @@ async fn a_lying_inventory_is_refused(backend: Backend) {
 }
 both_stores!(lying_inventory, a_lying_inventory_is_refused);
 
+/// A node's agent may report only so many events, each a short line of plain text (they are
+/// shown in terminals: `gpurent events`, a tenant's `gpurent logs`).
+async fn an_agents_events_are_bounded(backend: Backend) {
+    let app = TestApp::with(backend).start().await;
+    let (_, join) = app
+        .admin()
+        .post("/api/v1/nodes/join-token", &json!({}))
+        .await;
+    let gpu = json!({"index": 0, "uuid": "GPU-e", "model": "NVIDIA H100", "vram_mb": 81_559});
+    let (status, node) = app
+        .anonymous()
+        .post(
+            "/api/v1/agent/register",
+            &json!({"join_token": join["token"], "name": "chatty", "executor": "sim",
+                "gpu_backend": "sim", "gpus": [gpu]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{node}");
+    let agent = app.client(node["node_token"].as_str());
+    let event = |detail: &str| json!({"kind": "unowned_gpu_process", "gpu_uuid": "GPU-e", "detail": detail});
+    let sync = |events: Vec<Value>| json!({"gpus": [], "instances": [], "events": events});
+    let cases = [
+        (vec![event("x"); 1001], "at most 1000 events"),
+        (vec![event(&"x".repeat(1001))], "at most 1000 bytes"),
+        (vec![event("process 7\u{1b}[2J")], "control characters"),
+    ];
+    for (events, what) in cases {
+        let (status, body) = agent.post("/api/v1/agent/sync", &sync(events)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{what}: {body}");
+        assert!(message(&body).contains(what), "{what}: {body}");
+    }
+    let (_, before) = app.admin().get("/api/v1/events").await;
+    assert!(
+        before
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["node_id"] != node["node_id"]),
+        "{before}"
+    );
+    // A fair one is kept, for the admin.
+    let (status, body) = agent
+        .post(
+            "/api/v1/agent/sync",
+            &sync(vec![event("process 7 of no instance")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, events) = app.admin().get("/api/v1/events").await;
+    let kept: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["node_id"] == node["node_id"])
+        .collect();
+    assert_eq!(kept.len(), 1, "{events}");
+    assert_eq!(kept[0]["kind"], "unowned_gpu_process");
+    assert_eq!(kept[0]["detail"], "process 7 of no instance");
+    app.shutdown().await;
+}
+both_stores!(chatty_agent, an_agents_events_are_bounded);
+
 /// An agent restarted with fewer GPUs: the one it no longer reports takes no new work, and
 /// the work on it is handled as on a lost node (rescheduled, here onto the GPU left).
 async fn a_gpu_the_agent_no_longer_reports_leaves_placement(backend: Backend) {

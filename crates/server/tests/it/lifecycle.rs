@@ -20,11 +20,13 @@ async fn reserve_run_stop_is_charged_to_the_second(backend: Backend) {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         offers,
-        json!([{"gpu_type": "RTX4090", "vram_gb": 24, "available": 2, "price_per_hour": "2.50",
-            "spot_min_bid": "1.00", "stepped_price_per_hour": "48.00", "stepped_first_hours": 3,
-            "stepped_then_per_hour": "28.80", "share_price_per_gb_hour": "0.50",
-            "reserved_discounts": [{"min_hours": 24, "percent": 20},
-                {"min_hours": 168, "percent": 30}, {"min_hours": 720, "percent": 40}]}])
+        json!([{"gpu_type": "RTX4090", "vram_gb": 24, "vram_mb": 24564, "available": 2,
+            "price_per_hour": "2.50", "spot_min_bid": "1.00", "stepped_price_per_hour": "2.50",
+            "stepped_first_hours": 3, "stepped_then_per_hour": "1.50",
+            "share_price_per_gb_hour": "0.104218", "currency": "USD",
+            "reserved_discounts": [{"min_hours": 24, "percent": 20, "price_per_hour": "2.00"},
+                {"min_hours": 168, "percent": 30, "price_per_hour": "1.75"},
+                {"min_hours": 720, "percent": 40, "price_per_hour": "1.50"}]}])
     );
 
     let (status, r) = alice

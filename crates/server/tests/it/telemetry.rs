@@ -28,13 +28,20 @@ async fn h200_inventory_and_telemetry_reach_the_control_plane() {
         ),
         (&json!("H200"), &json!(140), &json!(1))
     );
-    // The per-GB tiers count the GB shown: 140 at 2.00/GB/h.
+    // Every tier relative to the card's on-demand price; a share per GB of its 143,771 MiB.
     assert_eq!(
         (
             &offers[0]["price_per_hour"],
-            &offers[0]["stepped_price_per_hour"]
+            &offers[0]["stepped_price_per_hour"],
+            &offers[0]["stepped_then_per_hour"],
+            &offers[0]["share_price_per_gb_hour"]
         ),
-        (&json!("9.00"), &json!("280.00"))
+        (
+            &json!("9.00"),
+            &json!("9.00"),
+            &json!("5.40"),
+            &json!("0.064102")
+        )
     );
 
     app.eventually("telemetry in nodes ls", || async {

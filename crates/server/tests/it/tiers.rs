@@ -154,20 +154,20 @@ async fn reserved_blocks_and_the_stepped_tier(backend: Backend) {
         ("1002.00".into(), "48.00".into(), "0.00".into())
     );
 
-    // The stepped tier: 24 GB at 2.00/GB/h for 3 hours, then 1.20.
+    // The stepped tier: the on-demand 2.50 for 3 hours, then 60% of it, 1.50.
     let (status, r) = t
         .client
         .reserve(json!({"gpu_type": "rtx4090", "hours": 10, "tier": "stepped"}))
         .await;
     assert_eq!(status, StatusCode::CREATED, "{r}");
-    assert_eq!(r["price_per_hour"], "48.00");
+    assert_eq!(r["price_per_hour"], "2.50");
     let stepped = id(&r);
-    assert_eq!(balance(&t.client).await.1, "96.00");
+    assert_eq!(balance(&t.client).await.1, "50.50");
     app.wait_status(&t.client, &block, "running").await;
     app.wait_status(&t.client, &stepped, "running").await;
 
     // Four hours in one settlement: the block is paid from its hold, the stepped one costs
-    // 3 × 48.00 + 28.80.
+    // 3 × 2.50 + 1.50.
     app.advance(Duration::hours(4));
     app.maintenance_tick().await;
     let (_, r) = t.client.get(&format!("/api/v1/reservations/{block}")).await;
@@ -176,14 +176,14 @@ async fn reserved_blocks_and_the_stepped_tier(backend: Backend) {
         .client
         .get(&format!("/api/v1/reservations/{stepped}"))
         .await;
-    assert_eq!(r["charged"], "172.80");
-    // 1050 - 48 (block) - 172.80; the block's hold is down to 40.00.
+    assert_eq!(r["charged"], "9.00");
+    // 1050 - 48 (block) - 9.00; the block's hold is down to 40.00.
     assert_eq!(
         balance(&t.client).await,
-        ("829.20".into(), "40.00".into(), "0.00".into())
+        ("993.00".into(), "40.00".into(), "0.00".into())
     );
 
-    // Stopping a block early forfeits it; the stepped one pays its half hour at 28.80/h.
+    // Stopping a block early forfeits it; the stepped one pays its half hour at 1.50/h.
     app.advance(Duration::minutes(30));
     for r in [&block, &stepped] {
         t.client
@@ -193,13 +193,13 @@ async fn reserved_blocks_and_the_stepped_tier(backend: Backend) {
     let done = app.wait_status(&t.client, &block, "stopped").await;
     assert_eq!(done["charged"], "48.00");
     let done = app.wait_status(&t.client, &stepped, "stopped").await;
-    assert_eq!(done["charged"], "187.20");
+    assert_eq!(done["charged"], "9.75");
     assert_eq!(
         balance(&t.client).await,
-        ("814.80".into(), "0.00".into(), "0.00".into())
+        ("992.25".into(), "0.00".into(), "0.00".into())
     );
     let (_, invoice) = t.client.get("/api/v1/invoices/2026-03").await;
-    assert_eq!(invoice["total"], "235.20", "{invoice}");
+    assert_eq!(invoice["total"], "57.75", "{invoice}");
     app.assert_consistent().await;
     app.shutdown().await;
 }

@@ -122,6 +122,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "http_ports",
         include_str!("../../migrations/0028_http_ports.sql"),
     ),
+    (
+        30,
+        "event_reservations",
+        include_str!("../../migrations/0030_event_reservations.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

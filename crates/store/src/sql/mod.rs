@@ -2,6 +2,7 @@
 //! SQLite and PostgreSQL (`$1` placeholders, BIGINT everywhere, `ON CONFLICT`).
 
 mod access;
+mod agent_events;
 mod audit;
 mod caps;
 mod gpu_hours;

@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_billing::Rate;
 use gpurent_types::agent::{
-    Assignment, GpuInfo, InstanceReport, InstanceState, LogChunk, NodeTelemetry, SyncRequest,
+    AgentEvent, Assignment, GpuInfo, InstanceReport, InstanceState, LogChunk, NodeTelemetry,
+    SyncRequest, AGENT_END_REASONS,
 };
 use gpurent_types::api::{Gpu, Node};
 use gpurent_types::{GpuType, Money, NodeStatus, OnNodeLoss, ReservationStatus, Tier};
@@ -209,6 +210,18 @@ async fn finish(
         (Some(r), _) if r == "preempted" => (ReservationStatus::Preempted, r.clone()),
         (Some(r), _) if r == NODE_LOST => (ReservationStatus::Lost, r.clone()),
         (Some(r), _) => (ReservationStatus::Stopped, r.clone()),
+        // The agent ended it for a reason of its own (over its GPU memory past the grace).
+        (None, _)
+            if report
+                .end_reason
+                .as_deref()
+                .is_some_and(|r| AGENT_END_REASONS.contains(&r)) =>
+        {
+            (
+                ReservationStatus::Failed,
+                report.end_reason.clone().unwrap_or_default(),
+            )
+        }
         (None, InstanceState::Exited) if report.exit_code == Some(0) => {
             (ReservationStatus::Stopped, "exited".to_owned())
         }
@@ -566,6 +579,7 @@ async fn lose_reservation(
         exit_code: None,
         message: None,
         ports: Vec::new(),
+        end_reason: None,
     };
     let duration_us = r.try_get::<i64, _>("duration_s")?.saturating_mul(1_000_000);
     let deadline = r
@@ -765,9 +779,21 @@ impl SqlStore {
         let at = ts(now);
         let gpus = &report.gpus;
         let mut tx = self.begin().await?;
-        // Reservation rows in id order (see above): each one's output, then its report.
-        let mut by_reservation: BTreeMap<&str, (Vec<&LogChunk>, Vec<&InstanceReport>)> =
-            BTreeMap::new();
+        // Reservation rows in id order (see above): each one's output, its agent's events (their
+        // lines land after the output and before its end), then its report.
+        type Of<'a> = (
+            Vec<&'a LogChunk>,
+            Vec<&'a InstanceReport>,
+            Vec<&'a AgentEvent>,
+        );
+        let mut by_reservation: BTreeMap<&str, Of<'_>> = BTreeMap::new();
+        let mut node_events = Vec::new();
+        for event in &report.events {
+            match &event.reservation_id {
+                Some(id) => by_reservation.entry(id).or_default().2.push(event),
+                None => node_events.push(event),
+            }
+        }
         for chunk in &report.logs {
             by_reservation
                 .entry(&chunk.reservation_id)
@@ -783,13 +809,19 @@ impl SqlStore {
                 .push(instance);
         }
         let mut changed = false;
-        for (chunks, reports) in by_reservation.values() {
+        for (chunks, reports, events) in by_reservation.values() {
             for chunk in chunks {
                 super::logs::append(&mut tx, node_id, chunk).await?;
+            }
+            for event in events {
+                super::agent_events::record(&mut tx, node_id, event, at).await?;
             }
             for report in reports {
                 changed |= apply_report(&mut tx, node_id, report, at).await?;
             }
+        }
+        for event in node_events {
+            super::agent_events::record(&mut tx, node_id, event, at).await?;
         }
         if let Some(t) = &report.telemetry {
             mark_active(&mut tx, node_id, &t.gpus, at).await?;
@@ -982,7 +1014,8 @@ impl NodeStore for SqlStore {
 
     async fn events(&self, after: i64, limit: u32) -> Result<Vec<gpurent_types::api::Event>> {
         let rows = sqlx::query(
-            "SELECT id, at, node_id, kind, detail FROM events WHERE id > $1 ORDER BY id LIMIT $2",
+            "SELECT id, at, node_id, kind, detail, reservation_id FROM events
+             WHERE id > $1 ORDER BY id LIMIT $2",
         )
         .bind(after)
         .bind(i64::from(limit))
@@ -996,6 +1029,7 @@ impl NodeStore for SqlStore {
                     node_id: r.try_get("node_id")?,
                     kind: r.try_get("kind")?,
                     detail: r.try_get("detail")?,
+                    reservation_id: r.try_get("reservation_id")?,
                 })
             })
             .collect()

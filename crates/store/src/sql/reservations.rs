@@ -710,9 +710,10 @@ impl ReservationStore for SqlStore {
                     count: 1,
                     gpu_vram_mb,
                 };
-                let stepped = prices.stepped_rate(one)?;
+                let stepped = prices.stepped_rate(&gpu_type, one)?;
                 Ok(Offer {
                     vram_gb: gib(vram_mb),
+                    vram_mb: gpu_vram_mb,
                     available: u32::try_from(r.try_get::<i64, _>("available")?).unwrap_or(0),
                     unisolated: u32::try_from(r.try_get::<i64, _>("unisolated")?).unwrap_or(0),
                     price_per_hour: prices.on_demand_per_hour(&gpu_type, one)?,
@@ -728,14 +729,28 @@ impl ReservationStore for SqlStore {
                         },
                     )?,
                     reserved_discounts: prices
-                        .reserved_discounts()
-                        .iter()
-                        .map(|&(min_hours, percent)| ReservedDiscount { min_hours, percent })
+                        .reserved_prices(&gpu_type, one)?
+                        .into_iter()
+                        .map(|(min_hours, percent, price_per_hour)| ReservedDiscount {
+                            min_hours,
+                            percent,
+                            price_per_hour,
+                        })
                         .collect(),
+                    currency: prices.currency().to_owned(),
                     gpu_type: name,
                 })
             })
             .collect()
+    }
+
+    async fn gpu_vram_mb(&self, gpu_type: &GpuType) -> Result<Option<u64>> {
+        let vram: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(vram_mb) FROM gpus WHERE type_key = $1")
+                .bind(gpu_type.key())
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(vram.and_then(|v| u64::try_from(v).ok()))
     }
 
     async fn reserve(

@@ -38,7 +38,9 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
         status: status.parse::<ReservationStatus>().map_err(corrupt)?,
         gpu_type: row.try_get("gpu_type")?,
         gpu_count: u32::try_from(row.try_get::<i64, _>("gpu_count")?).map_err(corrupt)?,
-        vram_gb: vram_mb.map(|mb| u32::try_from(mb / 1024).unwrap_or(u32::MAX)),
+        // To the nearest GB, as offers show cards: all of a 24,564 MiB card is 24 (and a
+        // sliver of a fraction is not 0).
+        vram_gb: vram_mb.map(|mb| super::gib(mb).max(1)),
         tier: tier.parse::<Tier>().map_err(corrupt)?,
         price_per_hour: Money::from_micros(row.try_get("price_per_hour")?),
         hours,

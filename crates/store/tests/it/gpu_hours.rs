@@ -36,6 +36,7 @@ fn sync(samples: Vec<GpuSample>) -> SyncRequest {
         }),
         logs: vec![],
         host: None,
+        events: Vec::new(),
     }
 }
 

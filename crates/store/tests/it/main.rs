@@ -3,6 +3,7 @@
 // A failing test panics; that is what these are for.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agent_events;
 mod audit;
 mod billing_model;
 mod concurrent_settlement;

@@ -55,12 +55,14 @@ pub fn report(id: &str, epoch: i64, state: InstanceState, exit_code: Option<i32>
             exit_code,
             message: None,
             ports: vec![],
+            end_reason: None,
         }],
         known_version: None,
         wait_ms: None,
         telemetry: None,
         logs: vec![],
         host: None,
+        events: Vec::new(),
     }
 }
 

@@ -149,7 +149,7 @@ fn create_form(ctx: &Ctx) -> Markup {
                         }
                     }
                     div {
-                        label for="new-credit" { (l.t("Credit", "初始额度")) " (" (crate::CURRENCY) ")" }
+                        label for="new-credit" { (l.t("Credit", "初始额度")) " (" (crate::console::layout::currency()) ")" }
                         input id="new-credit" name="credit" type="text" inputmode="decimal" placeholder="0.00";
                     }
                 }
@@ -178,7 +178,7 @@ fn row(ctx: &Ctx, u: &User) -> Markup {
                 form.row method="post" action={ "/admin/users/" (id) "/credit" } data-form="credit" {
                     (ctx.csrf_field())
                     input type="hidden" name="idempotency_key" value=(crate::auth::new_token("crd"));
-                    label for={ "amount-" (u.id) } { (l.t("Amount", "金额")) " (" (crate::CURRENCY) ")" }
+                    label for={ "amount-" (u.id) } { (l.t("Amount", "金额")) " (" (crate::console::layout::currency()) ")" }
                     input id={ "amount-" (u.id) } name="amount" type="text" inputmode="decimal" required placeholder="10.00";
                     button.small type="submit" { (l.t("Grant", "充值")) }
                 }
@@ -189,7 +189,7 @@ fn row(ctx: &Ctx, u: &User) -> Markup {
                     label for={ "maxr-" (u.id) } { (l.t("Most live reservations", "最多同时预订数")) }
                     input id={ "maxr-" (u.id) } name="max_reservations" type="number" min="0" max="1000000"
                         value=[u.max_reservations];
-                    label for={ "maxs-" (u.id) } { (l.t("Most spend per hour", "每小时最高花费")) " (" (crate::CURRENCY) ")" }
+                    label for={ "maxs-" (u.id) } { (l.t("Most spend per hour", "每小时最高花费")) " (" (crate::console::layout::currency()) ")" }
                     input id={ "maxs-" (u.id) } name="max_spend_per_hour" type="text" inputmode="decimal"
                         value=[u.max_spend_per_hour.map(|m| m.to_string())];
                     label for={ "role-" (u.id) } { (l.t("Role", "角色")) }

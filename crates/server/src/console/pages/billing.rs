@@ -259,7 +259,7 @@ fn chart(l: Lang, days: &[DayUsage]) -> Markup {
             CHART_H - h,
             d.date,
             d.charged,
-            crate::CURRENCY
+            crate::console::layout::currency()
         ));
     }
     let first = days.first().map(|d| d.date.as_str()).unwrap_or("");

@@ -26,6 +26,7 @@ pub(crate) struct ReserveForm {
     gpu_type: String,
     gpu_count: String,
     vram_gb: String,
+    vram_fraction: String,
     hours: String,
     tier: String,
     bid: String,
@@ -118,6 +119,7 @@ impl ReserveForm {
             gpu_type: self.gpu_type.trim().to_owned(),
             gpu_count: opt("gpu_count", &self.gpu_count)?,
             vram_gb: opt("vram_gb", &self.vram_gb)?,
+            vram_fraction: opt("vram_fraction", &self.vram_fraction)?,
             hours,
             tier: opt::<Tier>("tier", &self.tier)?,
             bid: opt::<Money>("bid", &self.bid)?,
@@ -213,7 +215,7 @@ fn quote_text(state: &AppState, l: Lang, offers: &[Offer], form: &ReserveForm) -
     match quote_of(state, offers, form) {
         Ok((per_hour, total, hold, hours)) => format!(
             "{per_hour} {c} {ph} · {total} {c} {for_} {hours} {h} · {hold} {c} {held}",
-            c = crate::CURRENCY,
+            c = crate::console::layout::currency(),
             ph = l.t("per hour", "每小时"),
             for_ = l.t("for", "共"),
             h = l.t("h", "小时"),
@@ -230,12 +232,14 @@ fn quote_of(
     form: &ReserveForm,
 ) -> Result<(Money, Money, Money, f64), String> {
     let body = form.to_api().map_err(|e| e.to_string())?;
-    let new = crate::validate::reservation("console", &body, None).map_err(|e| e.to_string())?;
+    let gpu_type = GpuType::parse(&body.gpu_type).map_err(|e| format!("gpu_type: {e}"))?;
     let offer = offers
         .iter()
-        .find(|o| GpuType::parse(&o.gpu_type).is_ok_and(|t| t.key() == new.gpu_type.key()))
-        .ok_or_else(|| format!("no {} is in the fleet now", new.gpu_type))?;
-    let gpu_vram_mb = u64::from(offer.vram_gb) * 1024;
+        .find(|o| GpuType::parse(&o.gpu_type).is_ok_and(|t| t.key() == gpu_type.key()))
+        .ok_or_else(|| format!("no {gpu_type} is in the fleet now"))?;
+    let gpu_vram_mb = offer.vram_mb;
+    let new = crate::validate::reservation("console", &body, None, Some(gpu_vram_mb))
+        .map_err(|e| e.to_string())?;
     let size = match new.want {
         gpurent_store::Want::Whole { count } => Size::Whole { count, gpu_vram_mb },
         gpurent_store::Want::Share { vram_mb } => Size::Share {
@@ -359,6 +363,10 @@ fn reserve_form(ctx: &Ctx, offers: &[Offer], form: &ReserveForm, quote: &str) ->
                     input id="vram_gb" name="vram_gb" type="number" min="1" max="1024" value=(form.vram_gb);
                 }
                 div {
+                    label for="vram_fraction" { (l.t("or a share: fraction of the GPU (0.5: half)", "或共享：显卡的比例（0.5 即一半）")) }
+                    input id="vram_fraction" name="vram_fraction" type="number" min="0.01" max="1" step="0.01" value=(form.vram_fraction);
+                }
+                div {
                     label for="hours" { (l.t("Hours", "小时数")) }
                     input id="hours" name="hours" type="number" min="0.01" max="8760" step="0.01" required value=(form.hours);
                 }
@@ -415,7 +423,7 @@ fn reserve_form(ctx: &Ctx, offers: &[Offer], form: &ReserveForm, quote: &str) ->
             }
             p.quote {
                 (l.t("Price:", "价格：")) " "
-                output data-field="quote" for="gpu_type gpu_count vram_gb hours tier bid" aria-live="polite" { (quote) }
+                output data-field="quote" for="gpu_type gpu_count vram_gb vram_fraction hours tier bid" aria-live="polite" { (quote) }
             }
             button type="submit" { (l.t("Reserve", "预订")) }
         }
@@ -460,6 +468,12 @@ mod tests {
         assert_eq!(body.env.get("B").map(String::as_str), Some("two"));
         assert_eq!(body.http_ports, [8888, 6006]);
         assert!(body.queue);
+        let half = ReserveForm {
+            vram_gb: String::new(),
+            vram_fraction: "0.5".into(),
+            ..form.clone()
+        };
+        assert_eq!(half.to_api().unwrap().vram_fraction, Some(0.5));
         let bad = ReserveForm {
             ports: "80,x".into(),
             ..form
