@@ -2,6 +2,7 @@
 
 mod charge;
 mod coherence;
+mod mig;
 mod price_list;
 mod quote;
 mod rate;

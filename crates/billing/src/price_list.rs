@@ -449,9 +449,13 @@ impl PriceList {
         if let Some(p) = self.per_gpu_hour.get(gpu_type.key()) {
             return *p;
         }
-        // Not listed. A MIG slice's price, its part of its parent model's, belongs here, before
-        // the per-GB price of other unlisted models (by memory, to the nearest GB as offers
-        // show it).
+        // An unlisted MIG slice: its part of its parent model's listed price (`crate::mig`).
+        if let Some(p) = crate::mig::listed_parent_share(gpu_type, |parent| {
+            self.per_gpu_hour.get(parent.key()).copied()
+        }) {
+            return p;
+        }
+        // Other unlisted models: by memory, to the nearest GB as offers show it.
         let gb = i64::try_from(((vram_mb + 512) / 1024).max(1)).unwrap_or(i64::MAX);
         self.per_gb_hour_fallback
             .checked_mul(gb)

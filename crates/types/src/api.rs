@@ -134,8 +134,9 @@ pub struct ReservedDiscount {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateReservation {
-    /// A GPU model (`RTX 4090`, `rtx4090`, `A100-80GB`): letters, digits, spaces, `-` and `_`.
-    #[schema(pattern = r"^[A-Za-z0-9][A-Za-z0-9 _-]{0,63}$")]
+    /// A GPU model (`RTX 4090`, `rtx4090`, `A100-80GB`, a MIG instance `H200 MIG 3g.71gb`):
+    /// letters, digits, spaces, `-`, `_` and `.`.
+    #[schema(pattern = r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$")]
     pub gpu_type: String,
     /// Whole GPUs on one node. Default 1 unless `vram_gb` asks for a share.
     #[serde(default)]

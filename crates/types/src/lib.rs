@@ -12,6 +12,6 @@ pub mod report;
 mod status;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use gpu_type::{GpuType, GpuTypeError};
+pub use gpu_type::{GpuType, GpuTypeError, MigSlice};
 pub use money::{Money, MoneyError};
 pub use status::{NodeStatus, OnNodeLoss, ReservationStatus, Role, Tier, UnknownValue};

@@ -721,3 +721,42 @@ pub fn engine_socket() -> Result<String, String> {
 
 /// How long to wait for the Engine to answer at start-up.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[cfg(test)]
+mod tests {
+    use gpurent_types::agent::Assignment;
+
+    use super::*;
+
+    /// A MIG device is asked of the NVIDIA container toolkit by its own UUID (`MIG-...`), as
+    /// a whole GPU is by its `GPU-...` UUID.
+    #[tokio::test]
+    async fn a_mig_unit_is_requested_by_its_uuid() {
+        let mig = "MIG-7c2e6a2b-8f3d-5b1e-9a44-0d6f1c3e2b71";
+        let assignment: Assignment = serde_json::from_value(serde_json::json!({
+            "reservation_id": "r1", "epoch": 1, "gpus": [mig], "vram_mb": null,
+            "image": "gpurent-test/busybox", "command": [], "env": {}, "run": true,
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        // The client connects lazily: no Engine is needed to build a request.
+        let docker = Docker::connect_with_socket_defaults().unwrap_or_else(|e| panic!("{e}"));
+        let executor = DockerExecutor {
+            docker,
+            resources: ResourcesPerGpu::default(),
+            gpu_devices: true,
+            grace_s: 10,
+            scope: None,
+            entry_helper: PathBuf::from("gpurent"),
+            gpu_limits: GpuLimits::default(),
+        };
+        let requests = executor
+            .host_config(&assignment)
+            .device_requests
+            .unwrap_or_default();
+        let ids: Vec<Vec<String>> = requests
+            .into_iter()
+            .map(|r| r.device_ids.unwrap_or_default())
+            .collect();
+        assert_eq!(ids, vec![vec![mig.to_owned()]]);
+    }
+}

@@ -34,6 +34,29 @@ struct ProbeDevice {
     /// As nvml-wrapper's Debug prints it: `MigMode { current: 0, pending: 0 }`.
     mig_mode: String,
     processes: Vec<ProbeProcess>,
+    /// With MIG on, its MIG devices (nvmlDeviceGetMigDeviceHandleByIndex for each index below
+    /// nvmlDeviceGetMaxMigDeviceCount): the units offered in place of the GPU.
+    #[serde(default)]
+    mig_devices: Vec<ProbeMigDevice>,
+}
+
+/// A MIG device as NVML's MIG API reports it on its own handle.
+#[derive(Debug, Clone, Deserialize)]
+struct ProbeMigDevice {
+    /// Its index under the parent (nvmlDeviceGetMigDeviceHandleByIndex).
+    index: u32,
+    /// nvmlDeviceGetUUID: `MIG-...`.
+    uuid: String,
+    /// nvmlDeviceGetName: the parent's name and the profile, `NVIDIA H200 MIG 3g.71gb`.
+    name: String,
+    // The fixtures also hold `gpu_instance_id` and `compute_instance_id`
+    // (nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId): nothing reads them, as
+    // nvml-wrapper does not expose them for the real backend either.
+    /// nvmlDeviceGetMemoryInfo on the MIG handle: its GPU instance's memory.
+    mem_total: u64,
+    mem_used: u64,
+    /// nvmlDeviceGetComputeRunningProcesses on the MIG handle: the processes in it.
+    processes: Vec<ProbeProcess>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -150,25 +173,7 @@ impl GpuBackend for FakeNvml {
     }
 
     fn discover(&self) -> Result<Vec<GpuInfo>, AgentError> {
-        Ok(self
-            .probe()
-            .devices
-            .iter()
-            .map(|d| GpuInfo {
-                index: d.index,
-                uuid: d.uuid.clone(),
-                model: d.name.clone(),
-                vram_mb: mib(d.mem_total),
-                pcie_gen: Some(d.pcie_gen),
-                pcie_width: Some(d.pcie_width),
-                // The probe recorded the links as they were, not their maximum.
-                pcie_gen_max: None,
-                pcie_width_max: None,
-                mig_enabled: Some(!d.mig_mode.contains("current: 0")),
-                // The probe recorded no topology.
-                switch_group: None,
-            })
-            .collect())
+        Ok(self.probe().devices.iter().flat_map(offered).collect())
     }
 
     fn sample(&self) -> Result<NodeTelemetry, AgentError> {
@@ -188,28 +193,7 @@ impl GpuBackend for FakeNvml {
             gpus: probe
                 .devices
                 .iter()
-                .map(|d| GpuSample {
-                    uuid: d.uuid.clone(),
-                    utilization_pct: d.util_gpu,
-                    memory_used_mb: faults.memory_used_mb.unwrap_or(mib(d.mem_used)),
-                    temperature_c: faults.temperature_c.unwrap_or(d.temp),
-                    power_mw: d.power_mw,
-                    ecc_uncorrected: faults
-                        .ecc_uncorrected
-                        .unwrap_or(d.ecc_errors_uncorrected_volatile),
-                    memory_total_mb: mib(d.mem_total),
-                    xid_errors: faults.xid_errors.clone(),
-                    lost: faults.lost,
-                    processes: d
-                        .processes
-                        .iter()
-                        .map(|p| GpuProcess {
-                            pid: p.pid,
-                            used_mb: mib(used_bytes(&p.used)),
-                            reservation_id: None,
-                        })
-                        .collect(),
-                })
+                .flat_map(|d| sampled(d, &faults))
                 .collect(),
             // The agent adds the CPU (`crate::cpu`) and its burn-in (`crate::burn_in`).
             cpu_utilization_pct: None,
@@ -218,8 +202,90 @@ impl GpuBackend for FakeNvml {
     }
 }
 
+fn mig_on(d: &ProbeDevice) -> bool {
+    !d.mig_mode.contains("current: 0")
+}
+
+fn processes(recorded: &[ProbeProcess]) -> Vec<GpuProcess> {
+    recorded
+        .iter()
+        .map(|p| GpuProcess {
+            pid: p.pid,
+            used_mb: mib(used_bytes(&p.used)),
+            reservation_id: None,
+        })
+        .collect()
+}
+
+/// What a recorded GPU offers: itself, or with MIG on each of its MIG devices (a GPU with MIG
+/// on runs no CUDA work of its own). A MIG device's link is its parent's.
+fn offered(d: &ProbeDevice) -> Vec<GpuInfo> {
+    let unit = |uuid: &str, model: &str, mem_total: u64| GpuInfo {
+        index: d.index,
+        uuid: uuid.to_owned(),
+        model: model.to_owned(),
+        vram_mb: mib(mem_total),
+        pcie_gen: Some(d.pcie_gen),
+        pcie_width: Some(d.pcie_width),
+        // The probe recorded the links as they were, not their maximum.
+        pcie_gen_max: None,
+        pcie_width_max: None,
+        mig_enabled: Some(mig_on(d)),
+        // The probe recorded no topology.
+        switch_group: None,
+    };
+    if !mig_on(d) {
+        return vec![unit(&d.uuid, &d.name, d.mem_total)];
+    }
+    mig_devices(d)
+        .map(|m| unit(&m.uuid, &m.name, m.mem_total))
+        .collect()
+}
+
+/// In NVML's order: by index under the parent.
+fn mig_devices(d: &ProbeDevice) -> impl Iterator<Item = &ProbeMigDevice> {
+    let mut devices: Vec<&ProbeMigDevice> = d.mig_devices.iter().collect();
+    devices.sort_by_key(|m| m.index);
+    devices.into_iter()
+}
+
+/// The samples of a recorded GPU, one per unit `offered` gives. A MIG device has its own
+/// memory and processes; temperature, power, ECC errors, XIDs and being lost are the physical
+/// GPU's (so the health rules judge each of its units by them), and its utilisation is 0:
+/// NVML reports none per MIG device.
+fn sampled(d: &ProbeDevice, faults: &Faults) -> Vec<GpuSample> {
+    let unit = |uuid: &str, util: u32, used: u64, total: u64, procs: &[ProbeProcess]| GpuSample {
+        uuid: uuid.to_owned(),
+        utilization_pct: util,
+        memory_used_mb: faults.memory_used_mb.unwrap_or(mib(used)),
+        temperature_c: faults.temperature_c.unwrap_or(d.temp),
+        power_mw: d.power_mw,
+        ecc_uncorrected: faults
+            .ecc_uncorrected
+            .unwrap_or(d.ecc_errors_uncorrected_volatile),
+        memory_total_mb: mib(total),
+        xid_errors: faults.xid_errors.clone(),
+        lost: faults.lost,
+        processes: processes(procs),
+    };
+    if !mig_on(d) {
+        return vec![unit(
+            &d.uuid,
+            d.util_gpu,
+            d.mem_used,
+            d.mem_total,
+            &d.processes,
+        )];
+    }
+    mig_devices(d)
+        .map(|m| unit(&m.uuid, 0, m.mem_used, m.mem_total, &m.processes))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    use gpurent_types::GpuType;
+
     use super::*;
 
     fn fixture(name: &str) -> FakeNvml {
@@ -288,6 +354,113 @@ mod tests {
                 mig_enabled: Some(false),
                 switch_group: None,
             }]
+        );
+    }
+
+    #[test]
+    fn mig_devices_are_offered_in_place_of_their_gpu() {
+        let gpus = fixture("nvml-mig.json").discover().unwrap_or_default();
+        let unit = |uuid: &str, model: &str, vram_mb: u64| GpuInfo {
+            index: 0,
+            uuid: uuid.into(),
+            model: model.into(),
+            vram_mb,
+            pcie_gen: Some(5),
+            pcie_width: Some(16),
+            pcie_gen_max: None,
+            pcie_width_max: None,
+            mig_enabled: Some(true),
+            switch_group: None,
+        };
+        assert_eq!(
+            gpus,
+            vec![
+                unit(
+                    "MIG-7c2e6a2b-8f3d-5b1e-9a44-0d6f1c3e2b71",
+                    "NVIDIA H200 MIG 3g.71gb",
+                    71_680
+                ),
+                unit(
+                    "MIG-3a91d0c4-62b7-5e08-b1f9-84c2e7a5d3f0",
+                    "NVIDIA H200 MIG 2g.35gb",
+                    35_840
+                ),
+                unit(
+                    "MIG-e5b84f17-0c6a-5d29-8e3b-2f71a9c4d608",
+                    "NVIDIA H200 MIG 1g.18gb",
+                    17_920
+                ),
+                unit(
+                    "MIG-1f6d3b28-a94e-5c71-9d02-6b8e4f3a7c15",
+                    "NVIDIA H200 MIG 1g.18gb",
+                    17_920
+                ),
+            ]
+        );
+        let types: Vec<String> = gpus
+            .iter()
+            .map(|g| GpuType::from_driver_name(&g.model).display().to_owned())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "H200-MIG-3G.71GB",
+                "H200-MIG-2G.35GB",
+                "H200-MIG-1G.18GB",
+                "H200-MIG-1G.18GB"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_mig_device_has_its_own_memory_and_processes_and_its_gpus_health() {
+        let fake = fixture("nvml-mig-busy.json");
+        let t = fake.sample().unwrap_or_default();
+        let three_g = GpuSample {
+            uuid: "MIG-7c2e6a2b-8f3d-5b1e-9a44-0d6f1c3e2b71".into(),
+            // NVML reports no utilisation per MIG device.
+            utilization_pct: 0,
+            memory_used_mb: 1138,
+            temperature_c: 53,
+            power_mw: 687_933,
+            ecc_uncorrected: 0,
+            memory_total_mb: 71_680,
+            xid_errors: vec![],
+            lost: false,
+            processes: vec![GpuProcess {
+                pid: 472,
+                used_mb: 1130,
+                reservation_id: None,
+            }],
+        };
+        assert_eq!(t.gpus.len(), 4, "{:?}", t.gpus);
+        assert_eq!(t.gpus[0], three_g);
+        // The parent lists the process too; it is counted once, in its MIG device.
+        let processes: usize = t.gpus.iter().map(|g| g.processes.len()).sum();
+        assert_eq!(processes, 1);
+        let idle = &t.gpus[3];
+        assert_eq!(
+            (
+                idle.uuid.as_str(),
+                idle.memory_used_mb,
+                idle.memory_total_mb,
+                idle.temperature_c
+            ),
+            ("MIG-1f6d3b28-a94e-5c71-9d02-6b8e4f3a7c15", 0, 17_920, 53)
+        );
+        // A fault of the physical GPU shows in every MIG device of it.
+        fake.inject(Faults {
+            ecc_uncorrected: Some(2),
+            xid_errors: vec![79],
+            ..Faults::default()
+        });
+        let t = fake.sample().unwrap_or_default();
+        assert!(
+            t.gpus
+                .iter()
+                .all(|g| g.ecc_uncorrected == 2 && g.xid_errors == [79]),
+            "{:?}",
+            t.gpus
         );
     }
 

@@ -26,6 +26,7 @@ mod host_limits;
 mod http_ports;
 mod instance_sftp;
 mod logs_download;
+mod mig;
 mod mps_agent;
 mod netns;
 mod partition;

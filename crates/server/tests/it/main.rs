@@ -33,6 +33,7 @@ mod logs;
 mod logs_kept;
 mod logs_stopped;
 mod metrics;
+mod mig_health;
 mod openapi;
 mod proxy;
 mod queue;
