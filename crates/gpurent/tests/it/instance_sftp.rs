@@ -220,6 +220,8 @@ async fn instance_sftp_in_a_docker_container() {
     let marker = host_marker(node.path());
     let id = unique("sftp-docker");
     let _guard = RemoveOnDrop(gpurent_agent::executor::docker::container_name(&id));
+    // The stop keeps the container, renamed, for its output: it goes too.
+    let _kept = RemoveOnDrop(gpurent_agent::executor::docker::kept_name(&id));
     let script = format!(
         "mkdir -p /etc /data && echo 'root:x:0:0:the container:/data:/bin/sh' > /etc/passwd && \
          chmod 777 /data && cd /data && ln -s /etc/passwd pw && \
