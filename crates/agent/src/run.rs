@@ -141,7 +141,7 @@ impl Agent {
 
     /// The host as it is now, for the control plane's verification.
     fn host_facts(&self) -> HostFacts {
-        let gpu_containers = self.executor.name() == "docker" && self.gpus.name() == "nvml";
+        let gpu_containers = self.executor.runs_containers() && self.gpus.name() == "nvml";
         crate::host::host_facts(
             self.gpus.sample().ok().as_ref(),
             &self.config.data_dir,

@@ -400,8 +400,10 @@ pub enum OnNodeLossArg {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ExecutorKind {
-    /// Docker when its Engine answers (`DOCKER_HOST`'s unix socket, else
-    /// /var/run/docker.sock), else isolated processes; never sim, even for simulated GPUs.
+    /// Where a Docker Engine answers (`DOCKER_HOST`'s unix socket, else
+    /// /var/run/docker.sock), instances with an image as containers and the others as isolated
+    /// processes (Docker alone where processes cannot be isolated, and with `--mps`); else
+    /// isolated processes; never sim, even for simulated GPUs.
     Auto,
     /// Each instance a container (needs `--image`).
     Docker,

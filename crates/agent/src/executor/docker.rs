@@ -311,6 +311,10 @@ impl Executor for DockerExecutor {
         "docker"
     }
 
+    fn runs_containers(&self) -> bool {
+        true
+    }
+
     async fn start(&self, a: &Assignment, volume: Option<&Path>) -> Result<(), AgentError> {
         let id = &a.reservation_id;
         let image = a.image.clone().ok_or_else(|| {

@@ -1,7 +1,8 @@
 //! Executors run a reservation's workload on the node: `process` (a sandboxed process tree in
-//! a cgroup), `docker` (a container through the Docker Engine), `sim` (in memory, for demos
-//! and tests).
+//! a cgroup), `docker` (a container through the Docker Engine), `docker+process` (by whether
+//! the reservation has an image), `sim` (in memory, for demos and tests).
 
+mod by_image;
 mod cgroup;
 pub mod docker;
 mod limits;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gpurent_types::agent::{Assignment, PublishedPort};
 
+pub use by_image::ByImageExecutor;
 pub use cgroup::{CgroupLimits, CgroupRoot};
 pub use docker::DockerExecutor;
 pub use limits::GpuLimits;
@@ -48,6 +50,12 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
     /// the control plane: `gpurent nodes ls` and the offers say `unisolated`.
     fn isolated(&self) -> bool {
         true
+    }
+
+    /// Whether instances may run as containers (then GPUs reach them through the NVIDIA
+    /// container runtime, whose toolkit the agent checks).
+    fn runs_containers(&self) -> bool {
+        false
     }
 
     /// Starts the workload of an assignment, with its checkpoint volume (a directory of the

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent;
+mod by_image;
 mod checkpoint;
 mod docker;
 mod entry;

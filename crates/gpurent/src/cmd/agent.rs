@@ -6,8 +6,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use gpurent_agent::executor::docker::{engine_socket, CONNECT_TIMEOUT};
 use gpurent_agent::executor::{
-    DockerExecutor, GpuLimits, HostCapacity, Isolation, ProcessExecutor, ResourcesPerGpu,
-    SimExecutor,
+    ByImageExecutor, DockerExecutor, GpuLimits, HostCapacity, Isolation, ProcessExecutor,
+    ResourcesPerGpu, SimExecutor,
 };
 use gpurent_agent::gpu::{FakeNvml, NvmlGpus, SimGpus};
 use gpurent_agent::tls::ClientTls;
@@ -164,17 +164,17 @@ pub async fn backends(
             )
             .await;
             match docker {
-                Ok(Ok(docker)) => {
-                    tracing::info!(
-                        "a Docker Engine answers on {socket}: running instances as containers"
-                    );
+                Ok(Ok(docker)) => with_docker(
                     Arc::new(
                         docker
                             .scoped(node_name)
                             .with_entry_helper(helper.clone())
                             .with_gpu_limits(limits.clone()),
-                    )
-                }
+                    ),
+                    &socket,
+                    node.mps,
+                    process,
+                ),
                 Ok(Err(e)) => process_without_docker(e.to_string(), process)?,
                 Err(_) => process_without_docker(
                     format!(
@@ -198,6 +198,47 @@ pub async fn backends(
         "node backends chosen"
     );
     Ok((gpus, executor))
+}
+
+/// `auto` where a Docker Engine answers on `socket`: instances with an image run as
+/// containers, the others as processes where the process executor can isolate them (or
+/// `--allow-unisolated` says they may run unisolated), said at start. Docker alone where it
+/// cannot (an instance without an image then fails saying it needs one) and with `--mps`
+/// (MPS serves one uid at a time, and isolated processes each run as a uid of their own).
+fn with_docker(
+    docker: Arc<dyn Executor>,
+    socket: &str,
+    mps: bool,
+    process: impl FnOnce() -> Result<Arc<dyn Executor>, gpurent_agent::AgentError>,
+) -> Arc<dyn Executor> {
+    if mps {
+        tracing::info!(
+            "a Docker Engine answers on {socket}: running instances as containers (with --mps \
+             instances without an image cannot run: MPS serves one uid at a time)"
+        );
+        return docker;
+    }
+    match process() {
+        Ok(processes) => {
+            tracing::info!(
+                "a Docker Engine answers on {socket}: instances with an image run as containers, \
+                 others as {} processes",
+                if processes.isolated() {
+                    "isolated"
+                } else {
+                    "UNISOLATED"
+                }
+            );
+            Arc::new(ByImageExecutor::new(docker, processes))
+        }
+        Err(e) => {
+            tracing::info!(
+                "a Docker Engine answers on {socket}: running instances as containers (instances \
+                 without an image cannot run: {e})"
+            );
+            docker
+        }
+    }
 }
 
 /// `auto` where no Docker Engine answers (`no_docker` says why): the process executor, said at

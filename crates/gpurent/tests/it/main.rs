@@ -20,6 +20,7 @@ mod console_tenant;
 mod console_terminal;
 mod crash;
 mod data_dir;
+mod docker_and_processes;
 mod failover_processes;
 mod first_run;
 mod host_limits;
