@@ -52,6 +52,9 @@ impl Setup {
             .cli(Some(&cluster.admin), true, &["nodes", "join-token"])
             .json();
         let data = cluster.dir.path().join("node");
+        // The node's name is its Docker scope: one of its own, so that another test's agent on
+        // this Docker Engine neither sees nor stops its containers.
+        let name = format!("ssh-{executor}-{}", std::process::id());
         let agent_args: Vec<String> = [
             "--server",
             cluster.url.as_str(),
@@ -59,7 +62,7 @@ impl Setup {
             "--data-dir",
             data.to_str().unwrap(),
             "--name",
-            "node-1",
+            name.as_str(),
             "--sim-gpus",
             "1xRTX4090",
             "--executor",
