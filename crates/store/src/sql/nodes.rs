@@ -1078,13 +1078,7 @@ impl NodeStore for SqlStore {
                 .execute(&self.pool)
                 .await?
                 .rows_affected();
-        if updated == 0 {
-            return Err(StoreError::NotFound {
-                what: "node",
-                id: node_id.to_owned(),
-            });
-        }
-        Ok(())
+        found(updated, node_id)
     }
 
     async fn set_isolation(&self, node_id: &str, isolated: bool) -> Result<()> {
@@ -1094,13 +1088,7 @@ impl NodeStore for SqlStore {
             .execute(&self.pool)
             .await?
             .rows_affected();
-        if updated == 0 {
-            return Err(StoreError::NotFound {
-                what: "node",
-                id: node_id.to_owned(),
-            });
-        }
-        Ok(())
+        found(updated, node_id)
     }
 
     async fn set_capacity(
@@ -1116,13 +1104,7 @@ impl NodeStore for SqlStore {
             .execute(&self.pool)
             .await?
             .rows_affected();
-        if updated == 0 {
-            return Err(StoreError::NotFound {
-                what: "node",
-                id: node_id.to_owned(),
-            });
-        }
-        Ok(())
+        found(updated, node_id)
     }
 
     async fn create_join_token(
@@ -1573,3 +1555,4 @@ fn found(updated: u64, node_id: &str) -> Result<()> {
     }
     Ok(())
 }
+
