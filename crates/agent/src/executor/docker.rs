@@ -742,8 +742,18 @@ mod tests {
             "image": "gpurent-test/busybox", "command": [], "env": {}, "run": true,
         }))
         .unwrap_or_else(|e| panic!("{e}"));
-        // The client connects lazily: no Engine is needed to build a request.
-        let docker = Docker::connect_with_socket_defaults().unwrap_or_else(|e| panic!("{e}"));
+        // The client connects lazily: no Engine is needed to build a request, only a socket
+        // file where it would be (none answers on it).
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let socket = dir.path().join("docker.sock");
+        let _listener =
+            std::os::unix::net::UnixListener::bind(&socket).unwrap_or_else(|e| panic!("{e}"));
+        let docker = Docker::connect_with_socket(
+            &socket.to_string_lossy(),
+            120,
+            bollard::API_DEFAULT_VERSION,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let executor = DockerExecutor {
             docker,
             resources: ResourcesPerGpu::default(),

@@ -621,6 +621,17 @@ impl Executor for ProcessExecutor {
 
     async fn start(&self, a: &Assignment, volume: Option<&Path>) -> Result<(), AgentError> {
         let id = &a.reservation_id;
+        // Run without its image, a job would get the node's own system instead of what it
+        // asked for: refused, saying why, rather than run on the wrong software.
+        if let Some(image) = &a.image {
+            return Err(exec_error(
+                "start",
+                id,
+                format!(
+                    "this node runs no containers (no Docker Engine: its instances run as processes on the node's own system), so the image {image} cannot run here; reserve without --image"
+                ),
+            ));
+        }
         let Some((program, args)) = a.command.split_first() else {
             return Err(exec_error(
                 "start",

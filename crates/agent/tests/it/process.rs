@@ -98,6 +98,23 @@ async fn exit_codes_are_reported() {
     assert!(e.list().await.unwrap().is_empty());
 }
 
+/// A job that asks for an image is refused, saying why, rather than run on the node's own
+/// system instead of its image; nothing of it is left running.
+#[tokio::test]
+async fn an_image_is_refused_rather_than_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = executor(dir.path());
+    let mut boxed = assignment("boxed", "echo ran > ran");
+    boxed.image = Some("pytorch/pytorch:2.5".into());
+    let err = e.start(&boxed, None).await.unwrap_err().to_string();
+    assert!(
+        err.contains("the image pytorch/pytorch:2.5 cannot run here")
+            && err.contains("reserve without --image"),
+        "{err}"
+    );
+    assert!(e.list().await.unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn stop_ends_the_whole_process_group_even_when_it_ignores_sigterm() {
     let dir = tempfile::tempdir().unwrap();

@@ -1555,4 +1555,3 @@ fn found(updated: u64, node_id: &str) -> Result<()> {
     }
     Ok(())
 }
-
