@@ -1,7 +1,7 @@
 //! What agents report of their GPUs (the VRAM watchdog's findings): kept as events, and for a
 //! reservation also written as a line into its log, where its tenant sees it.
 
-use gpurent_types::agent::AgentEvent;
+use gpurent_types::agent::{AgentEvent, AgentEventKind};
 use sqlx::AnyConnection;
 
 use crate::Result;
@@ -25,6 +25,9 @@ pub(crate) async fn record(
             return Ok(());
         }
         super::logs::note(conn, id, &event.detail).await?;
+        if event.kind == AgentEventKind::VramExceeded {
+            stopping(conn, node_id, id, at).await?;
+        }
     }
     sqlx::query(
         "INSERT INTO events (at, node_id, kind, detail, reservation_id) VALUES ($1, $2, $3, $4, $5)",
@@ -36,5 +39,27 @@ pub(crate) async fn record(
     .bind(event.reservation_id.as_deref())
     .execute(&mut *conn)
     .await?;
+    Ok(())
+}
+
+/// The agent is stopping the reservation over its GPU memory: billing ends now, when it
+/// decided (its stop is reported a second or two later, once the instance is gone), as it does
+/// when a tenant asks for a stop. A reservation already stopping keeps its own reason and time.
+async fn stopping(conn: &mut AnyConnection, node_id: &str, id: &str, at: i64) -> Result<()> {
+    let stopped = sqlx::query(
+        "UPDATE reservations SET status = 'stopping', end_reason = 'vram_exceeded',
+            stop_requested_at = $1
+         WHERE id = $2 AND node_id = $3 AND status = 'running'",
+    )
+    .bind(at)
+    .bind(id)
+    .bind(node_id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if stopped == 1 {
+        super::reservations::stop_meter(conn, id).await?;
+        super::nodes::bump_version(conn, node_id).await?;
+    }
     Ok(())
 }

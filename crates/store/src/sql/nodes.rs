@@ -228,6 +228,10 @@ async fn finish(
         (Some(r), _) if r == "expired" => (ReservationStatus::Expired, r.clone()),
         (Some(r), _) if r == "preempted" => (ReservationStatus::Preempted, r.clone()),
         (Some(r), _) if r == NODE_LOST => (ReservationStatus::Lost, r.clone()),
+        // Its agent stopped it for a reason of its own (`agent_events::stopping`).
+        (Some(r), _) if AGENT_END_REASONS.contains(&r.as_str()) => {
+            (ReservationStatus::Failed, r.clone())
+        }
         (Some(r), _) => (ReservationStatus::Stopped, r.clone()),
         // The agent ended it for a reason of its own (over its GPU memory past the grace).
         (None, _)

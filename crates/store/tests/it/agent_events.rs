@@ -1,6 +1,6 @@
 //! What the agent's VRAM watchdog reports (issue 17): its events kept with their reservation
 //! and written into that reservation's log, and an instance it stopped ended `failed` with its
-//! end reason, billed to when the stop was reported.
+//! end reason, billed to when the agent decided to stop it.
 
 use chrono::Duration;
 use gpurent_billing::PriceList;
@@ -112,16 +112,33 @@ async fn events_are_kept_and_written_into_the_reservations_log(backend: Backend)
 
 async fn an_instance_the_agent_stopped_ends_with_its_reason(backend: Backend) {
     let (f, node, id) = running(backend).await;
-    let stopped_at = t0() + Duration::seconds(60);
-    let mut report = support::report(&id, 1, InstanceState::Stopped, None);
-    report.instances[0].end_reason = Some("vram_exceeded".to_owned());
+    // The agent decides and says so at once (the instance still running); its stop is
+    // reported two seconds later, once the instance is gone.
+    let decided = t0() + Duration::seconds(60);
+    let mut report = support::report(&id, 1, InstanceState::Running, None);
     report.events = vec![event(
         AgentEventKind::VramExceeded,
         Some(&id),
         "stopped (vram_exceeded)",
     )];
     f.store
-        .sync_node(&node, &report, stopped_at)
+        .sync_node(&node, &report, decided)
+        .await
+        .expect("sync");
+    let r = f
+        .store
+        .get_reservation(&id, &Scope::All)
+        .await
+        .expect("get");
+    assert_eq!(
+        r.status,
+        ReservationStatus::Stopping,
+        "billing stopped at the decision"
+    );
+    let mut report = support::report(&id, 1, InstanceState::Stopped, None);
+    report.instances[0].end_reason = Some("vram_exceeded".to_owned());
+    f.store
+        .sync_node(&node, &report, decided + Duration::seconds(2))
         .await
         .expect("sync");
     let r = f
@@ -133,7 +150,17 @@ async fn an_instance_the_agent_stopped_ends_with_its_reason(backend: Backend) {
         (r.status, r.end_reason.as_deref()),
         (ReservationStatus::Failed, Some("vram_exceeded"))
     );
-    assert_eq!(r.ended_at, Some(stopped_at), "billed to the reported stop");
+    assert_eq!(r.ended_at, Some(decided), "billed to the agent's decision");
+    let ran = r
+        .ended_at
+        .zip(r.started_at)
+        .map(|(e, s)| (e - s).num_seconds());
+    assert_eq!(
+        r.charged,
+        gpurent_billing::Rate::flat(r.price_per_hour)
+            .charge_for_seconds(u64::try_from(ran.unwrap_or(0)).unwrap_or(0)),
+        "charged for the seconds to the decision"
+    );
     // The line is written before the end (the log of an ended reservation takes no output).
     assert!(log_text(&f, &id).await.contains("stopped (vram_exceeded)"));
 }
