@@ -11,6 +11,10 @@ use gpurent_types::ReservationStatus;
 
 use crate::support::{self, one_gpu, t0, Fixture};
 
+async fn reservation(f: &Fixture, id: &str) -> gpurent_types::api::Reservation {
+    f.store.get_reservation(id, &Scope::All).await.expect("get")
+}
+
 /// One node running one reservation (epoch 1): the fixture, the node, the reservation.
 async fn running(backend: Backend) -> (Fixture, String, String) {
     let f = Fixture::new(backend).await;
@@ -125,11 +129,7 @@ async fn an_instance_the_agent_stopped_ends_with_its_reason(backend: Backend) {
         .sync_node(&node, &report, decided)
         .await
         .expect("sync");
-    let r = f
-        .store
-        .get_reservation(&id, &Scope::All)
-        .await
-        .expect("get");
+    let r = reservation(&f, &id).await;
     assert_eq!(
         r.status,
         ReservationStatus::Stopping,
@@ -141,11 +141,7 @@ async fn an_instance_the_agent_stopped_ends_with_its_reason(backend: Backend) {
         .sync_node(&node, &report, decided + Duration::seconds(2))
         .await
         .expect("sync");
-    let r = f
-        .store
-        .get_reservation(&id, &Scope::All)
-        .await
-        .expect("get");
+    let r = reservation(&f, &id).await;
     assert_eq!(
         (r.status, r.end_reason.as_deref()),
         (ReservationStatus::Failed, Some("vram_exceeded"))
@@ -170,11 +166,7 @@ async fn an_end_reason_the_agent_may_not_give_is_ignored(backend: Backend) {
     let mut report = support::report(&id, 1, InstanceState::Stopped, None);
     report.instances[0].end_reason = Some("expired".to_owned());
     f.store.sync_node(&node, &report, t0()).await.expect("sync");
-    let r = f
-        .store
-        .get_reservation(&id, &Scope::All)
-        .await
-        .expect("get");
+    let r = reservation(&f, &id).await;
     assert_eq!(
         (r.status, r.end_reason.as_deref()),
         (ReservationStatus::Stopped, Some("stopped_by_agent"))
@@ -194,11 +186,7 @@ async fn a_stop_asked_for_first_keeps_its_reason(backend: Backend) {
         .sync_node(&node, &report, asked + Duration::seconds(5))
         .await
         .expect("sync");
-    let r = f
-        .store
-        .get_reservation(&id, &Scope::All)
-        .await
-        .expect("get");
+    let r = reservation(&f, &id).await;
     assert_eq!(r.status, ReservationStatus::Stopped);
     assert_ne!(r.end_reason.as_deref(), Some("vram_exceeded"));
     assert_eq!(r.ended_at, Some(asked));
