@@ -13,20 +13,7 @@ use crate::support::{cli, eventually, read_token, Daemon};
 fn the_contract_flow_through_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let up = Daemon::start(
-        &[
-            "up",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--sim-gpus",
-            "2xRTX4090",
-            "--executor",
-            "sim",
-        ],
-        &dir.path().join("up.log"),
-    );
+    let up = Daemon::up_sim(&data, "2xRTX4090", &[], &dir.path().join("up.log"));
     let url = up.url.clone();
     let admin = read_token(&data);
     let mode = std::fs::metadata(data.join("admin.token"))
@@ -300,20 +287,10 @@ fn owners_set_their_prices_in_a_price_file() {
     let prices = dir.path().join("prices.toml");
     std::fs::write(&prices, "[gpu]\n\"RTX 4090\" = \"1.99\"\n").unwrap();
     let data = dir.path().join("data");
-    let up = Daemon::start(
-        &[
-            "up",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--sim-gpus",
-            "1xRTX4090",
-            "--executor",
-            "sim",
-            "--prices",
-            prices.to_str().unwrap(),
-        ],
+    let up = Daemon::up_sim(
+        &data,
+        "1xRTX4090",
+        &["--prices", prices.to_str().unwrap()],
         &dir.path().join("up.log"),
     );
     let offers = cli(&up.url, Some(&read_token(&data)), true, &["offers"]).json();

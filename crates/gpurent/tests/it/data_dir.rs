@@ -32,19 +32,10 @@ fn assert_modes(paths: &[std::path::PathBuf], want: u32) {
 fn up_keeps_its_data_dir_secrets_and_database_private() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let _up = Daemon::start(
-        &[
-            "up",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--sim-gpus",
-            "1xRTX4090",
-            "--executor",
-            "sim",
-            "--tls-self-signed",
-        ],
+    let _up = Daemon::up_sim(
+        &data,
+        "1xRTX4090",
+        &["--tls-self-signed"],
         &dir.path().join("up.log"),
     );
     // The node can be ready a moment before its agent has saved its identity.

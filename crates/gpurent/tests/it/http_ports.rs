@@ -24,20 +24,10 @@ fn http(url: &str, path: &str, header: &str) -> String {
 fn published_ports_through_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let up = Daemon::start(
-        &[
-            "up",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--sim-gpus",
-            "1xRTX4090",
-            "--executor",
-            "sim",
-            "--proxy-domain",
-            "Apps.Test.",
-        ],
+    let up = Daemon::up_sim(
+        &data,
+        "1xRTX4090",
+        &["--proxy-domain", "Apps.Test."],
         &dir.path().join("up.log"),
     );
     let url = up.url.clone();

@@ -27,20 +27,7 @@ fn tenant(url: &str, admin: &str) -> String {
 fn offers_show_whole_gpu_tiers_and_a_share_may_be_all_of_a_card() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let up = Daemon::start(
-        &[
-            "up",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--sim-gpus",
-            "2xRTX4090",
-            "--executor",
-            "sim",
-        ],
-        &dir.path().join("up.log"),
-    );
+    let up = Daemon::up_sim(&data, "2xRTX4090", &[], &dir.path().join("up.log"));
     let token = tenant(&up.url, &read_token(&data));
     let t = Some(token.as_str());
 
@@ -190,20 +177,10 @@ fn the_price_file_sets_the_currency_and_a_share_dearer_than_its_card_is_warned_o
     std::fs::write(&prices, "[shares]\nper_gb_hour = \"0.50\"\n").unwrap();
     let log = dir.path().join("up.log");
     let data = dir.path().join("data");
-    let up = Daemon::start(
-        &[
-            "up",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--sim-gpus",
-            "1xRTX4090",
-            "--executor",
-            "sim",
-            "--prices",
-            prices.to_str().unwrap(),
-        ],
+    let up = Daemon::up_sim(
+        &data,
+        "1xRTX4090",
+        &["--prices", prices.to_str().unwrap()],
         &log,
     );
     drop(up);

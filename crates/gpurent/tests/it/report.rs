@@ -19,20 +19,7 @@ fn csv_rows(path: &std::path::Path) -> Vec<Vec<String>> {
 fn a_daily_report_writes_csv_json_and_charts() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let up = Daemon::start(
-        &[
-            "up",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--sim-gpus",
-            "2xRTX4090",
-            "--executor",
-            "sim",
-        ],
-        &dir.path().join("up.log"),
-    );
+    let up = Daemon::up_sim(&data, "2xRTX4090", &[], &dir.path().join("up.log"));
     let url = up.url.clone();
     let admin = read_token(&data);
     let alice = cli(

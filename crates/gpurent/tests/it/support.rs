@@ -31,6 +31,25 @@ impl Daemon {
         )
     }
 
+    /// `gpurent up` on a fresh SQLite data dir `data` with the simulated GPUs `gpus` and the sim
+    /// executor (nothing runs), on a free loopback port, with `extra` flags.
+    pub fn up_sim(data: &Path, gpus: &str, extra: &[&str], log: &Path) -> Daemon {
+        let data = data.to_str().expect("a UTF-8 path");
+        let mut args = vec![
+            "up",
+            "--data-dir",
+            data,
+            "--listen",
+            "127.0.0.1:0",
+            "--sim-gpus",
+            gpus,
+            "--executor",
+            "sim",
+        ];
+        args.extend_from_slice(extra);
+        Daemon::start(&args, log)
+    }
+
     /// `start` in the working directory `cwd` (relative paths, `./gpurent-data`, are there).
     pub fn start_in(cwd: &Path, args: &[&str], log: &Path) -> Daemon {
         Daemon::start_in_env(cwd, args, &[], log)
