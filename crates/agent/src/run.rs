@@ -354,7 +354,11 @@ impl Agent {
                 for verdict in watchdog.check(t, &running, std::time::Instant::now()) {
                     match verdict {
                         Verdict::Event(mut e) => {
-                            cut(&mut e.detail, AGENT_EVENT_DETAIL_MAX);
+                            // A detail naming many processes would otherwise be refused.
+                            gpurent_types::text::cut_to_bytes(
+                                &mut e.detail,
+                                AGENT_EVENT_DETAIL_MAX,
+                            );
                             tracing::warn!(kind = e.kind.as_str(), reservation_id = ?e.reservation_id, gpu = %e.gpu_uuid, detail = %e.detail, "VRAM watchdog");
                             self.metrics.event(e.kind);
                             events.push(e);
@@ -713,18 +717,6 @@ impl Agent {
             }
             Err(e) => tracing::error!(error = %e, "could not list instances while fencing"),
         }
-    }
-}
-
-/// Cuts `text` to at most `max` bytes, at a character boundary (a detail naming many
-/// processes or shares would otherwise be refused).
-fn cut(text: &mut String, max: usize) {
-    if text.len() > max {
-        let mut at = max;
-        while !text.is_char_boundary(at) {
-            at -= 1;
-        }
-        text.truncate(at);
     }
 }
 

@@ -142,12 +142,13 @@ impl Watchdog {
                 }
             }
             if let Some(f) = stop {
-                let detail = format!(
-                    "stopped (vram_exceeded): {} for {} s, the grace",
-                    f.detail,
-                    self.grace.as_secs()
-                );
-                verdicts.push(event(AgentEventKind::VramExceeded, &f.gpu, detail.clone()));
+                // The stop's reason, kept as its `end_message` (and so in its log).
+                let detail = format!("{} for {} s, the grace", f.detail, self.grace.as_secs());
+                verdicts.push(event(
+                    AgentEventKind::VramExceeded,
+                    &f.gpu,
+                    format!("stopped (vram_exceeded): {detail}"),
+                ));
                 verdicts.push(Verdict::Stop {
                     reservation_id: a.reservation_id.clone(),
                     epoch: a.epoch,

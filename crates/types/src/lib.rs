@@ -10,6 +10,7 @@ mod gpu_type;
 mod money;
 pub mod report;
 mod status;
+pub mod text;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use gpu_type::{GpuType, GpuTypeError, MigSlice};

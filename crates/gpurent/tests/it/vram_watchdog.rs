@@ -1,7 +1,7 @@
 //! The agent's VRAM watchdog end to end (issue 17): a real `gpurent server` and `gpurent
 //! agent` (the process executor) on a fake NVML whose file the test rewrites with the real pids
 //! of two 40 GB shares of one H200. The share over its memory is told, then stopped after the
-//! grace (`failed`, `vram_exceeded`, billed to its stop) while its neighbour runs on; a
+//! grace (`failed`, `vram_exceeded`, billed to the agent's decision) while its neighbour runs on; a
 //! process of the neighbour on the other GPU, and a process of no instance on a rented GPU,
 //! are events too.
 
@@ -166,11 +166,29 @@ fn a_share_over_its_memory_is_stopped_after_the_grace_and_its_neighbour_runs_on(
     // A's log says why, in the platform's words.
     let logs = cluster.cli(Some(&tenant), false, &["logs", &a]);
     assert_eq!(logs.code, 0, "{logs:?}");
+    // The breach when it began, and the stop's reason once, from its ending.
     assert!(
-        logs.stdout.contains("[gpurent] GPU memory 46080 MiB")
-            && logs.stdout.contains("[gpurent] stopped (vram_exceeded)"),
+        logs.stdout.contains("[gpurent] GPU memory 46080 MiB"),
         "{}",
         logs.stdout
+    );
+    assert_eq!(
+        logs.stdout.matches("vram_exceeded").count(),
+        1,
+        "{}",
+        logs.stdout
+    );
+    assert!(
+        logs.stdout
+            .contains("[gpurent] vram_exceeded: GPU memory 46080 MiB"),
+        "{}",
+        logs.stdout
+    );
+    assert!(
+        ended["end_message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("GPU memory 46080 MiB") && m.ends_with("the grace")),
+        "{ended}"
     );
     let untouched = cluster.cli(Some(&tenant), false, &["logs", &b]);
     assert!(

@@ -1,5 +1,6 @@
 //! What agents report of their GPUs (the VRAM watchdog's findings): kept as events, and for a
-//! reservation also written as a line into its log, where its tenant sees it.
+//! reservation also written as a line into its log, where its tenant sees it (a stop's reason
+//! by its ending, as its `end_message`).
 
 use gpurent_types::agent::{AgentEvent, AgentEventKind};
 use sqlx::AnyConnection;
@@ -24,9 +25,11 @@ pub(crate) async fn record(
             tracing::warn!(reservation_id = %id, %node_id, kind = event.kind.as_str(), "agent event of a reservation not on its node dropped");
             return Ok(());
         }
-        super::logs::note(conn, id, &event.detail).await?;
         if event.kind == AgentEventKind::VramExceeded {
+            // Its ending writes why into the log (`end_message`), once.
             stopping(conn, node_id, id, at).await?;
+        } else {
+            super::logs::note(conn, id, &event.detail).await?;
         }
     }
     sqlx::query(

@@ -181,23 +181,16 @@ pub(crate) async fn note(conn: &mut AnyConnection, id: &str, line: &str) -> Resu
     };
     let stored: i64 = row.try_get("log_bytes")?;
     let last: Option<Vec<u8>> = sqlx::query_scalar(
-        "SELECT data FROM reservation_output WHERE reservation_id = $1
+        // Only its last byte: a row may hold a megabyte of output.
+        "SELECT substr(data, length(data), 1) FROM reservation_output WHERE reservation_id = $1
          ORDER BY byte_offset DESC LIMIT 1",
     )
     .bind(id)
     .fetch_optional(&mut *conn)
     .await?;
     let mut text = line.trim_end().replace(['\r', '\n'], " ");
-    if text.len() > NOTE_MAX_BYTES {
-        let mut cut = NOTE_MAX_BYTES;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-    }
-    let starts_line = last
-        .as_deref()
-        .is_none_or(|d| d.last().is_none_or(|&b| b == b'\n'));
+    gpurent_types::text::cut_to_bytes(&mut text, NOTE_MAX_BYTES);
+    let starts_line = last.as_deref().is_none_or(|d| d == b"\n".as_slice());
     let bytes = format!("{}[gpurent] {text}\n", if starts_line { "" } else { "\n" }).into_bytes();
     insert(conn, id, stored, &bytes).await?;
     sqlx::query("UPDATE reservations SET log_bytes = $1 WHERE id = $2")

@@ -259,13 +259,16 @@ async fn finish(
     let seconds = u64::try_from(seconds).unwrap_or(0);
 
     // The status compare-and-set: only one ending wins.
+    // A failure says why where its tenant looks: `get`, and the log.
+    let message = end_message(status, report);
     let ended = sqlx::query(
-        "UPDATE reservations SET status = $1, ended_at = $2, end_reason = $3
-         WHERE id = $4 AND status = $5",
+        "UPDATE reservations SET status = $1, ended_at = $2, end_reason = $3, end_message = $4
+         WHERE id = $5 AND status = $6",
     )
     .bind(status.as_str())
     .bind(ended_at)
     .bind(&reason)
+    .bind(&message)
     .bind(id)
     .bind(from.as_str())
     .execute(&mut *conn)
@@ -274,13 +277,7 @@ async fn finish(
     if ended != 1 {
         return Ok(false);
     }
-    // A failure says why where its tenant looks: `get`, and the log.
-    if let Some(message) = end_message(status, report) {
-        sqlx::query("UPDATE reservations SET end_message = $1 WHERE id = $2")
-            .bind(&message)
-            .bind(id)
-            .execute(&mut *conn)
-            .await?;
+    if let Some(message) = &message {
         super::logs::note(conn, id, &format!("{reason}: {message}")).await?;
     }
     // Closing the meter locks it and reads it under that lock, so a settlement that committed

@@ -135,8 +135,10 @@ async fn an_instance_the_agent_stopped_ends_with_its_reason(backend: Backend) {
         ReservationStatus::Stopping,
         "billing stopped at the decision"
     );
+    let why = "GPU memory 46080 MiB on GPU-0, over the share's 40960 MiB for 10 s, the grace";
     let mut report = support::report(&id, 1, InstanceState::Stopped, None);
     report.instances[0].end_reason = Some("vram_exceeded".to_owned());
+    report.instances[0].message = Some(why.to_owned());
     f.store
         .sync_node(&node, &report, decided + Duration::seconds(2))
         .await
@@ -157,8 +159,12 @@ async fn an_instance_the_agent_stopped_ends_with_its_reason(backend: Backend) {
             .charge_for_seconds(u64::try_from(ran.unwrap_or(0)).unwrap_or(0)),
         "charged for the seconds to the decision"
     );
-    // The line is written before the end (the log of an ended reservation takes no output).
-    assert!(log_text(&f, &id).await.contains("stopped (vram_exceeded)"));
+    // Its reason is kept, and written into its log once: by its ending, not by the event too.
+    assert_eq!(r.end_message.as_deref(), Some(why));
+    assert_eq!(
+        log_text(&f, &id).await,
+        format!("[gpurent] vram_exceeded: {why}\n")
+    );
 }
 
 async fn an_end_reason_the_agent_may_not_give_is_ignored(backend: Backend) {
