@@ -728,17 +728,18 @@ fn running_assignments(
 ) -> Vec<Assignment> {
     desired
         .iter()
-        .filter(|a| {
-            a.run
-                && !stops.contains(&a.reservation_id)
-                && actual.iter().any(|o| {
-                    o.reservation_id == a.reservation_id
-                        && o.epoch == a.epoch
-                        && o.state == ObservedState::Running
-                })
-        })
+        .filter(|a| a.run && !stops.contains(&a.reservation_id) && runs(a, actual))
         .cloned()
         .collect()
+}
+
+/// Whether the assignment's instance runs, of its epoch.
+fn runs(a: &Assignment, actual: &[Observed]) -> bool {
+    actual.iter().any(|o| {
+        o.reservation_id == a.reservation_id
+            && o.epoch == a.epoch
+            && o.state == ObservedState::Running
+    })
 }
 
 /// An instance the watchdog stopped is, to the agent, one the control plane asked to stop:
@@ -758,13 +759,7 @@ fn mask_own_stops(desired: &mut [Assignment], own_stops: &BTreeMap<String, (i64,
 fn running_gpus(desired: &[Assignment], actual: &[Observed]) -> Vec<(String, Vec<String>)> {
     desired
         .iter()
-        .filter(|a| {
-            actual.iter().any(|o| {
-                o.reservation_id == a.reservation_id
-                    && o.epoch == a.epoch
-                    && o.state == ObservedState::Running
-            })
-        })
+        .filter(|a| runs(a, actual))
         .map(|a| (a.reservation_id.clone(), a.gpus.clone()))
         .collect()
 }
