@@ -135,8 +135,9 @@ fn a_share_over_its_memory_is_stopped_after_the_grace_and_its_neighbour_runs_on(
         event_of(&seen, "vram_over_share", Some(&b)).is_none(),
         "{seen:?}"
     );
+    // `stopping` from the decision's sync, then its end once the agent reports the stop.
     eventually("A ended", 30, || {
-        cluster.get(&tenant, &a)["status"] != "running"
+        !cluster.get(&tenant, &a)["ended_at"].is_null()
     });
     // Its process is gone from the GPU, as NVML would show.
     write_probe(&nvml, &probe(&[(on, pid_b, 10 * 1024)]));
@@ -218,9 +219,10 @@ fn a_share_over_its_memory_is_stopped_after_the_grace_and_its_neighbour_runs_on(
         format!("process {me} of no instance uses 700 MiB on {gpu_b}, which {b} rents")
     );
     eventually("B ended", 30, || {
-        cluster.get(&tenant, &b)["status"] != "running"
+        !cluster.get(&tenant, &b)["ended_at"].is_null()
     });
     let b_ended = cluster.get(&tenant, &b);
+    assert_eq!(b_ended["status"], "failed", "{b_ended}");
     assert_eq!(b_ended["end_reason"], "vram_exceeded", "{b_ended}");
     // The host's process is reported once, not with every sample.
     let seen = events(&cluster);
