@@ -6,39 +6,49 @@ use sqlx::{AnyConnection, Row};
 
 use crate::{Result, StoreError, TenantLimits};
 
-/// Serializes the reservations of one tenant: every reserve or enqueue transaction takes
-/// the tenant's user row lock first (PostgreSQL; SQLite has one writer), so the counts that
-/// `check_caps` reads later in the transaction include every reservation committed before.
-pub(super) async fn lock_tenant(conn: &mut AnyConnection, tenant_id: &str) -> Result<()> {
-    sqlx::query("UPDATE users SET max_reservations = max_reservations WHERE id = $1")
-        .bind(tenant_id)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
 /// Refuses (`LimitExceeded`) a reservation at `price_per_hour` that would take the tenant
 /// over its cap on live reservations or on spend per hour (its override, else `defaults`).
+///
+/// Where a cap applies, the tenant's user row is locked before its reservations are counted
+/// (PostgreSQL; SQLite has one writer), so that concurrent requests of one tenant are counted
+/// one after the other. Without a cap nothing is counted or locked: a tenant's reservations
+/// then do not wait for each other here.
 pub(super) async fn check_caps(
     conn: &mut AnyConnection,
     tenant_id: &str,
     defaults: &TenantLimits,
     price_per_hour: Money,
 ) -> Result<()> {
-    let caps = sqlx::query("SELECT max_reservations, max_spend_per_hour FROM users WHERE id = $1")
+    let read = |lock: bool| {
+        sqlx::query(if lock {
+            // A no-op update: the row lock, and the caps as they are once it is held.
+            "UPDATE users SET max_reservations = max_reservations WHERE id = $1
+             RETURNING max_reservations, max_spend_per_hour"
+        } else {
+            "SELECT max_reservations, max_spend_per_hour FROM users WHERE id = $1"
+        })
         .bind(tenant_id)
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or_else(|| StoreError::not_found("user", tenant_id))?;
-    let max_live = caps
-        .try_get::<Option<i64>, _>("max_reservations")?
-        .unwrap_or(i64::from(defaults.max_reservations));
-    let max_spend = caps
-        .try_get::<Option<i64>, _>("max_spend_per_hour")?
-        .map_or(defaults.max_spend_per_hour, Money::from_micros);
-    if max_live >= i64::from(u32::MAX) && max_spend.micros() == i64::MAX {
+    };
+    let caps = |row: Option<sqlx::any::AnyRow>| -> Result<(i64, Money)> {
+        let row = row.ok_or_else(|| StoreError::not_found("user", tenant_id))?;
+        let max_live = row
+            .try_get::<Option<i64>, _>("max_reservations")?
+            .unwrap_or(i64::from(defaults.max_reservations));
+        let max_spend = row
+            .try_get::<Option<i64>, _>("max_spend_per_hour")?
+            .map_or(defaults.max_spend_per_hour, Money::from_micros);
+        Ok((max_live, max_spend))
+    };
+    let uncapped = |(max_live, max_spend): (i64, Money)| {
+        max_live >= i64::from(u32::MAX) && max_spend.micros() == i64::MAX
+    };
+    if uncapped(caps(read(false).fetch_optional(&mut *conn).await?)?) {
         // No cap: nothing to count (a tenant with thousands of live reservations would pay
-        // for the count on every reservation).
+        // for the count on every reservation), and nothing to wait for.
+        return Ok(());
+    }
+    let (max_live, max_spend) = caps(read(true).fetch_optional(&mut *conn).await?)?;
+    if uncapped((max_live, max_spend)) {
         return Ok(());
     }
     let row = sqlx::query(

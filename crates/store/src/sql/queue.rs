@@ -138,7 +138,6 @@ impl SqlStore {
         if let Some(r) = earlier_reservation(&mut tx, new).await? {
             return Ok(Attempt::Done(Box::new(r), Vec::new()));
         }
-        super::caps::lock_tenant(&mut tx, &new.tenant_id).await?;
         let key = new.gpu_type.key();
         let largest = sqlx::query(
             "SELECT MAX(vram_mb) AS vram_mb, MIN(type_name) AS type_name,

@@ -496,7 +496,6 @@ impl SqlStore {
         if let Some(r) = earlier_reservation(&mut tx, new).await? {
             return Ok(Attempt::Done(Box::new(r), Vec::new()));
         }
-        super::caps::lock_tenant(&mut tx, &new.tenant_id).await?;
 
         if self.backend == Backend::Postgres {
             // Placements of one GPU type queue behind each other instead of all choosing the
