@@ -32,6 +32,11 @@ fn token_from_row(row: &sqlx::any::AnyRow) -> Result<Token> {
 #[async_trait]
 impl AccessStore for SqlStore {
     async fn check_token(&self, token_hash: &str, now: DateTime<Utc>) -> Result<TokenCheck> {
+        let generation = match self.tokens.get(token_hash, now) {
+            Ok((user, token)) => return Ok(TokenCheck::Valid(user, token)),
+            Err(generation) => generation,
+        };
+        let read_at = std::time::Instant::now();
         let row = sqlx::query(
             "SELECT u.id, u.name, u.role, t.id AS token_id, t.expires_at, t.revoked_at
              FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = $1",
@@ -52,19 +57,20 @@ impl AccessStore for SqlStore {
             }
         }
         let role: String = row.try_get("role")?;
-        Ok(TokenCheck::Valid(
-            AuthUser {
-                id: row.try_get("id")?,
-                name: row.try_get("name")?,
-                role: role
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
-            },
-            TokenFacts {
-                id: row.try_get("token_id")?,
-                expires_at: expires_at.map(from_ts).transpose()?,
-            },
-        ))
+        let user = AuthUser {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            role: role
+                .parse()
+                .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+        };
+        let token = TokenFacts {
+            id: row.try_get("token_id")?,
+            expires_at: expires_at.map(from_ts).transpose()?,
+        };
+        self.tokens
+            .put(token_hash, generation, read_at, &user, &token);
+        Ok(TokenCheck::Valid(user, token))
     }
 
     async fn create_token(&self, new: NewToken, now: DateTime<Utc>) -> Result<Token> {
@@ -148,6 +154,9 @@ impl AccessStore for SqlStore {
         .ok_or_else(|| StoreError::not_found("token", id))?;
         let token = token_from_row(&row)?;
         tx.commit().await?;
+        // After the commit: a check that reads before it may still cache the old answer,
+        // and this clears it; one that reads after it sees the revocation.
+        self.tokens.clear();
         Ok(token)
     }
 
@@ -223,6 +232,7 @@ impl AccessStore for SqlStore {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        self.tokens.clear();
         crate::UserStore::get_user(self, user_id).await
     }
 

@@ -20,6 +20,7 @@ mod rows;
 mod settlement;
 mod ssh_keys;
 mod statements;
+mod token_cache;
 mod tunnels;
 mod users;
 
@@ -50,6 +51,8 @@ pub struct SqlStore {
     /// What was asked lately, per GPU type: the workload placement expects (see
     /// `reservations::Recent`).
     recent: reservations::Recent,
+    /// Tokens found valid lately (`token_cache`), shared by the store's clones.
+    tokens: std::sync::Arc<token_cache::TokenCache>,
 }
 
 impl SqlStore {
@@ -102,6 +105,7 @@ impl SqlStore {
             pool,
             backend,
             recent: reservations::Recent::default(),
+            tokens: std::sync::Arc::default(),
         };
         migrate::run(&store.pool, backend).await?;
         Ok(store)

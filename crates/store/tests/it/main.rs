@@ -17,4 +17,5 @@ mod metrics;
 mod node_certs;
 mod queue;
 mod support;
+mod token_cache;
 mod tunnels;
