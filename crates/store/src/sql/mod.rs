@@ -23,6 +23,7 @@ mod statements;
 mod token_cache;
 mod tunnels;
 mod users;
+mod wal;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -53,6 +54,8 @@ pub struct SqlStore {
     recent: reservations::Recent,
     /// Tokens found valid lately (`token_cache`), shared by the store's clones.
     tokens: std::sync::Arc<token_cache::TokenCache>,
+    /// SQLite's WAL checkpoints, off the store's one connection (`wal`).
+    checkpointer: Option<std::sync::Arc<wal::Checkpointer>>,
 }
 
 impl SqlStore {
@@ -77,6 +80,9 @@ impl SqlStore {
                     .max_connections(1)
                     .min_connections(1)
                     .acquire_timeout(Duration::from_secs(30))
+                    // The connection is checked when it is returned; a second check when it
+                    // is taken would be one more round trip per transaction.
+                    .test_before_acquire(false)
                     .after_connect(|conn, _| {
                         Box::pin(async move {
                             for pragma in [
@@ -84,20 +90,22 @@ impl SqlStore {
                                 "PRAGMA synchronous = NORMAL",
                                 "PRAGMA foreign_keys = ON",
                                 "PRAGMA busy_timeout = 10000",
+                                wal::NO_AUTOCHECKPOINT,
                             ] {
                                 conn.execute(pragma).await?;
                             }
                             Ok(())
                         })
                     })
-                    .connect_with(options)
+                    .connect_with(options.clone())
                     .await?
             }
             Backend::Postgres => {
                 AnyPoolOptions::new()
                     .max_connections(16)
                     .acquire_timeout(Duration::from_secs(30))
-                    .connect_with(options)
+                    .test_before_acquire(false)
+                    .connect_with(options.clone())
                     .await?
             }
         };
@@ -106,9 +114,17 @@ impl SqlStore {
             backend,
             recent: reservations::Recent::default(),
             tokens: std::sync::Arc::default(),
+            checkpointer: None,
         };
         migrate::run(&store.pool, backend).await?;
-        Ok(store)
+        let checkpointer = match backend {
+            Backend::Sqlite => Some(std::sync::Arc::new(wal::start(&options).await?)),
+            Backend::Postgres => None,
+        };
+        Ok(SqlStore {
+            checkpointer,
+            ..store
+        })
     }
 
     /// A transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`), waiting
@@ -123,6 +139,9 @@ impl SqlStore {
 
     /// Closes the pool, waiting for connections in use.
     pub async fn close(&self) {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.stop().await;
+        }
         self.pool.close().await;
     }
 }

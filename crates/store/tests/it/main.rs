@@ -19,3 +19,4 @@ mod queue;
 mod support;
 mod token_cache;
 mod tunnels;
+mod wal;
