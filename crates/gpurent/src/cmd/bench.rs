@@ -19,6 +19,13 @@ struct BenchResult {
     backend: String,
     /// Whether every request was also written to the audit trail.
     audit: bool,
+    /// Every request's token is checked and its role matched against the policy table.
+    access_control: bool,
+    /// Every request is timed into the server's Prometheus histograms.
+    metrics: bool,
+    /// Per-token and per-address rate limits, and the tenant caps: off, so that one
+    /// tenant's thousands of requests are not refused.
+    rate_limits: bool,
     nodes: u32,
     gpus: u32,
     requests: u32,
@@ -81,7 +88,8 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         let mut config = config.clone();
         config.audit.enabled = audit;
         eprintln!(
-            "bench: {requests} requests, {} at a time, against {backend}, audit trail {}",
+            "bench: {requests} requests, {} at a time, against {backend}; audit trail {}, \
+             access control and metrics on, rate limits and tenant caps off",
             args.concurrency,
             if audit { "on" } else { "off" }
         );
@@ -113,6 +121,9 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         results.push(BenchResult {
             backend: backend.to_owned(),
             audit,
+            access_control: true,
+            metrics: true,
+            rate_limits: false,
             nodes: args.nodes,
             gpus: args.nodes * args.gpus_per_node,
             requests: sent,
