@@ -80,6 +80,10 @@ pub(super) async fn take_hold(
         },
     )
     .await?;
+    if covered && hold > Money::ZERO {
+        // The balance is read only to refuse: the transfer above already checked it.
+        return Ok(());
+    }
     let balance = ledger::balance_of(conn, &ledger::user_account(&new.tenant_id))
         .await?
         .map(Money::from_micros)
