@@ -80,8 +80,9 @@ impl SqlStore {
                     .max_connections(1)
                     .min_connections(1)
                     .acquire_timeout(Duration::from_secs(30))
-                    // The connection is checked when it is returned; a second check when it
-                    // is taken would be one more round trip per transaction.
+                    // The connection is checked when it is returned, and an in-process
+                    // database does not drop it meanwhile: a second check when it is taken
+                    // would be one more round trip per transaction.
                     .test_before_acquire(false)
                     .after_connect(|conn, _| {
                         Box::pin(async move {
@@ -104,7 +105,8 @@ impl SqlStore {
                 AnyPoolOptions::new()
                     .max_connections(16)
                     .acquire_timeout(Duration::from_secs(30))
-                    .test_before_acquire(false)
+                    // Still pinged when taken: a connection the server dropped (a restart,
+                    // a failover) is replaced then instead of failing a request.
                     .connect_with(options.clone())
                     .await?
             }
