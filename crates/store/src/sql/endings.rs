@@ -1,6 +1,7 @@
 //! How a reservation ends: a final end (its instance gone: the rest of its charge, its hold given
 //! back, its host paid, its GPUs freed) or a run on a lost node billed and queued again.
 
+use gpurent_billing::ending::{self, Ending, Facts};
 use gpurent_billing::Rate;
 use gpurent_types::agent::{InstanceReport, InstanceState, AGENT_END_REASONS};
 use gpurent_types::{Money, ReservationStatus, Tier};
@@ -10,88 +11,124 @@ use super::ledger::{self, Kind, Transfer, PLATFORM_REVENUE};
 use super::nodes::adjust_pool;
 use crate::Result;
 
-/// Ends a reservation whose instance is gone: its final status, the rest of the exact charge
-/// for the seconds it ran (transfer id `charge:<id>:final`, so at most once), what it still
-/// held given back, the host's share of the charge, and its GPUs freed.
+/// What ended a live reservation's instance.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Gone<'a> {
+    /// Its agent reported the instance stopped, exited or failed.
+    Reported(&'a InstanceReport),
+    /// Its node, or a GPU it ran on, was lost: it ends as its stop (or its expiry) said, or
+    /// as lost.
+    Fenced,
+}
+
+/// The columns `facts_of` reads, of a reservation `r` and its node `n`.
+const FACTS: &str = "r.tenant_id, r.tier, r.price_per_hour, r.price_step_s, r.price_after,
+    r.started_at, r.run_before_s, r.stop_requested_at, r.end_reason, r.duration_s, r.node_id,
+    r.host_share_bps, r.epoch, n.owner_id";
+
+/// A reservation's billing facts from its row (`FACTS`), with what its meter says so far.
+fn facts_of(row: &sqlx::any::AnyRow, charged: Money, held: Money) -> Result<Facts> {
+    let nonneg = |v: i64| u64::try_from(v).unwrap_or(0);
+    Ok(Facts {
+        rate: rate_of(row)?,
+        prepaid_block: row.try_get::<String, _>("tier")? == Tier::Reserved.as_str(),
+        duration_s: nonneg(row.try_get("duration_s")?),
+        started_at: row.try_get("started_at")?,
+        run_before_s: nonneg(row.try_get("run_before_s")?),
+        stop_requested_at: row.try_get("stop_requested_at")?,
+        charged,
+        held,
+        host_share_bps: u32::try_from(row.try_get::<i64, _>("host_share_bps")?).unwrap_or(0),
+    })
+}
+
+/// A reservation's final status and end reason, and how its bill sees that end: its own end
+/// reason when a stop gave it one (an expiry if its hours ran out first), else what its agent
+/// reported.
+fn classify(
+    end_reason: Option<String>,
+    past_hours: bool,
+    gone: Gone<'_>,
+) -> (ReservationStatus, String, Ending) {
+    use ReservationStatus as S;
+    let end_reason = if past_hours {
+        Some("expired".to_owned())
+    } else {
+        end_reason
+    };
+    if let Some(r) = end_reason {
+        return match r.as_str() {
+            "expired" => (S::Expired, r, Ending::Expired),
+            "preempted" => (S::Preempted, r, Ending::Preempted),
+            NODE_LOST => (S::Lost, r, Ending::NodeLost),
+            // Its agent stopped it for a reason of its own (`agent_events::stopping`).
+            a if AGENT_END_REASONS.contains(&a) => (S::Failed, r, Ending::AgentStopped),
+            _ => (S::Stopped, r, Ending::Stopped),
+        };
+    }
+    let report = match gone {
+        Gone::Reported(report) => report,
+        // Fencing names every end it makes; one without a reason was lost with its node.
+        Gone::Fenced => return (S::Lost, NODE_LOST.to_owned(), Ending::NodeLost),
+    };
+    match (report.end_reason.as_deref(), report.state) {
+        // The agent ended it for a reason of its own (over its GPU memory past the grace).
+        (Some(r), _) if AGENT_END_REASONS.contains(&r) => {
+            (S::Failed, r.to_owned(), Ending::AgentStopped)
+        }
+        (_, InstanceState::Exited) if report.exit_code == Some(0) => {
+            (S::Stopped, "exited".to_owned(), Ending::Exited)
+        }
+        (_, InstanceState::Exited) => (S::Failed, "exited_with_error".to_owned(), Ending::Exited),
+        (_, InstanceState::Failed) => (
+            S::Failed,
+            "failed_to_start".to_owned(),
+            Ending::FailedToStart,
+        ),
+        _ => (
+            S::Stopped,
+            "stopped_by_agent".to_owned(),
+            Ending::StoppedByAgent,
+        ),
+    }
+}
+
+/// Ends a reservation whose instance is gone: its final status, and its bill
+/// (`gpurent_billing::ending::bill`) paid: the rest of its charge (transfer id
+/// `charge:<id>:final`, so at most once), what it still held given back (`release:<id>`), its
+/// host's share (`earn:<id>:final`); and its GPUs freed.
 pub(super) async fn finish(
     conn: &mut AnyConnection,
     id: &str,
     from: ReservationStatus,
-    report: &InstanceReport,
+    gone: Gone<'_>,
     now: i64,
 ) -> Result<bool> {
-    let row = sqlx::query(
-        "SELECT r.tenant_id, r.tier, r.price_per_hour, r.price_step_s, r.price_after, r.started_at,
-                r.stop_requested_at, r.end_reason, r.duration_s, r.node_id,
-                r.host_share_bps, n.owner_id
-         FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1",
-    )
+    let row = sqlx::query(&format!(
+        "SELECT {FACTS} FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1"
+    ))
     .bind(id)
     .fetch_one(&mut *conn)
     .await?;
     let tenant_id: String = row.try_get("tenant_id")?;
-    let tier: String = row.try_get("tier")?;
-    let prepaid_block = tier == Tier::Reserved.as_str();
-    let rate = rate_of(&row)?;
-    let started_at: Option<i64> = row.try_get("started_at")?;
-    let stop_requested_at: Option<i64> = row.try_get("stop_requested_at")?;
-    let mut end_reason: Option<String> = row.try_get("end_reason")?;
-    let duration_s: i64 = row.try_get("duration_s")?;
     let node_id: Option<String> = row.try_get("node_id")?;
-    let share_bps: i64 = row.try_get("host_share_bps")?;
     let owner: Option<String> = row.try_get("owner_id")?;
-    // Never past its hours: a workload that ended after them, before the expiry pass noticed,
-    // expired.
-    let deadline = started_at.map(|s| s.saturating_add(duration_s.saturating_mul(1_000_000)));
-    let mut ended_at = stop_requested_at.map_or(now, |t| t.min(now));
-    if let Some(deadline) = deadline.filter(|d| *d < ended_at) {
-        ended_at = deadline;
-        end_reason = Some("expired".to_owned());
-    }
-
-    let (status, reason) = match (&end_reason, report.state) {
-        (Some(r), _) if r == "expired" => (ReservationStatus::Expired, r.clone()),
-        (Some(r), _) if r == "preempted" => (ReservationStatus::Preempted, r.clone()),
-        (Some(r), _) if r == NODE_LOST => (ReservationStatus::Lost, r.clone()),
-        // Its agent stopped it for a reason of its own (`agent_events::stopping`).
-        (Some(r), _) if AGENT_END_REASONS.contains(&r.as_str()) => {
-            (ReservationStatus::Failed, r.clone())
-        }
-        (Some(r), _) => (ReservationStatus::Stopped, r.clone()),
-        // The agent ended it for a reason of its own (over its GPU memory past the grace).
-        (None, _)
-            if report
-                .end_reason
-                .as_deref()
-                .is_some_and(|r| AGENT_END_REASONS.contains(&r)) =>
-        {
-            (
-                ReservationStatus::Failed,
-                report.end_reason.clone().unwrap_or_default(),
-            )
-        }
-        (None, InstanceState::Exited) if report.exit_code == Some(0) => {
-            (ReservationStatus::Stopped, "exited".to_owned())
-        }
-        (None, InstanceState::Exited) => {
-            (ReservationStatus::Failed, "exited_with_error".to_owned())
-        }
-        (None, InstanceState::Failed) => (ReservationStatus::Failed, "failed_to_start".to_owned()),
-        (None, _) => (ReservationStatus::Stopped, "stopped_by_agent".to_owned()),
-    };
-    // Billing ends when the stop was asked for (or the time was up), not when the agent got to it.
-    let seconds = started_at.map_or(0, |s| (ended_at - s).max(0) / 1_000_000);
-    let seconds = u64::try_from(seconds).unwrap_or(0);
+    // Its times alone say when billing ended, and whether its hours ran out first.
+    let end = ending::end_of(&facts_of(&row, Money::ZERO, Money::ZERO)?, now);
+    let (status, reason, how) = classify(row.try_get("end_reason")?, end.past_hours, gone);
 
     // The status compare-and-set: only one ending wins.
     // A failure says why where its tenant looks: `get`, and the log.
-    let message = end_message(status, report);
+    let message = match gone {
+        Gone::Reported(report) => end_message(status, report),
+        Gone::Fenced => None,
+    };
     let ended = sqlx::query(
         "UPDATE reservations SET status = $1, ended_at = $2, end_reason = $3, end_message = $4
          WHERE id = $5 AND status = $6",
     )
     .bind(status.as_str())
-    .bind(ended_at)
+    .bind(end.at)
     .bind(&reason)
     .bind(&message)
     .bind(id)
@@ -107,101 +144,142 @@ pub(super) async fn finish(
     }
     // Closing the meter locks it and reads it under that lock, so a settlement that committed
     // meanwhile is seen, and one that read it before cannot update it any more.
+    let (charged, held) = close_meter(conn, id).await?;
+    let bill = ending::bill(&facts_of(&row, charged, held)?, how, now);
+    sqlx::query("UPDATE meters SET charged = $1, held = $2 WHERE reservation_id = $3")
+        .bind(bill.charged.micros())
+        .bind(bill.held.micros())
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    pay(
+        conn,
+        &Payment {
+            id,
+            tenant_id: &tenant_id,
+            tag: "final",
+            owner: owner.as_deref(),
+            node_id: None,
+            earned_on: node_id.as_deref(),
+            at: now,
+        },
+        &bill,
+    )
+    .await?;
+    release_gpus(conn, id).await?;
+    tracing::info!(reservation_id = id, status = %status, seconds = bill.seconds, charged = %bill.charged, "reservation ended");
+    Ok(true)
+}
+
+/// Locks a reservation's meter and stops its settlement; what it has charged and holds.
+async fn close_meter(conn: &mut AnyConnection, id: &str) -> Result<(Money, Money)> {
     let meter = sqlx::query(
         "UPDATE meters SET settled_until = NULL WHERE reservation_id = $1 RETURNING charged, held",
     )
     .bind(id)
     .fetch_one(&mut *conn)
     .await?;
-    let already = Money::from_micros(meter.try_get("charged")?);
-    let held: i64 = meter.try_get("held")?;
-    // A prepaid block is spent when its tenant ends it early or its workload ends; only an end
-    // the platform caused gives back the unused part.
-    let platform_ended = matches!(
-        reason.as_str(),
-        "failed_to_start" | "stopped_by_agent" | NODE_LOST
-    );
-    let billed_s = if prepaid_block && !platform_ended {
-        u64::try_from(duration_s).unwrap_or(0)
-    } else {
-        seconds
-    };
-    // Periodic settlements charged part of it already; this is the exact remainder.
-    let total = rate.charge_for_seconds(billed_s).max(already);
-    let due = total.micros() - already.micros();
-    sqlx::query("UPDATE meters SET charged = $1, held = 0 WHERE reservation_id = $2")
-        .bind(total.micros())
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
+    Ok((
+        Money::from_micros(meter.try_get("charged")?),
+        Money::from_micros(meter.try_get("held")?),
+    ))
+}
+
+/// Whose a bill's transfers are and how they are named.
+struct Payment<'a> {
+    id: &'a str,
+    tenant_id: &'a str,
+    /// The transfers' ids: `release:<id>` (a final end), `charge:<id>:<tag>` and
+    /// `earn:<id>:<tag>`.
+    tag: &'a str,
+    /// The node's owner, paid its share.
+    owner: Option<&'a str>,
+    /// The node the charge transfer names (none for a final end, as always).
+    node_id: Option<&'a str>,
+    /// The node the earning transfer names.
+    earned_on: Option<&'a str>,
+    at: i64,
+}
+
+/// Moves a bill's money: the hold given back, the charge (a block's out of its hold, any excess
+/// and everything else out of the balance), the host's share. Each transfer has its own id,
+/// so paying a bill twice moves nothing more.
+async fn pay(conn: &mut AnyConnection, p: &Payment<'_>, bill: &ending::Bill) -> Result<()> {
     let (user, hold) = (
-        ledger::user_account(&tenant_id),
-        ledger::hold_account(&tenant_id),
+        ledger::user_account(p.tenant_id),
+        ledger::hold_account(p.tenant_id),
     );
-    // A block is paid out of its hold; everything else out of the balance, after the hold of
-    // its first hour (if no settlement released it yet) goes back.
-    let (pay_from, released) = if prepaid_block {
-        (&hold, held - due)
+    let id = p.id;
+    let tag = p.tag;
+    // A block's charge is the main one; only what its hold could not cover comes apart.
+    let (main_from, main, extra) = if bill.from_hold > Money::ZERO {
+        (&hold, bill.from_hold, bill.from_balance)
     } else {
-        (&user, held)
+        (&user, bill.from_balance, Money::ZERO)
     };
     let moves = [
         (
             format!("release:{id}"),
             &hold,
             &user,
-            released,
+            bill.released,
             Kind::Release,
+            None,
         ),
         (
-            format!("charge:{id}:final"),
-            pay_from,
+            format!("charge:{id}:{tag}"),
+            main_from,
             &PLATFORM_REVENUE.to_owned(),
-            due,
+            main,
             Kind::Charge,
+            p.node_id,
+        ),
+        (
+            format!("charge:{id}:{tag}:balance"),
+            &user,
+            &PLATFORM_REVENUE.to_owned(),
+            extra,
+            Kind::Charge,
+            p.node_id,
         ),
     ];
-    for (transfer_id, debit, credit, amount, kind) in &moves {
+    for (transfer_id, debit, credit, amount, kind, node_id) in &moves {
         ledger::transfer(
             conn,
             Transfer {
                 id: transfer_id,
                 debit,
                 credit,
-                amount: *amount,
+                amount: amount.micros(),
                 reservation_id: Some(id),
-                at: now,
+                at: p.at,
                 kind: *kind,
-                node_id: None,
+                node_id: *node_id,
             },
         )
         .await?;
     }
-    if let Some(owner) = &owner {
+    if let Some(owner) = p.owner {
         ledger::pay_host_share(
             conn,
-            &format!("earn:{id}:final"),
+            &format!("earn:{id}:{tag}"),
             owner,
-            node_id.as_deref(),
+            p.earned_on,
             id,
-            already.micros(),
-            total.micros(),
-            share_bps,
-            now,
+            bill.earned,
+            p.at,
         )
         .await?;
     }
-    release_gpus(conn, id).await?;
-    tracing::info!(reservation_id = id, status = %status, seconds, charged = %total, "reservation ended");
-    Ok(true)
+    Ok(())
 }
 
-/// Queues a reservation of a lost node again: billing ends at `fence_at` (the exact charge for
-/// the whole seconds it ran, under `charge:<id>:lost:<epoch>`, and its host's share under
-/// `earn:<id>:lost:<epoch>`, so at most once per epoch), its GPU memory is given back, and it
-/// waits as `pending` with no node and the next epoch. What it still holds stays held; its
-/// billing restarts when it runs again, from where it stopped (`run_before_s`). False when its
-/// status changed meanwhile.
+/// Queues a reservation of a lost node again: its run is billed to `fence_at` as
+/// `gpurent_billing::ending::Ending::Requeued` (the exact charge for the whole seconds it ran,
+/// under `charge:<id>:lost:<epoch>`, and its host's share under `earn:<id>:lost:<epoch>`, so at
+/// most once per epoch), its GPU memory is given back, and it waits as `pending` with no node
+/// and the next epoch. What it still holds stays held; its billing restarts when it runs
+/// again, from where it stopped (`run_before_s`). False when its status changed meanwhile.
 pub(super) async fn requeue_lost(
     conn: &mut AnyConnection,
     id: &str,
@@ -210,28 +288,19 @@ pub(super) async fn requeue_lost(
     now: i64,
     reason: &str,
 ) -> Result<bool> {
-    let row = sqlx::query(
-        "SELECT r.tenant_id, r.tier, r.price_per_hour, r.price_step_s, r.price_after, r.started_at,
-                r.duration_s, r.node_id, r.host_share_bps, r.epoch, r.run_before_s, n.owner_id
-         FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1",
-    )
+    let row = sqlx::query(&format!(
+        "SELECT {FACTS} FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1"
+    ))
     .bind(id)
     .fetch_one(&mut *conn)
     .await?;
     let tenant_id: String = row.try_get("tenant_id")?;
-    let prepaid_block = row.try_get::<String, _>("tier")? == Tier::Reserved.as_str();
-    let rate = rate_of(&row)?;
-    let started_at: Option<i64> = row.try_get("started_at")?;
-    let duration_s: i64 = row.try_get("duration_s")?;
     let node_id: Option<String> = row.try_get("node_id")?;
     let share_bps: i64 = row.try_get("host_share_bps")?;
     let epoch: i64 = row.try_get("epoch")?;
-    let run_before_s: i64 = row.try_get("run_before_s")?;
     let owner: Option<String> = row.try_get("owner_id")?;
     // Whole seconds run in all, counted from its effective start; never past its hours.
-    let ran_s = started_at.map_or(run_before_s, |s| {
-        ((fence_at - s).max(0) / 1_000_000).min(duration_s)
-    });
+    let ran_s = ending::end_of(&facts_of(&row, Money::ZERO, Money::ZERO)?, fence_at).ran_s;
     let claimed = sqlx::query(
         "UPDATE reservations SET status = 'pending', node_id = NULL, gpus = '[]', epoch = epoch + 1,
             log_read = 0, log_cut = NULL, log_tail = NULL, queued_at = $1, placed_at = NULL, started_at = NULL, run_before_s = $2,
@@ -239,7 +308,7 @@ pub(super) async fn requeue_lost(
          WHERE id = $3 AND status = $4",
     )
     .bind(now)
-    .bind(ran_s)
+    .bind(i64::try_from(ran_s).unwrap_or(i64::MAX))
     .bind(id)
     .bind(from.as_str())
     .bind(reason)
@@ -250,62 +319,38 @@ pub(super) async fn requeue_lost(
         return Ok(false);
     }
     // Closing the meter locks it (see `finish`); it is opened again when the reservation runs.
-    let meter = sqlx::query(
-        "UPDATE meters SET settled_until = NULL WHERE reservation_id = $1
-         RETURNING charged, held, base_charged",
-    )
-    .bind(id)
-    .fetch_one(&mut *conn)
-    .await?;
-    let already = Money::from_micros(meter.try_get("charged")?);
-    let held: i64 = meter.try_get("held")?;
-    let base: i64 = meter.try_get("base_charged")?;
-    let total = rate
-        .charge_for_seconds(u64::try_from(ran_s).unwrap_or(0))
-        .max(already);
-    let due = total.micros() - already.micros();
-    let held_after = if prepaid_block { held - due } else { held };
+    let (charged, held) = close_meter(conn, id).await?;
+    let base: i64 = sqlx::query_scalar("SELECT base_charged FROM meters WHERE reservation_id = $1")
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await?;
+    let bill = ending::bill(&facts_of(&row, charged, held)?, Ending::Requeued, fence_at);
     sqlx::query(
         "UPDATE meters SET charged = $1, held = $2, base_charged = $1, node_id = NULL
          WHERE reservation_id = $3",
     )
-    .bind(total.micros())
-    .bind(held_after)
+    .bind(bill.charged.micros())
+    .bind(bill.held.micros())
     .bind(id)
     .execute(&mut *conn)
     .await?;
-    let pay_from = if prepaid_block {
-        ledger::hold_account(&tenant_id)
-    } else {
-        ledger::user_account(&tenant_id)
-    };
-    ledger::transfer(
+    let tag = format!("lost:{epoch}");
+    pay(
         conn,
-        Transfer {
-            id: &format!("charge:{id}:lost:{epoch}"),
-            debit: &pay_from,
-            credit: PLATFORM_REVENUE,
-            amount: due,
-            reservation_id: Some(id),
-            at: fence_at,
-            kind: Kind::Charge,
+        &Payment {
+            id,
+            tenant_id: &tenant_id,
+            tag: &tag,
+            // Its host is paid for a run on a node it still owns.
+            owner: owner.as_deref().filter(|_| node_id.is_some()),
             node_id: None,
+            earned_on: node_id.as_deref(),
+            at: fence_at,
         },
+        &bill,
     )
     .await?;
-    if let (Some(owner), Some(node)) = (&owner, &node_id) {
-        ledger::pay_host_share(
-            conn,
-            &format!("earn:{id}:lost:{epoch}"),
-            owner,
-            Some(node),
-            id,
-            already.micros(),
-            total.micros(),
-            share_bps,
-            fence_at,
-        )
-        .await?;
+    if let (Some(_), Some(node)) = (&owner, &node_id) {
         sqlx::query(
             "INSERT INTO lost_runs (reservation_id, epoch, node_id, charged_from, charged_to,
                 host_share_bps, lost_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -314,15 +359,53 @@ pub(super) async fn requeue_lost(
         .bind(epoch)
         .bind(node)
         .bind(base)
-        .bind(total.micros())
+        .bind(bill.charged.micros())
         .bind(share_bps)
         .bind(fence_at)
         .execute(&mut *conn)
         .await?;
     }
     release_gpus(conn, id).await?;
-    tracing::info!(reservation_id = id, node_id = ?node_id, epoch = epoch + 1, ran_s, charged = %total, "node lost: reservation queued again");
+    tracing::info!(reservation_id = id, node_id = ?node_id, epoch = epoch + 1, ran_s, charged = %bill.charged, "node lost: reservation queued again");
     Ok(true)
+}
+
+/// Bills the end of a reservation that ended while queued (`end_queued`), its status already
+/// set: its meter closed and its hold given back, nothing more charged.
+pub(super) async fn end_unplaced(
+    conn: &mut AnyConnection,
+    id: &str,
+    tenant_id: &str,
+    now: i64,
+) -> Result<()> {
+    let row = sqlx::query(&format!(
+        "SELECT {FACTS} FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1"
+    ))
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let (charged, held) = close_meter(conn, id).await?;
+    let bill = ending::bill(&facts_of(&row, charged, held)?, Ending::Unplaced, now);
+    sqlx::query("UPDATE meters SET charged = $1, held = $2 WHERE reservation_id = $3")
+        .bind(bill.charged.micros())
+        .bind(bill.held.micros())
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    pay(
+        conn,
+        &Payment {
+            id,
+            tenant_id,
+            tag: "final",
+            owner: None,
+            node_id: None,
+            earned_on: None,
+            at: now,
+        },
+        &bill,
+    )
+    .await
 }
 
 /// The reservation's charge rate from its price columns.

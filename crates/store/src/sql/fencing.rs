@@ -4,11 +4,11 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use gpurent_types::agent::{GpuInfo, InstanceReport, InstanceState};
+use gpurent_types::agent::GpuInfo;
 use gpurent_types::{OnNodeLoss, ReservationStatus};
 use sqlx::{AnyConnection, Row};
 
-use super::endings::{finish, requeue_lost, NODE_LOST};
+use super::endings::{finish, requeue_lost, Gone, NODE_LOST};
 use super::nodes::adjust_pool;
 use super::{retry_transient, ts, SqlStore};
 use crate::{Fenced, Result, StoreError};
@@ -121,15 +121,6 @@ async fn lose_reservation(
         .parse()
         .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
     let choice: String = r.try_get("on_node_loss")?;
-    let report = InstanceReport {
-        reservation_id: id.clone(),
-        epoch: 0,
-        state: InstanceState::Stopped,
-        exit_code: None,
-        message: None,
-        ports: Vec::new(),
-        end_reason: None,
-    };
     let duration_us = r.try_get::<i64, _>("duration_s")?.saturating_mul(1_000_000);
     let deadline = r
         .try_get::<Option<i64>, _>("started_at")?
@@ -160,7 +151,7 @@ async fn lose_reservation(
         .execute(&mut *conn)
         .await?;
     }
-    if finish(conn, &id, status, &report, fence_at).await? {
+    if finish(conn, &id, status, Gone::Fenced, fence_at).await? {
         fenced.ended.push(id);
     }
     Ok(())

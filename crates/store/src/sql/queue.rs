@@ -12,7 +12,6 @@ use gpurent_types::api::Reservation;
 use gpurent_types::{Money, ReservationStatus, Tier};
 use sqlx::{AnyConnection, Row};
 
-use super::ledger::{self, Kind, Transfer};
 use super::nodes::{adjust_pool, bump_version, release_gpus};
 use super::reservations::{
     earlier_reservation, fetch_reservation, insert_reservation, size_of, stop_meter, take_hold,
@@ -53,8 +52,9 @@ pub(crate) async fn preempt_reservation(
     Ok(node)
 }
 
-/// Ends a queued reservation (`pending`, no node) with this status and reason, releasing its
-/// whole hold. False when it is not queued any more (placed, or ended, meanwhile).
+/// Ends a queued reservation (`pending`, no node) with this status and reason, billed as
+/// `gpurent_billing::ending::Ending::Unplaced`: nothing more is charged and its whole hold is
+/// released. False when it is not queued any more (placed, or ended, meanwhile).
 pub(crate) async fn end_queued(
     conn: &mut AnyConnection,
     id: &str,
@@ -75,28 +75,7 @@ pub(crate) async fn end_queued(
     let Some(tenant) = tenant else {
         return Ok(false);
     };
-    let held: i64 = sqlx::query_scalar("SELECT held FROM meters WHERE reservation_id = $1")
-        .bind(id)
-        .fetch_one(&mut *conn)
-        .await?;
-    sqlx::query("UPDATE meters SET held = 0, settled_until = NULL WHERE reservation_id = $1")
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
-    ledger::transfer(
-        conn,
-        Transfer {
-            id: &format!("release:{id}"),
-            debit: &ledger::hold_account(&tenant),
-            credit: &ledger::user_account(&tenant),
-            amount: held,
-            reservation_id: Some(id),
-            at: now,
-            kind: Kind::Release,
-            node_id: None,
-        },
-    )
-    .await?;
+    super::endings::end_unplaced(conn, id, &tenant, now).await?;
     tracing::info!(reservation_id = id, status = %status, reason, "queued reservation ended");
     Ok(true)
 }

@@ -10,7 +10,7 @@ use gpurent_types::agent::{
 use gpurent_types::ReservationStatus;
 use sqlx::{AnyConnection, Row};
 
-use super::endings::finish;
+use super::endings::{finish, Gone};
 use super::fencing::reconcile_inventory;
 use super::gpu_hours;
 use super::nodes::insert_gpus;
@@ -186,7 +186,14 @@ async fn apply_report(
             Ok(n == 1)
         }
         (s, S::Stopped | S::Exited | S::Failed) if !s.is_terminal() => {
-            finish(conn, &report.reservation_id, status, report, now).await
+            finish(
+                conn,
+                &report.reservation_id,
+                status,
+                Gone::Reported(report),
+                now,
+            )
+            .await
         }
         _ => Ok(false),
     }
