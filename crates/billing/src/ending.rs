@@ -133,17 +133,21 @@ pub fn host_part(charged: Money, share_bps: u32) -> Money {
     Money::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
 }
 
-/// The bill of a reservation that ended as `ending`, noticed at `at` (the instance's end
-/// reported, the node's fence time, the drain).
-///
-/// Billing ends at the stop if one was asked for, else at `at`, and never past the
-/// reservation's hours; the charge is the rate over the whole seconds run in all, or over
-/// all its hours for a prepaid block its tenant or workload ended. Periodic settlements and
-/// earlier runs charged part of it already: only the rest is charged now, never a negative
-/// amount. A block is paid from its hold (any excess over it from the balance), anything else
-/// from the balance. A final ending gives back whatever is left held; a run queued again
-/// keeps it; a queued reservation's end charges nothing more.
-pub fn bill(facts: &Facts, ending: Ending, at: i64) -> Bill {
+/// When a reservation's billing ends, from its times alone (what [`bill`] bills).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct End {
+    /// When its stop was asked for or it ended (`at`), whichever came first, never past its
+    /// hours.
+    pub at: i64,
+    /// Its hours ran out before then: billing ended at their end (an expiry).
+    pub past_hours: bool,
+    /// The whole seconds it ran in all, up to then (those of earlier runs included).
+    pub ran_s: u64,
+}
+
+/// When billing ends for a reservation that ended, or was noticed gone, at `at`; the store
+/// reads it to tell an expiry before it bills.
+pub fn end_of(facts: &Facts, at: i64) -> End {
     let deadline = facts.started_at.map(|s| {
         s.saturating_add(
             i64::try_from(facts.duration_s)
@@ -159,6 +163,29 @@ pub fn bill(facts: &Facts, ending: Ending, at: i64) -> Bill {
     let ran_s = facts.started_at.map_or(facts.run_before_s, |s| {
         u64::try_from(ended_at.saturating_sub(s).max(0) / MICROS_PER_SECOND).unwrap_or(0)
     });
+    End {
+        at: ended_at,
+        past_hours,
+        ran_s,
+    }
+}
+
+/// The bill of a reservation that ended as `ending`, noticed at `at` (the instance's end
+/// reported, the node's fence time, the drain).
+///
+/// Billing ends at the stop if one was asked for, else at `at`, and never past the
+/// reservation's hours; the charge is the rate over the whole seconds run in all, or over
+/// all its hours for a prepaid block its tenant or workload ended. Periodic settlements and
+/// earlier runs charged part of it already: only the rest is charged now, never a negative
+/// amount. A block is paid from its hold (any excess over it from the balance), anything else
+/// from the balance. A final ending gives back whatever is left held; a run queued again
+/// keeps it; a queued reservation's end charges nothing more.
+pub fn bill(facts: &Facts, ending: Ending, at: i64) -> Bill {
+    let End {
+        at: ended_at,
+        past_hours,
+        ran_s,
+    } = end_of(facts, at);
     let seconds = match ending {
         Ending::Unplaced => facts.run_before_s,
         e if facts.prepaid_block && e.is_final() && !e.platform_caused() => facts.duration_s,
