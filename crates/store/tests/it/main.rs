@@ -16,5 +16,6 @@ mod logs;
 mod metrics;
 mod node_certs;
 mod queue;
+mod settlement_rule;
 mod support;
 mod tunnels;
