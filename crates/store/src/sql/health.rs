@@ -5,6 +5,8 @@ use chrono::{DateTime, Utc};
 use super::{ts, SqlStore};
 use crate::{Result, StoreError};
 
+/// Records a node's health issues (see `NodeStore::record_health`): written, with its event,
+/// only when they changed.
 pub(super) async fn record_health(
     store: &SqlStore,
     node_id: &str,
@@ -16,11 +18,12 @@ pub(super) async fn record_health(
     } else {
         Some(serde_json::to_string(issues).map_err(|e| StoreError::Corrupt(e.to_string()))?)
     };
-    let mut tx = store.begin().await?;
+    // Every sync with telemetry comes here, and health seldom changes: a sample like the last
+    // is one read, with no transaction and no write.
     let before: Option<Option<String>> =
         sqlx::query_scalar("SELECT health FROM nodes WHERE id = $1")
             .bind(node_id)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&store.pool)
             .await?;
     let Some(before) = before else {
         return Err(StoreError::NotFound {
@@ -31,12 +34,22 @@ pub(super) async fn record_health(
     if before == json {
         return Ok(false);
     }
-    sqlx::query("UPDATE nodes SET health = $1, healthy = $2 WHERE id = $3")
-        .bind(&json)
-        .bind(i64::from(issues.is_empty()))
-        .bind(node_id)
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = store.begin().await?;
+    // Compared again where it is written, so that of two syncs racing with the same change
+    // only one records it (health is never an empty string: none is NULL).
+    let changed = sqlx::query(
+        "UPDATE nodes SET health = $1, healthy = $2
+         WHERE id = $3 AND COALESCE(health, '') <> COALESCE($1, '')",
+    )
+    .bind(&json)
+    .bind(i64::from(issues.is_empty()))
+    .bind(node_id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if changed == 0 {
+        return Ok(false);
+    }
     let (kind, detail) = if issues.is_empty() {
         (
             "node_healthy",
@@ -57,5 +70,6 @@ pub(super) async fn record_health(
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(issues.is_empty() && before.is_some())
+    // It changed, so a node with no issues now had some before.
+    Ok(issues.is_empty())
 }

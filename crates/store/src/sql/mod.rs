@@ -58,6 +58,8 @@ pub struct SqlStore {
     /// What was asked lately, per GPU type: the workload placement expects (see
     /// `reservations::Recent`).
     recent: reservations::Recent,
+    /// Transactions begun (`begin`), for the tests and benchmarks that count them.
+    begun: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl SqlStore {
@@ -110,6 +112,7 @@ impl SqlStore {
             pool,
             backend,
             recent: reservations::Recent::default(),
+            begun: Default::default(),
         };
         migrate::run(&store.pool, backend).await?;
         Ok(store)
@@ -119,10 +122,18 @@ impl SqlStore {
     /// for it under the busy timeout: a deferred transaction that reads and then writes fails
     /// outright when another process (a second replica or tool) wrote in between.
     pub(crate) async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+        self.begun
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(match self.backend {
             Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
             Backend::Postgres => self.pool.begin().await?,
         })
+    }
+
+    /// How many transactions this store has begun: what a path costs in the write lock
+    /// (SQLite's `BEGIN IMMEDIATE`) and in round trips.
+    pub fn transactions_begun(&self) -> u64 {
+        self.begun.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Closes the pool, waiting for connections in use.

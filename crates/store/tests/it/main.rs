@@ -9,6 +9,7 @@ mod billing_model;
 mod concurrent_settlement;
 mod end_message;
 mod gpu_hours;
+mod health;
 mod idempotency;
 mod lifecycle;
 mod liveness;
