@@ -6,6 +6,7 @@ use gpurent_types::{NodeStatus, ReservationStatus};
 use sqlx::Row;
 
 use super::endings::requeue_lost;
+use super::fragments::unstopped_statuses;
 use super::{ts, SqlStore};
 use crate::{Drained, NodeAction, Result, StoreError};
 
@@ -33,10 +34,11 @@ pub(super) async fn schedule_node(
     }
     let mut moved = Vec::new();
     if action == NodeAction::Drain {
-        let rows = sqlx::query(
-            "SELECT id, status FROM reservations
-             WHERE node_id = $1 AND status IN ('pending', 'starting', 'running') ORDER BY id",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT id, status FROM reservations WHERE node_id = $1 AND status IN ",
+            unstopped_statuses!(),
+            " ORDER BY id"
+        ))
         .bind(&node_id)
         .fetch_all(&mut *tx)
         .await?;

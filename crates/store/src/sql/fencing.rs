@@ -9,6 +9,7 @@ use gpurent_types::{OnNodeLoss, ReservationStatus};
 use sqlx::{AnyConnection, Row};
 
 use super::endings::{finish, requeue_lost, Gone, NODE_LOST};
+use super::fragments::live_statuses;
 use super::nodes::adjust_pool;
 use super::{retry_transient, ts, SqlStore};
 use crate::{Fenced, Result, StoreError};
@@ -22,13 +23,13 @@ pub(super) async fn fence_lost_nodes(
     let at = ts(now);
     // A lost node is swept again while work is still on it: a stop or a placement that
     // won a race with its fencing left it there.
-    let due = sqlx::query(
+    let due = sqlx::query(concat!(
         "SELECT id, last_seen_at FROM nodes n WHERE last_seen_at < $1
-           AND (status <> 'lost' OR EXISTS (
-               SELECT 1 FROM reservations r WHERE r.node_id = n.id
-                 AND r.status IN ('pending', 'starting', 'running', 'stopping')))
-         ORDER BY id",
-    )
+               AND (status <> 'lost' OR EXISTS (
+                   SELECT 1 FROM reservations r WHERE r.node_id = n.id AND r.status IN ",
+        live_statuses!(),
+        ")) ORDER BY id"
+    ))
     .bind(at.saturating_sub(ttl_us))
     .fetch_all(&store.pool)
     .await?;
@@ -159,8 +160,11 @@ async fn lose_reservation(
 
 /// The live reservations of a node (`column` = node_id) or of one GPU, as `lose_reservation`
 /// reads them, in id order (the lock order).
-const LIVE_ON: &str = "SELECT id, status, on_node_loss, started_at, duration_s FROM reservations
-    WHERE status IN ('pending', 'starting', 'running', 'stopping') AND ";
+const LIVE_ON: &str = concat!(
+    "SELECT id, status, on_node_loss, started_at, duration_s FROM reservations WHERE status IN ",
+    live_statuses!(),
+    " AND "
+);
 
 /// GPUs of the node that its agent no longer reports (restarted with fewer, or one fell off
 /// the bus and out of the driver's list) leave placement now, and the work on them is handled

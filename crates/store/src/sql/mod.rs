@@ -10,6 +10,7 @@ mod endings;
 mod events;
 mod fencing;
 mod fleet;
+mod fragments;
 mod gpu_hours;
 mod health;
 mod idempotency;

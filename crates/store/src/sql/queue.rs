@@ -12,6 +12,7 @@ use gpurent_types::api::Reservation;
 use gpurent_types::{Money, ReservationStatus, Tier};
 use sqlx::{AnyConnection, Row};
 
+use super::fragments::unstopped_statuses;
 use super::nodes::{adjust_pool, bump_version, release_gpus};
 use super::reservations::{
     earlier_reservation, fetch_reservation, insert_reservation, size_of, stop_meter, take_hold,
@@ -33,12 +34,13 @@ pub(crate) async fn preempt_reservation(
     grace_s: u64,
     now: i64,
 ) -> Result<Option<String>> {
-    let node: Option<Option<String>> = sqlx::query_scalar(
+    let node: Option<Option<String>> = sqlx::query_scalar(concat!(
         "UPDATE reservations SET status = 'stopping', end_reason = 'preempted',
-            stop_requested_at = $1, stop_grace_s = $2
-         WHERE id = $3 AND status IN ('pending', 'starting', 'running') AND node_id IS NOT NULL
-         RETURNING node_id",
-    )
+                stop_requested_at = $1, stop_grace_s = $2
+             WHERE id = $3 AND node_id IS NOT NULL AND status IN ",
+        unstopped_statuses!(),
+        " RETURNING node_id"
+    ))
     .bind(now)
     .bind(i64::try_from(grace_s).unwrap_or(i64::MAX))
     .bind(id)

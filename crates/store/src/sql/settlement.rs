@@ -10,6 +10,7 @@ use gpurent_billing::Rate;
 use gpurent_types::Money;
 use sqlx::Row;
 
+use super::fragments::ENDS_AT;
 use super::ledger::PLATFORM_REVENUE;
 use super::nodes::bump_version;
 use super::{retry_transient, ts, SqlStore};
@@ -40,15 +41,12 @@ pub(super) fn rate_after_sql(secs: &str) -> String {
     )
 }
 
-/// A meter's end: when its reservation's hours are up.
-const METER_END: &str = "started_at + duration_s * 1000000";
-
 /// PostgreSQL's settlement of the due meters in one pass, without joining the table to itself:
 /// each due meter (`$2`: last settled at or before) is charged up to `$1` (or its end) with
 /// `charge_sql`, keeps its previous settlement, charge and hold (`prev_*`: `RETURNING` gives
 /// new values only), and returns the columns of `settling`.
 static PG_UPDATE: LazyLock<String> = LazyLock::new(|| {
-    let until = format!("LEAST($1, {METER_END})");
+    let until = format!("LEAST($1, {ENDS_AT})");
     let owed = format!(
         "GREATEST(charged, {})",
         charge_sql(&format!("({until} - started_at) / 1000000"))
@@ -86,7 +84,7 @@ static DUE: LazyLock<String> = LazyLock::new(|| {
                             prepaid_block AS block, price_per_hour, price_step_s, price_after,
                             duration_s, e, (e - started_at) / 1000000 AS secs
                      FROM (SELECT m.*,
-                                  CASE WHEN $1 < {METER_END} THEN $1 ELSE {METER_END} END AS e
+                                  CASE WHEN $1 < {ENDS_AT} THEN $1 ELSE {ENDS_AT} END AS e
                            FROM meters m WHERE settled_until <= $2) a) b) c",
         rate_now = rate_after_sql("secs"),
         owed = charge_sql("secs"),

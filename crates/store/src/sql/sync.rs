@@ -12,6 +12,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::endings::{finish, Gone};
 use super::fencing::reconcile_inventory;
+use super::fragments::live_statuses;
 use super::gpu_hours;
 use super::nodes::insert_gpus;
 use super::{retry_transient, ts, SqlStore};
@@ -265,12 +266,13 @@ pub(super) async fn desired_state(
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| StoreError::not_found("node", node_id))?;
-    let rows = sqlx::query(
+    let rows = sqlx::query(concat!(
         "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_read, ports,
-            stop_grace_s, checkpoint, secrets FROM reservations
-         WHERE node_id = $1 AND status IN ('pending', 'starting', 'running', 'stopping')
-         ORDER BY created_at, id",
-    )
+                stop_grace_s, checkpoint, secrets FROM reservations
+             WHERE node_id = $1 AND status IN ",
+        live_statuses!(),
+        " ORDER BY created_at, id"
+    ))
     .bind(node_id)
     .fetch_all(&mut *tx)
     .await?;
