@@ -1,5 +1,6 @@
-//! How a reservation ends: a final end (its instance gone: the rest of its charge, its hold given
-//! back, its host paid, its GPUs freed) or a run on a lost node billed and queued again.
+//! How a reservation ends, billed by `gpurent_billing::ending::bill`: a final end (its instance
+//! gone: the rest of its charge, its hold given back, its host paid, its GPUs freed), a run on a
+//! lost or drained node billed and queued again, or a queued reservation's end.
 
 use gpurent_billing::ending::{self, Ending, Facts};
 use gpurent_billing::Rate;
@@ -21,12 +22,13 @@ pub(super) enum Gone<'a> {
     Fenced,
 }
 
-/// The columns `facts_of` reads, of a reservation `r` and its node `n`.
-const FACTS: &str = "r.tenant_id, r.tier, r.price_per_hour, r.price_step_s, r.price_after,
-    r.started_at, r.run_before_s, r.stop_requested_at, r.end_reason, r.duration_s, r.node_id,
-    r.host_share_bps, r.epoch, n.owner_id";
+/// A reservation's row as `facts_of` reads it (`$1`: its id), with its node's owner.
+const SELECT_FACTS: &str = "SELECT r.tenant_id, r.tier, r.price_per_hour, r.price_step_s,
+    r.price_after, r.started_at, r.run_before_s, r.stop_requested_at, r.end_reason, r.duration_s,
+    r.node_id, r.host_share_bps, r.epoch, n.owner_id
+    FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1";
 
-/// A reservation's billing facts from its row (`FACTS`), with what its meter says so far.
+/// A reservation's billing facts from its row (`SELECT_FACTS`), with what its meter says so far.
 fn facts_of(row: &sqlx::any::AnyRow, charged: Money, held: Money) -> Result<Facts> {
     let nonneg = |v: i64| u64::try_from(v).unwrap_or(0);
     Ok(Facts {
@@ -104,12 +106,10 @@ pub(super) async fn finish(
     gone: Gone<'_>,
     now: i64,
 ) -> Result<bool> {
-    let row = sqlx::query(&format!(
-        "SELECT {FACTS} FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1"
-    ))
-    .bind(id)
-    .fetch_one(&mut *conn)
-    .await?;
+    let row = sqlx::query(SELECT_FACTS)
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await?;
     let tenant_id: String = row.try_get("tenant_id")?;
     let node_id: Option<String> = row.try_get("node_id")?;
     let owner: Option<String> = row.try_get("owner_id")?;
@@ -288,12 +288,10 @@ pub(super) async fn requeue_lost(
     now: i64,
     reason: &str,
 ) -> Result<bool> {
-    let row = sqlx::query(&format!(
-        "SELECT {FACTS} FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1"
-    ))
-    .bind(id)
-    .fetch_one(&mut *conn)
-    .await?;
+    let row = sqlx::query(SELECT_FACTS)
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await?;
     let tenant_id: String = row.try_get("tenant_id")?;
     let node_id: Option<String> = row.try_get("node_id")?;
     let share_bps: i64 = row.try_get("host_share_bps")?;
@@ -378,12 +376,10 @@ pub(super) async fn end_unplaced(
     tenant_id: &str,
     now: i64,
 ) -> Result<()> {
-    let row = sqlx::query(&format!(
-        "SELECT {FACTS} FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1"
-    ))
-    .bind(id)
-    .fetch_one(&mut *conn)
-    .await?;
+    let row = sqlx::query(SELECT_FACTS)
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await?;
     let (charged, held) = close_meter(conn, id).await?;
     let bill = ending::bill(&facts_of(&row, charged, held)?, Ending::Unplaced, now);
     sqlx::query("UPDATE meters SET charged = $1, held = $2 WHERE reservation_id = $3")

@@ -41,6 +41,12 @@ pub(super) fn rate_after_sql(secs: &str) -> String {
     )
 }
 
+/// A host's part of `charged` at `bps` basis points, rounded down: the SQL of
+/// `gpurent_billing::ending::host_part`, held to it like `charge_sql`.
+pub(super) fn host_part_sql(charged: &str, bps: &str) -> String {
+    format!("{charged} * {bps} / 10000")
+}
+
 /// PostgreSQL's settlement of the due meters in one pass, without joining the table to itself:
 /// each due meter (`$2`: last settled at or before) is charged up to `$1` (or its end) with
 /// `charge_sql`, keeps its previous settlement, charge and hold (`prev_*`: `RETURNING` gives
@@ -95,17 +101,19 @@ static DUE: LazyLock<String> = LazyLock::new(|| {
 const PG_SETTLEMENT_LOCK: i64 = 0x0067_7073_6574_746c;
 
 impl SqlStore {
-    /// The settlement's own SQL (`charge_sql`, `rate_after_sql`) evaluated by this database for
-    /// a meter of `rate` reserved for `duration_s` seconds, after `seconds` of running: the
-    /// charge, and the hourly price of the next second. For the test that holds the settlement
-    /// to `Rate`, on both databases.
+    /// The settlement's own SQL (`charge_sql`, `rate_after_sql`, `host_part_sql`) evaluated by
+    /// this database for a meter of `rate` reserved for `duration_s` seconds, after `seconds` of
+    /// running, whose host gets `share_bps`: the charge, the hourly price of the next second,
+    /// and the host's part of the charge. For the test that holds the settlement to
+    /// `gpurent_billing`, on both databases.
     #[doc(hidden)]
     pub async fn settlement_charge(
         &self,
         rate: &Rate,
         duration_s: u64,
         seconds: u64,
-    ) -> Result<(Money, Money)> {
+        share_bps: u32,
+    ) -> Result<(Money, Money, Money)> {
         // A meter stores a rate that does not step within its hours as no step, as
         // `reservations::insert_reservation` writes it.
         let (step, after) = if rate.step_s >= duration_s {
@@ -117,10 +125,14 @@ impl SqlStore {
             )
         };
         let row = sqlx::query(&format!(
-            "SELECT {} AS charge, {} AS rate_now
-             FROM (SELECT CAST($1 AS BIGINT) AS price_per_hour, CAST($2 AS BIGINT) AS price_step_s,
-                          CAST($3 AS BIGINT) AS price_after, CAST($4 AS BIGINT) AS duration_s,
-                          CAST($5 AS BIGINT) AS secs) m",
+            "SELECT charge, rate_now, {} AS host_part
+             FROM (SELECT {} AS charge, {} AS rate_now, bps
+                   FROM (SELECT CAST($1 AS BIGINT) AS price_per_hour,
+                                CAST($2 AS BIGINT) AS price_step_s,
+                                CAST($3 AS BIGINT) AS price_after,
+                                CAST($4 AS BIGINT) AS duration_s, CAST($5 AS BIGINT) AS secs,
+                                CAST($6 AS BIGINT) AS bps) m) c",
+            host_part_sql("charge", "bps"),
             charge_sql("secs"),
             rate_after_sql("secs")
         ))
@@ -129,11 +141,13 @@ impl SqlStore {
         .bind(after)
         .bind(i64::try_from(duration_s).unwrap_or(i64::MAX))
         .bind(i64::try_from(seconds).unwrap_or(i64::MAX))
+        .bind(i64::from(share_bps))
         .fetch_one(&self.pool)
         .await?;
         Ok((
             Money::from_micros(row.try_get("charge")?),
             Money::from_micros(row.try_get("rate_now")?),
+            Money::from_micros(row.try_get("host_part")?),
         ))
     }
 }
@@ -279,16 +293,16 @@ impl SqlStore {
         .await?;
         // Host earnings, one transfer per node: the owner's share of each reservation's charges
         // so far, rounded down on the running total, minus what was paid before.
-        sqlx::query(
+        sqlx::query(&format!(
             "INSERT INTO earning (node_id, account, amount)
              SELECT e.node_id, 'earnings:' || n.owner_id, e.amount
-             FROM (SELECT node_id,
-                          CAST(SUM(new_charged * bps / 10000 - old_charged * bps / 10000) AS BIGINT)
-                              AS amount
+             FROM (SELECT node_id, CAST(SUM({} - {}) AS BIGINT) AS amount
                    FROM settling WHERE node_id IS NOT NULL GROUP BY node_id) e
              JOIN nodes n ON n.id = e.node_id
              WHERE e.amount > 0 AND n.owner_id IS NOT NULL",
-        )
+            host_part_sql("new_charged", "bps"),
+            host_part_sql("old_charged", "bps")
+        ))
         .execute(&mut *tx)
         .await?;
         sqlx::query(
