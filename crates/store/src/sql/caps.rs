@@ -4,6 +4,7 @@
 use gpurent_types::Money;
 use sqlx::{AnyConnection, Row};
 
+use super::fragments::unstopped_statuses;
 use crate::{Result, StoreError, TenantLimits};
 
 /// Serializes the reservations of one tenant: every reserve or enqueue transaction takes
@@ -41,11 +42,11 @@ pub(super) async fn check_caps(
         // for the count on every reservation).
         return Ok(());
     }
-    let row = sqlx::query(
+    let row = sqlx::query(concat!(
         "SELECT COUNT(*) AS live, CAST(COALESCE(SUM(price_per_hour), 0) AS BIGINT) AS spend
-         FROM reservations
-         WHERE tenant_id = $1 AND status IN ('pending', 'starting', 'running')",
-    )
+             FROM reservations WHERE tenant_id = $1 AND status IN ",
+        unstopped_statuses!()
+    ))
     .bind(tenant_id)
     .fetch_one(&mut *conn)
     .await?;

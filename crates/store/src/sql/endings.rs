@@ -61,7 +61,7 @@ fn classify(
     if let Some(r) = end_reason {
         return match r.as_str() {
             "expired" => (S::Expired, r, Ending::Expired),
-            "preempted" => (S::Preempted, r, Ending::Preempted),
+            PREEMPTED => (S::Preempted, r, Ending::Preempted),
             NODE_LOST => (S::Lost, r, Ending::NodeLost),
             // Its agent stopped it for a reason of its own (`agent_events::stopping`).
             a if AGENT_END_REASONS.contains(&a) => (S::Failed, r, Ending::AgentStopped),
@@ -451,6 +451,9 @@ pub(crate) async fn release_gpus(conn: &mut AnyConnection, reservation_id: &str)
         .await?;
     Ok(())
 }
+
+/// The end reason of a spot reservation preempted (`queue::preempt_reservation`).
+pub(crate) const PREEMPTED: &str = "preempted";
 
 /// The end reason of a reservation whose node was lost and whose tenant chose `stop`.
 pub(crate) const NODE_LOST: &str = "node_lost";

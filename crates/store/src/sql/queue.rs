@@ -12,6 +12,7 @@ use gpurent_types::api::Reservation;
 use gpurent_types::{Money, ReservationStatus, Tier};
 use sqlx::{AnyConnection, Row};
 
+use super::endings::PREEMPTED;
 use super::fragments::unstopped_statuses;
 use super::nodes::{adjust_pool, bump_version, release_gpus};
 use super::reservations::{
@@ -26,8 +27,10 @@ use crate::{
 };
 
 /// Preempts one spot reservation: `stopping` with `end_reason = preempted`, billing stopped
-/// now, its GPU memory given back at once, and `grace_s` of notice for its agent. Returns its
-/// node, or `None` when it was no longer live.
+/// now, its GPU memory given back at once, and `grace_s` of notice for its agent. Its bill is
+/// drawn once, when its instance is gone, as every stop's: `endings::finish` reads the reason
+/// as `gpurent_billing::ending::Ending::Preempted`, billed to now. Returns its node, or `None`
+/// when it was no longer live.
 pub(crate) async fn preempt_reservation(
     conn: &mut AnyConnection,
     id: &str,
@@ -35,7 +38,7 @@ pub(crate) async fn preempt_reservation(
     now: i64,
 ) -> Result<Option<String>> {
     let node: Option<Option<String>> = sqlx::query_scalar(concat!(
-        "UPDATE reservations SET status = 'stopping', end_reason = 'preempted',
+        "UPDATE reservations SET status = 'stopping', end_reason = $4,
                 stop_requested_at = $1, stop_grace_s = $2
              WHERE id = $3 AND node_id IS NOT NULL AND status IN ",
         unstopped_statuses!(),
@@ -44,6 +47,7 @@ pub(crate) async fn preempt_reservation(
     .bind(now)
     .bind(i64::try_from(grace_s).unwrap_or(i64::MAX))
     .bind(id)
+    .bind(PREEMPTED)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(node) = node else {
