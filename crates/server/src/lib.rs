@@ -3,18 +3,15 @@
 //! call one store intent and map the result.
 
 mod activity;
-mod alerts;
 mod audit;
 mod auth;
-mod authn;
 mod bootstrap;
 mod console;
-mod elastic;
 mod error;
 mod extract;
 mod health_rules;
 mod idempotency;
-mod maintenance;
+mod jobs;
 mod metrics;
 mod openapi;
 mod pagination;
@@ -50,11 +47,11 @@ use tokio::task::JoinHandle;
 pub use audit::AuditConfig;
 pub use auth::{hash_token, new_token};
 pub use bootstrap::{bootstrap_admin, BootstrapError};
-pub use elastic::{ScaleConfig, ScaleEvent, ScaleFigures};
 pub use error::ApiError;
 pub use gpurent_store::TenantLimits;
 pub use health_rules::HealthRules;
 pub use idempotency::IdempotencyError;
+pub use jobs::elastic::{ScaleConfig, ScaleEvent, ScaleFigures};
 pub use openapi::openapi_document;
 pub use policy::{Access, POLICY};
 pub use rate_limit::{Rate, RateLimits};
@@ -286,7 +283,7 @@ impl RunningServer {
         if let Some(url) = advertise_url(&state, addr) {
             state.tunnels.advertise(url, relay_client(&state.config)?);
         }
-        let maintenance = tokio::spawn(maintenance::run(state.clone(), stopped));
+        let maintenance = tokio::spawn(jobs::maintenance::run(state.clone(), stopped));
         tracing::info!(%addr, backend = ?state.store.backend(), "control plane listening");
         let scale = &state.config.scale;
         if scale.enabled() {
@@ -308,7 +305,7 @@ impl RunningServer {
 
     /// Runs one maintenance pass now (tests call this after moving the clock).
     pub async fn maintenance_tick(&self) -> Result<(), ApiError> {
-        maintenance::tick(&self.state).await
+        jobs::maintenance::tick(&self.state).await
     }
 
     /// Stops accepting requests, lets running ones finish, and stops the maintenance loop.
