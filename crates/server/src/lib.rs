@@ -51,6 +51,7 @@ pub use error::ApiError;
 pub use gpurent_store::TenantLimits;
 pub use health_rules::HealthRules;
 pub use idempotency::IdempotencyError;
+pub use jobs::JobError;
 pub use jobs::elastic::{ScaleConfig, ScaleEvent, ScaleFigures};
 pub use openapi::openapi_document;
 pub use policy::{Access, POLICY};
@@ -304,7 +305,7 @@ impl RunningServer {
     }
 
     /// Runs one maintenance pass now (tests call this after moving the clock).
-    pub async fn maintenance_tick(&self) -> Result<(), ApiError> {
+    pub async fn maintenance_tick(&self) -> Result<(), JobError> {
         jobs::maintenance::tick(&self.state).await
     }
 

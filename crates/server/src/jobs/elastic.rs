@@ -16,7 +16,7 @@ use gpurent_store::FleetView;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 
-use crate::error::ApiError;
+use crate::jobs::JobError;
 use crate::state::AppState;
 
 /// How elastic capacity is configured; off unless a hook is.
@@ -143,7 +143,7 @@ pub fn figures(view: &FleetView, now: DateTime<Utc>) -> Figures {
 
 /// One evaluation when it is due (called on every maintenance tick); hooks run in the
 /// background.
-pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
+pub(crate) async fn tick(state: &AppState) -> Result<(), JobError> {
     let config = &state.config.scale;
     if !config.enabled() {
         return Ok(());

@@ -6,10 +6,10 @@
 
 use tokio::sync::watch;
 
-use crate::error::ApiError;
+use crate::jobs::JobError;
 use crate::state::AppState;
 
-pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
+pub(crate) async fn tick(state: &AppState) -> Result<(), JobError> {
     let now = state.now();
     // Before settlement, so that no period is charged past a lost node's fence time.
     fence_lost_nodes(state, now).await?;
@@ -74,7 +74,7 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
 async fn fence_lost_nodes(
     state: &AppState,
     now: chrono::DateTime<chrono::Utc>,
-) -> Result<(), ApiError> {
+) -> Result<(), JobError> {
     let fenced = state
         .store
         .fence_lost_nodes(state.config.node_ttl(), now)
