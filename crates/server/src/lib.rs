@@ -214,10 +214,11 @@ fn advertise_url(state: &AppState, addr: SocketAddr) -> Option<String> {
 fn relay_client(config: &ServerConfig) -> Result<reqwest::Client, ServeError> {
     let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
     if let Some(tls) = &config.tls {
-        let pem = std::fs::read(&tls.cert).map_err(|e| ServeError::Relay(e.to_string()))?;
-        for cert in reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| ServeError::Relay(e.to_string()))?
-        {
+        let certs = gpurent_types::keyfile::load_certs(&tls.cert)
+            .map_err(|e| ServeError::Relay(e.to_string()))?;
+        for der in certs {
+            let cert = reqwest::Certificate::from_der(der.as_ref())
+                .map_err(|e| ServeError::Relay(e.to_string()))?;
             builder = builder.add_root_certificate(cert);
         }
     }
