@@ -11,7 +11,7 @@ use gpurent_sched::{GpuSlot, Request};
 use gpurent_store::{HeldWork, QueueView, QueuedPlacement, QueuedReservation, Want};
 use gpurent_types::Tier;
 
-use crate::error::ApiError;
+use crate::jobs::JobError;
 use crate::state::AppState;
 
 /// What one pass decided, in the store's terms.
@@ -23,7 +23,7 @@ pub(crate) struct Plan {
 }
 
 /// Ends the reservations queued too long, then places what the queue can place now.
-pub(crate) async fn pass(state: &AppState) -> Result<(), ApiError> {
+pub(crate) async fn pass(state: &AppState) -> Result<(), JobError> {
     let now = state.now();
     let timeout =
         chrono::Duration::from_std(state.config.queue_timeout).unwrap_or(chrono::Duration::MAX);

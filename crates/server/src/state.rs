@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use gpurent_store::Store;
 use gpurent_types::Clock;
 
-use crate::elastic::ElasticState;
+use crate::jobs::elastic::ElasticState;
 use crate::wake::NodeWakers;
 use crate::ServerConfig;
 
@@ -17,7 +17,7 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     pub wake: Arc<NodeWakers>,
     pub elastic: Arc<ElasticState>,
-    pub alerts: Arc<crate::alerts::AlertState>,
+    pub alerts: Arc<crate::jobs::alerts::AlertState>,
     /// What `/metrics` counts in this process.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Where each request's audit record goes; None when the trail is off.

@@ -7,6 +7,7 @@ pub mod api;
 mod clock;
 pub mod exposition;
 mod gpu_type;
+pub mod keyfile;
 mod money;
 pub mod report;
 mod status;

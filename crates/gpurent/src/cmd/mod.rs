@@ -62,16 +62,11 @@ pub fn local_url(addr: std::net::SocketAddr, tls: bool) -> String {
 }
 
 /// Writes a new secret file readable by its owner only; an existing file is never replaced.
-pub fn write_secret(path: &Path, contents: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path)?;
-    file.write_all(contents.as_bytes())?;
-    file.write_all(b"\n")?;
-    file.sync_all()
+pub fn write_secret(
+    path: &Path,
+    contents: &str,
+) -> Result<(), gpurent_types::keyfile::KeyFileError> {
+    gpurent_types::keyfile::create_private(path, format!("{contents}\n").as_bytes())
 }
 
 /// Where the web console is, on stderr (stdout's `ready` line is the contract's).
