@@ -3,7 +3,8 @@
 //! preemptions and control-plane restarts (the store closed and reopened), and every other way
 //! a reservation ends (`gpurent_billing::ending::Ending`): its workload exiting or failing to
 //! start, its agent stopping it over its GPU memory, idle reclaim, its node lost (ending it or
-//! queueing it again), drained, and a queued reservation stopped or timed out, must leave every
+//! queueing it again), a GPU it ran on gone from its node, drained, and a queued reservation
+//! stopped or timed out, must leave every
 //! reservation charged exactly what an independent model computes (the rate over the seconds
 //! it ran; a reserved block in full unless the platform ended it), the tenant's balance down by
 //! exactly the sum with nothing left held, the node's owner paid exactly its share, and the
@@ -16,7 +17,7 @@ use chrono::Duration;
 use gpurent_billing::{PriceList, Rate};
 use gpurent_store::prelude::*;
 use gpurent_store::{Backend, NewReservation, NodeAction, Scope, SqlStore};
-use gpurent_types::agent::{AgentEvent, AgentEventKind, InstanceState, SyncRequest};
+use gpurent_types::agent::{AgentEvent, AgentEventKind, GpuInfo, InstanceState, SyncRequest};
 use gpurent_types::{GpuType, Money, OnNodeLoss, Tier};
 use proptest::prelude::*;
 
@@ -49,6 +50,8 @@ enum Op {
     Settle,
     /// The node goes quiet past the TTL and is fenced.
     Fence,
+    /// The agent's inventory lacks this GPU (the one missing before is back).
+    GpuGone(u32),
     /// The node is drained (its work queued again), then uncordoned.
     Drain,
     /// What waits in the queue times out.
@@ -70,6 +73,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Idle),
         1 => Just(Op::Fence),
         1 => Just(Op::Drain),
+        1 => (0u32..6).prop_map(Op::GpuGone),
         1 => Just(Op::Timeouts),
         2 => Just(Op::Settle),
         4 => (1u32..2000).prop_map(Op::Advance),
@@ -353,6 +357,39 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     .unwrap();
                 for m in &mut models {
                     m.fence(fence_at);
+                }
+            }
+            Op::GpuGone(gone) => {
+                let uuid = format!("GPU-n-{gone}");
+                // Which reservations hold memory on it is the placement's business: read it.
+                let mut on_it = Vec::new();
+                for (i, m) in models.iter().enumerate() {
+                    let r = store.get_reservation(&m.id, &Scope::All).await.unwrap();
+                    // A preempted one gave its GPUs back when it was preempted.
+                    if !r.status.is_terminal()
+                        && r.gpus.contains(&uuid)
+                        && r.end_reason.as_deref() != Some("preempted")
+                    {
+                        on_it.push(i);
+                    }
+                }
+                let inventory = SyncRequest {
+                    gpus: (0..6)
+                        .filter(|g| *g != gone)
+                        .map(|g| {
+                            GpuInfo::basic(
+                                g,
+                                format!("GPU-n-{g}"),
+                                "NVIDIA GeForce RTX 4090".to_owned(),
+                                24_576,
+                            )
+                        })
+                        .collect(),
+                    ..report("none", InstanceState::Running, None)
+                };
+                store.sync_node(&node, &inventory, at(now)).await.unwrap();
+                for i in on_it {
+                    models[i].fence(now);
                 }
             }
             Op::Drain => {
