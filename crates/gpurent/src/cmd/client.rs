@@ -12,7 +12,9 @@ use gpurent_types::{Money, Role, Tier};
 
 use super::admin_token::{default_token, DefaultToken};
 use crate::api_client::{ApiClient, CliError};
-use crate::cli::{AdminCommand, Command, CreditCommand, NodesCommand, ReserveArgs, UsersCommand};
+use crate::cli::{
+    AdminCommand, ApiCommand as Command, CreditCommand, NodesCommand, ReserveArgs, UsersCommand,
+};
 use crate::output::{print_json, print_json_line, print_line, print_raw, print_table};
 
 /// An id as one URL path segment: everything but unreserved characters percent-encoded, so
@@ -486,17 +488,6 @@ pub async fn run(
         Command::Login { name } => super::access::login(&api, &name, json).await?,
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());
-        }
-        Command::InstanceSftp(_)
-        | Command::Up(_)
-        | Command::Server(_)
-        | Command::Agent(_)
-        | Command::Bench(_)
-        | Command::Sim(_) => {
-            return Err(CliError::new(
-                "internal",
-                "daemon commands are not API commands",
-            ));
         }
     }
     Ok(())
