@@ -170,11 +170,27 @@ struct Scrape {
 /// Unlabelled: the one sample of a family.
 const NONE: [(&str, &str); 0] = [];
 
-/// A reading as dcgm-exporter writes it: whole numbers as integers, watts with their decimals.
+/// A reading as dcgm-exporter writes it: whole numbers as integers, others (watts, seconds)
+/// as the float that prints their exact decimals (`687.933`).
 #[derive(Debug, Clone, Copy)]
 enum Reading {
     Whole(u64),
     Fraction(f64),
+}
+
+impl Reading {
+    /// `n` of `1/per` (milliwatts in watts, microseconds in seconds).
+    #[allow(clippy::cast_precision_loss)]
+    fn parts(n: i64, per: u64) -> Reading {
+        match u64::try_from(n) {
+            Ok(n) if n % per == 0 => Reading::Whole(n / per),
+            _ => Reading::Fraction(n as f64 / per as f64),
+        }
+    }
+
+    fn seconds(micros: i64) -> Reading {
+        Reading::parts(micros, 1_000_000)
+    }
 }
 
 impl EncodeGaugeValue for Reading {
@@ -184,13 +200,6 @@ impl EncodeGaugeValue for Reading {
             Reading::Fraction(v) => EncodeGaugeValue::encode(v, encoder),
         }
     }
-}
-
-/// Microseconds since the epoch in seconds: exact to the microsecond at today's times, which
-/// is what the float of the exposition format holds.
-#[allow(clippy::cast_precision_loss)]
-fn seconds(micros: i64) -> f64 {
-    micros as f64 / 1e6
 }
 
 /// A gauge family: its `# HELP` and `# TYPE`, then one sample per label set (none: the header
@@ -232,13 +241,13 @@ impl Collector for Scrape {
             &mut e,
             "gpurent_agent_telemetry_timestamp_seconds",
             "When the GPUs were last sampled (unix time), by the heartbeat.",
-            latest.map(|s| (NONE, seconds(s.sampled_at_us))),
+            latest.map(|s| (NONE, Reading::seconds(s.sampled_at_us))),
         )?;
         gauges(
             &mut e,
             "gpurent_agent_last_sync_timestamp_seconds",
             "When a sync with the control plane last succeeded (unix time).",
-            self.last_sync.map(|at| (NONE, seconds(at))),
+            self.last_sync.map(|at| (NONE, Reading::seconds(at))),
         )?;
         counters(
             &mut e,
@@ -270,12 +279,7 @@ fn write_gpus(e: &mut DescriptorEncoder, hostname: &str, latest: Option<&Snapsho
             Reading::Whole(u64::from(s.temperature_c))
         }),
         ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", |s| {
-            if s.power_mw % 1000 == 0 {
-                Reading::Whole(s.power_mw / 1000)
-            } else {
-                #[allow(clippy::cast_precision_loss)]
-                Reading::Fraction(s.power_mw as f64 / 1000.0)
-            }
+            Reading::parts(i64::try_from(s.power_mw).unwrap_or(i64::MAX), 1000)
         }),
         (
             "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",

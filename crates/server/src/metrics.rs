@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use gpurent_store::MetricsView;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
-    prometheus_text, DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet,
-    EncodeMetric,
+    prometheus_text, CounterValueEncoder, DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue,
+    EncodeLabelSet, EncodeMetric, GaugeValueEncoder,
 };
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
@@ -265,11 +265,38 @@ fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
     Ok(())
 }
 
-/// Micro-units (money, microseconds) in units: exact up to 15 significant digits, which is
-/// what the float of the exposition format holds.
-#[allow(clippy::cast_precision_loss)]
-fn units(micros: i64) -> f64 {
-    micros as f64 / 1e6
+/// A number of millionths (money's micro-units, microseconds) as the exposition writes it:
+/// whole units as an integer (`7`), others as the float that prints its exact decimals
+/// (`12.000345`) up to 15 significant digits, which is what a Prometheus sample holds.
+#[derive(Debug, Clone, Copy)]
+struct Millionths(i64);
+
+impl Millionths {
+    #[allow(clippy::cast_precision_loss)]
+    fn units(self) -> Result<u64, f64> {
+        match u64::try_from(self.0) {
+            Ok(n) if n % 1_000_000 == 0 => Ok(n / 1_000_000),
+            _ => Err(self.0 as f64 / 1e6),
+        }
+    }
+}
+
+impl EncodeGaugeValue for Millionths {
+    fn encode(&self, encoder: &mut GaugeValueEncoder) -> fmt::Result {
+        match self.units() {
+            Ok(n) => EncodeGaugeValue::encode(&n, encoder),
+            Err(x) => EncodeGaugeValue::encode(&x, encoder),
+        }
+    }
+}
+
+impl EncodeCounterValue for Millionths {
+    fn encode(&self, encoder: &mut CounterValueEncoder) -> fmt::Result {
+        match self.units() {
+            Ok(n) => EncodeCounterValue::encode(&n, encoder),
+            Err(x) => EncodeCounterValue::encode(&x, encoder),
+        }
+    }
 }
 
 /// What one scrape writes: this process's series (histograms shared, counters read once) and
@@ -480,7 +507,7 @@ fn write_fleet(e: &mut DescriptorEncoder, view: &MetricsView, now: DateTime<Utc>
         "How long the reservation queued first has been waiting, by GPU type.",
         view.queued.iter().map(|(gpu_type, (_, oldest))| {
             let waited = oldest.map_or(0, |t| (now - t).num_microseconds().unwrap_or(0).max(0));
-            ([("gpu_type", gpu_type.as_str())], units(waited))
+            ([("gpu_type", gpu_type.as_str())], Millionths(waited))
         }),
     )?;
     let others = view
@@ -532,18 +559,18 @@ fn write_fleet(e: &mut DescriptorEncoder, view: &MetricsView, now: DateTime<Utc>
 }
 
 fn write_money(e: &mut DescriptorEncoder, view: &MetricsView) -> fmt::Result {
-    // Integer micro-units to the end: the one division is the exposition's float.
+    // Integer micro-units to the end: the one division is the exposition's own float.
     counters(
         e,
         "gpurent_revenue_total",
         "Everything charged to tenants, in the platform's currency (gross, host shares included).",
-        [(NONE, units(view.charged.micros()))],
+        [(NONE, Millionths(view.charged.micros()))],
     )?;
     counters(
         e,
         "gpurent_host_earnings_total",
         "The part of the charges paid to the nodes' owners, in the platform's currency.",
-        [(NONE, units(view.host_earnings.micros()))],
+        [(NONE, Millionths(view.host_earnings.micros()))],
     )
 }
 
