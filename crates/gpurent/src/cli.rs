@@ -65,6 +65,7 @@ impl Cli {
     }
 }
 
+/// Every command, in one list as the contract has it: the daemons' and the API's, flattened.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     #[command(flatten)]
