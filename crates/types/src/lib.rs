@@ -5,7 +5,6 @@ mod access_api;
 pub mod agent;
 pub mod api;
 mod clock;
-pub mod exposition;
 mod gpu_type;
 pub mod keyfile;
 mod money;
