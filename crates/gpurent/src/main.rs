@@ -101,6 +101,9 @@ fn main() -> ExitCode {
         Command::Bench(cli::BenchCommand::Agent(args)) => {
             report_daemon(runtime.block_on(cmd::bench_agent::run(args, json)))
         }
+        Command::Bench(cli::BenchCommand::Fleet(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_fleet::run(args, json)))
+        }
         Command::Sim(args) => report_daemon(cmd::sim::run(&args, json)),
         command => {
             let result = runtime.block_on(cmd::client::run(
