@@ -56,6 +56,10 @@ struct FleetResult {
     /// The control plane's CPU time per sync answered (all its work counted), which a busy
     /// machine changes less than latency.
     control_plane_cpu_ms_per_sync: f64,
+    /// Of the time the control plane's threads were ready to run, the share they waited for a
+    /// CPU (/proc/PID/task/*/schedstat): high on a machine busy with other work, whose
+    /// latencies then say little about the control plane.
+    control_plane_cpu_wait_percent: f64,
     /// PostgreSQL's backends serving the control plane (none on SQLite).
     database_cpu_percent: Option<f64>,
     database_cpu_ms_per_sync: Option<f64>,
@@ -90,6 +94,7 @@ pub async fn run(args: BenchFleetArgs, json: bool) -> anyhow::Result<()> {
             "server CPU %",
             "server CPU ms/sync",
             "server RSS MiB",
+            "server CPU wait %",
             "database CPU %",
             "agents CPU %",
         ],
@@ -105,6 +110,7 @@ pub async fn run(args: BenchFleetArgs, json: bool) -> anyhow::Result<()> {
             format!("{:.0}", result.control_plane_cpu_percent),
             format!("{:.2}", result.control_plane_cpu_ms_per_sync),
             format!("{:.0}", result.control_plane_rss_mib),
+            format!("{:.0}", result.control_plane_cpu_wait_percent),
             database,
             format!("{:.0}", result.agents_cpu_percent),
         ]],
@@ -185,6 +191,7 @@ async fn measure(args: &BenchFleetArgs, dir: &std::path::Path) -> anyhow::Result
         stopped.clone(),
     ));
     let database = Database::of(&url);
+    let sched0 = schedstat(server.pid);
     let (cp0, me0, db0) = (
         cpu_seconds(&format!("/proc/{}/stat", server.pid)),
         cpu_seconds("/proc/self/stat"),
@@ -195,6 +202,7 @@ async fn measure(args: &BenchFleetArgs, dir: &std::path::Path) -> anyhow::Result
     tokio::time::sleep(Duration::from_secs(args.duration_secs)).await;
     fleet.measuring.store(false, Ordering::Relaxed);
     let seconds = t0.elapsed().as_secs_f64();
+    let sched1 = schedstat(server.pid);
     let (cp1, me1, db1) = (
         cpu_seconds(&format!("/proc/{}/stat", server.pid)),
         cpu_seconds("/proc/self/stat"),
@@ -248,6 +256,10 @@ async fn measure(args: &BenchFleetArgs, dir: &std::path::Path) -> anyhow::Result
         control_plane_cpu_percent: percent(cp0, cp1),
         control_plane_rss_mib: rss,
         control_plane_cpu_ms_per_sync: per_sync(cp0, cp1),
+        control_plane_cpu_wait_percent: {
+            let (ran, waited) = (sched1.0 - sched0.0, sched1.1 - sched0.1);
+            100.0 * waited / (ran + waited).max(f64::MIN_POSITIVE)
+        },
         database_cpu_percent: match (db0, db1) {
             (Some(a), Some(b)) => Some(percent(a, b)),
             _ => None,
@@ -458,4 +470,22 @@ impl Database {
         }
         Some(total)
     }
+}
+
+/// The time all of a process's threads ran and waited to run, in nanoseconds (the first two
+/// fields of each thread's schedstat); zeros when it cannot be read.
+fn schedstat(pid: u32) -> (f64, f64) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return (0.0, 0.0);
+    };
+    let mut total = (0.0, 0.0);
+    for task in tasks.flatten() {
+        let text = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        let mut fields = text
+            .split_whitespace()
+            .map(|f| f.parse::<f64>().unwrap_or(0.0));
+        total.0 += fields.next().unwrap_or(0.0);
+        total.1 += fields.next().unwrap_or(0.0);
+    }
+    total
 }

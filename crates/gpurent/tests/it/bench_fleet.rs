@@ -46,6 +46,8 @@ fn short_fleet(database_url: Option<&str>, backend: &str) {
         "reservations_running",
         "control_plane_cpu_percent",
         "control_plane_rss_mib",
+        "control_plane_cpu_ms_per_sync",
+        "control_plane_cpu_wait_percent",
         "agents_cpu_percent",
     ] {
         assert!(
