@@ -129,6 +129,9 @@ fn run_daemon(
         DaemonCommand::Bench(BenchCommand::Agent(args)) => {
             report_daemon(runtime.block_on(cmd::bench_agent::run(args, json)))
         }
+        DaemonCommand::Bench(BenchCommand::Fleet(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_fleet::run(args, json)))
+        }
         DaemonCommand::Sim(args) => report_daemon(cmd::sim::run(&args, json)),
     }
 }

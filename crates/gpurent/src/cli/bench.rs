@@ -26,6 +26,27 @@ pub enum BenchCommand {
     /// The web console: server time per page with a full store, the bytes of a first load,
     /// and the delay before a status change shows.
     Console(BenchConsoleArgs),
+    /// Fleet scale: many simulated agents syncing with telemetry against one control plane,
+    /// with reservations arriving; sync latency and the control plane's CPU and memory.
+    Fleet(BenchFleetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchFleetArgs {
+    /// sqlite://PATH or postgres://... of an empty database (default: a fresh SQLite file).
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Simulated agents (nodes), all in this process.
+    #[arg(long, default_value_t = 1000)]
+    pub nodes: u32,
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub gpus_per_node: u32,
+    /// Seconds measured, after every node registered and synced for two heartbeats.
+    #[arg(long, default_value_t = 60)]
+    pub duration_secs: u64,
+    /// Reservations of one GPU posted per second through the API.
+    #[arg(long, default_value_t = 2.0)]
+    pub reservations_per_sec: f64,
 }
 
 #[derive(Debug, Args)]

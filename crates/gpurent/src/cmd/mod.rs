@@ -10,6 +10,8 @@ pub mod bench_audit;
 pub mod bench_common;
 pub mod bench_console;
 pub mod bench_failover;
+pub mod bench_fleet;
+pub mod bench_fleet_agent;
 pub mod bench_running;
 pub mod bench_settle;
 pub mod bench_ssh;

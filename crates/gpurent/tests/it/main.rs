@@ -8,6 +8,7 @@ mod access_cli;
 mod agent_register;
 mod agent_restart;
 mod audit;
+mod bench_fleet;
 mod browser;
 mod browser_selftest;
 mod cli_flow;
