@@ -11,6 +11,7 @@ mod bootstrap;
 mod console;
 mod elastic;
 mod error;
+mod expected;
 mod extract;
 mod health_rules;
 mod idempotency;

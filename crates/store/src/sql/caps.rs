@@ -4,28 +4,32 @@
 use gpurent_types::Money;
 use sqlx::{AnyConnection, Row};
 
-use crate::{Result, StoreError, TenantLimits};
+use crate::{Backend, Result, StoreError, TenantLimits};
 
-/// Serializes the reservations of one tenant: every reserve or enqueue transaction takes
-/// the tenant's user row lock first (PostgreSQL; SQLite has one writer), so the counts that
-/// `check_caps` reads later in the transaction include every reservation committed before.
-pub(super) async fn lock_tenant(conn: &mut AnyConnection, tenant_id: &str) -> Result<()> {
-    sqlx::query("UPDATE users SET max_reservations = max_reservations WHERE id = $1")
-        .bind(tenant_id)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
-/// Refuses (`LimitExceeded`) a reservation at `price_per_hour` that would take the tenant
-/// over its cap on live reservations or on spend per hour (its override, else `defaults`).
-pub(super) async fn check_caps(
+/// Refuses (`LimitExceeded`) reservation `id` at `price_per_hour` when it would take the
+/// tenant over its cap on live reservations or on spend per hour (its override, else
+/// `defaults`); `id` itself is not counted, whether or not it is written yet.
+///
+/// On PostgreSQL the caps are read by locking the tenant's user row (SQLite has one writer),
+/// which serializes the tenant's reservations from here to commit: the counts read below
+/// include every reservation committed before. Taken late in the transaction, after the GPUs,
+/// so that what one tenant's reservations wait for each other is short.
+pub(super) async fn lock_and_check(
     conn: &mut AnyConnection,
+    backend: Backend,
     tenant_id: &str,
     defaults: &TenantLimits,
     price_per_hour: Money,
+    id: &str,
 ) -> Result<()> {
-    let caps = sqlx::query("SELECT max_reservations, max_spend_per_hour FROM users WHERE id = $1")
+    let sql = match backend {
+        Backend::Sqlite => "SELECT max_reservations, max_spend_per_hour FROM users WHERE id = $1",
+        Backend::Postgres => {
+            "UPDATE users SET max_reservations = max_reservations WHERE id = $1
+             RETURNING max_reservations, max_spend_per_hour"
+        }
+    };
+    let caps = sqlx::query(sql)
         .bind(tenant_id)
         .fetch_optional(&mut *conn)
         .await?
@@ -44,9 +48,10 @@ pub(super) async fn check_caps(
     let row = sqlx::query(
         "SELECT COUNT(*) AS live, CAST(COALESCE(SUM(price_per_hour), 0) AS BIGINT) AS spend
          FROM reservations
-         WHERE tenant_id = $1 AND status IN ('pending', 'starting', 'running')",
+         WHERE tenant_id = $1 AND status IN ('pending', 'starting', 'running') AND id <> $2",
     )
     .bind(tenant_id)
+    .bind(id)
     .fetch_one(&mut *conn)
     .await?;
     let live: i64 = row.try_get("live")?;

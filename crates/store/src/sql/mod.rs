@@ -5,13 +5,16 @@ mod access;
 mod agent_events;
 mod audit;
 mod caps;
+mod create;
 mod gpu_hours;
+mod gpus;
 mod idempotency;
 mod ledger;
 mod logs;
 mod metrics;
 mod migrate;
 mod nodes;
+mod placement;
 mod proxy;
 mod queue;
 mod reports;
@@ -47,9 +50,6 @@ pub(crate) fn switch_of(row: &sqlx::any::AnyRow) -> Result<Option<u32>> {
 pub struct SqlStore {
     pool: AnyPool,
     backend: Backend,
-    /// What was asked lately, per GPU type: the workload placement expects (see
-    /// `reservations::Recent`).
-    recent: reservations::Recent,
 }
 
 impl SqlStore {
@@ -98,11 +98,7 @@ impl SqlStore {
                     .await?
             }
         };
-        let store = SqlStore {
-            pool,
-            backend,
-            recent: reservations::Recent::default(),
-        };
+        let store = SqlStore { pool, backend };
         migrate::run(&store.pool, backend).await?;
         Ok(store)
     }

@@ -1,12 +1,14 @@
-//! Turning reservation rows into API reservations.
+//! Reading reservation rows as API reservations, and stopping a reservation's meter.
 
 use gpurent_types::api::Reservation;
 use gpurent_types::{Money, OnNodeLoss, ReservationStatus, Tier};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use sqlx::AnyConnection;
+
 use super::from_ts;
-use crate::{Result, StoreError};
+use crate::{Result, Scope, StoreError};
 
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
@@ -85,4 +87,38 @@ fn waited_seconds(placed: i64, created: i64) -> f64 {
     #[allow(clippy::cast_precision_loss)] // waits are far below 2^52 microseconds
     let micros = placed.saturating_sub(created).max(0) as f64;
     micros / 1e6
+}
+
+pub(crate) fn scope_param(scope: &Scope) -> &str {
+    match scope {
+        Scope::Tenant(id) => id,
+        Scope::All => "",
+    }
+}
+
+pub(crate) async fn fetch_reservation(
+    conn: &mut AnyConnection,
+    id: &str,
+    scope: &Scope,
+) -> Result<Reservation> {
+    // Another tenant's reservation is reported as not found, not forbidden.
+    let row = sqlx::query(&format!(
+        "SELECT {RESERVATION_COLUMNS} WHERE r.id = $1 AND ($2 = '' OR r.tenant_id = $2)"
+    ))
+    .bind(id)
+    .bind(scope_param(scope))
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or_else(|| StoreError::not_found("reservation", id))?;
+    reservation_from_row(&row)
+}
+
+/// A reservation that stops running stops being settled: `finish` charges the rest when its
+/// agent confirms.
+pub(crate) async fn stop_meter(conn: &mut AnyConnection, reservation_id: &str) -> Result<()> {
+    sqlx::query("UPDATE meters SET settled_until = NULL WHERE reservation_id = $1")
+        .bind(reservation_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
