@@ -12,7 +12,7 @@ use sqlx::{AnyConnection, Row};
 use super::gpus;
 use super::ledger::{self, Kind, Transfer};
 use super::placement::Attempt;
-use super::rows::fetch_reservation;
+use super::rows::{fetch_reservation, reservation_fields, reservation_from_row};
 use super::{new_id, ts, SqlStore};
 use crate::{NewReservation, Result, Scope, StoreError, Want};
 use chrono::{DateTime, Utc};
@@ -85,6 +85,8 @@ pub(super) async fn take_hold(
 pub(super) enum Destination<'a> {
     Placed {
         node_id: &'a str,
+        /// The node's name, as the reservation shows it.
+        node_name: &'a str,
         gpus: &'a [&'a str],
     },
     Queued {
@@ -107,16 +109,33 @@ pub(super) struct NewRow<'a> {
     pub destination: Destination<'a>,
 }
 
-/// Writes a new reservation (`pending`, epoch 1) and its meter holding `quote.hold`. False when
+/// Writes a new reservation (`pending`, epoch 1) and its meter holding `quote.hold`, and
+/// returns it as it reads back (nothing else in the transaction changes its row). `None` when
 /// the same Idempotency-Key committed concurrently: the next attempt returns that one.
-pub(super) async fn insert_reservation(conn: &mut AnyConnection, row: &NewRow<'_>) -> Result<bool> {
+pub(super) async fn insert_reservation(
+    conn: &mut AnyConnection,
+    row: &NewRow<'_>,
+) -> Result<Option<Reservation>> {
     let (new, quote) = (row.new, row.quote);
-    let (node_id, gpus, placed_at, queued_at, reason) = match row.destination {
-        Destination::Placed { node_id, gpus } => (Some(node_id), gpus, Some(row.at), None, None),
-        Destination::Queued { reason } => (None, &[][..], None, Some(row.at), Some(reason)),
+    let (node_id, node_name, gpus, placed_at, queued_at, reason) = match row.destination {
+        Destination::Placed {
+            node_id,
+            node_name,
+            gpus,
+        } => (
+            Some(node_id),
+            Some(node_name),
+            gpus,
+            Some(row.at),
+            None,
+            None,
+        ),
+        Destination::Queued { reason } => (None, None, &[][..], None, Some(row.at), Some(reason)),
     };
     let stepped = quote.rate.step_s < new.duration_s;
-    let inserted = sqlx::query(
+    // Read back as `fetch_reservation` reads it: the meter's figures and the node's name
+    // are this reservation's own (nothing charged yet, the hold below).
+    let inserted = sqlx::query(concat!(
         "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
             bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
             created_at, idempotency_key, request_hash, ports, price_step_s, price_after,
@@ -124,8 +143,12 @@ pub(super) async fn insert_reservation(conn: &mut AnyConnection, row: &NewRow<'_
             on_node_loss, idle_reclaim, checkpoint, secrets, secret_names, http_ports)
          VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13, $14,
             $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30,
-            $31, $32)",
-    )
+            $31, $32)
+         RETURNING ",
+        reservation_fields!(),
+        ", CAST(0 AS BIGINT) AS charged, CAST($33 AS BIGINT) AS held,
+            CAST($34 AS TEXT) AS node_name"
+    ))
     .bind(row.id)
     .bind(&new.tenant_id)
     .bind(row.type_name)
@@ -158,16 +181,21 @@ pub(super) async fn insert_reservation(conn: &mut AnyConnection, row: &NewRow<'_
     .bind(&new.sealed_secrets)
     .bind(to_json(&new.secret_names))
     .bind(to_json(&new.http_ports))
-    .execute(&mut *conn)
+    .bind(quote.hold.micros())
+    .bind(node_name)
+    .fetch_one(&mut *conn)
     .await;
-    if let Err(e) = inserted {
-        let e = StoreError::from(e);
-        return if e.is_unique_violation() {
-            Ok(false)
-        } else {
-            Err(e)
-        };
-    }
+    let reservation = match inserted {
+        Ok(r) => reservation_from_row(&r)?,
+        Err(e) => {
+            let e = StoreError::from(e);
+            return if e.is_unique_violation() {
+                Ok(None)
+            } else {
+                Err(e)
+            };
+        }
+    };
     sqlx::query(
         "INSERT INTO meters (reservation_id, tenant_id, node_id, prepaid_block, price_per_hour,
             price_step_s, price_after, duration_s, host_share_bps, charged, held)
@@ -179,7 +207,7 @@ pub(super) async fn insert_reservation(conn: &mut AnyConnection, row: &NewRow<'_
     .bind(quote.hold.micros())
     .execute(&mut *conn)
     .await?;
-    Ok(true)
+    Ok(Some(reservation))
 }
 
 pub(super) fn size_of(want: Want, gpu_vram_mb: u64) -> Size {
@@ -271,10 +299,9 @@ impl SqlStore {
             at,
             destination: Destination::Queued { reason: &reason },
         };
-        if !insert_reservation(&mut tx, &row).await? {
+        let Some(reservation) = insert_reservation(&mut tx, &row).await? else {
             return Ok(Attempt::LostRace);
-        }
-        let reservation = fetch_reservation(&mut tx, &id, &Scope::All).await?;
+        };
         tx.commit().await?;
         tracing::info!(reservation_id = %id, tenant_id = %new.tenant_id, tier = %new.tier, %reason, "queued");
         Ok(Attempt::Done(Box::new(reservation), Vec::new()))

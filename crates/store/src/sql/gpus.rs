@@ -30,10 +30,11 @@ const SHARE_CANDIDATES: i64 = 16;
 /// candidates for whole GPUs, with all their GPUs of the type.
 const WHOLE_CANDIDATE_NODES: i64 = 3;
 
-/// Candidate GPUs with the GPU model's name as their node reported it.
+/// Candidate GPUs with the GPU model's name as their node reported it, and their node's name.
 pub(super) struct Candidates {
     pub gpus: Vec<Gpu>,
     pub type_names: Vec<String>,
+    pub node_names: Vec<String>,
 }
 
 /// How the candidate read locks on PostgreSQL (SQLite has one writer and locks nothing).
@@ -110,10 +111,12 @@ pub(super) async fn candidates(
     let mut found = Candidates {
         gpus: Vec::with_capacity(rows.len()),
         type_names: Vec::with_capacity(rows.len()),
+        node_names: Vec::with_capacity(rows.len()),
     };
     for row in &rows {
         found.gpus.push(gpu_of(row)?);
         found.type_names.push(row.try_get("type_name")?);
+        found.node_names.push(row.try_get("node_name")?);
     }
     Ok(found)
 }
@@ -121,8 +124,10 @@ pub(super) async fn candidates(
 macro_rules! whole_sql {
     ($lock:literal) => {
         concat!(
-            "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb, g.switch_group
-             FROM (SELECT p.node_id, p.whole_free FROM gpu_pools p JOIN nodes n ON n.id = p.node_id
+            "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb, g.switch_group,
+                    b.node_name
+             FROM (SELECT p.node_id, p.whole_free, n.name AS node_name
+                   FROM gpu_pools p JOIN nodes n ON n.id = p.node_id
                    WHERE p.type_key = $1 AND p.whole_free >= $2 AND ",
             placeable!("$3"),
             " ORDER BY p.whole_free, p.node_id LIMIT $4",
@@ -140,7 +145,8 @@ const WHOLE_SQL_WAIT: &str = whole_sql!(" FOR UPDATE OF p");
 macro_rules! share_sql {
     ($lock:literal) => {
         concat!(
-            "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb, g.switch_group
+            "SELECT g.uuid, g.node_id, g.type_name, g.type_key, g.vram_mb, g.free_mb, g.switch_group,
+                    n.name AS node_name
              FROM gpus g JOIN nodes n ON n.id = g.node_id
              WHERE g.type_key = $1 AND g.free_mb >= $2 AND ",
             placeable!("$3"),
@@ -378,4 +384,13 @@ pub(super) async fn most_whole_free(
     .fetch_one(&mut *conn)
     .await?;
     Ok(u32::try_from(most.unwrap_or(0)).unwrap_or(0))
+}
+
+/// A node's name.
+pub(super) async fn node_name(conn: &mut AnyConnection, node_id: &str) -> Result<String> {
+    sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
+        .bind(node_id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| StoreError::not_found("node", node_id))
 }

@@ -65,7 +65,11 @@ impl SqlStore {
         } else {
             return Err(StoreError::UnsupportedUrl(url.to_owned()));
         };
-        let options = AnyConnectOptions::from_str(&url)?.disable_statement_logging();
+        // Every statement at trace level only (`RUST_LOG=sqlx::query=trace` shows them; the
+        // tests count them), none as slow.
+        let options = AnyConnectOptions::from_str(&url)?
+            .log_statements(tracing::log::LevelFilter::Trace)
+            .log_slow_statements(tracing::log::LevelFilter::Off, Duration::MAX);
         let pool = match backend {
             // One connection serialises writers, which SQLite does anyway; it avoids
             // SQLITE_BUSY between pooled connections and keeps transactions short.

@@ -19,9 +19,8 @@ use super::create::{
 use super::gpus::{self, Lock};
 use super::nodes::bump_version;
 use super::queue::preempt_reservation;
-use super::rows::fetch_reservation;
 use super::{new_id, retry_transient, ts, Backend, SqlStore};
-use crate::{NewReservation, Result, Scope, StoreError, Want};
+use crate::{NewReservation, Result, StoreError, Want};
 
 /// Plans made again after losing a compare-and-set race to another transaction.
 const PLACEMENT_ATTEMPTS: usize = 8;
@@ -95,6 +94,8 @@ struct Planned {
     plan: Plan,
     /// The GPU model's name as the node reported it.
     type_name: String,
+    /// The name of the plan's node.
+    node_name: String,
     /// The memory of the plan's first GPU: what a share is sized against.
     card_vram_mb: u64,
 }
@@ -175,6 +176,9 @@ impl SqlStore {
                     type_name: first
                         .map(|i| found.type_names[i].clone())
                         .unwrap_or_default(),
+                    node_name: first
+                        .map(|i| found.node_names[i].clone())
+                        .unwrap_or_default(),
                     plan,
                 }));
             }
@@ -202,9 +206,11 @@ impl SqlStore {
             .await?
             .map(|(_, name, _)| name)
             .unwrap_or_default();
+        let node_name = gpus::node_name(conn, &plan.node_id).await?;
         Ok(Some(Planned {
             card_vram_mb: first.map_or(0, |g| g.vram_mb),
             type_name,
+            node_name,
             plan,
         }))
     }
@@ -225,6 +231,7 @@ impl SqlStore {
         let Some(Planned {
             plan,
             type_name,
+            node_name,
             card_vram_mb,
         }) = self
             .plan_new(&mut tx, new, prices, live_since, expected)
@@ -260,12 +267,13 @@ impl SqlStore {
             at,
             destination: Destination::Placed {
                 node_id: &plan.node_id,
+                node_name: &node_name,
                 gpus: &gpu_uuids,
             },
         };
-        if !insert_reservation(&mut tx, &row).await? {
+        let Some(reservation) = insert_reservation(&mut tx, &row).await? else {
             return Ok(Attempt::LostRace);
-        }
+        };
         // The tenant's caps and its hold after the GPUs: on PostgreSQL the caps lock the
         // tenant until commit (see `caps::lock_and_check`).
         let Some(woken) = apply(&mut tx, &id, &plan, prices.spot_grace_s, at).await? else {
@@ -281,7 +289,6 @@ impl SqlStore {
         )
         .await?;
         take_hold(&mut tx, new, &id, quote.hold, at).await?;
-        let reservation = fetch_reservation(&mut tx, &id, &Scope::All).await?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, node_id = %plan.node_id, tenant_id = %new.tenant_id, tier = %new.tier, "reserved");
         Ok(Attempt::Done(Box::new(reservation), woken))

@@ -10,6 +10,18 @@ use sqlx::AnyConnection;
 use super::from_ts;
 use crate::{Result, Scope, StoreError};
 
+/// A reservation row's own columns as `reservation_from_row` reads them (without the meter's
+/// `charged` and `held` and the node's `node_name`), unqualified.
+macro_rules! reservation_fields {
+    () => {
+        "id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier, price_per_hour, duration_s,
+        gpus, image, command, created_at, started_at, ended_at, end_reason, end_message, bid,
+        published, queue_reason, placed_at, on_node_loss, epoch, idle_reclaim, checkpoint,
+        secret_names, http_ports"
+    };
+}
+pub(crate) use reservation_fields;
+
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
     r.created_at, r.started_at, r.ended_at, r.end_reason, r.end_message, COALESCE(m.charged, 0) AS charged,

@@ -15,6 +15,7 @@ mod liveness;
 mod logs;
 mod metrics;
 mod node_certs;
+mod placement;
 mod queue;
 mod support;
 mod tunnels;
