@@ -2,12 +2,11 @@
 
 use std::cmp::Reverse;
 
+pub use crate::plan::{ON_DEMAND, RESERVED};
 use crate::{choose_victims, place, GpuSlot, NoFit, Placement, Request, Victim};
 
 #[cfg(test)]
 mod tests;
-
-pub use crate::plan::{ON_DEMAND, RESERVED};
 
 /// How the queue orders and preempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

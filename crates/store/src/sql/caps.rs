@@ -4,24 +4,16 @@
 use gpurent_types::Money;
 use sqlx::{AnyConnection, Row};
 
-use crate::{Backend, Result, StoreError, TenantLimits};
+use super::batch::{Answers, Arg, Batch};
+use crate::{Backend, NewReservation, Result, StoreError};
 
-/// Refuses (`LimitExceeded`) reservation `id` at `price_per_hour` when it would take the
-/// tenant over its cap on live reservations or on spend per hour (its override, else
-/// `defaults`); `id` itself is not counted, whether or not it is written yet.
+/// Adds to `batch` the read of the tenant's caps; returns its answer's index for [`check`].
 ///
 /// On PostgreSQL the caps are read by locking the tenant's user row (SQLite has one writer),
-/// which serializes the tenant's reservations from here to commit: the counts read below
-/// include every reservation committed before. Taken late in the transaction, after the GPUs,
+/// which serializes the tenant's reservations from there to commit: the counts `check` reads
+/// include every reservation committed before. Read late in the transaction, after the GPUs,
 /// so that what one tenant's reservations wait for each other is short.
-pub(super) async fn lock_and_check(
-    conn: &mut AnyConnection,
-    backend: Backend,
-    tenant_id: &str,
-    defaults: &TenantLimits,
-    price_per_hour: Money,
-    id: &str,
-) -> Result<()> {
+pub(super) fn push_read(batch: &mut Batch, backend: Backend, tenant_id: &str) -> usize {
     let sql = match backend {
         Backend::Sqlite => "SELECT max_reservations, max_spend_per_hour FROM users WHERE id = $1",
         Backend::Postgres => {
@@ -29,10 +21,25 @@ pub(super) async fn lock_and_check(
              RETURNING max_reservations, max_spend_per_hour"
         }
     };
-    let caps = sqlx::query(sql)
-        .bind(tenant_id)
-        .fetch_optional(&mut *conn)
-        .await?
+    batch.push(sql, vec![Arg::from(tenant_id)])
+}
+
+/// Refuses (`LimitExceeded`) reservation `id` of `new` at `price_per_hour` when it would take
+/// the tenant over its cap on live reservations or on spend per hour (its override, else
+/// `new.limits`), from the caps [`push_read`] read; `id` itself is not counted, whether or
+/// not it is written yet.
+pub(super) async fn check(
+    conn: &mut AnyConnection,
+    answers: &Answers,
+    caps_part: usize,
+    new: &NewReservation,
+    price_per_hour: Money,
+    id: &str,
+) -> Result<()> {
+    let (tenant_id, defaults) = (new.tenant_id.as_str(), &new.limits);
+    let caps = answers
+        .rows(caps_part)
+        .first()
         .ok_or_else(|| StoreError::not_found("user", tenant_id))?;
     let max_live = caps
         .try_get::<Option<i64>, _>("max_reservations")?

@@ -9,6 +9,7 @@ use gpurent_types::api::Reservation;
 use gpurent_types::{Money, Tier};
 use sqlx::{AnyConnection, Row};
 
+use super::batch::{Answers, Arg, Batch};
 use super::gpus;
 use super::ledger::{self, Kind, Transfer};
 use super::placement::Attempt;
@@ -109,13 +110,10 @@ pub(super) struct NewRow<'a> {
     pub destination: Destination<'a>,
 }
 
-/// Writes a new reservation (`pending`, epoch 1) and its meter holding `quote.hold`, and
-/// returns it as it reads back (nothing else in the transaction changes its row). `None` when
-/// the same Idempotency-Key committed concurrently: the next attempt returns that one.
-pub(super) async fn insert_reservation(
-    conn: &mut AnyConnection,
-    row: &NewRow<'_>,
-) -> Result<Option<Reservation>> {
+/// Adds to `batch` the writing of a new reservation (`pending`, epoch 1), returned as it
+/// reads back (nothing else in the transaction changes its row), and of its meter holding
+/// `quote.hold`. Returns the answer that holds the reservation's row ([`reservation_of`]).
+pub(super) fn push_insert(batch: &mut Batch, row: &NewRow<'_>) -> usize {
     let (new, quote) = (row.new, row.quote);
     let (node_id, node_name, gpus, placed_at, queued_at, reason) = match row.destination {
         Destination::Placed {
@@ -135,8 +133,9 @@ pub(super) async fn insert_reservation(
     let stepped = quote.rate.step_s < new.duration_s;
     // Read back as `fetch_reservation` reads it: the meter's figures and the node's name
     // are this reservation's own (nothing charged yet, the hold below).
-    let inserted = sqlx::query(concat!(
-        "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
+    let row_part = batch.push(
+        concat!(
+            "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
             bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
             created_at, idempotency_key, request_hash, ports, price_step_s, price_after,
             host_share_bps, priority, placed_at, queued_at, queue_reason, type_key,
@@ -145,69 +144,75 @@ pub(super) async fn insert_reservation(
             $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30,
             $31, $32)
          RETURNING ",
-        reservation_fields!(),
-        ", CAST(0 AS BIGINT) AS charged, CAST($33 AS BIGINT) AS held,
+            reservation_fields!(),
+            ", CAST(0 AS BIGINT) AS charged, CAST($33 AS BIGINT) AS held,
             CAST($34 AS TEXT) AS node_name"
-    ))
-    .bind(row.id)
-    .bind(&new.tenant_id)
-    .bind(row.type_name)
-    .bind(i64::from(row.gpu_count))
-    .bind(row.vram_mb.map(|v| i64::try_from(v).unwrap_or(i64::MAX)))
-    .bind(new.tier.as_str())
-    .bind((new.tier == Tier::Spot).then_some(quote.price_per_hour.micros()))
-    .bind(quote.price_per_hour.micros())
-    .bind(i64::try_from(new.duration_s).unwrap_or(i64::MAX))
-    .bind(node_id)
-    .bind(to_json(&gpus))
-    .bind(&new.image)
-    .bind(to_json(&new.command))
-    .bind(to_json(&new.env))
-    .bind(row.at)
-    .bind(&new.idempotency_key)
-    .bind(&new.request_hash)
-    .bind(to_json(&new.ports))
-    .bind(stepped.then(|| i64::try_from(quote.rate.step_s).unwrap_or(i64::MAX)))
-    .bind(stepped.then_some(quote.rate.then.micros()))
-    .bind(i64::from(row.host_share_bps))
-    .bind(quote.preemptible().then_some(quote.priority))
-    .bind(placed_at)
-    .bind(queued_at)
-    .bind(reason)
-    .bind(new.gpu_type.key())
-    .bind(new.on_node_loss.as_str())
-    .bind(i64::from(new.idle_reclaim))
-    .bind(i64::from(new.checkpoint))
-    .bind(&new.sealed_secrets)
-    .bind(to_json(&new.secret_names))
-    .bind(to_json(&new.http_ports))
-    .bind(quote.hold.micros())
-    .bind(node_name)
-    .fetch_one(&mut *conn)
-    .await;
-    let reservation = match inserted {
-        Ok(r) => reservation_from_row(&r)?,
-        Err(e) => {
-            let e = StoreError::from(e);
-            return if e.is_unique_violation() {
-                Ok(None)
-            } else {
-                Err(e)
-            };
-        }
-    };
-    sqlx::query(
+        ),
+        vec![
+            Arg::from(row.id),
+            Arg::from(&new.tenant_id),
+            Arg::from(row.type_name),
+            Arg::from(i64::from(row.gpu_count)),
+            Arg::from(row.vram_mb.map(|v| i64::try_from(v).unwrap_or(i64::MAX))),
+            Arg::from(new.tier.as_str()),
+            Arg::from((new.tier == Tier::Spot).then_some(quote.price_per_hour.micros())),
+            Arg::from(quote.price_per_hour.micros()),
+            Arg::from(i64::try_from(new.duration_s).unwrap_or(i64::MAX)),
+            Arg::from(node_id),
+            Arg::from(to_json(&gpus)),
+            Arg::from(&new.image),
+            Arg::from(to_json(&new.command)),
+            Arg::from(to_json(&new.env)),
+            Arg::from(row.at),
+            Arg::from(&new.idempotency_key),
+            Arg::from(&new.request_hash),
+            Arg::from(to_json(&new.ports)),
+            Arg::from(stepped.then(|| i64::try_from(quote.rate.step_s).unwrap_or(i64::MAX))),
+            Arg::from(stepped.then_some(quote.rate.then.micros())),
+            Arg::from(i64::from(row.host_share_bps)),
+            Arg::from(quote.preemptible().then_some(quote.priority)),
+            Arg::from(placed_at),
+            Arg::from(queued_at),
+            Arg::from(reason),
+            Arg::from(new.gpu_type.key()),
+            Arg::from(new.on_node_loss.as_str()),
+            Arg::from(i64::from(new.idle_reclaim)),
+            Arg::from(i64::from(new.checkpoint)),
+            Arg::from(&new.sealed_secrets),
+            Arg::from(to_json(&new.secret_names)),
+            Arg::from(to_json(&new.http_ports)),
+            Arg::from(quote.hold.micros()),
+            Arg::from(node_name),
+        ],
+    );
+    batch.push(
         "INSERT INTO meters (reservation_id, tenant_id, node_id, prepaid_block, price_per_hour,
             price_step_s, price_after, duration_s, host_share_bps, charged, held)
          SELECT id, tenant_id, node_id, CASE WHEN tier = 'reserved' THEN 1 ELSE 0 END,
             price_per_hour, price_step_s, price_after, duration_s, host_share_bps, 0, $2
          FROM reservations WHERE id = $1",
-    )
-    .bind(row.id)
-    .bind(quote.hold.micros())
-    .execute(&mut *conn)
-    .await?;
-    Ok(Some(reservation))
+        vec![Arg::from(row.id), Arg::from(row.quote.hold.micros())],
+    );
+    row_part
+}
+
+/// The answers of a batch with a [`push_insert`], or `None` when the same Idempotency-Key
+/// committed concurrently (the batch failed on it): the next attempt returns that one.
+pub(super) fn unless_replayed(answers: Result<Answers>) -> Result<Option<Answers>> {
+    match answers {
+        Ok(answers) => Ok(Some(answers)),
+        Err(e) if e.is_unique_violation() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The reservation [`push_insert`] wrote, its row's answer at `row_part`.
+pub(super) fn reservation_of(answers: &Answers, row_part: usize) -> Result<Reservation> {
+    let row = answers
+        .rows(row_part)
+        .first()
+        .ok_or_else(|| StoreError::Corrupt("an insert returned no row".to_owned()))?;
+    reservation_from_row(row)
 }
 
 pub(super) fn size_of(want: Want, gpu_vram_mb: u64) -> Size {
@@ -274,15 +279,10 @@ impl SqlStore {
         };
         let reason = Reason::NoFit(reason).to_string();
         let id = new_id();
-        super::caps::lock_and_check(
-            &mut tx,
-            self.backend,
-            &new.tenant_id,
-            &new.limits,
-            quote.price_per_hour,
-            &id,
-        )
-        .await?;
+        let mut batch = Batch::default();
+        let caps = super::caps::push_read(&mut batch, self.backend, &new.tenant_id);
+        let answers = batch.run(&mut tx, self.backend).await?;
+        super::caps::check(&mut tx, &answers, caps, new, quote.price_per_hour, &id).await?;
         take_hold(&mut tx, new, &id, quote.hold, at).await?;
         let (gpu_count, vram_mb) = match new.want {
             Want::Whole { count } => (count, None),
@@ -299,9 +299,12 @@ impl SqlStore {
             at,
             destination: Destination::Queued { reason: &reason },
         };
-        let Some(reservation) = insert_reservation(&mut tx, &row).await? else {
+        let mut batch = Batch::default();
+        let row_part = push_insert(&mut batch, &row);
+        let Some(answers) = unless_replayed(batch.run(&mut tx, self.backend).await)? else {
             return Ok(Attempt::LostRace);
         };
+        let reservation = reservation_of(&answers, row_part)?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, tenant_id = %new.tenant_id, tier = %new.tier, %reason, "queued");
         Ok(Attempt::Done(Box::new(reservation), Vec::new()))

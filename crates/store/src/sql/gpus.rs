@@ -1,14 +1,12 @@
 //! GPUs as placement reads and takes them: the candidates for a request, the work that could
 //! be preempted, the queue's view of a type, and claiming a plan's memory by compare-and-set.
 
-use std::collections::HashMap;
-
 use gpurent_sched::plan::{tier_priority, Gpu, Work};
 use gpurent_sched::Plan;
 use gpurent_types::{ReservationStatus, Tier};
 use sqlx::{AnyConnection, Row};
 
-use super::nodes::adjust_pool;
+use super::batch::{Answers, Arg, Batch};
 use super::switch_of;
 use crate::{Backend, Result, StoreError, Want};
 
@@ -23,6 +21,7 @@ macro_rules! placeable {
         )
     };
 }
+pub(crate) use placeable;
 
 /// The best-fitting GPUs read as candidates for a share.
 const SHARE_CANDIDATES: i64 = 16;
@@ -287,60 +286,92 @@ fn work_of(rows: &[sqlx::any::AnyRow], now: i64) -> Result<Vec<Work>> {
     Ok(work)
 }
 
-/// Takes `plan`'s memory for `reservation_id` (which must exist): each GPU only while it
-/// still has the memory free (whole GPUs: all of it), the nodes' counts of whole free GPUs
-/// and the allocations kept with it. False when a GPU no longer had it (the plan was made
-/// from a stale view): the caller rolls the transaction back.
-pub(super) async fn claim(
-    conn: &mut AnyConnection,
-    reservation_id: &str,
-    plan: &Plan,
-) -> Result<bool> {
+/// The compare-and-sets of a plan in a batch ([`push_claims`]).
+pub(super) struct Claims(Vec<usize>);
+
+impl Claims {
+    /// Whether every GPU still had the memory: false when the plan was made from a stale view
+    /// (and the caller rolls the transaction back; what the batch did after is undone with it).
+    pub fn held(&self, answers: &Answers) -> bool {
+        self.0.iter().all(|&part| answers.rows(part).len() == 1)
+    }
+}
+
+/// Adds to `batch` the taking of `plan`'s memory for `reservation_id` (written before in the
+/// transaction): each GPU only while it still has the memory free (whole GPUs: all of it), the
+/// node's count of whole free GPUs, and the allocations kept with it.
+pub(super) fn push_claims(batch: &mut Batch, reservation_id: &str, plan: &Plan) -> Claims {
     let whole_only = i64::from(plan.whole);
-    // Whole free GPUs taken, per type.
-    let mut taken_whole: HashMap<String, i64> = HashMap::new();
+    let mut claims = Vec::with_capacity(plan.gpus.len());
     for (uuid, want) in &plan.gpus {
-        let want = i64::try_from(*want).unwrap_or(i64::MAX);
-        let taken = sqlx::query(
+        claims.push(batch.push(
             "UPDATE gpus SET free_mb = free_mb - $1
              WHERE uuid = $2 AND node_id = $3 AND free_mb >= $1 AND ($4 = 0 OR free_mb = vram_mb)
-             RETURNING vram_mb - free_mb AS used, type_key",
-        )
-        .bind(want)
-        .bind(uuid)
-        .bind(&plan.node_id)
-        .bind(whole_only)
-        .fetch_optional(&mut *conn)
-        .await?;
-        let Some(taken) = taken else {
-            return Ok(false);
-        };
-        if taken.try_get::<i64, _>("used")? == want {
-            // It was whole and free until now.
-            *taken_whole.entry(taken.try_get("type_key")?).or_default() += 1;
-        }
+             RETURNING uuid",
+            vec![
+                Arg::from(mb_arg(*want)),
+                Arg::from(uuid),
+                Arg::from(&plan.node_id),
+                Arg::from(whole_only),
+            ],
+        ));
     }
-    let mut keys: Vec<(String, i64)> = taken_whole.into_iter().collect();
-    keys.sort();
-    for (key, n) in keys {
-        adjust_pool(conn, &plan.node_id, &key, -n).await?;
+    let Some((first, share_mb)) = plan.gpus.first() else {
+        return Claims(claims);
+    };
+    // The GPUs of a plan are of one type. Guarded so that the count never goes below zero
+    // when a claim above failed (that transaction rolls back anyway).
+    if plan.whole {
+        batch.push(
+            "UPDATE gpu_pools SET whole_free = whole_free - $3
+             WHERE node_id = $1 AND type_key = (SELECT type_key FROM gpus WHERE uuid = $2)
+               AND whole_free >= $3",
+            vec![
+                Arg::from(&plan.node_id),
+                Arg::from(first),
+                Arg::from(i64::try_from(plan.gpus.len()).unwrap_or(i64::MAX)),
+            ],
+        );
+    } else {
+        // A share taken from a GPU that was whole and free until now.
+        batch.push(
+            "UPDATE gpu_pools SET whole_free = whole_free - 1
+             WHERE node_id = $1 AND type_key = (SELECT type_key FROM gpus WHERE uuid = $2)
+               AND (SELECT vram_mb - free_mb FROM gpus WHERE uuid = $2) = $3
+               AND whole_free >= 1",
+            vec![
+                Arg::from(&plan.node_id),
+                Arg::from(first),
+                Arg::from(mb_arg(*share_mb)),
+            ],
+        );
     }
-    // One statement for all of a gang's allocations.
-    let values: Vec<String> = (0..plan.gpus.len())
-        .map(|i| format!("($1, ${}, ${})", 2 * i + 2, 2 * i + 3))
-        .collect();
-    let sql = format!(
-        "INSERT INTO allocations (reservation_id, gpu_uuid, vram_mb) VALUES {}",
-        values.join(", ")
-    );
-    let mut insert = sqlx::query(&sql).bind(reservation_id);
+    // One statement for all of a gang's allocations, which fails on nothing: when a claim
+    // above failed (a GPU gone, or the reservation already holding it) the caller rolls back.
+    let mut cases = String::new();
+    let mut uuids = Vec::with_capacity(plan.gpus.len());
+    let mut args = vec![Arg::from(reservation_id)];
     for (uuid, want) in &plan.gpus {
-        insert = insert
-            .bind(uuid)
-            .bind(i64::try_from(*want).unwrap_or(i64::MAX));
+        let (u, m) = (args.len() + 1, args.len() + 2);
+        cases.push_str(&format!(" WHEN ${u} THEN CAST(${m} AS BIGINT)"));
+        uuids.push(format!("${u}"));
+        args.push(Arg::from(uuid));
+        args.push(Arg::from(mb_arg(*want)));
     }
-    insert.execute(&mut *conn).await?;
-    Ok(true)
+    batch.push(
+        format!(
+            "INSERT INTO allocations (reservation_id, gpu_uuid, vram_mb)
+             SELECT $1, g.uuid, CASE g.uuid{cases} END FROM gpus g WHERE g.uuid IN ({})
+             ON CONFLICT DO NOTHING",
+            uuids.join(", ")
+        ),
+        args,
+    );
+    Claims(claims)
+}
+
+fn mb_arg(mb: u64) -> i64 {
+    i64::try_from(mb).unwrap_or(i64::MAX)
 }
 
 /// The memory of the largest GPU of type `key`, the type's name and the most GPUs of it on one

@@ -4,6 +4,7 @@
 mod access;
 mod agent_events;
 mod audit;
+mod batch;
 mod caps;
 mod create;
 mod gpu_hours;

@@ -12,12 +12,12 @@ use gpurent_types::api::Reservation;
 use gpurent_types::Tier;
 use sqlx::AnyConnection;
 
+use super::batch::{Arg, Batch};
 use super::create::{
-    earlier_reservation, insert_reservation, no_capacity_reason, size_of, take_hold, to_json,
-    Destination, NewRow,
+    earlier_reservation, no_capacity_reason, push_insert, reservation_of, size_of, take_hold,
+    to_json, unless_replayed, Destination, NewRow,
 };
-use super::gpus::{self, Lock};
-use super::nodes::bump_version;
+use super::gpus::{self, Claims, Lock};
 use super::queue::preempt_reservation;
 use super::{new_id, retry_transient, ts, Backend, SqlStore};
 use crate::{NewReservation, Result, StoreError, Want};
@@ -36,16 +36,18 @@ pub(super) enum Attempt {
     Queue,
 }
 
-/// Preempts `plan`'s victims, then takes its GPU memory for `reservation_id` and bumps the
-/// desired version of every node that changed (the plan's last, as in every transaction).
-/// `None` when the plan was stale: the caller rolls back.
+/// Preempts `plan`'s victims, then adds to `batch` the taking of its GPU memory for
+/// `reservation_id` and the bump of the desired version of every node that changed (sorted,
+/// and last, as in every transaction). Returns the claims, to check once the batch ran, and
+/// the nodes to wake.
 async fn apply(
     conn: &mut AnyConnection,
+    batch: &mut Batch,
     reservation_id: &str,
     plan: &Plan,
     grace_s: u64,
     now: i64,
-) -> Result<Option<Vec<String>>> {
+) -> Result<(Claims, Vec<String>)> {
     let mut woken = vec![plan.node_id.clone()];
     for victim in &plan.victims {
         // One that ended meanwhile freed its memory anyway; the compare-and-set decides.
@@ -56,14 +58,16 @@ async fn apply(
             }
         }
     }
-    if !gpus::claim(conn, reservation_id, plan).await? {
-        return Ok(None);
-    }
+    let claims = gpus::push_claims(batch, reservation_id, plan);
     woken.sort();
     for node in &woken {
-        bump_version(conn, node).await?;
+        // `nodes::bump_version`, in the batch.
+        batch.push(
+            "UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1",
+            vec![Arg::from(node)],
+        );
     }
-    Ok(Some(woken))
+    Ok((claims, woken))
 }
 
 /// The priority `new` plans with: a spot bid per whole GPU-hour as its quote gives it (sized
@@ -271,23 +275,21 @@ impl SqlStore {
                 gpus: &gpu_uuids,
             },
         };
-        let Some(reservation) = insert_reservation(&mut tx, &row).await? else {
+        // One batch: the row and meter, the claims, the versions, and last the tenant's caps
+        // (on PostgreSQL they lock the tenant until commit: see `caps::push_read`).
+        let mut batch = Batch::default();
+        let row_part = push_insert(&mut batch, &row);
+        let (claims, woken) =
+            apply(&mut tx, &mut batch, &id, &plan, prices.spot_grace_s, at).await?;
+        let caps = super::caps::push_read(&mut batch, self.backend, &new.tenant_id);
+        let Some(answers) = unless_replayed(batch.run(&mut tx, self.backend).await)? else {
             return Ok(Attempt::LostRace);
         };
-        // The tenant's caps and its hold after the GPUs: on PostgreSQL the caps lock the
-        // tenant until commit (see `caps::lock_and_check`).
-        let Some(woken) = apply(&mut tx, &id, &plan, prices.spot_grace_s, at).await? else {
+        if !claims.held(&answers) {
             return Ok(Attempt::LostRace);
-        };
-        super::caps::lock_and_check(
-            &mut tx,
-            self.backend,
-            &new.tenant_id,
-            &new.limits,
-            quote.price_per_hour,
-            &id,
-        )
-        .await?;
+        }
+        let reservation = reservation_of(&answers, row_part)?;
+        super::caps::check(&mut tx, &answers, caps, new, quote.price_per_hour, &id).await?;
         take_hold(&mut tx, new, &id, quote.hold, at).await?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, node_id = %plan.node_id, tenant_id = %new.tenant_id, tier = %new.tier, "reserved");
@@ -317,32 +319,31 @@ impl SqlStore {
         now: i64,
     ) -> Result<Option<Vec<String>>> {
         let mut tx = self.begin().await?;
+        let mut batch = Batch::default();
         // The claim is a compare-and-set on the row: a stop or a timeout of the same
         // reservation waits for this transaction, then finds it placed (or the other way round).
         let gpu_uuids: Vec<&str> = plan.gpus.iter().map(|(u, _)| u.as_str()).collect();
-        let claimed = sqlx::query(
+        let claimed = batch.push(
             "UPDATE reservations SET node_id = $1, gpus = $2, placed_at = $3, queue_reason = NULL
              WHERE id = $4 AND status = 'pending' AND node_id IS NULL",
-        )
-        .bind(&plan.node_id)
-        .bind(to_json(&gpu_uuids))
-        .bind(now)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if claimed != 1 {
+            vec![
+                Arg::from(&plan.node_id),
+                Arg::from(to_json(&gpu_uuids)),
+                Arg::from(now),
+                Arg::from(id),
+            ],
+        );
+        batch.push(
+            "UPDATE meters SET node_id = $1 WHERE reservation_id = $2",
+            vec![Arg::from(&plan.node_id), Arg::from(id)],
+        );
+        let (claims, woken) = apply(&mut tx, &mut batch, id, plan, grace_s, now).await?;
+        let answers = batch.run(&mut tx, self.backend).await?;
+        if answers.affected(claimed) != 1 || !claims.held(&answers) {
+            // No longer queued, or a stale view: the memory went elsewhere. Nothing of this
+            // is kept.
             return Ok(None);
         }
-        sqlx::query("UPDATE meters SET node_id = $1 WHERE reservation_id = $2")
-            .bind(&plan.node_id)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        let Some(woken) = apply(&mut tx, id, plan, grace_s, now).await? else {
-            // A stale view: the memory went elsewhere. Nothing of this is kept.
-            return Ok(None);
-        };
         tx.commit().await?;
         tracing::info!(reservation_id = %id, node_id = %plan.node_id, "queued reservation placed");
         Ok(Some(woken))

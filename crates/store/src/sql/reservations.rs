@@ -9,6 +9,7 @@ use gpurent_types::api::{Offer, Reservation, ReservedDiscount};
 use gpurent_types::{GpuType, ReservationStatus};
 use sqlx::Row;
 
+use super::gpus::placeable;
 use super::nodes::bump_version;
 use super::rows::{
     fetch_reservation, reservation_from_row, scope_param, stop_meter, RESERVATION_COLUMNS,
@@ -19,15 +20,17 @@ use crate::{NewReservation, ReservationStore, Result, Scope};
 #[async_trait]
 impl ReservationStore for SqlStore {
     async fn offers(&self, prices: &PriceList, live_since: DateTime<Utc>) -> Result<Vec<Offer>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query(concat!(
             "SELECT g.type_name, g.type_key, MAX(g.vram_mb) AS vram_mb,
-                    CAST(SUM(CASE WHEN g.free_mb = g.vram_mb AND n.last_seen_at >= $1 AND n.verified <> 0 AND n.healthy <> 0 AND n.status = 'ready'
-                             THEN 1 ELSE 0 END) AS BIGINT) AS available,
-                    CAST(SUM(CASE WHEN g.free_mb = g.vram_mb AND n.last_seen_at >= $1 AND n.verified <> 0 AND n.healthy <> 0 AND n.status = 'ready' AND n.isolated = 0
-                             THEN 1 ELSE 0 END) AS BIGINT) AS unisolated
+                    CAST(SUM(CASE WHEN g.free_mb = g.vram_mb AND ",
+            placeable!("$1"),
+            " THEN 1 ELSE 0 END) AS BIGINT) AS available,
+                    CAST(SUM(CASE WHEN g.free_mb = g.vram_mb AND ",
+            placeable!("$1"),
+            " AND n.isolated = 0 THEN 1 ELSE 0 END) AS BIGINT) AS unisolated
              FROM gpus g JOIN nodes n ON n.id = g.node_id
-             GROUP BY g.type_name, g.type_key ORDER BY g.type_name",
-        )
+             GROUP BY g.type_name, g.type_key ORDER BY g.type_name"
+        ))
         .bind(ts(live_since))
         .fetch_all(&self.pool)
         .await?;
