@@ -280,9 +280,18 @@ impl SqlStore {
         let reason = Reason::NoFit(reason).to_string();
         let id = new_id();
         let mut batch = Batch::default();
-        let caps = super::caps::push_read(&mut batch, self.backend, &new.tenant_id);
+        let caps = super::caps::push_read(&mut batch, &new.tenant_id);
         let answers = batch.run(&mut tx, self.backend).await?;
-        super::caps::check(&mut tx, &answers, caps, new, quote.price_per_hour, &id).await?;
+        super::caps::check(
+            &mut tx,
+            self.backend,
+            &answers,
+            caps,
+            new,
+            quote.price_per_hour,
+            &id,
+        )
+        .await?;
         take_hold(&mut tx, new, &id, quote.hold, at).await?;
         let (gpu_count, vram_mb) = match new.want {
             Want::Whole { count } => (count, None),

@@ -275,13 +275,12 @@ impl SqlStore {
                 gpus: &gpu_uuids,
             },
         };
-        // One batch: the row and meter, the claims, the versions, and last the tenant's caps
-        // (on PostgreSQL they lock the tenant until commit: see `caps::push_read`).
+        // One batch: the row and meter, the claims, the versions, and the tenant's caps.
         let mut batch = Batch::default();
         let row_part = push_insert(&mut batch, &row);
         let (claims, woken) =
             apply(&mut tx, &mut batch, &id, &plan, prices.spot_grace_s, at).await?;
-        let caps = super::caps::push_read(&mut batch, self.backend, &new.tenant_id);
+        let caps = super::caps::push_read(&mut batch, &new.tenant_id);
         let Some(answers) = unless_replayed(batch.run(&mut tx, self.backend).await)? else {
             return Ok(Attempt::LostRace);
         };
@@ -289,7 +288,16 @@ impl SqlStore {
             return Ok(Attempt::LostRace);
         }
         let reservation = reservation_of(&answers, row_part)?;
-        super::caps::check(&mut tx, &answers, caps, new, quote.price_per_hour, &id).await?;
+        super::caps::check(
+            &mut tx,
+            self.backend,
+            &answers,
+            caps,
+            new,
+            quote.price_per_hour,
+            &id,
+        )
+        .await?;
         take_hold(&mut tx, new, &id, quote.hold, at).await?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, node_id = %plan.node_id, tenant_id = %new.tenant_id, tier = %new.tier, "reserved");
