@@ -8,6 +8,7 @@ mod auth;
 mod bootstrap;
 mod console;
 mod error;
+mod expected;
 mod extract;
 mod health_rules;
 mod idempotency;

@@ -38,6 +38,8 @@ pub struct AppState {
     pub console_api: Arc<std::sync::OnceLock<axum::Router>>,
     /// The admin pages' recent daily reports.
     pub console_reports: Arc<crate::console::report_cache::ReportCache>,
+    /// The requests seen lately per GPU type: the workload placement keeps room for.
+    pub expected: Arc<crate::expected::Expected>,
 }
 
 impl AppState {
@@ -68,6 +70,7 @@ impl AppState {
             ssh_endpoint: Arc::default(),
             console_api: Arc::default(),
             console_reports: Arc::default(),
+            expected: Arc::default(),
         }
     }
 

@@ -4,7 +4,9 @@
 mod access;
 mod agent_events;
 mod audit;
+mod batch;
 mod caps;
+mod create;
 mod drain;
 mod endings;
 mod events;
@@ -12,6 +14,7 @@ mod fencing;
 mod fleet;
 mod fragments;
 mod gpu_hours;
+mod gpus;
 mod health;
 mod idempotency;
 mod ledger;
@@ -20,6 +23,7 @@ mod metrics;
 mod migrate;
 mod node_store;
 mod nodes;
+mod placement;
 mod proxy;
 mod queue;
 mod reports;
@@ -56,9 +60,6 @@ pub(crate) fn switch_of(row: &sqlx::any::AnyRow) -> Result<Option<u32>> {
 pub struct SqlStore {
     pool: AnyPool,
     backend: Backend,
-    /// What was asked lately, per GPU type: the workload placement expects (see
-    /// `reservations::Recent`).
-    recent: reservations::Recent,
     /// Transactions begun (`begin`), for the tests and benchmarks that count them.
     begun: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
@@ -76,7 +77,11 @@ impl SqlStore {
         } else {
             return Err(StoreError::UnsupportedUrl(url.to_owned()));
         };
-        let options = AnyConnectOptions::from_str(&url)?.disable_statement_logging();
+        // Every statement at trace level only (`RUST_LOG=sqlx::query=trace` shows them; the
+        // tests count them), none as slow.
+        let options = AnyConnectOptions::from_str(&url)?
+            .log_statements(tracing::log::LevelFilter::Trace)
+            .log_slow_statements(tracing::log::LevelFilter::Off, Duration::MAX);
         let pool = match backend {
             // One connection serialises writers, which SQLite does anyway; it avoids
             // SQLITE_BUSY between pooled connections and keeps transactions short.
@@ -112,7 +117,6 @@ impl SqlStore {
         let store = SqlStore {
             pool,
             backend,
-            recent: reservations::Recent::default(),
             begun: Default::default(),
         };
         migrate::run(&store.pool, backend).await?;

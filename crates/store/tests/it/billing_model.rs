@@ -236,7 +236,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     .await
                     .unwrap();
                 if let Ok((r, _)) = store
-                    .reserve(new, &prices, at(now) - Duration::seconds(10), at(now))
+                    .reserve(new, &prices, at(now) - Duration::seconds(10), at(now), &[])
                     .await
                 {
                     let quote = prices

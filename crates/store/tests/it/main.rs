@@ -16,6 +16,7 @@ mod liveness;
 mod logs;
 mod metrics;
 mod node_certs;
+mod placement;
 mod queue;
 mod settlement_rule;
 mod support;
