@@ -22,7 +22,6 @@ mod proxy;
 mod rate_limit;
 mod report;
 mod routes;
-mod scheduler;
 pub mod secrets;
 mod serve;
 pub mod ssh;

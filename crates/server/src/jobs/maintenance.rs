@@ -33,7 +33,7 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), JobError> {
             state.wake.wake(&node);
         }
     }
-    crate::scheduler::pass(state).await?;
+    crate::jobs::scheduler::pass(state).await?;
     crate::jobs::alerts::deliver(state).await;
     let pruned = state
         .store
@@ -116,7 +116,7 @@ pub(crate) async fn run(state: AppState, mut stopped: watch::Receiver<bool>) {
         }
         // Woken by freed capacity: only the scheduling pass, not a whole tick.
         let done = if woken {
-            crate::scheduler::pass(&state).await
+            crate::jobs::scheduler::pass(&state).await
         } else {
             tick(&state).await
         };
