@@ -31,6 +31,8 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot keep the node's identity")]
+    KeyFile(#[from] gpurent_types::keyfile::KeyFileError),
     #[error("the node identity at {path} is not valid JSON")]
     IdentityFormat {
         path: PathBuf,

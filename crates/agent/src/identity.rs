@@ -1,7 +1,8 @@
 //! The node's identity, kept in the agent's data dir so a restarted agent resumes its node.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use gpurent_types::keyfile;
 
 use serde::{Deserialize, Serialize};
 
@@ -69,22 +70,11 @@ impl NodeIdentity {
     }
 }
 
-/// Writes a file with mode 0600, atomically (temporary file, fsync, rename).
+/// Writes a file of the data dir (made if missing) with mode 0600, atomically.
 fn write_private(data_dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), AgentError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let fail = |source| AgentError::Identity {
+    std::fs::create_dir_all(data_dir).map_err(|source| AgentError::Identity {
         path: path.to_owned(),
         source,
-    };
-    std::fs::create_dir_all(data_dir).map_err(fail)?;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&tmp).map_err(fail)?;
-    file.write_all(bytes).map_err(fail)?;
-    file.sync_all().map_err(fail)?;
-    std::fs::rename(&tmp, path).map_err(fail)
+    })?;
+    Ok(keyfile::write_private(path, bytes)?)
 }

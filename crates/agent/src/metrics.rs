@@ -1,8 +1,9 @@
 //! The agent's Prometheus metrics (`--metrics-listen`): each GPU under dcgm-exporter's names
 //! and labels, and each reservation's GPUs, from the sample the heartbeat took last (a scrape
-//! never calls NVML).
+//! never calls NVML), in the Prometheus text format (0.0.4) as `prometheus-client` writes it.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -13,7 +14,16 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use gpurent_types::agent::{AgentEventKind, GpuInfo, NodeTelemetry};
-use gpurent_types::exposition::{micros, millis, Exposition, Kind, CONTENT_TYPE};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::prometheus_text::{self, CONTENT_TYPE};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
+    GaugeValueEncoder,
+};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -120,128 +130,202 @@ impl AgentMetrics {
             .last_sync_us
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut e = Exposition::new();
-        self.write_gpus(&mut e, latest.as_ref());
-        write_reservations(&mut e, latest.as_ref());
-        let name = "gpurent_agent_telemetry_timestamp_seconds";
-        e.family(
-            name,
-            Kind::Gauge,
-            "When the GPUs were last sampled (unix time), by the heartbeat.",
-        );
-        if let Some(s) = &latest {
-            e.sample(name, &[], micros(s.sampled_at_us));
-        }
-        let name = "gpurent_agent_last_sync_timestamp_seconds";
-        e.family(
-            name,
-            Kind::Gauge,
-            "When a sync with the control plane last succeeded (unix time).",
-        );
-        if let Some(at) = last_sync {
-            e.sample(name, &[], micros(at));
-        }
-        let name = "gpurent_agent_vram_events_total";
-        e.family(
-            name,
-            Kind::Counter,
-            "Events of the VRAM watchdog, by kind (a share over its memory, back under, stopped, a process on a foreign GPU, a process of no instance on a rented GPU).",
-        );
         let events = self
             .events
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        for kind in AgentEventKind::ALL {
-            let n = events.get(&kind).copied().unwrap_or(0);
-            e.sample(name, &[("kind", kind.as_str())], n);
+        let scrape = Scrape {
+            hostname: self.hostname.clone(),
+            latest,
+            last_sync,
+            events,
+        };
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(scrape));
+        let mut text = String::new();
+        if let Err(e) = prometheus_text::encode(&mut text, &registry) {
+            tracing::warn!(error = %e, "the metrics could not be written");
         }
-        e.finish()
+        // dcgm-exporter's ECC family is a counter without `_total`, which the encoder appends
+        // to every counter's name: it is written as a gauge and typed here as dcgm-exporter
+        // types it, so that its dashboards and rules keep working.
+        text.replacen(
+            "# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL gauge\n",
+            "# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter\n",
+            1,
+        )
+    }
+}
+
+/// What one scrape writes, read from the agent's state at its start.
+#[derive(Debug)]
+struct Scrape {
+    hostname: String,
+    latest: Option<Snapshot>,
+    last_sync: Option<i64>,
+    events: BTreeMap<AgentEventKind, u64>,
+}
+
+/// Unlabelled: the one sample of a family.
+const NONE: [(&str, &str); 0] = [];
+
+/// A reading as dcgm-exporter writes it: whole numbers as integers, others (watts, seconds)
+/// as the float that prints their exact decimals (`687.933`).
+#[derive(Debug, Clone, Copy)]
+enum Reading {
+    Whole(u64),
+    Fraction(f64),
+}
+
+impl Reading {
+    /// `n` of `1/per` (milliwatts in watts, microseconds in seconds).
+    #[allow(clippy::cast_precision_loss)]
+    fn parts(n: i64, per: u64) -> Reading {
+        match u64::try_from(n) {
+            Ok(n) if n % per == 0 => Reading::Whole(n / per),
+            _ => Reading::Fraction(n as f64 / per as f64),
+        }
     }
 
-    fn write_gpus(&self, e: &mut Exposition, latest: Option<&Snapshot>) {
-        // (name, type, help, value of a sample); dcgm-exporter's units: %, MiB, C, W.
-        type Value = fn(&gpurent_types::agent::GpuSample) -> String;
-        let families: [(&str, Kind, &str, Value); 6] = [
-            (
-                "DCGM_FI_DEV_GPU_UTIL",
-                Kind::Gauge,
-                "GPU utilization (in %).",
-                |s| s.utilization_pct.to_string(),
-            ),
-            (
-                "DCGM_FI_DEV_FB_USED",
-                Kind::Gauge,
-                "Framebuffer memory used (in MiB).",
-                |s| s.memory_used_mb.to_string(),
-            ),
-            (
-                "DCGM_FI_DEV_FB_FREE",
-                Kind::Gauge,
-                "Framebuffer memory free (in MiB).",
-                |s| {
-                    s.memory_total_mb
-                        .saturating_sub(s.memory_used_mb)
-                        .to_string()
-                },
-            ),
-            (
-                "DCGM_FI_DEV_GPU_TEMP",
-                Kind::Gauge,
-                "GPU temperature (in C).",
-                |s| s.temperature_c.to_string(),
-            ),
-            (
-                "DCGM_FI_DEV_POWER_USAGE",
-                Kind::Gauge,
-                "Power draw (in W).",
-                |s| millis(s.power_mw).to_string(),
-            ),
-            (
-                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-                Kind::Counter,
-                "Total number of double-bit (uncorrected) volatile ECC errors, since the driver loaded.",
-                |s| s.ecc_uncorrected.to_string(),
-            ),
-        ];
-        // A GPU fallen off the bus has no readings: it gets no samples (the control plane's
-        // health rules and events report it).
-        let gpus: Vec<(Vec<(&str, String)>, &gpurent_types::agent::GpuSample)> = latest
-            .map(|s| {
-                s.telemetry
-                    .gpus
-                    .iter()
-                    .filter(|g| !g.lost)
-                    .map(|g| {
-                        let info = s.inventory.iter().find(|i| i.uuid == g.uuid);
-                        let index = info.map_or_else(String::new, |i| i.index.to_string());
-                        let labels = vec![
-                            ("gpu", index.clone()),
-                            ("UUID", g.uuid.clone()),
-                            ("device", format!("nvidia{index}")),
-                            (
-                                "modelName",
-                                info.map_or_else(String::new, |i| i.model.clone()),
-                            ),
-                            ("Hostname", self.hostname.clone()),
-                        ];
-                        (labels, g)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        for (name, kind, help, value) in families {
-            e.family(name, kind, help);
-            for (labels, sample) in &gpus {
-                let labels: Vec<(&str, &str)> =
-                    labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-                e.sample(name, &labels, value(sample));
-            }
+    fn seconds(micros: i64) -> Reading {
+        Reading::parts(micros, 1_000_000)
+    }
+}
+
+impl EncodeGaugeValue for Reading {
+    fn encode(&self, encoder: &mut GaugeValueEncoder) -> fmt::Result {
+        match self {
+            Reading::Whole(v) => EncodeGaugeValue::encode(v, encoder),
+            Reading::Fraction(v) => EncodeGaugeValue::encode(v, encoder),
         }
     }
 }
 
-fn write_reservations(e: &mut Exposition, latest: Option<&Snapshot>) {
+/// A gauge family: its `# HELP` and `# TYPE`, then one sample per label set (none: the header
+/// only, so that alert rules find the family).
+fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, V)>,
+) -> fmt::Result {
+    let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in samples {
+        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// As `gauges`, for a counter named with the `_total` that the encoder appends.
+fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, V)>,
+) -> fmt::Result {
+    let name = name.strip_suffix("_total").unwrap_or(name);
+    let mut family = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, value) in samples {
+        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        let latest = self.latest.as_ref();
+        write_gpus(&mut e, &self.hostname, latest)?;
+        write_reservations(&mut e, latest)?;
+        gauges(
+            &mut e,
+            "gpurent_agent_telemetry_timestamp_seconds",
+            "When the GPUs were last sampled (unix time), by the heartbeat.",
+            latest.map(|s| (NONE, Reading::seconds(s.sampled_at_us))),
+        )?;
+        gauges(
+            &mut e,
+            "gpurent_agent_last_sync_timestamp_seconds",
+            "When a sync with the control plane last succeeded (unix time).",
+            self.last_sync.map(|at| (NONE, Reading::seconds(at))),
+        )?;
+        counters(
+            &mut e,
+            "gpurent_agent_vram_events_total",
+            "Events of the VRAM watchdog, by kind (a share over its memory, back under, stopped, a process on a foreign GPU, a process of no instance on a rented GPU).",
+            AgentEventKind::ALL.iter().map(|kind| {
+                let n = self.events.get(kind).copied().unwrap_or(0);
+                ([("kind", kind.as_str())], n)
+            }),
+        )
+    }
+}
+
+fn write_gpus(e: &mut DescriptorEncoder, hostname: &str, latest: Option<&Snapshot>) -> fmt::Result {
+    // (name, help, value of a sample); dcgm-exporter's units: %, MiB, C, W. All gauges but
+    // the ECC count (see `render`).
+    type Value = fn(&gpurent_types::agent::GpuSample) -> Reading;
+    let families: [(&str, &str, Value); 6] = [
+        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |s| {
+            Reading::Whole(u64::from(s.utilization_pct))
+        }),
+        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", |s| {
+            Reading::Whole(s.memory_used_mb)
+        }),
+        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", |s| {
+            Reading::Whole(s.memory_total_mb.saturating_sub(s.memory_used_mb))
+        }),
+        ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |s| {
+            Reading::Whole(u64::from(s.temperature_c))
+        }),
+        ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", |s| {
+            Reading::parts(i64::try_from(s.power_mw).unwrap_or(i64::MAX), 1000)
+        }),
+        (
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+            "Total number of double-bit (uncorrected) volatile ECC errors, since the driver loaded.",
+            |s| Reading::Whole(s.ecc_uncorrected),
+        ),
+    ];
+    // A GPU fallen off the bus has no readings: it gets no samples (the control plane's
+    // health rules and events report it).
+    let gpus: Vec<(Vec<(&str, String)>, &gpurent_types::agent::GpuSample)> = latest
+        .map(|s| {
+            s.telemetry
+                .gpus
+                .iter()
+                .filter(|g| !g.lost)
+                .map(|g| {
+                    let info = s.inventory.iter().find(|i| i.uuid == g.uuid);
+                    let index = info.map_or_else(String::new, |i| i.index.to_string());
+                    let labels = vec![
+                        ("gpu", index.clone()),
+                        ("UUID", g.uuid.clone()),
+                        ("device", format!("nvidia{index}")),
+                        (
+                            "modelName",
+                            info.map_or_else(String::new, |i| i.model.clone()),
+                        ),
+                        ("Hostname", hostname.to_owned()),
+                    ];
+                    (labels, g)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    for (name, help, value) in families {
+        gauges(
+            e,
+            name,
+            help,
+            gpus.iter()
+                .map(|(labels, sample)| (labels.as_slice(), value(sample))),
+        )?;
+    }
+    Ok(())
+}
+
+fn write_reservations(e: &mut DescriptorEncoder, latest: Option<&Snapshot>) -> fmt::Result {
     // (reservation, UUID) -> (GPU index, memory its processes use, the GPU's utilisation)
     let mut rows: BTreeMap<(&str, &str), (String, u64, u32)> = BTreeMap::new();
     if let Some(s) = latest {
@@ -266,32 +350,32 @@ fn write_reservations(e: &mut Exposition, latest: Option<&Snapshot>) {
             );
         }
     }
-    let name = "gpurent_reservation_gpu_memory_used_bytes";
-    e.family(
-        name,
-        Kind::Gauge,
+    gauges(
+        e,
+        "gpurent_reservation_gpu_memory_used_bytes",
         "GPU memory used by a reservation's processes on each of its GPUs.",
-    );
-    for ((id, uuid), (index, used, _)) in &rows {
-        e.sample(
-            name,
-            &[("reservation", id), ("UUID", uuid), ("gpu", index)],
-            used.saturating_mul(MIB),
-        );
-    }
-    let name = "gpurent_reservation_gpu_utilization_percent";
-    e.family(
-        name,
-        Kind::Gauge,
+        rows.iter().map(|((id, uuid), (index, used, _))| {
+            (
+                [
+                    ("reservation", *id),
+                    ("UUID", *uuid),
+                    ("gpu", index.as_str()),
+                ],
+                used.saturating_mul(MIB),
+            )
+        }),
+    )?;
+    gauges(
+        e,
+        "gpurent_reservation_gpu_utilization_percent",
         "Utilization of each GPU a reservation runs on (in %): NVML measures the whole GPU, so on a shared GPU this is all its reservations together.",
-    );
-    for ((id, uuid), (index, _, util)) in &rows {
-        e.sample(
-            name,
-            &[("reservation", id), ("UUID", uuid), ("gpu", index)],
-            util,
-        );
-    }
+        rows.iter().map(|((id, uuid), (index, _, util))| {
+            (
+                [("reservation", *id), ("UUID", *uuid), ("gpu", index.as_str())],
+                *util,
+            )
+        }),
+    )
 }
 
 async fn scrape(State(metrics): State<Arc<AgentMetrics>>) -> impl IntoResponse {
@@ -382,6 +466,10 @@ mod tests {
             "gpurent_reservation_gpu_memory_used_bytes{reservation=\"r1\",UUID=\"GPU-a\",gpu=\"3\"} 1184890880".to_owned(),
             "gpurent_reservation_gpu_utilization_percent{reservation=\"r1\",UUID=\"GPU-a\",gpu=\"3\"} 99".to_owned(),
             "gpurent_agent_vram_events_total{kind=\"vram_exceeded\"} 0".to_owned(),
+            // dcgm-exporter's types: the ECC count is a counter without `_total`.
+            "# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter".to_owned(),
+            "# TYPE DCGM_FI_DEV_GPU_UTIL gauge".to_owned(),
+            "# TYPE gpurent_agent_vram_events_total counter".to_owned(),
         ] {
             assert!(text.contains(&format!("{line}\n")), "{line} not in\n{text}");
         }

@@ -2,27 +2,22 @@
 //! the control plane's certificate by its SHA-256 (`--tls-fingerprint`), and present the
 //! node's client certificate (mutual TLS); TLS 1.3 only, rustls with ring.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use gpurent_types::keyfile::{load_certs, load_private_key, KeyFileError};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use sha2::{Digest, Sha256};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot read {path}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    KeyFile(#[from] KeyFileError),
     #[error("{path} holds no usable PEM certificate")]
     NoCertificate { path: PathBuf },
-    #[error("{path} holds no PEM private key")]
-    NoKey { path: PathBuf },
     #[error("not a SHA-256 fingerprint (64 hex digits, colons allowed): {0}")]
     BadFingerprint(String),
     #[error("no trusted CA: none in the system store; pass --ca-cert or --tls-fingerprint")]
@@ -86,7 +81,7 @@ impl ClientTls {
         match &self.client_cert {
             None => Ok(builder.with_no_client_auth()),
             Some((cert, key)) => builder
-                .with_client_auth_cert(load_certs(cert)?, load_key(key)?)
+                .with_client_auth_cert(load_certs(cert)?, load_private_key(key)?)
                 .map_err(TlsError::Config),
         }
     }
@@ -126,36 +121,6 @@ pub fn provider() -> Arc<CryptoProvider> {
 /// The lowercase hex SHA-256 of a certificate's DER.
 pub fn fingerprint(der: &[u8]) -> String {
     hex::encode(Sha256::digest(der))
-}
-
-fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let bytes = read(path)?;
-    let certs: Vec<_> = rustls_pemfile::certs(&mut bytes.as_slice())
-        .filter_map(Result::ok)
-        .collect();
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate {
-            path: path.to_owned(),
-        });
-    }
-    Ok(certs)
-}
-
-fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let bytes = read(path)?;
-    rustls_pemfile::private_key(&mut bytes.as_slice())
-        .ok()
-        .flatten()
-        .ok_or_else(|| TlsError::NoKey {
-            path: path.to_owned(),
-        })
 }
 
 /// A new key for the node and a CSR for it: (key PEM, CSR PEM). The key stays on the node.
@@ -223,6 +188,30 @@ impl ServerCertVerifier for PinnedCert {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--ca-cert` naming a file that is not PEM fails at start, naming the file and the fault.
+    #[test]
+    fn a_ca_file_that_is_not_pem_says_why() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(
+            &ca,
+            "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let tls = ClientTls {
+            ca_cert: Some(ca.clone()),
+            ..ClientTls::default()
+        };
+        let Err(e) = tls.client_config() else {
+            panic!("a CA file of garbage was accepted");
+        };
+        let message = e.to_string();
+        assert!(
+            message.contains(&ca.display().to_string()) && message.contains("not valid PEM"),
+            "{message}"
+        );
+    }
 
     #[test]
     fn fingerprints_are_normalised() {

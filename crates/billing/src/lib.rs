@@ -2,6 +2,7 @@
 
 mod charge;
 mod coherence;
+pub mod ending;
 mod mig;
 mod price_list;
 mod quote;

@@ -34,6 +34,16 @@ impl Rate {
         Money::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
     }
 
+    /// The price per hour of the second after `seconds` of running: what the next period is
+    /// charged at (the store's settlement computes the same in SQL).
+    pub fn per_hour_after(&self, seconds: u64) -> Money {
+        if seconds < self.step_s {
+            self.first
+        } else {
+            self.then
+        }
+    }
+
     /// What is still owed for `seconds` of running when `already` was charged; never negative.
     pub fn charge_due(&self, seconds: u64, already: Money) -> Money {
         self.charge_for_seconds(seconds)

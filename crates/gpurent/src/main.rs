@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::api_client::CliError;
-use crate::cli::{Cli, Command};
+use crate::cli::{BenchCommand, Cli, Command, DaemonCommand};
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("GPURENT_LOG")
@@ -46,7 +46,7 @@ fn main() -> ExitCode {
     };
     // Before the runtime: the helper enters a mount namespace, which needs a process of
     // one thread.
-    if let Command::InstanceSftp(args) = &cli.command {
+    if let Command::Daemon(DaemonCommand::InstanceSftp(args)) = &cli.command {
         return cmd::instance_sftp::run(args);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -62,47 +62,8 @@ fn main() -> ExitCode {
     let json = cli.json;
     let tls = cli.client_tls();
     match cli.command {
-        // Served above, before the runtime started.
-        Command::InstanceSftp(_) => ExitCode::FAILURE,
-        Command::Up(args) => {
-            init_logging();
-            report_daemon(runtime.block_on(cmd::up::run(*args, tls)))
-        }
-        Command::Server(args) => {
-            init_logging();
-            report_daemon(runtime.block_on(cmd::server::run(*args)))
-        }
-        Command::Agent(args) => {
-            init_logging();
-            report_daemon(runtime.block_on(cmd::agent::run(args, &cli.server, tls)))
-        }
-        Command::Bench(cli::BenchCommand::Reserve(args)) => {
-            report_daemon(runtime.block_on(cmd::bench::run(args, json)))
-        }
-        Command::Bench(cli::BenchCommand::Running(args)) => {
-            report_daemon(runtime.block_on(cmd::bench_running::run(args, json)))
-        }
-        Command::Bench(cli::BenchCommand::Settle(args)) => {
-            init_logging();
-            report_daemon(runtime.block_on(cmd::bench_settle::run(args, json)))
-        }
-        Command::Bench(cli::BenchCommand::Failover(args)) => {
-            report_daemon(runtime.block_on(cmd::bench_failover::run(args, json)))
-        }
-        Command::Bench(cli::BenchCommand::Audit(args)) => {
-            report_daemon(runtime.block_on(cmd::bench_audit::run(args, json)))
-        }
-        Command::Bench(cli::BenchCommand::Ssh(args)) => {
-            report_daemon(runtime.block_on(cmd::bench_ssh::run(args, json)))
-        }
-        Command::Bench(cli::BenchCommand::Console(args)) => {
-            report_daemon(runtime.block_on(cmd::bench_console::run(args, json)))
-        }
-        Command::Bench(cli::BenchCommand::Agent(args)) => {
-            report_daemon(runtime.block_on(cmd::bench_agent::run(args, json)))
-        }
-        Command::Sim(args) => report_daemon(cmd::sim::run(&args, json)),
-        command => {
+        Command::Daemon(daemon) => run_daemon(daemon, &runtime, &cli.server, tls, json),
+        Command::Api(command) => {
             let result = runtime.block_on(cmd::client::run(
                 command,
                 &cli.server,
@@ -118,6 +79,60 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+fn run_daemon(
+    daemon: DaemonCommand,
+    runtime: &tokio::runtime::Runtime,
+    server: &str,
+    tls: gpurent_agent::tls::ClientTls,
+    json: bool,
+) -> ExitCode {
+    match daemon {
+        // Served before the runtime started.
+        DaemonCommand::InstanceSftp(_) => ExitCode::FAILURE,
+        DaemonCommand::Up(args) => {
+            init_logging();
+            report_daemon(runtime.block_on(cmd::up::run(*args, tls)))
+        }
+        DaemonCommand::Server(args) => {
+            init_logging();
+            report_daemon(runtime.block_on(cmd::server::run(*args)))
+        }
+        DaemonCommand::Agent(args) => {
+            init_logging();
+            report_daemon(runtime.block_on(cmd::agent::run(*args, server, tls)))
+        }
+        DaemonCommand::Bench(BenchCommand::Reserve(args)) => {
+            report_daemon(runtime.block_on(cmd::bench::run(args, json)))
+        }
+        DaemonCommand::Bench(BenchCommand::Running(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_running::run(args, json)))
+        }
+        DaemonCommand::Bench(BenchCommand::Settle(args)) => {
+            init_logging();
+            report_daemon(runtime.block_on(cmd::bench_settle::run(args, json)))
+        }
+        DaemonCommand::Bench(BenchCommand::Failover(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_failover::run(args, json)))
+        }
+        DaemonCommand::Bench(BenchCommand::Audit(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_audit::run(args, json)))
+        }
+        DaemonCommand::Bench(BenchCommand::Ssh(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_ssh::run(args, json)))
+        }
+        DaemonCommand::Bench(BenchCommand::Console(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_console::run(args, json)))
+        }
+        DaemonCommand::Bench(BenchCommand::Agent(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_agent::run(args, json)))
+        }
+        DaemonCommand::Bench(BenchCommand::Fleet(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_fleet::run(args, json)))
+        }
+        DaemonCommand::Sim(args) => report_daemon(cmd::sim::run(&args, json)),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Elastic capacity: from the fleet's figures, one evaluation at a time, when to ask for more
 //! nodes (scale-out) or fewer (scale-in). Pure (the time is an argument), so its rules are
-//! property-tested; the control plane reads the figures and runs the hook (`server/src/elastic.rs`).
+//! property-tested; the control plane reads the figures and runs the hook (`server/src/jobs/elastic.rs`).
 //! It lives here beside placement and the queue because it is one more scheduling decision over
 //! the same capacity, with the same needs: no I/O, deterministic, property-tested.
 //!
@@ -11,8 +11,9 @@
 
 use std::collections::VecDeque;
 
-/// The fleet as one evaluation sees it.
-#[derive(Debug, Clone, PartialEq)]
+/// The fleet as one evaluation sees it; also what the scale hook receives (`figures` of its
+/// JSON, the README's contract), so its fields' names are part of that contract.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Figures {
     /// Nodes heard from recently.
     pub live_nodes: u32,

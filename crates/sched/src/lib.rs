@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod elastic;
 pub mod experiment;
 mod live;
+pub mod plan;
 pub mod policies;
 mod preempt;
 pub mod queue;
@@ -17,6 +18,7 @@ pub mod workload;
 
 pub use best_fit::place;
 pub use live::place_expecting;
+pub use plan::{plan, Ask, Plan};
 pub use preempt::{choose_victims, Victim};
 
 /// One candidate GPU as the placer sees it.

@@ -2,17 +2,11 @@
 
 use std::cmp::Reverse;
 
+pub use crate::plan::{ON_DEMAND, RESERVED};
 use crate::{choose_victims, place, GpuSlot, NoFit, Placement, Request, Victim};
 
 #[cfg(test)]
 mod tests;
-
-/// Base priority of on-demand work: above any spot bid (spot priorities are bids in
-/// micro-units per GPU-hour, as `Quote::priority` gives them; its `i64::MAX` for work never
-/// preempted also counts as above spot, but ranks with reserved blocks).
-pub const ON_DEMAND: i64 = 1_000_000_000_000_000;
-/// Base priority of reserved blocks: ahead of on-demand work.
-pub const RESERVED: i64 = 2 * ON_DEMAND;
 
 /// How the queue orders and preempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

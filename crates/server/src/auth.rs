@@ -1,8 +1,11 @@
-//! Bearer tokens: random, shown once, stored as SHA-256 hashes; extractors for the caller.
+//! Who makes a request: bearer tokens (random, shown once, stored as SHA-256 hashes), the
+//! caller they belong to (unknown, expired and revoked tokens are 401s that say which), and the
+//! extractors handlers take it from (`Caller`, `AgentNode`). Which role may call what is `policy.rs`'s.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use gpurent_store::{AuthUser, TokenFacts};
+use axum::http::HeaderMap;
+use gpurent_store::{AuthUser, TokenCheck, TokenFacts};
 use gpurent_types::Role;
 use sha2::{Digest, Sha256};
 
@@ -20,7 +23,7 @@ pub fn hash_token(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
-pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Result<&str, ApiError> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
     let header = headers
         .get(axum::http::header::AUTHORIZATION)
         .ok_or_else(|| {
@@ -34,6 +37,34 @@ pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Result<&str, ApiError> 
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .ok_or_else(|| ApiError::Unauthorized("Authorization header must be `Bearer TOKEN`".into()))
+}
+
+/// Expired and revoked tokens are listed (and named in their 401s) this long, then forgotten
+/// by the maintenance loop.
+pub(crate) const KEEP_DEAD_TOKENS: chrono::Duration = chrono::Duration::days(30);
+
+/// The caller of a request by its `Authorization: Bearer` token, at the state's clock.
+pub(crate) async fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Caller, ApiError> {
+    let token = bearer(headers)?;
+    match state
+        .store
+        .check_token(&hash_token(token), state.now())
+        .await?
+    {
+        TokenCheck::Valid(user, token) => Ok(Caller(user, token)),
+        TokenCheck::Expired(at) => Err(ApiError::Unauthorized(format!(
+            "this token expired at {}; log in again or create a new token",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ))),
+        TokenCheck::Revoked(at) => Err(ApiError::Unauthorized(format!(
+            "this token was revoked at {}",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ))),
+        TokenCheck::Unknown => Err(ApiError::Unauthorized("unknown token".into())),
+    }
 }
 
 /// The authenticated user making a request, and the token it was made with.
@@ -51,11 +82,11 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        // `policy::authorize` authenticated the caller already; tokens are checked in `authn`.
+        // `policy::authorize` authenticated the caller already; tokens are checked in `authenticate`.
         if let Some(caller) = parts.extensions.get::<Caller>() {
             return Ok(caller.clone());
         }
-        let caller = crate::authn::authenticate(state, &parts.headers).await?;
+        let caller = authenticate(state, &parts.headers).await?;
         crate::audit::note_caller(&parts.extensions, &caller.0.id);
         Ok(caller)
     }

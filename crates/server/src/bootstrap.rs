@@ -1,9 +1,9 @@
 //! First start: create the admin user and write its token to `DATA_DIR/admin.token` (0600).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use gpurent_store::Store;
+use gpurent_types::keyfile::{write_private, KeyFileError};
 use gpurent_types::Clock;
 
 use crate::auth::{hash_token, new_token};
@@ -16,6 +16,8 @@ pub enum BootstrapError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    KeyFile(#[from] KeyFileError),
     #[error("cannot create the admin user")]
     Store(#[from] gpurent_store::StoreError),
 }
@@ -42,7 +44,7 @@ pub async fn bootstrap_admin(
         }
     }
     let token = new_token("gpr");
-    write_private(&pending, &token)?;
+    write_private(&pending, format!("{token}\n").as_bytes())?;
     let created = store.ensure_admin(&hash_token(&token), clock.now()).await?;
     if created {
         rename(&pending, &path)?;
@@ -65,19 +67,4 @@ fn rename(from: &Path, to: &Path) -> Result<(), BootstrapError> {
         path: to.to_owned(),
         source,
     })
-}
-
-fn write_private(path: &Path, contents: &str) -> Result<(), BootstrapError> {
-    let fail = |source| BootstrapError::Write {
-        path: path.to_owned(),
-        source,
-    };
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path).map_err(fail)?;
-    file.write_all(contents.as_bytes()).map_err(fail)?;
-    file.write_all(b"\n").map_err(fail)?;
-    file.sync_all().map_err(fail)
 }

@@ -3,18 +3,16 @@
 //! call one store intent and map the result.
 
 mod activity;
-mod alerts;
 mod audit;
 mod auth;
-mod authn;
 mod bootstrap;
 mod console;
-mod elastic;
 mod error;
+mod expected;
 mod extract;
 mod health_rules;
 mod idempotency;
-mod maintenance;
+mod jobs;
 mod metrics;
 mod openapi;
 mod pagination;
@@ -24,7 +22,6 @@ mod proxy;
 mod rate_limit;
 mod report;
 mod routes;
-mod scheduler;
 pub mod secrets;
 mod serve;
 pub mod ssh;
@@ -50,11 +47,12 @@ use tokio::task::JoinHandle;
 pub use audit::AuditConfig;
 pub use auth::{hash_token, new_token};
 pub use bootstrap::{bootstrap_admin, BootstrapError};
-pub use elastic::{ScaleConfig, ScaleEvent, ScaleFigures};
 pub use error::ApiError;
 pub use gpurent_store::TenantLimits;
 pub use health_rules::HealthRules;
 pub use idempotency::IdempotencyError;
+pub use jobs::elastic::{ScaleConfig, ScaleEvent};
+pub use jobs::JobError;
 pub use openapi::openapi_document;
 pub use policy::{Access, POLICY};
 pub use rate_limit::{Rate, RateLimits};
@@ -216,10 +214,11 @@ fn advertise_url(state: &AppState, addr: SocketAddr) -> Option<String> {
 fn relay_client(config: &ServerConfig) -> Result<reqwest::Client, ServeError> {
     let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
     if let Some(tls) = &config.tls {
-        let pem = std::fs::read(&tls.cert).map_err(|e| ServeError::Relay(e.to_string()))?;
-        for cert in reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| ServeError::Relay(e.to_string()))?
-        {
+        let certs = gpurent_types::keyfile::load_certs(&tls.cert)
+            .map_err(|e| ServeError::Relay(e.to_string()))?;
+        for der in certs {
+            let cert = reqwest::Certificate::from_der(der.as_ref())
+                .map_err(|e| ServeError::Relay(e.to_string()))?;
             builder = builder.add_root_certificate(cert);
         }
     }
@@ -286,7 +285,7 @@ impl RunningServer {
         if let Some(url) = advertise_url(&state, addr) {
             state.tunnels.advertise(url, relay_client(&state.config)?);
         }
-        let maintenance = tokio::spawn(maintenance::run(state.clone(), stopped));
+        let maintenance = tokio::spawn(jobs::maintenance::run(state.clone(), stopped));
         tracing::info!(%addr, backend = ?state.store.backend(), "control plane listening");
         let scale = &state.config.scale;
         if scale.enabled() {
@@ -307,8 +306,8 @@ impl RunningServer {
     }
 
     /// Runs one maintenance pass now (tests call this after moving the clock).
-    pub async fn maintenance_tick(&self) -> Result<(), ApiError> {
-        maintenance::tick(&self.state).await
+    pub async fn maintenance_tick(&self) -> Result<(), JobError> {
+        jobs::maintenance::tick(&self.state).await
     }
 
     /// Stops accepting requests, lets running ones finish, and stops the maintenance loop.

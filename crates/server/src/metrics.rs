@@ -1,15 +1,28 @@
 //! The control plane's Prometheus metrics: what only this process sees (API latency by route
 //! template, placement waits, the nodes it fenced) kept in memory, and the rendering of
-//! `/metrics` with the figures the store reads at scrape time (`Store::metrics_view`).
+//! `/metrics` with the figures the store reads at scrape time (`Store::metrics_view`), in the
+//! Prometheus text format (0.0.4) as `prometheus-client` writes it.
 
-use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use gpurent_store::MetricsView;
-use gpurent_types::exposition::{micros, Exposition, HistogramSample, Kind};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    prometheus_text, CounterValueEncoder, DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue,
+    EncodeLabelSet, EncodeMetric, GaugeValueEncoder,
+};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of `/metrics`: the Prometheus text format, version 0.0.4.
+pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Request latency bounds (s): long polls of agents are held up to `max_sync_wait` (10 s).
 const HTTP_BUCKETS: &[f64] = &[
@@ -31,61 +44,8 @@ const NODE_STATUSES: [&str; 6] = [
     "lost",
 ];
 
-/// One histogram series: a count per bound (not cumulative), the sum in microseconds.
-#[derive(Debug, Clone)]
-struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<u64>,
-    sum_us: i64,
-    count: u64,
-}
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
-        Histogram {
-            bounds,
-            counts: vec![0; bounds.len()],
-            sum_us: 0,
-            count: 0,
-        }
-    }
-
-    fn observe(&mut self, value: Duration) {
-        let secs = value.as_secs_f64();
-        if let Some(i) = self.bounds.iter().position(|b| secs <= *b) {
-            self.counts[i] += 1;
-        }
-        self.sum_us = self
-            .sum_us
-            .saturating_add(i64::try_from(value.as_micros()).unwrap_or(i64::MAX));
-        self.count += 1;
-    }
-
-    fn write(&self, e: &mut Exposition, name: &str, labels: &[(&str, &str)]) {
-        let mut running = 0;
-        let buckets: Vec<(f64, u64)> = self
-            .bounds
-            .iter()
-            .zip(&self.counts)
-            .map(|(b, c)| {
-                running += c;
-                (*b, running)
-            })
-            .collect();
-        e.histogram(
-            name,
-            labels,
-            &HistogramSample {
-                buckets: &buckets,
-                sum: micros(self.sum_us),
-                count: self.count,
-            },
-        );
-    }
-}
-
 /// An API request's series: its route template, method and status class.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct Route {
     route: String,
     method: String,
@@ -95,8 +55,8 @@ struct Route {
 /// What this control plane process counts itself. Shared by every handler (`AppState`).
 #[derive(Debug)]
 pub struct Metrics {
-    http: Mutex<BTreeMap<Route, Histogram>>,
-    waits: Mutex<Histogram>,
+    http: Family<Route, Histogram, fn() -> Histogram>,
+    waits: Histogram,
     nodes_lost: AtomicU64,
     rescheduled: AtomicU64,
     ended_by_loss: AtomicU64,
@@ -161,8 +121,8 @@ pub enum ConnectionEvent {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics {
-            http: Mutex::default(),
-            waits: Mutex::new(Histogram::new(WAIT_BUCKETS)),
+            http: Family::new_with_constructor(|| Histogram::new(HTTP_BUCKETS.iter().copied())),
+            waits: Histogram::new(WAIT_BUCKETS.iter().copied()),
             nodes_lost: AtomicU64::new(0),
             rescheduled: AtomicU64::new(0),
             ended_by_loss: AtomicU64::new(0),
@@ -193,21 +153,13 @@ impl Metrics {
             method: method.to_owned(),
             status: status_class(status),
         };
-        self.http
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(key)
-            .or_insert_with(|| Histogram::new(HTTP_BUCKETS))
-            .observe(took);
+        self.http.get_or_create(&key).observe(took.as_secs_f64());
     }
 
     /// A reservation got its GPUs this long after it asked (or was queued again): 0 for one
     /// placed at once.
     pub fn observe_wait(&self, waited: Duration) {
-        self.waits
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .observe(waited);
+        self.waits.observe(waited.as_secs_f64());
     }
 
     /// The maintenance loop fenced these nodes, and queued again or ended their work.
@@ -241,311 +193,385 @@ impl Metrics {
 
     /// The text exposition of everything: this process's series and the store's `view` at `now`.
     pub fn render(&self, view: &MetricsView, now: DateTime<Utc>) -> String {
-        let mut e = Exposition::new();
-        self.write_http(&mut e);
-        self.write_connections(&mut e);
-        self.write_ssh(&mut e);
-        self.write_proxy(&mut e);
-        write_fleet(&mut e, view, now);
-        self.write_events(&mut e);
-        write_money(&mut e, view);
-        e.finish()
-    }
-
-    fn write_http(&self, e: &mut Exposition) {
-        let name = "gpurent_http_request_duration_seconds";
-        e.family(
-            name,
-            Kind::Histogram,
-            "Time to answer an API request, by route template, method and status class.",
-        );
-        let http = self
-            .http
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        for (key, h) in &http {
-            h.write(
-                e,
-                name,
-                &[
-                    ("route", &key.route),
-                    ("method", &key.method),
-                    ("status", key.status),
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let (c, s, p) = (&self.connections, &self.ssh, &self.proxy);
+        let scrape = Scrape {
+            http: self.http.clone(),
+            waits: self.waits.clone(),
+            counts: Counts {
+                connections: load(&c.open),
+                refused: [load(&c.refused_per_ip), load(&c.refused_total)],
+                slow: [
+                    load(&c.closed_header),
+                    load(&c.closed_idle),
+                    load(&c.closed_body),
                 ],
-            );
+                sessions: load(&s.sessions),
+                forwards: load(&s.forwards),
+                bytes: [load(&s.bytes_in), load(&s.bytes_out)],
+                tunnels: load(&s.tunnels),
+                proxy_requests: load(&p.requests),
+                proxy_upgrades: load(&p.upgrades),
+                proxy_websockets: load(&p.websockets),
+                proxy_bad_gateway: load(&p.bad_gateway),
+                nodes_lost: load(&self.nodes_lost),
+                failovers: [load(&self.rescheduled), load(&self.ended_by_loss)],
+            },
+            view: view.clone(),
+            now,
+        };
+        // A registry per scrape: the store's figures are read for this scrape only.
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(scrape));
+        let mut text = String::new();
+        if let Err(e) = prometheus_text::encode(&mut text, &registry) {
+            tracing::warn!(error = %e, "the metrics could not be written");
         }
-    }
-
-    fn write_ssh(&self, e: &mut Exposition) {
-        let s = &self.ssh;
-        e.single(
-            "gpurent_ssh_sessions",
-            Kind::Gauge,
-            "Sessions into instances open through this replica: SSH session channels (shells, commands, SFTP) and web console terminals.",
-            s.sessions.load(Ordering::Relaxed),
-        );
-        e.single(
-            "gpurent_ssh_forwards",
-            Kind::Gauge,
-            "Forwarded TCP connections (ssh -L) open through this replica.",
-            s.forwards.load(Ordering::Relaxed),
-        );
-        let name = "gpurent_ssh_bytes_total";
-        e.family(
-            name,
-            Kind::Counter,
-            "Bytes relayed between SSH clients or web console terminals and instances: in (to the instance) and out.",
-        );
-        e.sample(
-            name,
-            &[("direction", "in")],
-            s.bytes_in.load(Ordering::Relaxed),
-        );
-        e.sample(
-            name,
-            &[("direction", "out")],
-            s.bytes_out.load(Ordering::Relaxed),
-        );
-        e.single(
-            "gpurent_agent_tunnels",
-            Kind::Gauge,
-            "Agents' tunnels held open to this replica.",
-            s.tunnels.load(Ordering::Relaxed),
-        );
-    }
-
-    fn write_proxy(&self, e: &mut Exposition) {
-        let p = &self.proxy;
-        e.single(
-            "gpurent_proxy_requests_total",
-            Kind::Counter,
-            "Requests forwarded to published HTTP ports of instances (WebSocket upgrades too).",
-            p.requests.load(Ordering::Relaxed),
-        );
-        e.single(
-            "gpurent_proxy_websocket_upgrades_total",
-            Kind::Counter,
-            "WebSocket (and other) upgrades the apps behind published ports switched to.",
-            p.upgrades.load(Ordering::Relaxed),
-        );
-        e.single(
-            "gpurent_proxy_websockets",
-            Kind::Gauge,
-            "WebSockets to published ports open through this replica.",
-            p.websockets.load(Ordering::Relaxed),
-        );
-        e.single(
-            "gpurent_proxy_bad_gateway_total",
-            Kind::Counter,
-            "Proxied requests answered 502: nothing listens on the port, or no agent tunnel.",
-            p.bad_gateway.load(Ordering::Relaxed),
-        );
-    }
-
-    fn write_connections(&self, e: &mut Exposition) {
-        let c = &self.connections;
-        e.single(
-            "gpurent_http_connections",
-            Kind::Gauge,
-            "Connections open on the API listener.",
-            c.open.load(Ordering::Relaxed),
-        );
-        let name = "gpurent_http_connections_refused_total";
-        e.family(
-            name,
-            Kind::Counter,
-            "Connections refused when accepted, over the cap per client address (per_ip) or in all (total).",
-        );
-        e.sample(
-            name,
-            &[("cap", "per_ip")],
-            c.refused_per_ip.load(Ordering::Relaxed),
-        );
-        e.sample(
-            name,
-            &[("cap", "total")],
-            c.refused_total.load(Ordering::Relaxed),
-        );
-        let name = "gpurent_http_slow_clients_closed_total";
-        e.family(
-            name,
-            Kind::Counter,
-            "Connections closed for being slow to send: a request header (header), a next request (idle) or a body (body) not in time.",
-        );
-        e.sample(
-            name,
-            &[("reason", "header")],
-            c.closed_header.load(Ordering::Relaxed),
-        );
-        e.sample(
-            name,
-            &[("reason", "idle")],
-            c.closed_idle.load(Ordering::Relaxed),
-        );
-        e.sample(
-            name,
-            &[("reason", "body")],
-            c.closed_body.load(Ordering::Relaxed),
-        );
-    }
-
-    fn write_events(&self, e: &mut Exposition) {
-        let name = "gpurent_reservation_wait_seconds";
-        e.family(
-            name,
-            Kind::Histogram,
-            "Time from a reservation's request (or its requeue after a node loss) to its placement on GPUs, 0 when placed at once (placements by this control plane).",
-        );
-        let waits = self
-            .waits
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        waits.write(e, name, &[]);
-        e.single(
-            "gpurent_nodes_lost_total",
-            Kind::Counter,
-            "Nodes this control plane fenced as lost (not heard from for the node TTL).",
-            self.nodes_lost.load(Ordering::Relaxed),
-        );
-        let name = "gpurent_failovers_total";
-        e.family(
-            name,
-            Kind::Counter,
-            "Reservations of lost nodes fenced by this control plane: queued again to run elsewhere (rescheduled) or ended (ended).",
-        );
-        e.sample(
-            name,
-            &[("outcome", "rescheduled")],
-            self.rescheduled.load(Ordering::Relaxed),
-        );
-        e.sample(
-            name,
-            &[("outcome", "ended")],
-            self.ended_by_loss.load(Ordering::Relaxed),
-        );
+        text
     }
 }
 
-fn write_fleet(e: &mut Exposition, view: &MetricsView, now: DateTime<Utc>) {
-    let name = "gpurent_gpus";
-    e.family(
-        name,
-        Kind::Gauge,
+/// Unlabelled: the one sample of a family.
+const NONE: [(&str, &str); 0] = [];
+
+/// A gauge family read at scrape time: its `# HELP` and `# TYPE`, then one sample per label set
+/// (none: the header only, so that alert rules find the family).
+fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, V)>,
+) -> fmt::Result {
+    let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in samples {
+        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// As `gauges`, for a counter: `name` is the samples' name, with the `_total` that the
+/// encoder appends to every counter.
+fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, V)>,
+) -> fmt::Result {
+    let name = name.strip_suffix("_total").unwrap_or(name);
+    let mut family = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, value) in samples {
+        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A number of millionths (money's micro-units, microseconds) as the exposition writes it:
+/// whole units as an integer (`7`), others as the float that prints its exact decimals
+/// (`12.000345`) up to 15 significant digits, which is what a Prometheus sample holds.
+#[derive(Debug, Clone, Copy)]
+struct Millionths(i64);
+
+impl Millionths {
+    #[allow(clippy::cast_precision_loss)]
+    fn units(self) -> Result<u64, f64> {
+        match u64::try_from(self.0) {
+            Ok(n) if n % 1_000_000 == 0 => Ok(n / 1_000_000),
+            _ => Err(self.0 as f64 / 1e6),
+        }
+    }
+}
+
+impl EncodeGaugeValue for Millionths {
+    fn encode(&self, encoder: &mut GaugeValueEncoder) -> fmt::Result {
+        match self.units() {
+            Ok(n) => EncodeGaugeValue::encode(&n, encoder),
+            Err(x) => EncodeGaugeValue::encode(&x, encoder),
+        }
+    }
+}
+
+impl EncodeCounterValue for Millionths {
+    fn encode(&self, encoder: &mut CounterValueEncoder) -> fmt::Result {
+        match self.units() {
+            Ok(n) => EncodeCounterValue::encode(&n, encoder),
+            Err(x) => EncodeCounterValue::encode(&x, encoder),
+        }
+    }
+}
+
+/// What one scrape writes: this process's series (histograms shared, counters read once) and
+/// the store's figures.
+#[derive(Debug)]
+struct Scrape {
+    http: Family<Route, Histogram, fn() -> Histogram>,
+    waits: Histogram,
+    counts: Counts,
+    view: MetricsView,
+    now: DateTime<Utc>,
+}
+
+/// This process's counters and gauges, read at the start of a scrape.
+#[derive(Debug)]
+struct Counts {
+    connections: u64,
+    /// per_ip, total
+    refused: [u64; 2],
+    /// header, idle, body
+    slow: [u64; 3],
+    sessions: u64,
+    forwards: u64,
+    /// in, out
+    bytes: [u64; 2],
+    tunnels: u64,
+    proxy_requests: u64,
+    proxy_upgrades: u64,
+    proxy_websockets: u64,
+    proxy_bad_gateway: u64,
+    nodes_lost: u64,
+    /// rescheduled, ended
+    failovers: [u64; 2],
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        let family = e.encode_descriptor(
+            "gpurent_http_request_duration_seconds",
+            "Time to answer an API request, by route template, method and status class.",
+            None,
+            MetricType::Histogram,
+        )?;
+        self.http.encode(family)?;
+        write_connections(&mut e, &self.counts)?;
+        write_ssh(&mut e, &self.counts)?;
+        write_proxy(&mut e, &self.counts)?;
+        write_fleet(&mut e, &self.view, self.now)?;
+        let family = e.encode_descriptor(
+            "gpurent_reservation_wait_seconds",
+            "Time from a reservation's request (or its requeue after a node loss) to its placement on GPUs, 0 when placed at once (placements by this control plane).",
+            None,
+            MetricType::Histogram,
+        )?;
+        self.waits.encode(family)?;
+        write_failovers(&mut e, &self.counts)?;
+        write_money(&mut e, &self.view)
+    }
+}
+
+fn write_connections(e: &mut DescriptorEncoder, c: &Counts) -> fmt::Result {
+    gauges(
+        e,
+        "gpurent_http_connections",
+        "Connections open on the API listener.",
+        [(NONE, c.connections)],
+    )?;
+    counters(
+        e,
+        "gpurent_http_connections_refused_total",
+        "Connections refused when accepted, over the cap per client address (per_ip) or in all (total).",
+        [
+            ([("cap", "per_ip")], c.refused[0]),
+            ([("cap", "total")], c.refused[1]),
+        ],
+    )?;
+    counters(
+        e,
+        "gpurent_http_slow_clients_closed_total",
+        "Connections closed for being slow to send: a request header (header), a next request (idle) or a body (body) not in time.",
+        [
+            ([("reason", "header")], c.slow[0]),
+            ([("reason", "idle")], c.slow[1]),
+            ([("reason", "body")], c.slow[2]),
+        ],
+    )
+}
+
+fn write_ssh(e: &mut DescriptorEncoder, c: &Counts) -> fmt::Result {
+    gauges(
+        e,
+        "gpurent_ssh_sessions",
+        "Sessions into instances open through this replica: SSH session channels (shells, commands, SFTP) and web console terminals.",
+        [(NONE, c.sessions)],
+    )?;
+    gauges(
+        e,
+        "gpurent_ssh_forwards",
+        "Forwarded TCP connections (ssh -L) open through this replica.",
+        [(NONE, c.forwards)],
+    )?;
+    counters(
+        e,
+        "gpurent_ssh_bytes_total",
+        "Bytes relayed between SSH clients or web console terminals and instances: in (to the instance) and out.",
+        [
+            ([("direction", "in")], c.bytes[0]),
+            ([("direction", "out")], c.bytes[1]),
+        ],
+    )?;
+    gauges(
+        e,
+        "gpurent_agent_tunnels",
+        "Agents' tunnels held open to this replica.",
+        [(NONE, c.tunnels)],
+    )
+}
+
+fn write_proxy(e: &mut DescriptorEncoder, c: &Counts) -> fmt::Result {
+    counters(
+        e,
+        "gpurent_proxy_requests_total",
+        "Requests forwarded to published HTTP ports of instances (WebSocket upgrades too).",
+        [(NONE, c.proxy_requests)],
+    )?;
+    counters(
+        e,
+        "gpurent_proxy_websocket_upgrades_total",
+        "WebSocket (and other) upgrades the apps behind published ports switched to.",
+        [(NONE, c.proxy_upgrades)],
+    )?;
+    gauges(
+        e,
+        "gpurent_proxy_websockets",
+        "WebSockets to published ports open through this replica.",
+        [(NONE, c.proxy_websockets)],
+    )?;
+    counters(
+        e,
+        "gpurent_proxy_bad_gateway_total",
+        "Proxied requests answered 502: nothing listens on the port, or no agent tunnel.",
+        [(NONE, c.proxy_bad_gateway)],
+    )
+}
+
+fn write_failovers(e: &mut DescriptorEncoder, c: &Counts) -> fmt::Result {
+    counters(
+        e,
+        "gpurent_nodes_lost_total",
+        "Nodes this control plane fenced as lost (not heard from for the node TTL).",
+        [(NONE, c.nodes_lost)],
+    )?;
+    counters(
+        e,
+        "gpurent_failovers_total",
+        "Reservations of lost nodes fenced by this control plane: queued again to run elsewhere (rescheduled) or ended (ended).",
+        [
+            ([("outcome", "rescheduled")], c.failovers[0]),
+            ([("outcome", "ended")], c.failovers[1]),
+        ],
+    )
+}
+
+fn write_fleet(e: &mut DescriptorEncoder, view: &MetricsView, now: DateTime<Utc>) -> fmt::Result {
+    gauges(
+        e,
+        "gpurent_gpus",
         "GPUs of live nodes by type: free (no memory allocated) or allocated (whole, or any share of it).",
-    );
-    for (gpu_type, c) in &view.gpus {
-        e.sample(name, &[("gpu_type", gpu_type), ("state", "free")], c.free);
-        e.sample(
-            name,
-            &[("gpu_type", gpu_type), ("state", "allocated")],
-            c.allocated,
-        );
-    }
-    let name = "gpurent_gpu_memory_bytes";
-    e.family(
-        name,
-        Kind::Gauge,
+        view.gpus.iter().flat_map(|(gpu_type, c)| {
+            [
+                ([("gpu_type", gpu_type.as_str()), ("state", "free")], c.free),
+                (
+                    [("gpu_type", gpu_type.as_str()), ("state", "allocated")],
+                    c.allocated,
+                ),
+            ]
+        }),
+    )?;
+    let mib = |mb: u64| mb.saturating_mul(1024 * 1024);
+    gauges(
+        e,
+        "gpurent_gpu_memory_bytes",
         "GPU memory of live nodes by GPU type: free, or allocated to reservations.",
-    );
-    for (gpu_type, c) in &view.gpus {
-        let mib = |mb: u64| mb.saturating_mul(1024 * 1024);
-        e.sample(
-            name,
-            &[("gpu_type", gpu_type), ("state", "free")],
-            mib(c.free_mb),
-        );
-        e.sample(
-            name,
-            &[("gpu_type", gpu_type), ("state", "allocated")],
-            mib(c.vram_mb.saturating_sub(c.free_mb)),
-        );
-    }
-    let name = "gpurent_queue_length";
-    e.family(
-        name,
-        Kind::Gauge,
+        view.gpus.iter().flat_map(|(gpu_type, c)| {
+            [
+                (
+                    [("gpu_type", gpu_type.as_str()), ("state", "free")],
+                    mib(c.free_mb),
+                ),
+                (
+                    [("gpu_type", gpu_type.as_str()), ("state", "allocated")],
+                    mib(c.vram_mb.saturating_sub(c.free_mb)),
+                ),
+            ]
+        }),
+    )?;
+    gauges(
+        e,
+        "gpurent_queue_length",
         "Reservations queued for GPUs, by the GPU type they wait for.",
-    );
-    for (gpu_type, (n, _)) in &view.queued {
-        e.sample(name, &[("gpu_type", gpu_type)], n);
-    }
-    let name = "gpurent_queue_oldest_wait_seconds";
-    e.family(
-        name,
-        Kind::Gauge,
+        view.queued
+            .iter()
+            .map(|(gpu_type, (n, _))| ([("gpu_type", gpu_type.as_str())], *n)),
+    )?;
+    gauges(
+        e,
+        "gpurent_queue_oldest_wait_seconds",
         "How long the reservation queued first has been waiting, by GPU type.",
-    );
-    for (gpu_type, (_, oldest)) in &view.queued {
-        let waited = oldest.map_or(0, |t| (now - t).num_microseconds().unwrap_or(0).max(0));
-        e.sample(name, &[("gpu_type", gpu_type)], micros(waited));
-    }
-    let name = "gpurent_nodes";
-    e.family(
-        name,
-        Kind::Gauge,
-        "Nodes by status, as `gpurent nodes ls` shows it.",
-    );
-    for status in NODE_STATUSES {
-        let n = view.nodes.get(status).copied().unwrap_or(0);
-        e.sample(name, &[("status", status)], n);
-    }
-    for (status, n) in view
+        view.queued.iter().map(|(gpu_type, (_, oldest))| {
+            let waited = oldest.map_or(0, |t| (now - t).num_microseconds().unwrap_or(0).max(0));
+            ([("gpu_type", gpu_type.as_str())], Millionths(waited))
+        }),
+    )?;
+    let others = view
         .nodes
         .iter()
         .filter(|(s, _)| !NODE_STATUSES.contains(&s.as_str()))
-    {
-        e.sample(name, &[("status", status)], n);
-    }
-    let name = "gpurent_reservations";
-    e.family(
-        name,
-        Kind::Gauge,
+        .map(|(status, n)| ([("status", status.as_str())], *n));
+    gauges(
+        e,
+        "gpurent_nodes",
+        "Nodes by status, as `gpurent nodes ls` shows it.",
+        NODE_STATUSES
+            .iter()
+            .map(|status| {
+                let n = view.nodes.get(*status).copied().unwrap_or(0);
+                ([("status", *status)], n)
+            })
+            .chain(others),
+    )?;
+    gauges(
+        e,
+        "gpurent_reservations",
         "Reservations by status and tier (ended ones included).",
-    );
-    for ((status, tier), n) in &view.reservations {
-        e.sample(name, &[("status", status), ("tier", tier)], n);
-    }
-    e.single(
+        view.reservations.iter().map(|((status, tier), n)| {
+            ([("status", status.as_str()), ("tier", tier.as_str())], *n)
+        }),
+    )?;
+    counters(
+        e,
         "gpurent_preemptions_total",
-        Kind::Counter,
         "Spot reservations preempted to make room for other work.",
-        view.preempted,
-    );
-    let name = "gpurent_spot_instances_ended_total";
-    e.family(
-        name,
-        Kind::Counter,
+        [(NONE, view.preempted)],
+    )?;
+    counters(
+        e,
+        "gpurent_spot_instances_ended_total",
         "Spot instances that ran and ended: completed (their end or their tenant's stop) or interrupted by the platform (preempted, or stopped by their node).",
-    );
-    e.sample(name, &[("outcome", "completed")], view.spot.completed);
-    e.sample(name, &[("outcome", "interrupted")], view.spot.interrupted);
-    let name = "gpurent_spot_success_ratio";
-    e.family(
-        name,
-        Kind::Gauge,
+        [
+            ([("outcome", "completed")], view.spot.completed),
+            ([("outcome", "interrupted")], view.spot.interrupted),
+        ],
+    )?;
+    gauges(
+        e,
+        "gpurent_spot_success_ratio",
         "Completed spot instances over all that ended, since the start (GET /api/v1/admin/spot); no sample before the first ends.",
-    );
-    if let Some(rate) = view.spot.success_rate {
-        e.sample(name, &[], rate);
-    }
+        view.spot.success_rate.map(|rate| (NONE, rate)),
+    )
 }
 
-fn write_money(e: &mut Exposition, view: &MetricsView) {
-    // Exact decimals of the integer micro-units: no float arithmetic on money.
-    e.single(
+fn write_money(e: &mut DescriptorEncoder, view: &MetricsView) -> fmt::Result {
+    // Integer micro-units to the end: the one division is the exposition's own float.
+    counters(
+        e,
         "gpurent_revenue_total",
-        Kind::Counter,
         "Everything charged to tenants, in the platform's currency (gross, host shares included).",
-        micros(view.charged.micros()),
-    );
-    e.single(
+        [(NONE, Millionths(view.charged.micros()))],
+    )?;
+    counters(
+        e,
         "gpurent_host_earnings_total",
-        Kind::Counter,
         "The part of the charges paid to the nodes' owners, in the platform's currency.",
-        micros(view.host_earnings.micros()),
-    );
+        [(NONE, Millionths(view.host_earnings.micros()))],
+    )
 }
 
 #[cfg(test)]
@@ -566,9 +592,14 @@ mod tests {
         assert!(text.contains(&format!(
             "gpurent_http_request_duration_seconds_bucket{{{series},le=\"0.05\"}} 2\n"
         )));
-        assert!(text.contains(&format!(
-            "gpurent_http_request_duration_seconds_sum{{{series}}} 0.043\n"
-        )));
+        // The sum of the observations in seconds (a float, as client_golang's).
+        let sum = format!("gpurent_http_request_duration_seconds_sum{{{series}}} ");
+        let sum: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&sum))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {sum} in\n{text}"));
+        assert!((sum - 0.043).abs() < 1e-9, "{sum}");
         let slow = "route=\"/a/{id}\",method=\"GET\",status=\"4xx\"";
         assert!(text.contains(&format!(
             "gpurent_http_request_duration_seconds_bucket{{{slow},le=\"30\"}} 0\n"

@@ -185,7 +185,7 @@ pub(crate) async fn authorize(
         .and_then(|_| request.extensions().get::<crate::auth::Caller>().cloned());
     let caller = match known {
         Some(caller) => caller,
-        None => match crate::authn::authenticate(&state, request.headers()).await {
+        None => match crate::auth::authenticate(&state, request.headers()).await {
             Ok(caller) => caller,
             Err(e) => return e.into_response(),
         },

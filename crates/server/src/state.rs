@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use gpurent_store::Store;
 use gpurent_types::Clock;
 
-use crate::elastic::ElasticState;
+use crate::jobs::elastic::ElasticState;
 use crate::wake::NodeWakers;
 use crate::ServerConfig;
 
@@ -17,7 +17,7 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     pub wake: Arc<NodeWakers>,
     pub elastic: Arc<ElasticState>,
-    pub alerts: Arc<crate::alerts::AlertState>,
+    pub alerts: Arc<crate::jobs::alerts::AlertState>,
     /// What `/metrics` counts in this process.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Where each request's audit record goes; None when the trail is off.
@@ -38,6 +38,8 @@ pub struct AppState {
     pub console_api: Arc<std::sync::OnceLock<axum::Router>>,
     /// The admin pages' recent daily reports.
     pub console_reports: Arc<crate::console::report_cache::ReportCache>,
+    /// The requests seen lately per GPU type: the workload placement keeps room for.
+    pub expected: Arc<crate::expected::Expected>,
 }
 
 impl AppState {
@@ -68,6 +70,7 @@ impl AppState {
             ssh_endpoint: Arc::default(),
             console_api: Arc::default(),
             console_reports: Arc::default(),
+            expected: Arc::default(),
         }
     }
 

@@ -28,9 +28,9 @@ pub use access::{AccessStore, LoginFacts, NewToken, TenantLimits, TokenCheck, To
 pub use audit_trail::verify_audit;
 pub use error::StoreError;
 pub use model::{
-    AuthUser, Backend, Drained, Fenced, FleetView, GpuCounts, HeldWork, IdempotencyClaim,
-    LedgerCheck, LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction,
-    NodeCertificate, QueueView, QueuedPlacement, QueuedReservation, Scope, Want,
+    AuthUser, Backend, Drained, Fenced, FleetView, GpuCounts, IdempotencyClaim, LedgerCheck,
+    LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction, NodeCertificate, QueueView,
+    QueuedReservation, Scope, Want,
 };
 pub use proxy::{ProxyGrant, ProxyStore, ProxyTokenKind};
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
@@ -322,15 +322,19 @@ pub trait ReservationStore: Send + Sync {
     /// GB or as a fraction is sized against. `None` when no node has one.
     async fn gpu_vram_mb(&self, gpu_type: &gpurent_types::GpuType) -> Result<Option<u64>>;
 
-    /// Places and records a reservation in one transaction: GPU memory is taken by
-    /// compare-and-set, so no GPU share is ever given twice. Returns the reservation and the
-    /// node whose desired state changed.
+    /// Places and records a reservation in one transaction: the candidates read are planned
+    /// (`gpurent_sched::plan`) against `expected`, the requests for the type seen lately, and
+    /// the plan applied with GPU memory taken by compare-and-set, so no GPU share is ever
+    /// given twice (a stale plan is made again). Returns the reservation (placed, queued when
+    /// nothing fits and it asked to wait, or the earlier one of its Idempotency-Key) and the
+    /// nodes whose desired state changed.
     async fn reserve(
         &self,
         new: NewReservation,
         prices: &PriceList,
         live_since: DateTime<Utc>,
         now: DateTime<Utc>,
+        expected: &[Want],
     ) -> Result<(Reservation, Vec<String>)>;
 
     async fn get_reservation(&self, id: &str, scope: &Scope) -> Result<Reservation>;
@@ -395,14 +399,15 @@ pub trait ReservationStore: Send + Sync {
     /// wait for and the work holding memory there. Empty when nothing is queued.
     async fn queue_view(&self, live_since: DateTime<Utc>, now: DateTime<Utc>) -> Result<QueueView>;
 
-    /// Commits a scheduling pass's placement of a queued reservation: preempts its victims
-    /// (as an immediate placement does: billing ends now, `spot_grace_s` of notice) and takes
-    /// the GPU memory by the same compare-and-set as `reserve`, all in one transaction.
-    /// Returns the nodes whose desired state changed, or `None` (and changes nothing) when the
-    /// view was stale: the reservation is no longer queued or the memory was taken.
+    /// Applies a scheduling pass's plan for queued reservation `id` as `reserve` applies its
+    /// own: preempts its victims (billing ends now, `spot_grace_s` of notice) and takes the GPU
+    /// memory by compare-and-set, all in one transaction. Returns the nodes whose desired
+    /// state changed, or `None` (and changes nothing) when the view was stale: the
+    /// reservation is no longer queued or the memory was taken.
     async fn place_queued(
         &self,
-        placement: &QueuedPlacement,
+        id: &str,
+        plan: &gpurent_sched::Plan,
         prices: &PriceList,
         now: DateTime<Utc>,
     ) -> Result<Option<Vec<String>>>;

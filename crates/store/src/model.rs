@@ -68,12 +68,8 @@ pub struct NewNode {
     pub isolated: bool,
 }
 
-/// Whole GPUs or a share of one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Want {
-    Whole { count: u32 },
-    Share { vram_mb: u64 },
-}
+/// Whole GPUs or a share of one: the planner's request.
+pub use gpurent_sched::Request as Want;
 
 #[derive(Debug, Clone)]
 pub struct NewReservation {
@@ -124,34 +120,11 @@ pub struct QueuedReservation {
     pub duration_s: u64,
 }
 
-/// A GPU of a live node, with the memory free on it.
+/// A GPU of a live node, with the memory free on it, and its type (`GpuType::key`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveGpu {
-    pub uuid: String,
-    pub node_id: String,
     pub type_key: String,
-    pub vram_mb: u64,
-    pub free_mb: u64,
-    /// The GPU's PCIe switch on its node, when known.
-    pub switch: Option<u32>,
-}
-
-/// A placed reservation holding GPU memory on live nodes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldWork {
-    pub id: String,
-    pub tier: Tier,
-    /// A spot reservation's priority, as for [`QueuedReservation::priority`].
-    pub priority: Option<i64>,
-    /// Already being stopped: it frees its memory soon and is nobody's victim.
-    pub stopping: bool,
-    pub price_per_hour: Money,
-    /// When it started running, or was placed if it has not started yet.
-    pub since: DateTime<Utc>,
-    /// When it is due to end: its start plus its hours (placed but not started: from now).
-    pub ends_at: DateTime<Utc>,
-    /// (GPU UUID, MiB) it holds.
-    pub holds: Vec<(String, u64)>,
+    pub gpu: gpurent_sched::plan::Gpu,
 }
 
 /// What one scheduling pass reads: the queue, the live GPUs of the types it waits for, and
@@ -160,7 +133,8 @@ pub struct HeldWork {
 pub struct QueueView {
     pub queued: Vec<QueuedReservation>,
     pub gpus: Vec<LiveGpu>,
-    pub held: Vec<HeldWork>,
+    /// The placed work holding memory on them (priorities as the planner ranks them).
+    pub held: Vec<gpurent_sched::plan::Work>,
 }
 
 /// The live nodes' capacity and load and the queue, as elastic capacity reads them.
@@ -178,17 +152,6 @@ pub struct FleetView {
     /// Reservations waiting in the queue, and when the oldest was queued.
     pub queued: u32,
     pub oldest_queued_at: Option<DateTime<Utc>>,
-}
-
-/// A placement of a queued reservation chosen by a scheduling pass.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueuedPlacement {
-    pub id: String,
-    pub node_id: String,
-    /// (GPU UUID, MiB) to take, all on `node_id`.
-    pub gpus: Vec<(String, u64)>,
-    /// Spot reservations to preempt first to make the room.
-    pub preempt: Vec<String>,
 }
 
 /// The result of recomputing the ledger.

@@ -9,6 +9,8 @@ mod by_image;
 mod checkpoint;
 mod docker;
 mod entry;
+mod entry_docker;
+mod entry_support;
 mod gpu_limits;
 mod isolation;
 mod kept_output;

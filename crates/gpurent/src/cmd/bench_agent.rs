@@ -10,7 +10,7 @@ use anyhow::Context;
 use gpurent_store::prelude::*;
 use serde::Serialize;
 
-use super::bench_common::{control_plane, rss_mib, JOIN_TOKEN};
+use super::bench_common::{control_plane, cpu_seconds, rss_mib, JOIN_TOKEN};
 use crate::cli::BenchAgentArgs;
 use crate::output::{print_json, print_table};
 
@@ -20,20 +20,6 @@ struct AgentCost {
     seconds: f64,
     cpu_percent_of_one_core: f64,
     rss_mib: f64,
-}
-
-/// utime + stime of a process in seconds (fields 14 and 15 of /proc/PID/stat, 100 ticks/s).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// The probe's first GPU repeated `n` times, each with its own UUID and index.
@@ -104,13 +90,14 @@ pub async fn run(args: BenchAgentArgs, json: bool) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     anyhow::ensure!(ready, "the agent did not report its GPUs and telemetry");
-    let (cpu0, t0) = (cpu_seconds(pid), Instant::now());
+    let stat = format!("/proc/{pid}/stat");
+    let (cpu0, t0) = (cpu_seconds(&stat), Instant::now());
     eprintln!(
         "bench: measuring the agent (pid {pid}) with {} GPUs for {} s",
         args.gpus, args.seconds
     );
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
-    let (cpu1, elapsed, rss) = (cpu_seconds(pid), t0.elapsed().as_secs_f64(), rss_mib(pid));
+    let (cpu1, elapsed, rss) = (cpu_seconds(&stat), t0.elapsed().as_secs_f64(), rss_mib(pid));
     let _ = agent.kill().await;
     server.shutdown().await?;
     store.close().await;

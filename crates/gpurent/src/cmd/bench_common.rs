@@ -85,6 +85,21 @@ pub fn rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// utime + stime of the process whose /proc stat file is `stat` (`/proc/PID/stat`), in
+/// seconds (fields 14 and 15, 100 ticks/s); 0 when it cannot be read.
+pub fn cpu_seconds(stat: &str) -> f64 {
+    let stat = std::fs::read_to_string(stat).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// The admin of a bench store (token `gpr_bench_admin`) and the join token `bench-join`.
 pub async fn bench_admin(
     store: &SqlStore,

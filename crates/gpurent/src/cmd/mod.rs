@@ -10,6 +10,8 @@ pub mod bench_audit;
 pub mod bench_common;
 pub mod bench_console;
 pub mod bench_failover;
+pub mod bench_fleet;
+pub mod bench_fleet_agent;
 pub mod bench_running;
 pub mod bench_settle;
 pub mod bench_ssh;
@@ -62,16 +64,11 @@ pub fn local_url(addr: std::net::SocketAddr, tls: bool) -> String {
 }
 
 /// Writes a new secret file readable by its owner only; an existing file is never replaced.
-pub fn write_secret(path: &Path, contents: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path)?;
-    file.write_all(contents.as_bytes())?;
-    file.write_all(b"\n")?;
-    file.sync_all()
+pub fn write_secret(
+    path: &Path,
+    contents: &str,
+) -> Result<(), gpurent_types::keyfile::KeyFileError> {
+    gpurent_types::keyfile::create_private(path, format!("{contents}\n").as_bytes())
 }
 
 /// Where the web console is, on stderr (stdout's `ready` line is the contract's).

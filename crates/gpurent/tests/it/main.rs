@@ -9,6 +9,7 @@ mod agent_register;
 mod agent_restart;
 mod audit;
 mod bench_reserve;
+mod bench_fleet;
 mod browser;
 mod browser_selftest;
 mod cli_flow;

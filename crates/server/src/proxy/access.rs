@@ -45,7 +45,7 @@ pub(super) async fn allowed(
     headers: &HeaderMap,
 ) -> bool {
     if headers.contains_key(header::AUTHORIZATION) {
-        if let Ok(caller) = crate::authn::authenticate(state, headers).await {
+        if let Ok(caller) = crate::auth::authenticate(state, headers).await {
             if caller.0.id == reservation.tenant_id {
                 return true;
             }

@@ -1,12 +1,13 @@
 //! The agent protocol: register with a join token, then sync (report actual state, get
 //! desired state, long-polling until it changes).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use gpurent_store::NewNode;
+use gpurent_store::{Backend, NewNode};
 use gpurent_types::agent::{
     InstanceState, NodeRegistered, RegisterNode, SyncRequest, SyncResponse, AGENT_EVENT_DETAIL_MAX,
 };
@@ -24,7 +25,8 @@ use crate::verification::verify;
 const MAX_REPORTS: usize = 4096;
 /// An agent's events per sync.
 const MAX_EVENTS: usize = 1000;
-/// A replica re-reads the version this often while holding a sync, to see other replicas' changes.
+/// A replica on PostgreSQL re-reads the version this often while holding a sync, to see other
+/// replicas' changes.
 const VERSION_RECHECK: Duration = Duration::from_secs(1);
 
 /// Trade a join token for a node identity and credential.
@@ -218,6 +220,12 @@ pub(crate) async fn sync(
     if let (Some(known), false) = (body.known_version, wait.is_zero()) {
         let deadline = tokio::time::Instant::now() + wait;
         let notify = state.wake.for_node(&node_id);
+        // On SQLite this is the only replica: every change wakes the sync, none needs a
+        // recheck (a query per second per node held).
+        let recheck = match state.store.backend() {
+            Backend::Sqlite => wait,
+            Backend::Postgres => VERSION_RECHECK,
+        };
         while !state.wake.is_shutting_down() {
             let notified = notify.notified();
             tokio::pin!(notified);
@@ -229,10 +237,15 @@ pub(crate) async fn sync(
             if now >= deadline {
                 break;
             }
-            let step = (deadline - now).min(VERSION_RECHECK);
+            let step = (deadline - now).min(recheck);
             tokio::select! {
                 _ = notified => {}
                 _ = tokio::time::sleep(step) => {}
+            }
+            // The wait is over: the answer reads the version anyway (one query less per
+            // held sync).
+            if tokio::time::Instant::now() >= deadline {
+                break;
             }
         }
     }
@@ -248,7 +261,13 @@ pub(crate) async fn sync(
             }
         }
     }
-    let log_room = state.store.log_rooms(&node_id).await?;
+    // The rooms are those of the node's live reservations, which its assignments are: a node
+    // with none (most of a fleet, most of the time) needs no query for them.
+    let log_room = if assignments.is_empty() {
+        BTreeMap::new()
+    } else {
+        state.store.log_rooms(&node_id).await?
+    };
     Ok(Json(SyncResponse {
         node_id,
         version,

@@ -1,11 +1,11 @@
 //! `GET /metrics`: Prometheus text for the control plane, without authentication like
 //! `/healthz` (keep it off the public listener, or behind the proxy, where that matters).
 
+use crate::metrics::CONTENT_TYPE;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use gpurent_types::exposition::CONTENT_TYPE;
 
 use crate::error::ApiError;
 use crate::state::AppState;

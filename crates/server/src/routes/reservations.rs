@@ -58,9 +58,16 @@ pub(crate) async fn create(
         );
     }
     let now = state.now();
+    let expected = state.expected.note(new.gpu_type.key(), new.want);
     let (reservation, nodes) = state
         .store
-        .reserve(new, &state.config.prices, state.live_since(), now)
+        .reserve(
+            new,
+            &state.config.prices,
+            state.live_since(),
+            now,
+            &expected,
+        )
         .await?;
     // Placed at once, and not the replay of an earlier request with its Idempotency-Key.
     if reservation.node.is_some()

@@ -1,8 +1,9 @@
 //! The SSH endpoint's host key: ed25519, made on first start and kept in
 //! `DATA_DIR/ssh_host_ed25519_key` (OpenSSH private key format, 0600) with `.pub` beside it.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use gpurent_types::keyfile::{create_private, KeyFileError};
 
 use russh::keys::ssh_key::private::{Ed25519Keypair, KeypairData};
 use russh::keys::ssh_key::{LineEnding, PrivateKey};
@@ -26,6 +27,8 @@ pub enum HostKeyError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    KeyFile(#[from] KeyFileError),
     #[error("cannot encode the SSH host key: {0}")]
     Encode(String),
 }
@@ -50,7 +53,7 @@ pub fn load_or_create(data_dir: &Path) -> Result<PrivateKey, HostKeyError> {
             let text = key
                 .to_openssh(LineEnding::LF)
                 .map_err(|e| HostKeyError::Encode(e.to_string()))?;
-            write_new(&path, text.as_bytes(), 0o600)?;
+            create_private(&path, text.as_bytes())?;
             tracing::info!(path = %path.display(), "made the SSH host key");
             key
         }
@@ -63,28 +66,14 @@ pub fn load_or_create(data_dir: &Path) -> Result<PrivateKey, HostKeyError> {
         .map_err(|e| HostKeyError::Encode(e.to_string()))?;
     let wanted = format!("{line}\n");
     if std::fs::read_to_string(&public).ok().as_deref() != Some(wanted.as_str()) {
+        // Public: readable by anyone, as OpenSSH's own; a stale one (or a link) goes first.
         let _ = std::fs::remove_file(&public);
-        write_new(&public, wanted.as_bytes(), 0o644)?;
+        std::fs::write(&public, wanted.as_bytes()).map_err(|source| HostKeyError::Write {
+            path: public.clone(),
+            source,
+        })?;
     }
     Ok(key)
-}
-
-/// Writes a file that must not exist yet, with `mode` from its creation (never readable by
-/// others, not even for a moment, when 0600).
-fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), HostKeyError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let err = |source| HostKeyError::Write {
-        path: path.to_owned(),
-        source,
-    };
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)
-        .map_err(err)?;
-    file.write_all(bytes).map_err(err)?;
-    file.sync_all().map_err(err)
 }
 
 #[cfg(test)]

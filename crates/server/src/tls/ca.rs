@@ -7,7 +7,9 @@ use std::path::Path;
 use chrono::{DateTime, Datelike, Utc};
 use rustls::pki_types::CertificateDer;
 
-use super::files::{fingerprint, load_certs, write_private};
+use gpurent_types::keyfile::{load_certs, write_private};
+
+use super::files::fingerprint;
 use crate::secrets::{open_bytes, seal_bytes, KeyProvider};
 
 /// Bound to the sealed CA key.
@@ -55,7 +57,7 @@ impl NodeCa {
         let seal = |pem: &str| -> Result<(), TlsError> {
             let sealed = seal_bytes(master, pem.as_bytes(), CA_KEY_PURPOSE)
                 .map_err(|e| TlsError::Sealed(e.to_string()))?;
-            write_private(&sealed_path, sealed.as_bytes())
+            write_private(&sealed_path, sealed.as_bytes()).map_err(TlsError::from)
         };
         if cert_path.exists() && plain_path.exists() && !sealed_path.exists() {
             let pem = std::fs::read_to_string(&plain_path).map_err(|source| TlsError::Read {

@@ -1,11 +1,11 @@
-//! Certificate files: PEM loading, SHA-256 fingerprints, the self-signed certificate of
-//! `--tls-self-signed`, and owner-only writes of private keys.
+//! Certificate files: the served certificate and its key checked to belong together, SHA-256
+//! fingerprints, and the self-signed certificate of `--tls-self-signed` (PEM loading and
+//! owner-only writes are `gpurent_types::keyfile`'s).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::pki_types::CertificateDer;
+use gpurent_types::keyfile::{load_certs, load_private_key, write_private};
 use rustls::sign::CertifiedKey;
 use sha2::{Digest, Sha256};
 
@@ -16,37 +16,10 @@ pub fn fingerprint(der: &[u8]) -> String {
     hex::encode(Sha256::digest(der))
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-/// Every certificate of a PEM file, leaf first.
-pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let bytes = read(path)?;
-    let certs: Vec<_> = rustls_pemfile::certs(&mut bytes.as_slice())
-        .filter_map(Result::ok)
-        .collect();
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate {
-            path: path.to_owned(),
-        });
-    }
-    Ok(certs)
-}
-
 /// A certificate chain and its private key, checked to belong together.
 pub fn load_certified_key(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
     let chain = load_certs(cert)?;
-    let key_bytes = read(key)?;
-    let private = rustls_pemfile::private_key(&mut key_bytes.as_slice())
-        .ok()
-        .flatten()
-        .ok_or_else(|| TlsError::NoKey {
-            path: key.to_owned(),
-        })?;
+    let private = load_private_key(key)?;
     let pair = |source| TlsError::BadPair {
         cert: cert.to_owned(),
         key: key.to_owned(),
@@ -59,23 +32,6 @@ pub fn load_certified_key(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, 
     let certified = CertifiedKey::new(chain, signing);
     certified.keys_match().map_err(pair)?;
     Ok(Arc::new(certified))
-}
-
-/// Writes a file readable by its owner only (mode 0600), atomically.
-pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
-    let fail = |source| TlsError::Write {
-        path: path.to_owned(),
-        source,
-    };
-    let tmp = path.with_extension("tmp");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&tmp).map_err(fail)?;
-    file.write_all(bytes).map_err(fail)?;
-    file.sync_all().map_err(fail)?;
-    std::fs::rename(&tmp, path).map_err(fail)
 }
 
 /// The certificate of `--tls-self-signed`, kept in the data dir.

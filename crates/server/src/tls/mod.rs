@@ -47,10 +47,9 @@ pub enum TlsError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} holds no PEM certificate")]
-    NoCertificate { path: PathBuf },
-    #[error("{path} holds no PEM private key")]
-    NoKey { path: PathBuf },
+    /// A certificate or key file that cannot be read, used or written.
+    #[error(transparent)]
+    KeyFile(#[from] gpurent_types::keyfile::KeyFileError),
     #[error("the certificate {cert} and the key {key} do not form a usable pair")]
     BadPair {
         cert: PathBuf,

@@ -36,6 +36,8 @@ mod metrics;
 mod mig_health;
 mod openapi;
 mod proxy;
+mod proxy_support;
+mod proxy_websockets;
 mod queue;
 mod reports;
 mod revoke;

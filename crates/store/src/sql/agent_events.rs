@@ -61,7 +61,7 @@ async fn stopping(conn: &mut AnyConnection, node_id: &str, id: &str, at: i64) ->
     .await?
     .rows_affected();
     if stopped == 1 {
-        super::reservations::stop_meter(conn, id).await?;
+        super::rows::stop_meter(conn, id).await?;
         super::nodes::bump_version(conn, node_id).await?;
     }
     Ok(())

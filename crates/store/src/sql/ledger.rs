@@ -1,6 +1,7 @@
 //! Double-entry transfers: a unique id per transfer makes a retry a no-op, and the cached
 //! account balances move in the same transaction as the transfer row.
 
+use gpurent_types::Money;
 use sqlx::AnyConnection;
 
 use crate::{Result, StoreError};
@@ -34,24 +35,24 @@ pub(crate) fn accounts_of(user_id: &str) -> [String; 3] {
 }
 
 /// The host's part of a reservation's charges so far: rounded down once on the total, so the
-/// settlements and the final charge add up to exactly this.
+/// settlements and the final charge add up to exactly this (`gpurent_billing::ending::host_part`).
 pub(crate) fn host_part(charged: i64, share_bps: i64) -> i64 {
-    i64::try_from(i128::from(charged) * i128::from(share_bps) / 10_000).unwrap_or(i64::MAX)
+    gpurent_billing::ending::host_part(
+        Money::from_micros(charged),
+        u32::try_from(share_bps).unwrap_or(0),
+    )
+    .micros()
 }
 
-/// Pays a node's owner its share of what a reservation's running charge grew by, from
-/// `already` to `total` (each rounded down once, so the shares of every step add up to the
-/// share of the whole), under the transfer id `id`.
-#[allow(clippy::too_many_arguments)] // one transfer's fields
+/// Pays a node's owner `earned`, its share of what a reservation was charged now (the bill's
+/// `earned`), under the transfer id `id`.
 pub(crate) async fn pay_host_share(
     conn: &mut AnyConnection,
     id: &str,
     owner: &str,
     node_id: Option<&str>,
     reservation_id: &str,
-    already: i64,
-    total: i64,
-    share_bps: i64,
+    earned: Money,
     at: i64,
 ) -> Result<bool> {
     transfer(
@@ -60,7 +61,7 @@ pub(crate) async fn pay_host_share(
             id,
             debit: PLATFORM_REVENUE,
             credit: &earnings_account(owner),
-            amount: host_part(total, share_bps) - host_part(already, share_bps),
+            amount: earned.micros(),
             reservation_id: Some(reservation_id),
             at,
             kind: Kind::Earning,

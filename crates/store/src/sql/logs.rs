@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use gpurent_types::agent::{LogChunk, LOG_CAP_BYTES, LOG_TAIL_BYTES};
 use sqlx::{AnyConnection, Row};
 
+use super::fragments::live_statuses;
+
 use crate::Result;
 
 /// The head kept of a reservation's output: the cap less the tail kept past it, so that head,
@@ -50,11 +52,11 @@ pub(crate) async fn append(
         Ok(())
     };
     // An update that changes nothing, to lock the row (PostgreSQL) while the chunk is placed.
-    let row = sqlx::query(
-        "UPDATE reservations SET log_read = log_read
-         WHERE id = $1 AND status IN ('pending', 'starting', 'running', 'stopping')
-         RETURNING node_id, epoch, log_bytes, log_read, log_cut, log_tail",
-    )
+    let row = sqlx::query(concat!(
+        "UPDATE reservations SET log_read = log_read WHERE id = $1 AND status IN ",
+        live_statuses!(),
+        " RETURNING node_id, epoch, log_bytes, log_read, log_cut, log_tail"
+    ))
     .bind(id)
     .fetch_optional(&mut *conn)
     .await?;
@@ -247,10 +249,10 @@ pub(crate) async fn rooms(
     conn: &mut AnyConnection,
     node_id: &str,
 ) -> Result<BTreeMap<String, u64>> {
-    let rows = sqlx::query(
-        "SELECT id, log_bytes, log_cut FROM reservations
-         WHERE node_id = $1 AND status IN ('pending', 'starting', 'running', 'stopping')",
-    )
+    let rows = sqlx::query(concat!(
+        "SELECT id, log_bytes, log_cut FROM reservations WHERE node_id = $1 AND status IN ",
+        live_statuses!()
+    ))
     .bind(node_id)
     .fetch_all(&mut *conn)
     .await?;

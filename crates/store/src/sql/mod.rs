@@ -4,14 +4,26 @@
 mod access;
 mod agent_events;
 mod audit;
+mod batch;
 mod caps;
+mod create;
+mod drain;
+mod endings;
+mod events;
+mod fencing;
+mod fleet;
+mod fragments;
 mod gpu_hours;
+mod gpus;
+mod health;
 mod idempotency;
 mod ledger;
 mod logs;
 mod metrics;
 mod migrate;
+mod node_store;
 mod nodes;
+mod placement;
 mod proxy;
 mod queue;
 mod reports;
@@ -20,6 +32,7 @@ mod rows;
 mod settlement;
 mod ssh_keys;
 mod statements;
+mod sync;
 mod token_cache;
 mod tunnels;
 mod users;
@@ -49,13 +62,12 @@ pub(crate) fn switch_of(row: &sqlx::any::AnyRow) -> Result<Option<u32>> {
 pub struct SqlStore {
     pool: AnyPool,
     backend: Backend,
-    /// What was asked lately, per GPU type: the workload placement expects (see
-    /// `reservations::Recent`).
-    recent: reservations::Recent,
     /// Tokens found valid lately (`token_cache`), shared by the store's clones.
     tokens: std::sync::Arc<token_cache::TokenCache>,
     /// SQLite's WAL checkpoints, off the store's one connection (`wal`).
     checkpointer: Option<std::sync::Arc<wal::Checkpointer>>,
+    /// Transactions begun (`begin`), for the tests and benchmarks that count them.
+    begun: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl SqlStore {
@@ -71,7 +83,11 @@ impl SqlStore {
         } else {
             return Err(StoreError::UnsupportedUrl(url.to_owned()));
         };
-        let options = AnyConnectOptions::from_str(&url)?.disable_statement_logging();
+        // Every statement at trace level only (`RUST_LOG=sqlx::query=trace` shows them; the
+        // tests count them), none as slow.
+        let options = AnyConnectOptions::from_str(&url)?
+            .log_statements(tracing::log::LevelFilter::Trace)
+            .log_slow_statements(tracing::log::LevelFilter::Off, Duration::MAX);
         let pool = match backend {
             // One connection serialises writers, which SQLite does anyway; it avoids
             // SQLITE_BUSY between pooled connections and keeps transactions short.
@@ -114,9 +130,9 @@ impl SqlStore {
         let store = SqlStore {
             pool,
             backend,
-            recent: reservations::Recent::default(),
             tokens: std::sync::Arc::default(),
             checkpointer: None,
+            begun: Default::default(),
         };
         migrate::run(&store.pool, backend).await?;
         let checkpointer = match backend {
@@ -133,10 +149,18 @@ impl SqlStore {
     /// for it under the busy timeout: a deferred transaction that reads and then writes fails
     /// outright when another process (a second replica or tool) wrote in between.
     pub(crate) async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+        self.begun
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(match self.backend {
             Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
             Backend::Postgres => self.pool.begin().await?,
         })
+    }
+
+    /// How many transactions this store has begun: what a path costs in the write lock
+    /// (SQLite's `BEGIN IMMEDIATE`) and in round trips.
+    pub fn transactions_begun(&self) -> u64 {
+        self.begun.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Closes the pool, waiting for connections in use.

@@ -1,12 +1,26 @@
-//! Turning reservation rows into API reservations.
+//! Reading reservation rows as API reservations, and stopping a reservation's meter.
 
 use gpurent_types::api::Reservation;
 use gpurent_types::{Money, OnNodeLoss, ReservationStatus, Tier};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use sqlx::AnyConnection;
+
 use super::from_ts;
-use crate::{Result, StoreError};
+use crate::{Result, Scope, StoreError};
+
+/// A reservation row's own columns as `reservation_from_row` reads them (without the meter's
+/// `charged` and `held` and the node's `node_name`), unqualified.
+macro_rules! reservation_fields {
+    () => {
+        "id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier, price_per_hour, duration_s,
+        gpus, image, command, created_at, started_at, ended_at, end_reason, end_message, bid,
+        published, queue_reason, placed_at, on_node_loss, epoch, idle_reclaim, checkpoint,
+        secret_names, http_ports"
+    };
+}
+pub(crate) use reservation_fields;
 
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
@@ -85,4 +99,38 @@ fn waited_seconds(placed: i64, created: i64) -> f64 {
     #[allow(clippy::cast_precision_loss)] // waits are far below 2^52 microseconds
     let micros = placed.saturating_sub(created).max(0) as f64;
     micros / 1e6
+}
+
+pub(crate) fn scope_param(scope: &Scope) -> &str {
+    match scope {
+        Scope::Tenant(id) => id,
+        Scope::All => "",
+    }
+}
+
+pub(crate) async fn fetch_reservation(
+    conn: &mut AnyConnection,
+    id: &str,
+    scope: &Scope,
+) -> Result<Reservation> {
+    // Another tenant's reservation is reported as not found, not forbidden.
+    let row = sqlx::query(&format!(
+        "SELECT {RESERVATION_COLUMNS} WHERE r.id = $1 AND ($2 = '' OR r.tenant_id = $2)"
+    ))
+    .bind(id)
+    .bind(scope_param(scope))
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or_else(|| StoreError::not_found("reservation", id))?;
+    reservation_from_row(&row)
+}
+
+/// A reservation that stops running stops being settled: `finish` charges the rest when its
+/// agent confirms.
+pub(crate) async fn stop_meter(conn: &mut AnyConnection, reservation_id: &str) -> Result<()> {
+    sqlx::query("UPDATE meters SET settled_until = NULL WHERE reservation_id = $1")
+        .bind(reservation_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }

@@ -3,8 +3,14 @@
 //! the next period. One transaction of set-based statements settles every reservation that is
 //! due, so that a period of 100,000 running reservations settles in about a second.
 
-use chrono::{DateTime, Utc};
+use std::sync::LazyLock;
 
+use chrono::{DateTime, Utc};
+use gpurent_billing::Rate;
+use gpurent_types::Money;
+use sqlx::Row;
+
+use super::fragments::ENDS_AT;
 use super::ledger::PLATFORM_REVENUE;
 use super::nodes::bump_version;
 use super::{retry_transient, ts, SqlStore};
@@ -12,30 +18,139 @@ use crate::{Backend, Result, StoreError};
 
 const MICROS: i64 = 1_000_000;
 
+/// What a meter's rate charges for `secs` whole seconds, in SQL over the meter's columns:
+/// `price_per_hour` for its first `price_step_s` seconds (all of its `duration_s` when flat),
+/// `price_after` after, rounded down once on the whole time. It is
+/// `gpurent_billing::Rate::charge_for_seconds`, which `SqlStore::settlement_charge` holds it
+/// to (a test over both databases).
+pub(super) fn charge_sql(secs: &str) -> String {
+    let step = "COALESCE(price_step_s, duration_s)";
+    let after = "COALESCE(price_after, price_per_hour)";
+    format!(
+        "(CASE WHEN {secs} <= {step} THEN {secs} * price_per_hour \
+         ELSE {step} * price_per_hour + ({secs} - {step}) * {after} END) / 3600"
+    )
+}
+
+/// The hourly price of a meter's second after `secs` (what its next period is charged at):
+/// `gpurent_billing::Rate::per_hour_after`, held to it like `charge_sql`.
+pub(super) fn rate_after_sql(secs: &str) -> String {
+    format!(
+        "CASE WHEN {secs} < COALESCE(price_step_s, duration_s) THEN price_per_hour \
+         ELSE COALESCE(price_after, price_per_hour) END"
+    )
+}
+
+/// A host's part of `charged` at `bps` basis points, rounded down: the SQL of
+/// `gpurent_billing::ending::host_part`, held to it like `charge_sql`.
+pub(super) fn host_part_sql(charged: &str, bps: &str) -> String {
+    format!("{charged} * {bps} / 10000")
+}
+
 /// PostgreSQL's settlement of the due meters in one pass, without joining the table to itself:
-/// each due meter (`$2`: last settled at or before) is charged up to `$1` (or its end) with the
-/// same expression as `DUE` below, keeps its previous settlement, charge and hold (`prev_*`:
-/// `RETURNING` gives new values only), and returns the columns of `settling`.
-const PG_UPDATE: &str = concat!(
-    "UPDATE meters SET prev_settled = settled_until, prev_charged = charged, prev_held = held, ",
-    "settled_until = LEAST($1, started_at + duration_s * 1000000), ",
-    "charged = GREATEST(charged, (CASE WHEN (LEAST($1, started_at + duration_s * 1000000) - started_at) / 1000000 <= COALESCE(price_step_s, duration_s) ",
-    "THEN (LEAST($1, started_at + duration_s * 1000000) - started_at) / 1000000 * price_per_hour ",
-    "ELSE COALESCE(price_step_s, duration_s) * price_per_hour + ((LEAST($1, started_at + duration_s * 1000000) - started_at) / 1000000 - COALESCE(price_step_s, duration_s)) * COALESCE(price_after, price_per_hour) END) / 3600), ",
-    "held = CASE WHEN prepaid_block = 1 THEN held - (GREATEST(charged, (CASE WHEN (LEAST($1, started_at + duration_s * 1000000) - started_at) / 1000000 <= COALESCE(price_step_s, duration_s) ",
-    "THEN (LEAST($1, started_at + duration_s * 1000000) - started_at) / 1000000 * price_per_hour ",
-    "ELSE COALESCE(price_step_s, duration_s) * price_per_hour + ((LEAST($1, started_at + duration_s * 1000000) - started_at) / 1000000 - COALESCE(price_step_s, duration_s)) * COALESCE(price_after, price_per_hour) END) / 3600) - charged) ELSE 0 END ",
-    "WHERE settled_until <= $2 ",
-    "RETURNING reservation_id AS id, tenant_id, ",
-    "CASE WHEN prepaid_block = 1 THEN 'hold:' ELSE 'user:' END || tenant_id AS account, node_id, ",
-    "prepaid_block AS block, ",
-    "CASE WHEN (settled_until - started_at) / 1000000 < COALESCE(price_step_s, duration_s) ",
-    "THEN price_per_hour ELSE COALESCE(price_after, price_per_hour) END AS rate_now, ",
-    "prev_charged AS old_charged, charged AS new_charged, prev_held AS held, host_share_bps AS bps, ",
-    "settled_until AS end_at, prev_settled AS old_settled"
-);
+/// each due meter (`$2`: last settled at or before) is charged up to `$1` (or its end) with
+/// `charge_sql`, keeps its previous settlement, charge and hold (`prev_*`: `RETURNING` gives
+/// new values only), and returns the columns of `settling`.
+static PG_UPDATE: LazyLock<String> = LazyLock::new(|| {
+    let until = format!("LEAST($1, {ENDS_AT})");
+    let owed = format!(
+        "GREATEST(charged, {})",
+        charge_sql(&format!("({until} - started_at) / 1000000"))
+    );
+    format!(
+        "UPDATE meters SET prev_settled = settled_until, prev_charged = charged, prev_held = held, \
+         settled_until = {until}, charged = {owed}, \
+         held = CASE WHEN prepaid_block = 1 THEN held - ({owed} - charged) ELSE 0 END \
+         WHERE settled_until <= $2 \
+         RETURNING reservation_id AS id, tenant_id, \
+         CASE WHEN prepaid_block = 1 THEN 'hold:' ELSE 'user:' END || tenant_id AS account, node_id, \
+         prepaid_block AS block, {} AS rate_now, \
+         prev_charged AS old_charged, charged AS new_charged, prev_held AS held, host_share_bps AS bps, \
+         settled_until AS end_at, prev_settled AS old_settled",
+        rate_after_sql("(settled_until - started_at) / 1000000")
+    )
+});
+
+/// SQLite's (and the statement PostgreSQL's replaces): what each due meter (`$2`: last
+/// settled at or before) owes up to `$1` (or its end), by `charge_sql`, in the columns of
+/// `settling`.
+static DUE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT id, tenant_id,
+                CASE WHEN block = 1 THEN 'hold:' ELSE 'user:' END || tenant_id AS account,
+                node_id, block, {rate_now} AS rate_now,
+                charged AS old_charged,
+                CASE WHEN owed > charged THEN owed ELSE charged END AS new_charged, held,
+                host_share_bps AS bps, e AS end_at, settled_until AS old_settled
+         FROM (SELECT id, tenant_id, node_id, block, price_per_hour, price_step_s, price_after,
+                      duration_s, charged, held, host_share_bps, started_at, e, secs,
+                      settled_until, {owed} AS owed
+               FROM (SELECT reservation_id AS id, tenant_id, node_id, charged, held,
+                            host_share_bps, started_at, settled_until,
+                            prepaid_block AS block, price_per_hour, price_step_s, price_after,
+                            duration_s, e, (e - started_at) / 1000000 AS secs
+                     FROM (SELECT m.*,
+                                  CASE WHEN $1 < {ENDS_AT} THEN $1 ELSE {ENDS_AT} END AS e
+                           FROM meters m WHERE settled_until <= $2) a) b) c",
+        rate_now = rate_after_sql("secs"),
+        owed = charge_sql("secs"),
+    )
+});
+
 /// An arbitrary constant naming the settlement lock: one settler at a time across replicas.
 const PG_SETTLEMENT_LOCK: i64 = 0x0067_7073_6574_746c;
+
+impl SqlStore {
+    /// The settlement's own SQL (`charge_sql`, `rate_after_sql`, `host_part_sql`) evaluated by
+    /// this database for a meter of `rate` reserved for `duration_s` seconds, after `seconds` of
+    /// running, whose host gets `share_bps`: the charge, the hourly price of the next second,
+    /// and the host's part of the charge. For the test that holds the settlement to
+    /// `gpurent_billing`, on both databases.
+    #[doc(hidden)]
+    pub async fn settlement_charge(
+        &self,
+        rate: &Rate,
+        duration_s: u64,
+        seconds: u64,
+        share_bps: u32,
+    ) -> Result<(Money, Money, Money)> {
+        // A meter stores a rate that does not step within its hours as no step, as
+        // `reservations::insert_reservation` writes it.
+        let (step, after) = if rate.step_s >= duration_s {
+            (None, None)
+        } else {
+            (
+                Some(i64::try_from(rate.step_s).unwrap_or(i64::MAX)),
+                Some(rate.then.micros()),
+            )
+        };
+        let row = sqlx::query(&format!(
+            "SELECT charge, rate_now, {} AS host_part
+             FROM (SELECT {} AS charge, {} AS rate_now, bps
+                   FROM (SELECT CAST($1 AS BIGINT) AS price_per_hour,
+                                CAST($2 AS BIGINT) AS price_step_s,
+                                CAST($3 AS BIGINT) AS price_after,
+                                CAST($4 AS BIGINT) AS duration_s, CAST($5 AS BIGINT) AS secs,
+                                CAST($6 AS BIGINT) AS bps) m) c",
+            host_part_sql("charge", "bps"),
+            charge_sql("secs"),
+            rate_after_sql("secs")
+        ))
+        .bind(rate.first.micros())
+        .bind(step)
+        .bind(after)
+        .bind(i64::try_from(duration_s).unwrap_or(i64::MAX))
+        .bind(i64::try_from(seconds).unwrap_or(i64::MAX))
+        .bind(i64::from(share_bps))
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((
+            Money::from_micros(row.try_get("charge")?),
+            Money::from_micros(row.try_get("rate_now")?),
+            Money::from_micros(row.try_get("host_part")?),
+        ))
+    }
+}
 
 /// What a settlement did, for the maintenance loop.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -60,8 +175,8 @@ impl SqlStore {
     }
 
     /// One transaction of set-based statements: what each due reservation owes is computed
-    /// by the database itself (the same expression as `gpurent_billing::Rate::charge_for_seconds`,
-    /// checked against it by the tests and the settlement benchmark), charged under the
+    /// by the database itself (`charge_sql`: `gpurent_billing::Rate::charge_for_seconds`,
+    /// held to it by a test), charged under the
     /// transfer id `charge:<period start>:<id>` (the period named by the instant, in unix
     /// microseconds, it starts from; time first, so that a period's ids are appended to the
     /// index instead of scattered over it), the first hour held at reservation is given
@@ -125,28 +240,6 @@ impl SqlStore {
                     .await?;
             }
         }
-        // What each due reservation owes now, computed by the database (the same expression as
-        // `Rate::charge_for_seconds`), in the columns of `settling`.
-        const DUE: &str = "SELECT id, tenant_id,
-                    CASE WHEN block = 1 THEN 'hold:' ELSE 'user:' END || tenant_id AS account,
-                    node_id, block, CASE WHEN secs < step THEN price ELSE after END AS rate_now,
-                    charged AS old_charged,
-                    CASE WHEN owed > charged THEN owed ELSE charged END AS new_charged, held,
-                    host_share_bps AS bps, e AS end_at, settled_until AS old_settled
-             FROM (SELECT id, tenant_id, node_id, block, price, step, after, charged, held,
-                          host_share_bps, started_at, e, secs, settled_until,
-                          (CASE WHEN secs <= step THEN secs * price
-                                ELSE step * price + (secs - step) * after END) / 3600 AS owed
-                   FROM (SELECT reservation_id AS id, tenant_id, node_id, charged, held,
-                                host_share_bps, started_at, settled_until,
-                                prepaid_block AS block, price_per_hour AS price,
-                                COALESCE(price_step_s, duration_s) AS step,
-                                COALESCE(price_after, price_per_hour) AS after, e,
-                                (e - started_at) / 1000000 AS secs
-                         FROM (SELECT m.*,
-                                      CASE WHEN $1 < started_at + duration_s * 1000000 THEN $1
-                                           ELSE started_at + duration_s * 1000000 END AS e
-                               FROM meters m WHERE settled_until <= $2) a) b) c";
         const COLUMNS: &str = "id, tenant_id, account, node_id, block, rate_now, old_charged,
             new_charged, held, bps, end_at, old_settled";
         // Meters before accounts. On PostgreSQL one pass over the meters computes, updates and
@@ -161,7 +254,8 @@ impl SqlStore {
              WHERE meters.reservation_id = s.id AND meters.settled_until = s.old_settled";
         let count = if self.backend == Backend::Postgres {
             sqlx::query(&format!(
-                "WITH u AS ({PG_UPDATE}) INSERT INTO settling ({COLUMNS}) SELECT {COLUMNS} FROM u"
+                "WITH u AS ({}) INSERT INTO settling ({COLUMNS}) SELECT {COLUMNS} FROM u",
+                *PG_UPDATE
             ))
             .bind(at)
             .bind(cutoff)
@@ -169,7 +263,7 @@ impl SqlStore {
             .await?
             .rows_affected()
         } else {
-            let count = sqlx::query(&format!("INSERT INTO settling ({COLUMNS}) {DUE}"))
+            let count = sqlx::query(&format!("INSERT INTO settling ({COLUMNS}) {}", *DUE))
                 .bind(at)
                 .bind(cutoff)
                 .execute(&mut *tx)
@@ -199,16 +293,16 @@ impl SqlStore {
         .await?;
         // Host earnings, one transfer per node: the owner's share of each reservation's charges
         // so far, rounded down on the running total, minus what was paid before.
-        sqlx::query(
+        sqlx::query(&format!(
             "INSERT INTO earning (node_id, account, amount)
              SELECT e.node_id, 'earnings:' || n.owner_id, e.amount
-             FROM (SELECT node_id,
-                          CAST(SUM(new_charged * bps / 10000 - old_charged * bps / 10000) AS BIGINT)
-                              AS amount
+             FROM (SELECT node_id, CAST(SUM({} - {}) AS BIGINT) AS amount
                    FROM settling WHERE node_id IS NOT NULL GROUP BY node_id) e
              JOIN nodes n ON n.id = e.node_id
              WHERE e.amount > 0 AND n.owner_id IS NOT NULL",
-        )
+            host_part_sql("new_charged", "bps"),
+            host_part_sql("old_charged", "bps")
+        ))
         .execute(&mut *tx)
         .await?;
         sqlx::query(

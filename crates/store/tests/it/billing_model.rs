@@ -1,6 +1,10 @@
 //! Model-based property test of billing: random schedules of reservations on every tier, agent
 //! reports (duplicated and out of order), stop requests, expiry passes, settlement ticks,
-//! preemptions and control-plane restarts (the store closed and reopened) must leave every
+//! preemptions and control-plane restarts (the store closed and reopened), and every other way
+//! a reservation ends (`gpurent_billing::ending::Ending`): its workload exiting or failing to
+//! start, its agent stopping it over its GPU memory, idle reclaim, its node lost (ending it or
+//! queueing it again), a GPU it ran on gone from its node, drained, and a queued reservation
+//! stopped or timed out, must leave every
 //! reservation charged exactly what an independent model computes (the rate over the seconds
 //! it ran; a reserved block in full unless the platform ended it), the tenant's balance down by
 //! exactly the sum with nothing left held, the node's owner paid exactly its share, and the
@@ -12,9 +16,9 @@ use std::time::Duration as StdDuration;
 use chrono::Duration;
 use gpurent_billing::{PriceList, Rate};
 use gpurent_store::prelude::*;
-use gpurent_store::{Backend, NewReservation, Scope, SqlStore};
-use gpurent_types::agent::{InstanceState, SyncRequest};
-use gpurent_types::{GpuType, Money, Tier};
+use gpurent_store::{Backend, NewReservation, NodeAction, Scope, SqlStore};
+use gpurent_types::agent::{AgentEvent, AgentEventKind, GpuInfo, InstanceState, SyncRequest};
+use gpurent_types::{GpuType, Money, OnNodeLoss, Tier};
 use proptest::prelude::*;
 
 use crate::support::{self, one_gpu, t0, Fixture};
@@ -27,27 +31,50 @@ const TIERS: [(Tier, u64); 4] = [
     (Tier::Spot, 1),
 ];
 
+/// The node TTL of `Op::Fence`, in seconds.
+const TTL_S: i64 = 30;
+
 #[derive(Debug, Clone)]
 enum Op {
-    Reserve(usize),
+    /// A tier, and whether it ends (rather than waits to run again) when its node is lost.
+    Reserve(usize, bool),
     Running(usize),
     Stop(usize),
     Gone(usize),
     Exit(usize, i32),
+    Fail(usize),
+    /// Its agent stops it: more GPU memory than its share.
+    Vram(usize),
     Expire,
+    Idle,
     Settle,
+    /// The node goes quiet past the TTL and is fenced.
+    Fence,
+    /// The agent's inventory lacks this GPU (the one missing before is back).
+    GpuGone(u32),
+    /// The node is drained (its work queued again), then uncordoned.
+    Drain,
+    /// What waits in the queue times out.
+    Timeouts,
     Advance(u32),
     Restart,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0usize..TIERS.len()).prop_map(Op::Reserve),
+        3 => ((0usize..TIERS.len()), any::<bool>()).prop_map(|(t, s)| Op::Reserve(t, s)),
         3 => (0usize..6).prop_map(Op::Running),
         2 => (0usize..6).prop_map(Op::Stop),
         2 => (0usize..6).prop_map(Op::Gone),
         1 => ((0usize..6), (0i32..2)).prop_map(|(i, c)| Op::Exit(i, c)),
+        1 => (0usize..6).prop_map(Op::Fail),
+        1 => (0usize..6).prop_map(Op::Vram),
         1 => Just(Op::Expire),
+        1 => Just(Op::Idle),
+        1 => Just(Op::Fence),
+        1 => Just(Op::Drain),
+        1 => (0u32..6).prop_map(Op::GpuGone),
+        1 => Just(Op::Timeouts),
         2 => Just(Op::Settle),
         4 => (1u32..2000).prop_map(Op::Advance),
         1 => Just(Op::Restart),
@@ -64,13 +91,20 @@ struct Model {
     start: Option<i64>,
     stop_at: Option<i64>,
     end: Option<i64>,
-    /// Ended by the platform (its agent stopped it unasked): a block's unused part goes back.
+    /// Ended by the platform (its agent stopped it unasked, its node was lost): a block's
+    /// unused part goes back.
     platform_ended: bool,
+    stop_on_loss: bool,
+    /// Waiting to run again after its node was lost or drained (the test places nothing
+    /// again): it ends queued, charged for the seconds it ran before only.
+    queued: bool,
+    run_before: i64,
 }
 
 impl Model {
     fn charge(&self) -> Money {
         let seconds = match (self.start, self.end) {
+            _ if self.queued => self.run_before,
             _ if self.tier == Tier::Reserved && self.end.is_some() && !self.platform_ended => {
                 self.duration
             }
@@ -84,6 +118,11 @@ impl Model {
     /// A stop is asked for: billing ends now, or at the end of its hours if those are up.
     fn stop(&mut self, now: i64) {
         if self.end.is_some() || self.stop_at.is_some() {
+            return;
+        }
+        // A queued reservation has nothing to stop: it ends at once.
+        if self.queued {
+            self.end = Some(now);
             return;
         }
         self.stop_at = Some(match self.start {
@@ -102,6 +141,53 @@ impl Model {
             end = end.min(s + self.duration);
         }
         self.end = Some(end);
+    }
+
+    /// Placed and live, with no stop asked: what a drain or a lost node moves.
+    fn movable(&self) -> bool {
+        !self.queued && self.end.is_none() && self.stop_at.is_none()
+    }
+
+    /// Running, as the store sees it (neither stopping nor queued).
+    fn running(&self) -> bool {
+        self.movable() && self.start.is_some()
+    }
+
+    /// Its run is billed to `at` and it waits in the queue again.
+    fn requeue(&mut self, at: i64) {
+        if let Some(s) = self.start.take() {
+            self.run_before = (at - s).clamp(0, self.duration);
+        }
+        self.queued = true;
+    }
+
+    /// Its node was lost at `fence_at`: what was stopping ends, what ran out its hours
+    /// expired, what chose to end ends as lost, the rest is queued again.
+    fn fence(&mut self, fence_at: i64) {
+        if self.queued || self.end.is_some() {
+            return;
+        }
+        if self.stop_at.is_some() {
+            self.gone(fence_at);
+        } else if let Some(deadline) = self.start.map(|s| s + self.duration) {
+            if deadline <= fence_at {
+                self.stop_at = Some(deadline);
+                self.gone(fence_at);
+                return;
+            }
+            self.lose(fence_at);
+        } else {
+            self.lose(fence_at);
+        }
+    }
+
+    fn lose(&mut self, fence_at: i64) {
+        if self.stop_on_loss {
+            self.platform_ended = true;
+            self.gone(fence_at);
+        } else {
+            self.requeue(fence_at);
+        }
     }
 
     /// An end the agent reported without being asked, before the hours were up.
@@ -126,11 +212,16 @@ async fn run(backend: Backend, ops: Vec<Op>) {
     let mut reserved = 0;
     for op in ops {
         match op {
-            Op::Reserve(tier) => {
+            Op::Reserve(tier, stop_on_loss) => {
                 let (tier, hours) = TIERS[tier];
                 let new = NewReservation {
                     duration_s: hours * 3600,
                     tier,
+                    on_node_loss: if stop_on_loss {
+                        OnNodeLoss::Stop
+                    } else {
+                        OnNodeLoss::Reschedule
+                    },
                     idempotency_key: Some(format!("k{reserved}")),
                     ..one_gpu(&tenant)
                 };
@@ -145,7 +236,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     .await
                     .unwrap();
                 if let Ok((r, _)) = store
-                    .reserve(new, &prices, at(now) - Duration::seconds(10), at(now))
+                    .reserve(new, &prices, at(now) - Duration::seconds(10), at(now), &[])
                     .await
                 {
                     let quote = prices
@@ -170,15 +261,15 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                         stop_at: None,
                         end: None,
                         platform_ended: false,
+                        stop_on_loss,
+                        queued: false,
+                        run_before: 0,
                     });
                     // Work that outranks spot instances may have preempted some: billing
                     // stopped for them now.
                     for m in models.iter_mut().filter(|m| m.tier == Tier::Spot) {
                         let r = store.get_reservation(&m.id, &Scope::All).await.unwrap();
-                        if r.end_reason.as_deref() == Some("preempted")
-                            && m.stop_at.is_none()
-                            && m.end.is_none()
-                        {
+                        if r.end_reason.as_deref() == Some("preempted") && m.movable() {
                             m.stop_at = Some(now);
                         }
                     }
@@ -190,7 +281,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     .sync_node(&node, &report(&m.id, InstanceState::Running, None), at(now))
                     .await
                     .unwrap();
-                if m.start.is_none() && m.end.is_none() && m.stop_at.is_none() {
+                if m.start.is_none() && m.movable() {
                     m.start = Some(now);
                 }
             }
@@ -202,27 +293,136 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     .unwrap();
                 m.stop(now);
             }
-            Op::Gone(i) | Op::Exit(i, _) => {
+            Op::Gone(i) | Op::Exit(i, _) | Op::Fail(i) => {
                 let Some(m) = models.get_mut(i) else { continue };
                 let (state, code) = match op {
                     Op::Exit(_, c) => (InstanceState::Exited, Some(c)),
+                    Op::Fail(_) => (InstanceState::Failed, None),
                     _ => (InstanceState::Stopped, None),
                 };
                 store
                     .sync_node(&node, &report(&m.id, state, code), at(now))
                     .await
                     .unwrap();
-                if m.end.is_none() && state == InstanceState::Stopped && m.unasked(now) {
+                // A report of its run on the node it left changes nothing.
+                if m.queued {
+                    continue;
+                }
+                if m.end.is_none() && state != InstanceState::Exited && m.unasked(now) {
                     m.platform_ended = true;
                 }
                 m.gone(now);
             }
-            Op::Expire => {
-                store.expire_due(at(now)).await.unwrap();
+            Op::Vram(i) => {
+                let Some(m) = models.get_mut(i) else { continue };
+                let watchdog = SyncRequest {
+                    events: vec![AgentEvent {
+                        kind: AgentEventKind::VramExceeded,
+                        reservation_id: Some(m.id.clone()),
+                        gpu_uuid: "GPU-n-0".to_owned(),
+                        detail: "over its share".to_owned(),
+                    }],
+                    ..report("none", InstanceState::Running, None)
+                };
+                store.sync_node(&node, &watchdog, at(now)).await.unwrap();
+                if m.running() {
+                    m.stop(now);
+                }
+            }
+            Op::Idle => {
+                // No telemetry: every reservation running a minute is idle.
+                store.reclaim_idle(at(now - 60), at(now)).await.unwrap();
                 for m in models
                     .iter_mut()
-                    .filter(|m| m.end.is_none() && m.stop_at.is_none())
+                    .filter(|m| m.running() && m.start.is_some_and(|s| s <= now - 60))
                 {
+                    m.stop(now);
+                }
+            }
+            Op::Fence => {
+                // Heard from now, then not for longer than the TTL.
+                store
+                    .sync_node(
+                        &node,
+                        &report("none", InstanceState::Running, None),
+                        at(now),
+                    )
+                    .await
+                    .unwrap();
+                let fence_at = now + TTL_S;
+                now += TTL_S + 1;
+                store
+                    .fence_lost_nodes(StdDuration::from_secs(30), at(now))
+                    .await
+                    .unwrap();
+                for m in &mut models {
+                    m.fence(fence_at);
+                }
+            }
+            Op::GpuGone(gone) => {
+                let uuid = format!("GPU-n-{gone}");
+                // Which reservations hold memory on it is the placement's business: read it.
+                let mut on_it = Vec::new();
+                for (i, m) in models.iter().enumerate() {
+                    let r = store.get_reservation(&m.id, &Scope::All).await.unwrap();
+                    // A preempted one gave its GPUs back when it was preempted.
+                    if !r.status.is_terminal()
+                        && r.gpus.contains(&uuid)
+                        && r.end_reason.as_deref() != Some("preempted")
+                    {
+                        on_it.push(i);
+                    }
+                }
+                let inventory = SyncRequest {
+                    gpus: (0..6)
+                        .filter(|g| *g != gone)
+                        .map(|g| {
+                            GpuInfo::basic(
+                                g,
+                                format!("GPU-n-{g}"),
+                                "NVIDIA GeForce RTX 4090".to_owned(),
+                                24_576,
+                            )
+                        })
+                        .collect(),
+                    ..report("none", InstanceState::Running, None)
+                };
+                store.sync_node(&node, &inventory, at(now)).await.unwrap();
+                for i in on_it {
+                    models[i].fence(now);
+                }
+            }
+            Op::Drain => {
+                // A lost node cannot be drained: heard from again first.
+                store
+                    .sync_node(
+                        &node,
+                        &report("none", InstanceState::Running, None),
+                        at(now),
+                    )
+                    .await
+                    .unwrap();
+                store
+                    .schedule_node(&node, NodeAction::Drain, at(now))
+                    .await
+                    .unwrap();
+                store
+                    .schedule_node(&node, NodeAction::Uncordon, at(now))
+                    .await
+                    .unwrap();
+                for m in models.iter_mut().filter(|m| m.movable()) {
+                    m.requeue(now);
+                }
+            }
+            Op::Timeouts => {
+                store.end_queue_timeouts(at(now), at(now)).await.unwrap();
+                for m in models.iter_mut().filter(|m| m.queued && m.end.is_none()) {
+                    m.end = Some(now);
+                }
+            }
+            Op::Expire => {
+                store.expire_due(at(now)).await.unwrap();
+                for m in models.iter_mut().filter(|m| m.movable()) {
                     if let Some(s) = m.start.filter(|s| now >= s + m.duration) {
                         m.stop_at = Some(s + m.duration);
                     }

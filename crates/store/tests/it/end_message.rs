@@ -32,7 +32,7 @@ async fn a_failed_start_keeps_its_reason(backend: Backend) {
     let prices = PriceList::defaults();
     let reserve = || async {
         f.store
-            .reserve(one_gpu(&alice), &prices, t0(), t0())
+            .reserve(one_gpu(&alice), &prices, t0(), t0(), &[])
             .await
             .expect("reserve")
             .0

@@ -30,7 +30,7 @@ async fn reserve_run_stop_charge(backend: Backend) {
 
     let (r, woken) = f
         .store
-        .reserve(request(&alice, 2), &prices, t0(), t0())
+        .reserve(request(&alice, 2), &prices, t0(), t0(), &[])
         .await
         .expect("reserve");
     assert_eq!(woken, vec![node.clone()]);
@@ -42,7 +42,7 @@ async fn reserve_run_stop_charge(backend: Backend) {
 
     let err = f
         .store
-        .reserve(request(&alice, 1), &prices, t0(), t0())
+        .reserve(request(&alice, 1), &prices, t0(), t0(), &[])
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::NoCapacity(_)), "{err:?}");

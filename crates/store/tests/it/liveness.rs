@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use gpurent_billing::{PriceList, Rate};
+use gpurent_sched::Plan;
 use gpurent_store::prelude::*;
-use gpurent_store::{Backend, QueuedPlacement, Scope, SqlStore};
+use gpurent_store::{Backend, Scope, SqlStore};
 use gpurent_types::agent::{InstanceState, SyncRequest};
 use gpurent_types::{Money, ReservationStatus};
 
@@ -32,7 +33,7 @@ async fn a_lost_node_is_fenced_once(backend: Backend) {
     let prices = PriceList::defaults();
     let (r, _) = f
         .store
-        .reserve(one_gpu(&alice), &prices, t0(), t0())
+        .reserve(one_gpu(&alice), &prices, t0(), t0(), &[])
         .await
         .expect("reserve");
     f.store
@@ -86,11 +87,12 @@ async fn a_lost_node_is_fenced_once(backend: Backend) {
     let placed = f
         .store
         .place_queued(
-            &QueuedPlacement {
-                id: r.id.clone(),
+            &r.id,
+            &Plan {
                 node_id: node.clone(),
                 gpus: vec![(gpu, 24_576)],
-                preempt: vec![],
+                whole: true,
+                victims: vec![],
             },
             &prices,
             late,

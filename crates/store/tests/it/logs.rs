@@ -16,7 +16,7 @@ async fn running(backend: Backend) -> (Fixture, String, String) {
     let alice = f.user("alice", "100").await;
     let (r, _) = f
         .store
-        .reserve(one_gpu(&alice), &PriceList::defaults(), t0(), t0())
+        .reserve(one_gpu(&alice), &PriceList::defaults(), t0(), t0(), &[])
         .await
         .expect("reserve");
     f.store

@@ -44,15 +44,15 @@ async fn metrics_follow_reservations(backend: Backend) {
 
     let (first, _) = f
         .store
-        .reserve(request(&alice, false), &prices, t0(), t0())
+        .reserve(request(&alice, false), &prices, t0(), t0(), &[])
         .await
         .expect("reserve");
     f.store
-        .reserve(request(&alice, false), &prices, t0(), t0())
+        .reserve(request(&alice, false), &prices, t0(), t0(), &[])
         .await
         .expect("reserve");
     f.store
-        .reserve(request(&alice, true), &prices, t0(), t0())
+        .reserve(request(&alice, true), &prices, t0(), t0(), &[])
         .await
         .expect("queue");
     let busy = f.store.metrics_view(t0()).await.expect("view");

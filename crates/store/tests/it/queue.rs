@@ -2,8 +2,9 @@
 //! placement committed from a stale view never double-books a GPU.
 
 use gpurent_billing::PriceList;
+use gpurent_sched::Plan;
 use gpurent_store::prelude::*;
-use gpurent_store::{Backend, NewReservation, QueuedPlacement, Scope, SqlStore};
+use gpurent_store::{Backend, NewReservation, Scope, SqlStore};
 use gpurent_types::agent::{InstanceState, SyncRequest};
 use gpurent_types::ReservationStatus;
 
@@ -35,12 +36,12 @@ async fn stale_placements_never_double_book(backend: Backend) {
     let prices = PriceList::defaults();
     let (first, _) = f
         .store
-        .reserve(request(&alice, false), &prices, t0(), t0())
+        .reserve(request(&alice, false), &prices, t0(), t0(), &[])
         .await
         .expect("reserve");
     let (queued, woken) = f
         .store
-        .reserve(request(&bob, true), &prices, t0(), t0())
+        .reserve(request(&bob, true), &prices, t0(), t0(), &[])
         .await
         .expect("queue");
     assert!(woken.is_empty());
@@ -57,21 +58,21 @@ async fn stale_placements_never_double_book(backend: Backend) {
     assert_eq!(view.queued.len(), 1);
     assert_eq!(view.queued[0].id, queued.id);
     assert_eq!(view.gpus.len(), 1);
-    assert_eq!(view.gpus[0].free_mb, 0);
+    assert_eq!(view.gpus[0].gpu.free_mb, 0);
     assert_eq!(view.held.len(), 1);
     assert_eq!(view.held[0].id, first.id);
-    let gpu = &view.gpus[0];
-    let plan = QueuedPlacement {
-        id: queued.id.clone(),
+    let gpu = &view.gpus[0].gpu;
+    let plan = Plan {
         node_id: node.clone(),
         gpus: vec![(gpu.uuid.clone(), gpu.vram_mb)],
-        preempt: vec![],
+        whole: true,
+        victims: vec![],
     };
 
     // A pass that thought the GPU free loses the compare-and-set and changes nothing.
     assert_eq!(
         store
-            .place_queued(&plan, &prices, t0())
+            .place_queued(&queued.id, &plan, &prices, t0())
             .await
             .expect("place"),
         None
@@ -98,14 +99,14 @@ async fn stale_placements_never_double_book(backend: Backend) {
         .expect("sync");
     assert_eq!(
         store
-            .place_queued(&plan, &prices, later)
+            .place_queued(&queued.id, &plan, &prices, later)
             .await
             .expect("place"),
         Some(vec![node.clone()])
     );
     assert_eq!(
         store
-            .place_queued(&plan, &prices, later)
+            .place_queued(&queued.id, &plan, &prices, later)
             .await
             .expect("again"),
         None

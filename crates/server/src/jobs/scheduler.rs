@@ -3,27 +3,26 @@
 //! backfill, spot preemption), and each placement it decides is committed by the store's
 //! compare-and-set; one that lost a race to another transaction waits for the next pass.
 
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
-use gpurent_sched::queue::{Pending, Queue, QueueConfig, Reason, Running, ON_DEMAND, RESERVED};
-use gpurent_sched::{GpuSlot, Request};
-use gpurent_store::{HeldWork, QueueView, QueuedPlacement, QueuedReservation, Want};
-use gpurent_types::Tier;
+use gpurent_sched::plan::{holds_in, slot_index, slots, tier_priority};
+use gpurent_sched::queue::{Pending, Queue, QueueConfig, Reason, Running};
+use gpurent_sched::Plan;
+use gpurent_store::QueueView;
 
-use crate::error::ApiError;
+use crate::jobs::JobError;
 use crate::state::AppState;
 
 /// What one pass decided, in the store's terms.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Plan {
-    pub placements: Vec<QueuedPlacement>,
+pub(crate) struct PassPlan {
+    /// (queued reservation id, its plan), in the order they were placed.
+    pub placements: Vec<(String, Plan)>,
     /// (reservation id, why it still waits).
     pub reasons: Vec<(String, String)>,
 }
 
 /// Ends the reservations queued too long, then places what the queue can place now.
-pub(crate) async fn pass(state: &AppState) -> Result<(), ApiError> {
+pub(crate) async fn pass(state: &AppState) -> Result<(), JobError> {
     let now = state.now();
     let timeout =
         chrono::Duration::from_std(state.config.queue_timeout).unwrap_or(chrono::Duration::MAX);
@@ -39,23 +38,23 @@ pub(crate) async fn pass(state: &AppState) -> Result<(), ApiError> {
         return Ok(());
     }
     let plan = plan(&view, now, QueueConfig::default());
-    for placement in &plan.placements {
+    for (id, placement) in &plan.placements {
         match state
             .store
-            .place_queued(placement, &state.config.prices, now)
+            .place_queued(id, placement, &state.config.prices, now)
             .await?
         {
             Some(nodes) => {
                 for node in &nodes {
                     state.wake.wake(node);
                 }
-                if let Some(q) = view.queued.iter().find(|q| q.id == placement.id) {
+                if let Some(q) = view.queued.iter().find(|q| q.id == *id) {
                     let waited = (now - q.queued_at).to_std().unwrap_or_default();
                     state.metrics.observe_wait(waited);
                 }
             }
             None => {
-                tracing::debug!(reservation_id = %placement.id, "placement from a stale view skipped; the next pass retries");
+                tracing::debug!(reservation_id = %id, "placement from a stale view skipped; the next pass retries");
             }
         }
     }
@@ -63,75 +62,34 @@ pub(crate) async fn pass(state: &AppState) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn request_of(want: Want) -> Request {
-    match want {
-        Want::Whole { count } => Request::Whole { count },
-        Want::Share { vram_mb } => Request::Share { vram_mb },
-    }
-}
-
-/// The queue's priority of a waiting reservation: a spot bid, or its tier's base.
-fn queued_priority(q: &QueuedReservation) -> i64 {
-    match q.tier {
-        Tier::Spot => q.priority.unwrap_or(0),
-        Tier::Reserved => RESERVED,
-        Tier::OnDemand | Tier::Stepped => ON_DEMAND,
-    }
-}
-
-/// The queue's priority of placed work; work already stopping is nobody's victim.
-fn held_priority(h: &HeldWork) -> i64 {
-    match h.tier {
-        _ if h.stopping => RESERVED,
-        Tier::Spot => h.priority.unwrap_or(ON_DEMAND),
-        Tier::Reserved => RESERVED,
-        Tier::OnDemand | Tier::Stepped => ON_DEMAND,
-    }
-}
-
 /// One pass of the queue over `view` at `now`: pure, so that it can be tested without a store.
-pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) -> Plan {
-    let mut node_numbers: HashMap<&str, u32> = HashMap::new();
-    let mut slot_of: HashMap<&str, usize> = HashMap::new();
-    let mut slots = Vec::with_capacity(view.gpus.len());
-    for (i, g) in view.gpus.iter().enumerate() {
-        let next = u32::try_from(node_numbers.len()).unwrap_or(u32::MAX);
-        let node = *node_numbers.entry(g.node_id.as_str()).or_insert(next);
-        slot_of.insert(g.uuid.as_str(), i);
-        slots.push(GpuSlot {
-            node,
-            vram_mb: g.vram_mb,
-            free_mb: g.free_mb,
-            switch: g.switch,
-        });
-    }
+pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) -> PassPlan {
+    let gpus: Vec<gpurent_sched::plan::Gpu> = view.gpus.iter().map(|g| g.gpu.clone()).collect();
+    let slots = slots(&gpus);
+    let index = slot_index(&gpus);
     let running: Vec<Running> = view
         .held
         .iter()
         .enumerate()
-        .filter_map(|(i, h)| {
-            let holds: Vec<(usize, u64)> = h
-                .holds
-                .iter()
-                .filter_map(|(uuid, mb)| slot_of.get(uuid.as_str()).map(|&s| (s, *mb)))
-                .collect();
+        .filter_map(|(i, w)| {
+            let holds = holds_in(&index, w);
             (!holds.is_empty()).then(|| Running {
                 id: i as u64,
-                priority: held_priority(h),
-                value: h.price_per_hour.micros(),
-                started_at: h.since.timestamp(),
-                ends_at: Some(h.ends_at.timestamp()),
+                priority: w.priority,
+                value: w.value,
+                started_at: w.started_at,
+                ends_at: Some(w.ends_at.div_euclid(1_000_000)),
                 holds,
             })
         })
         .collect();
     let mut queue = Queue::new(config);
-    let mut plan = Plan::default();
+    let mut plan = PassPlan::default();
     for (i, q) in view.queued.iter().enumerate() {
         let pushed = queue.push(Pending {
             id: i as u64,
-            request: request_of(q.want),
-            priority: queued_priority(q),
+            request: q.want,
+            priority: tier_priority(q.tier, q.priority, false),
             enqueued_at: q.queued_at.timestamp(),
             duration_s: Some(q.duration_s),
         });
@@ -147,35 +105,19 @@ pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) ->
         let Some(q) = queued_of(placed.item.id) else {
             continue;
         };
-        let Some(node_id) = placed
-            .placement
-            .gpus
-            .first()
-            .and_then(|&(g, _)| view.gpus.get(g))
-            .map(|g| g.node_id.clone())
-        else {
-            continue;
-        };
-        plan.placements.push(QueuedPlacement {
-            id: q.id.clone(),
-            node_id,
-            gpus: placed
-                .placement
-                .gpus
-                .iter()
-                .filter_map(|&(g, mb)| view.gpus.get(g).map(|gpu| (gpu.uuid.clone(), mb)))
-                .collect(),
-            preempt: placed
-                .preempts
-                .iter()
-                .filter_map(|&r| {
-                    usize::try_from(r)
-                        .ok()
-                        .and_then(|r| view.held.get(r))
-                        .map(|h| h.id.clone())
-                })
-                .collect(),
-        });
+        let victims = placed
+            .preempts
+            .iter()
+            .filter_map(|&r| {
+                usize::try_from(r)
+                    .ok()
+                    .and_then(|r| view.held.get(r))
+                    .map(|h| h.id.clone())
+            })
+            .collect();
+        if let Some(p) = Plan::of(&gpus, &q.want, &placed.placement, victims) {
+            plan.placements.push((q.id.clone(), p));
+        }
     }
     for (id, reason) in &outcome.waiting {
         let Some(q) = queued_of(*id) else { continue };
@@ -196,8 +138,9 @@ pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) ->
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
-    use gpurent_store::LiveGpu;
-    use gpurent_types::Money;
+    use gpurent_sched::plan::Work;
+    use gpurent_store::{LiveGpu, QueuedReservation, Want};
+    use gpurent_types::Tier;
 
     use super::*;
 
@@ -209,12 +152,14 @@ mod tests {
 
     fn gpu(uuid: &str, free_mb: u64) -> LiveGpu {
         LiveGpu {
-            uuid: uuid.into(),
-            node_id: "n1".into(),
             type_key: "rtx4090".into(),
-            vram_mb: 24_576,
-            free_mb,
-            switch: None,
+            gpu: gpurent_sched::plan::Gpu {
+                uuid: uuid.into(),
+                node_id: "n1".into(),
+                vram_mb: 24_576,
+                free_mb,
+                switch: None,
+            },
         }
     }
 
@@ -230,15 +175,13 @@ mod tests {
         }
     }
 
-    fn held(id: &str, tier: Tier, uuid: &str) -> HeldWork {
-        HeldWork {
+    fn held(id: &str, tier: Tier, uuid: &str) -> Work {
+        Work {
             id: id.into(),
-            tier,
-            priority: (tier == Tier::Spot).then_some(1_000_000),
-            stopping: false,
-            price_per_hour: Money::from_micros(1_000_000),
-            since: at(0),
-            ends_at: at(7200),
+            priority: tier_priority(tier, (tier == Tier::Spot).then_some(1_000_000), false),
+            value: 1_000_000,
+            started_at: at(0).timestamp_micros(),
+            ends_at: at(7200).timestamp_micros(),
             holds: vec![(uuid.into(), 24_576)],
         }
     }
@@ -255,8 +198,8 @@ mod tests {
         };
         let plan = plan(&view, at(20), QueueConfig::default());
         assert_eq!(plan.placements.len(), 1);
-        assert_eq!(plan.placements[0].id, "od");
-        assert_eq!(plan.placements[0].gpus, vec![("g0".to_owned(), 24_576)]);
+        assert_eq!(plan.placements[0].0, "od");
+        assert_eq!(plan.placements[0].1.gpus, vec![("g0".to_owned(), 24_576)]);
         assert_eq!(
             plan.reasons,
             vec![(
@@ -280,9 +223,9 @@ mod tests {
         };
         let plan = plan(&view, at(20), QueueConfig::default());
         assert_eq!(plan.placements.len(), 1, "{plan:?}");
-        assert_eq!(plan.placements[0].id, "od");
-        assert_eq!(plan.placements[0].preempt, vec!["cheap".to_owned()]);
-        assert_eq!(plan.placements[0].gpus[0].0, "g1");
+        assert_eq!(plan.placements[0].0, "od");
+        assert_eq!(plan.placements[0].1.victims, vec!["cheap".to_owned()]);
+        assert_eq!(plan.placements[0].1.gpus[0].0, "g1");
         assert_eq!(plan.reasons.len(), 1);
         assert_eq!(plan.reasons[0].0, "a100");
     }
@@ -310,14 +253,14 @@ mod tests {
         let mut short = queued("short", Tier::OnDemand, None, 2);
         short.duration_s = 600;
         let mut busy = held("busy", Tier::OnDemand, "g0");
-        busy.ends_at = at(1800);
+        busy.ends_at = at(1800).timestamp_micros();
         let view = QueueView {
             queued: vec![head, long, short],
             gpus: vec![gpu("g0", 0), gpu("g1", 24_576)],
             held: vec![busy],
         };
         let plan = plan(&view, at(0), QueueConfig::default());
-        let placed: Vec<&str> = plan.placements.iter().map(|p| p.id.as_str()).collect();
+        let placed: Vec<&str> = plan.placements.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(placed, vec!["short"]);
         let long_reason = plan
             .reasons

@@ -1,15 +1,15 @@
 //! The agent's loop: sync with the control plane (report actual state, receive desired state),
 //! plan, act; and fence itself when the control plane is out of reach for longer than the lease.
+//! Joining is `register`, the output a sync ships `output`, its ports and telemetry `report`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gpurent_types::agent::{
-    AgentEvent, Assignment, GpuInfo, HostFacts, InstanceReport, InstanceState, LogChunk,
-    NodeTelemetry, PublishedPort, RegisterNode, SyncRequest, AGENT_EVENT_DETAIL_MAX,
-    LOG_TAIL_BYTES,
+    AgentEvent, Assignment, GpuInfo, HostFacts, InstanceState, PublishedPort, SyncRequest,
+    AGENT_EVENT_DETAIL_MAX,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -20,14 +20,14 @@ use crate::cpu::{CpuSampler, CpuSource};
 use crate::metrics::AgentMetrics;
 use crate::reconcile::{self, Action, Observed, ObservedState};
 use crate::stops::Stops;
-use crate::tls::{self, ClientTls};
+use crate::tls::ClientTls;
 use crate::vram::{Verdict, Watchdog};
 use crate::{AgentError, CheckpointConfig, Executor, GpuBackend, NodeIdentity};
 
-/// Output shipped with one sync, for one running instance and for all (an instance that
-/// ended may take all of it: its end waits for its output).
-const LOG_BYTES_PER_INSTANCE: usize = 256 * 1024;
-const LOG_BYTES_PER_SYNC: usize = 1024 * 1024;
+mod output;
+mod register;
+mod report;
+
 /// The longest the end of an instance is held back while its output is shipped: output that
 /// keeps coming (from a process it left behind) must not keep its reservation going.
 const DRAIN_AT_MOST: Duration = Duration::from_secs(30);
@@ -38,14 +38,6 @@ const VRAM_STOP_GRACE: Duration = Duration::from_secs(1);
 const VRAM_EXCEEDED: &str = "vram_exceeded";
 /// Events kept while the control plane is out of reach; older ones are dropped past this.
 const EVENTS_KEPT: usize = 1000;
-
-/// The output one sync ships.
-struct NewOutput {
-    chunks: Vec<LogChunk>,
-    /// Instances that ended (or were stopped) whose output is not all shipped with these
-    /// chunks.
-    unshipped: BTreeSet<String>,
-}
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -148,57 +140,6 @@ impl Agent {
             gpu_containers,
             self.executor.isolated(),
         )
-    }
-
-    /// Loads the node identity from the data dir, or registers with the join token.
-    pub async fn identity(&self) -> Result<NodeIdentity, AgentError> {
-        if let Some(identity) = NodeIdentity::load(&self.config.data_dir)? {
-            tracing::info!(node_id = %identity.node_id, name = %identity.name, "resuming node identity");
-            return Ok(identity);
-        }
-        let join_token = self
-            .config
-            .join_token
-            .clone()
-            .ok_or_else(|| AgentError::NoJoinToken {
-                dir: self.config.data_dir.clone(),
-            })?;
-        // Over TLS the node makes its key here and sends only a CSR: the control plane
-        // signs the client certificate the node presents from then on (mutual TLS).
-        let key_and_csr = if self.config.server.starts_with("https://") {
-            Some(tls::new_key_and_csr(&self.config.name)?)
-        } else {
-            None
-        };
-        let registered = self
-            .client
-            .register(&RegisterNode {
-                join_token,
-                name: self.config.name.clone(),
-                executor: self.executor.name().to_owned(),
-                gpu_backend: self.gpus.name().to_owned(),
-                gpus: self.gpus.discover()?,
-                host: Some(self.host_facts()),
-                csr: key_and_csr.as_ref().map(|(_, csr)| csr.clone()),
-            })
-            .await?;
-        if let (Some((key, _)), Some(cert)) = (&key_and_csr, &registered.certificate) {
-            NodeIdentity::save_certificate(
-                &self.config.data_dir,
-                key,
-                cert,
-                registered.ca_certificate.as_deref(),
-            )?;
-            tracing::info!("node certificate received: mutual TLS from now on");
-        }
-        let identity = NodeIdentity {
-            node_id: registered.node_id,
-            node_token: registered.node_token,
-            name: self.config.name.clone(),
-        };
-        identity.save(&self.config.data_dir)?;
-        tracing::info!(node_id = %identity.node_id, name = %identity.name, "registered as a new node");
-        Ok(identity)
     }
 
     /// Runs until `shutdown` turns true. Instances keep running when the agent stops, so a
@@ -495,160 +436,6 @@ impl Agent {
             }
         }
         Ok(())
-    }
-
-    /// Running instances say where their ports are published.
-    async fn add_ports(
-        &self,
-        desired: &[Assignment],
-        reports: &mut [InstanceReport],
-        published: &mut BTreeMap<(String, i64), Vec<PublishedPort>>,
-    ) {
-        published.retain(|(id, epoch), _| {
-            desired
-                .iter()
-                .any(|a| &a.reservation_id == id && a.epoch == *epoch)
-        });
-        for report in reports
-            .iter_mut()
-            .filter(|r| r.state == InstanceState::Running)
-        {
-            let Some(a) = desired
-                .iter()
-                .find(|a| a.reservation_id == report.reservation_id && !a.ports.is_empty())
-            else {
-                continue;
-            };
-            let key = (a.reservation_id.clone(), a.epoch);
-            if !published.contains_key(&key) {
-                let ports = self.executor.published_ports(a).await;
-                if ports.len() == a.ports.len() {
-                    published.insert(key.clone(), ports);
-                }
-            }
-            report.ports = published.get(&key).cloned().unwrap_or_default();
-        }
-    }
-
-    /// The outputs the executor kept of stopped instances, as (reservation, epoch).
-    async fn kept_outputs(&self) -> Vec<(String, i64)> {
-        self.executor.kept_outputs().await.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "cannot list the output kept of stopped instances");
-            Vec::new()
-        })
-    }
-
-    /// Once a sync is answered: the output kept of a stop it reported is shipped, and that of
-    /// an instance the control plane no longer wants stopped (gone, another epoch, wanted
-    /// running: a stop of the agent's own, or one before it restarted) will never be asked for.
-    async fn forget_outputs(
-        &self,
-        kept: &[(String, i64)],
-        reported: &[(String, i64)],
-        desired: &[Assignment],
-    ) {
-        for (id, epoch) in kept {
-            let wanted = desired
-                .iter()
-                .any(|a| &a.reservation_id == id && a.epoch == *epoch && !a.run);
-            if wanted && !reported.contains(&(id.clone(), *epoch)) {
-                continue;
-            }
-            if let Err(e) = self.executor.forget_output(id, *epoch).await {
-                tracing::warn!(reservation_id = %id, error = %e, "cannot remove the output kept of a stopped instance");
-            }
-        }
-    }
-
-    /// Output the control plane does not have yet, for every instance of the epoch it wants
-    /// (a stale epoch's output is not the current run's), as its bytes; for an instance it
-    /// stopped and the executor removed, the output the executor kept. Within what the
-    /// control plane keeps (`log_room`); past that, nothing until the instance ended, then
-    /// the end of its output (the last `LOG_TAIL_BYTES`).
-    async fn new_output(
-        &self,
-        desired: &[Assignment],
-        actual: &[Observed],
-        kept: &[(String, i64)],
-        log_room: &BTreeMap<String, u64>,
-    ) -> NewOutput {
-        let mut chunks = Vec::new();
-        let mut unshipped = BTreeSet::new();
-        let mut budget = LOG_BYTES_PER_SYNC;
-        for a in desired {
-            let id = &a.reservation_id;
-            let observed = actual
-                .iter()
-                .find(|o| &o.reservation_id == id && o.epoch == a.epoch);
-            let ended = match observed {
-                Some(o) => matches!(o.state, ObservedState::Exited(_)),
-                None if !a.run && kept.contains(&(id.clone(), a.epoch)) => true,
-                None => continue,
-            };
-            if budget == 0 {
-                if ended {
-                    unshipped.insert(id.clone());
-                }
-                continue;
-            }
-            let mut max = budget.min(if ended {
-                LOG_BYTES_PER_SYNC
-            } else {
-                LOG_BYTES_PER_INSTANCE
-            });
-            let mut from = a.log_offset;
-            match log_room.get(id) {
-                Some(0) if !ended => continue,
-                Some(0) => match self.executor.output_size(id).await {
-                    Ok(Some(size)) => from = from.max(size.saturating_sub(LOG_TAIL_BYTES)),
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::warn!(reservation_id = %id, error = %e, "cannot size output")
-                    }
-                },
-                Some(&room) => max = max.min(usize::try_from(room).unwrap_or(usize::MAX)),
-                None => {}
-            }
-            let bytes = match self.executor.read_output(id, from, max).await {
-                Ok(Some(bytes)) if !bytes.is_empty() => bytes,
-                Ok(_) => continue,
-                Err(e) => {
-                    tracing::warn!(reservation_id = %id, error = %e, "cannot read output");
-                    continue;
-                }
-            };
-            // A full read may have left more behind.
-            if ended && bytes.len() >= max {
-                unshipped.insert(id.clone());
-            }
-            budget = budget.saturating_sub(bytes.len());
-            chunks.push(LogChunk::of_bytes(id, a.epoch, from, &bytes));
-        }
-        NewOutput { chunks, unshipped }
-    }
-
-    /// The GPUs' telemetry, each compute process attributed to its reservation, and the CPU
-    /// utilisation since the last heartbeat.
-    async fn telemetry(&self) -> Option<NodeTelemetry> {
-        let cpu = self
-            .cpu
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .sample();
-        let mut telemetry = match self.gpus.sample() {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot sample GPU telemetry");
-                return None;
-            }
-        };
-        for gpu in &mut telemetry.gpus {
-            for p in &mut gpu.processes {
-                p.reservation_id = self.executor.owner_of(p.pid).await;
-            }
-        }
-        telemetry.cpu_utilization_pct = cpu;
-        Some(telemetry)
     }
 
     async fn observe(

@@ -16,7 +16,7 @@ use gpurent_store::FleetView;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 
-use crate::error::ApiError;
+use crate::jobs::JobError;
 use crate::state::AppState;
 
 /// How elastic capacity is configured; off unless a hook is.
@@ -81,37 +81,18 @@ pub struct ScaleEvent {
     pub rule: &'static str,
     pub reason: String,
     pub at: DateTime<Utc>,
-    pub figures: ScaleFigures,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ScaleFigures {
-    pub live_nodes: u32,
-    pub gpus: u32,
-    pub gpu_allocation_pct: f64,
-    pub gpu_utilization_pct: Option<f64>,
-    pub cpu_utilization_pct: Option<f64>,
-    pub queued: u32,
-    pub oldest_queued_s: Option<u64>,
+    /// The figures the policy judged, as it saw them.
+    pub figures: Figures,
 }
 
 impl ScaleEvent {
     fn of(action: &Action, at: DateTime<Utc>) -> Self {
-        let f = &action.figures;
         ScaleEvent {
             action: action.kind.as_str(),
             rule: action.rule.as_str(),
             reason: action.reason.clone(),
             at,
-            figures: ScaleFigures {
-                live_nodes: f.live_nodes,
-                gpus: f.gpus,
-                gpu_allocation_pct: f.gpu_allocation_pct,
-                gpu_utilization_pct: f.gpu_utilization_pct,
-                cpu_utilization_pct: f.cpu_utilization_pct,
-                queued: f.queued,
-                oldest_queued_s: f.oldest_queued_s,
-            },
+            figures: action.figures.clone(),
         }
     }
 }
@@ -143,7 +124,7 @@ pub fn figures(view: &FleetView, now: DateTime<Utc>) -> Figures {
 
 /// One evaluation when it is due (called on every maintenance tick); hooks run in the
 /// background.
-pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
+pub(crate) async fn tick(state: &AppState) -> Result<(), JobError> {
     let config = &state.config.scale;
     if !config.enabled() {
         return Ok(());

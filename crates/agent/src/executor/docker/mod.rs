@@ -4,34 +4,29 @@
 //! limit, every capability dropped, `no-new-privileges`, never privileged and never the Docker
 //! socket. Labels tie each container to its reservation and epoch, so a restarted agent finds
 //! (adopts) its containers instead of starting them again. A stopped container is kept,
-//! renamed (`kept_name`), until the agent has shipped its output (`forget_output`).
+//! renamed (`kept_name`), until the agent has shipped its output (`forget_output`). How a
+//! container is made is `create`, how one is entered `enter`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bollard::models::{
-    ContainerCreateBody, ContainerSummary, ContainerSummaryStateEnum, DeviceRequest, HostConfig,
-    PortBinding,
-};
+use bollard::models::{ContainerSummary, ContainerSummaryStateEnum};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
-    LogsOptionsBuilder, RemoveContainerOptionsBuilder, RenameContainerOptionsBuilder,
-    StopContainerOptionsBuilder,
+    InspectContainerOptions, ListContainersOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder, RenameContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 use bollard::Docker;
 use gpurent_types::agent::{Assignment, PublishedPort};
 
 use super::{Executor, GpuLimits, ResourcesPerGpu};
-use crate::entry::root::{self, PasswdEntry};
-use crate::entry::sftp::SftpTarget;
-use crate::entry::{
-    docker_exec, session, session_env, split_words, tcp, Entered, EntryError, EntryKind,
-    EntryRequest,
-};
+use crate::entry::{Entered, EntryError, EntryRequest};
 use crate::reconcile::{Observed, ObservedState};
 use crate::AgentError;
+
+mod create;
+mod enter;
 
 pub const LABEL_MANAGED: &str = "io.gpurent.managed";
 pub const LABEL_RESERVATION: &str = "io.gpurent.reservation";
@@ -93,8 +88,6 @@ fn refusal(action: &str, image: &str, e: &bollard::errors::Error) -> String {
     }
 }
 
-/// Where a container sees its checkpoint volume.
-const CHECKPOINT_MOUNT: &str = "/checkpoint";
 /// How long past the grace period a stop request may take (the kill and the Engine's answer).
 const STOP_SLACK: Duration = Duration::from_secs(30);
 
@@ -183,37 +176,6 @@ impl DockerExecutor {
 
     pub fn docker(&self) -> &Docker {
         &self.docker
-    }
-
-    fn host_config(&self, a: &Assignment) -> HostConfig {
-        let limits = self.resources.for_instance(a.gpus.len());
-        let memory = i64::try_from(limits.memory_bytes).unwrap_or(i64::MAX);
-        HostConfig {
-            memory: Some(memory),
-            // The soft limit the kernel reclaims down to under memory pressure.
-            memory_reservation: Some(memory / 4 * 3),
-            // No swap beyond the memory limit.
-            memory_swap: Some(memory),
-            nano_cpus: Some(i64::from(limits.milli_cpus).saturating_mul(1_000_000)),
-            pids_limit: Some(i64::try_from(limits.pids).unwrap_or(i64::MAX)),
-            cap_drop: Some(vec!["ALL".to_owned()]),
-            security_opt: Some(vec!["no-new-privileges".to_owned()]),
-            privileged: Some(false),
-            // Never the host's network, processes or IPC (the Docker socket is never mounted:
-            // the only bind is the checkpoint volume).
-            network_mode: Some("bridge".to_owned()),
-            ipc_mode: Some("private".to_owned()),
-            pid_mode: None,
-            device_requests: self.gpu_devices.then(|| {
-                vec![DeviceRequest {
-                    driver: Some("nvidia".to_owned()),
-                    device_ids: Some(a.gpus.clone()),
-                    capabilities: Some(vec![vec!["gpu".to_owned()]]),
-                    ..Default::default()
-                }]
-            }),
-            ..Default::default()
-        }
     }
 
     /// Every container gpurent made on this Engine, stopped ones included.
@@ -316,89 +278,7 @@ impl Executor for DockerExecutor {
     }
 
     async fn start(&self, a: &Assignment, volume: Option<&Path>) -> Result<(), AgentError> {
-        let id = &a.reservation_id;
-        let image = a.image.clone().ok_or_else(|| {
-            docker_error("start", id, "the docker executor needs an image (--image)")
-        })?;
-        let name = container_name(id);
-        // A container left by an earlier epoch of this reservation goes first.
-        self.stop(id, None).await?;
-        let visible = a.gpus.join(",");
-        // The reserved variables are the executor's alone: a tenant's copy is dropped rather
-        // than left beside ours (the NVIDIA runtime reads NVIDIA_VISIBLE_DEVICES to pick the
-        // GPUs a container gets).
-        let mut env: Vec<String> = a
-            .env
-            .iter()
-            .chain(&a.secrets.0)
-            .filter(|(k, _)| !super::is_reserved_env(k))
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        env.push(format!("NVIDIA_VISIBLE_DEVICES={visible}"));
-        env.push(format!("CUDA_VISIBLE_DEVICES={visible}"));
-        env.push(format!("GPURENT_RESERVATION_ID={id}"));
-        env.push(format!("GPURENT_EPOCH={}", a.epoch));
-        env.extend(
-            self.gpu_limits
-                .env(a)
-                .into_iter()
-                .map(|(k, v)| format!("{k}={v}")),
-        );
-        for (k, v) in self.resources.for_instance(a.gpus.len()).env() {
-            env.push(format!("{k}={v}"));
-        }
-        if volume.is_some() {
-            env.push(format!("GPURENT_CHECKPOINT_DIR={CHECKPOINT_MOUNT}"));
-        }
-        let mut labels = HashMap::from([
-            (LABEL_MANAGED.to_owned(), "true".to_owned()),
-            (LABEL_RESERVATION.to_owned(), id.clone()),
-            (LABEL_EPOCH.to_owned(), a.epoch.to_string()),
-        ]);
-        if let Some(scope) = &self.scope {
-            labels.insert(LABEL_SCOPE.to_owned(), scope.clone());
-        }
-        let exposed: Vec<String> = a.ports.iter().map(|p| format!("{p}/tcp")).collect();
-        let mut host_config = self.host_config(a);
-        if let Some(volume) = volume {
-            host_config.binds = Some(vec![format!("{}:{CHECKPOINT_MOUNT}:rw", volume.display())]);
-        }
-        if !exposed.is_empty() {
-            // Each port on a free port of the node, chosen by the Engine.
-            let bindings = exposed
-                .iter()
-                .map(|p| {
-                    (
-                        p.clone(),
-                        Some(vec![PortBinding {
-                            host_ip: Some("0.0.0.0".to_owned()),
-                            host_port: Some(String::new()),
-                        }]),
-                    )
-                })
-                .collect();
-            host_config.port_bindings = Some(bindings);
-        }
-        let body = ContainerCreateBody {
-            image: Some(image.clone()),
-            exposed_ports: (!exposed.is_empty()).then_some(exposed),
-            cmd: (!a.command.is_empty()).then(|| a.command.clone()),
-            env: Some(env),
-            labels: Some(labels),
-            host_config: Some(host_config),
-            ..Default::default()
-        };
-        let options = CreateContainerOptionsBuilder::default().name(&name).build();
-        self.docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|e| docker_error("create", id, refusal("create", &image, &e)))?;
-        self.docker
-            .start_container(&name, None)
-            .await
-            .map_err(|e| docker_error("start", id, refusal("start", &image, &e)))?;
-        tracing::info!(reservation_id = %id, container = %name, gpus = %visible, "container started");
-        Ok(())
+        self.create_and_start(a, volume).await
     }
 
     async fn stop(&self, id: &str, grace: Option<Duration>) -> Result<(), AgentError> {
@@ -560,109 +440,7 @@ impl Executor for DockerExecutor {
     }
 
     async fn enter(&self, id: &str, request: EntryRequest) -> Result<Entered, EntryError> {
-        let name = container_name(id);
-        let not_running = || EntryError::NotRunning {
-            reservation_id: id.to_owned(),
-        };
-        let inspect = match self
-            .docker
-            .inspect_container(&name, None::<InspectContainerOptions>)
-            .await
-        {
-            Ok(inspect) => inspect,
-            Err(e) if is_not_found(&e) => return Err(not_running()),
-            Err(e) => {
-                return Err(EntryError::Engine {
-                    action: "find the container",
-                    reservation_id: id.to_owned(),
-                    message: e.to_string(),
-                })
-            }
-        };
-        let state = inspect.state.unwrap_or_default();
-        let pid = state
-            .pid
-            .and_then(|p| i32::try_from(p).ok())
-            .filter(|&p| p > 0 && state.running == Some(true))
-            .ok_or_else(not_running)?;
-        let config = inspect.config.unwrap_or_default();
-        let user = config.user.unwrap_or_default();
-        if matches!(request.kind, EntryKind::Tcp { .. } | EntryKind::Sftp)
-            && !super::sandbox::running_as_root()
-        {
-            return Err(EntryError::Unsupported {
-                what: if request.kind == EntryKind::Sftp {
-                    "SFTP"
-                } else {
-                    "port forwarding"
-                },
-                reservation_id: id.to_owned(),
-                why: "the node's agent does not run as root, which joining a container's namespaces needs".into(),
-            });
-        }
-        match &request.kind {
-            EntryKind::Tcp { port } => tcp::connect(id, *port, Some(pid)).await,
-            EntryKind::Sftp => {
-                let (uid, gid, home) = container_user(pid, &user, config.working_dir.as_deref())
-                    .ok_or_else(|| EntryError::Unsupported {
-                        what: "SFTP",
-                        reservation_id: id.to_owned(),
-                        why: format!("the container's user {user:?} is not in its /etc/passwd"),
-                    })?;
-                let sftp = SftpTarget {
-                    root_of: Some(pid),
-                    user: Some((uid, gid)),
-                    home,
-                };
-                session::spawn_sftp(&self.entry_helper, id, &sftp.args(), &[])
-            }
-            EntryKind::Shell | EntryKind::Exec { .. } => {
-                let account = user.split(':').next().unwrap_or_default();
-                let entry = root::passwd_entry(pid, if account.is_empty() { "0" } else { account });
-                let shell = root::login_shell(pid, entry.as_ref());
-                let cmd = match (&request.kind, shell) {
-                    (EntryKind::Exec { command }, Some(shell)) => {
-                        vec![shell, "-c".to_owned(), command.clone()]
-                    }
-                    (EntryKind::Exec { command }, None) => split_words(command),
-                    (_, Some(shell)) => vec![shell, "-l".to_owned()],
-                    (_, None) => {
-                        return Err(EntryError::NoShell {
-                            reservation_id: id.to_owned(),
-                        })
-                    }
-                };
-                if cmd.is_empty() {
-                    return Err(EntryError::EmptyCommand {
-                        reservation_id: id.to_owned(),
-                    });
-                }
-                // The container's own variables come with the exec; only what the client
-                // adds goes in the request.
-                let own: Vec<(std::ffi::OsString, std::ffi::OsString)> = config
-                    .env
-                    .unwrap_or_default()
-                    .iter()
-                    .filter_map(|kv| kv.split_once('='))
-                    .map(|(k, v)| (k.into(), v.into()))
-                    .collect();
-                let added: Vec<String> = session_env(&own, &request)
-                    .into_iter()
-                    .filter(|pair| !own.contains(pair))
-                    .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
-                    .collect();
-                docker_exec::exec(
-                    &self.docker,
-                    id,
-                    &name,
-                    cmd,
-                    &user,
-                    added,
-                    request.pty.as_ref(),
-                )
-                .await
-            }
-        }
+        self.enter_container(id, request).await
     }
 
     async fn owner_of(&self, pid: u32) -> Option<String> {
@@ -680,36 +458,6 @@ impl Executor for DockerExecutor {
     }
 }
 
-/// (uid, gid, home) of a container's user (`Config.User`: empty for root, a name or a uid,
-/// with `:group` perhaps), names from the container's `/etc/passwd`.
-fn container_user(pid: i32, user: &str, working_dir: Option<&str>) -> Option<(u32, u32, String)> {
-    let (account, group) = match user.split_once(':') {
-        Some((a, g)) => (a, Some(g)),
-        None => (user, None),
-    };
-    let account = if account.is_empty() { "0" } else { account };
-    let entry: Option<PasswdEntry> = root::passwd_entry(pid, account);
-    let uid = match (&entry, account.parse::<u32>()) {
-        (Some(e), _) => e.uid,
-        (None, Ok(uid)) => uid,
-        (None, Err(_)) => return None,
-    };
-    let gid = match group.map(str::parse::<u32>) {
-        Some(Ok(gid)) => gid,
-        _ => entry.as_ref().map_or(uid, |e| e.gid),
-    };
-    let home = entry
-        .map(|e| e.home)
-        .filter(|h| h.starts_with('/'))
-        .or_else(|| {
-            working_dir
-                .filter(|w| w.starts_with('/'))
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| "/".to_owned());
-    Some((uid, gid, home))
-}
-
 /// The Engine's unix socket: `DOCKER_HOST` when it names one (`unix:///PATH`), else
 /// `/var/run/docker.sock`. Err for another kind of `DOCKER_HOST` (the agent speaks to a local
 /// Engine only: its containers are this node's).
@@ -725,52 +473,3 @@ pub fn engine_socket() -> Result<String, String> {
 
 /// How long to wait for the Engine to answer at start-up.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-
-#[cfg(test)]
-mod tests {
-    use gpurent_types::agent::Assignment;
-
-    use super::*;
-
-    /// A MIG device is asked of the NVIDIA container toolkit by its own UUID (`MIG-...`), as
-    /// a whole GPU is by its `GPU-...` UUID.
-    #[tokio::test]
-    async fn a_mig_unit_is_requested_by_its_uuid() {
-        let mig = "MIG-7c2e6a2b-8f3d-5b1e-9a44-0d6f1c3e2b71";
-        let assignment: Assignment = serde_json::from_value(serde_json::json!({
-            "reservation_id": "r1", "epoch": 1, "gpus": [mig], "vram_mb": null,
-            "image": "gpurent-test/busybox", "command": [], "env": {}, "run": true,
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
-        // The client connects lazily: no Engine is needed to build a request, only a socket
-        // file where it would be (none answers on it).
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let socket = dir.path().join("docker.sock");
-        let _listener =
-            std::os::unix::net::UnixListener::bind(&socket).unwrap_or_else(|e| panic!("{e}"));
-        let docker = Docker::connect_with_socket(
-            &socket.to_string_lossy(),
-            120,
-            bollard::API_DEFAULT_VERSION,
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let executor = DockerExecutor {
-            docker,
-            resources: ResourcesPerGpu::default(),
-            gpu_devices: true,
-            grace_s: 10,
-            scope: None,
-            entry_helper: PathBuf::from("gpurent"),
-            gpu_limits: GpuLimits::default(),
-        };
-        let requests = executor
-            .host_config(&assignment)
-            .device_requests
-            .unwrap_or_default();
-        let ids: Vec<Vec<String>> = requests
-            .into_iter()
-            .map(|r| r.device_ids.unwrap_or_default())
-            .collect();
-        assert_eq!(ids, vec![vec![mig.to_owned()]]);
-    }
-}

@@ -6,10 +6,10 @@
 
 use tokio::sync::watch;
 
-use crate::error::ApiError;
+use crate::jobs::JobError;
 use crate::state::AppState;
 
-pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
+pub(crate) async fn tick(state: &AppState) -> Result<(), JobError> {
     let now = state.now();
     // Before settlement, so that no period is charged past a lost node's fence time.
     fence_lost_nodes(state, now).await?;
@@ -33,8 +33,8 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
             state.wake.wake(&node);
         }
     }
-    crate::scheduler::pass(state).await?;
-    crate::alerts::deliver(state).await;
+    crate::jobs::scheduler::pass(state).await?;
+    crate::jobs::alerts::deliver(state).await;
     let pruned = state
         .store
         .prune_idempotency_keys(now - crate::idempotency::KEEP_KEYS)
@@ -44,7 +44,7 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
     }
     let pruned = state
         .store
-        .prune_tokens(now - crate::authn::KEEP_DEAD_TOKENS)
+        .prune_tokens(now - crate::auth::KEEP_DEAD_TOKENS)
         .await?;
     if pruned > 0 {
         tracing::debug!(pruned, "forgot tokens expired or revoked a month ago");
@@ -66,7 +66,7 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
         tracing::info!(pruned, %before, "pruned the output of reservations ended before the log retention");
     }
     crate::audit::prune(state, now).await?;
-    crate::elastic::tick(state).await
+    crate::jobs::elastic::tick(state).await
 }
 
 /// Fences the nodes whose heartbeats stopped; their agents are woken (a long poll still held
@@ -74,7 +74,7 @@ pub(crate) async fn tick(state: &AppState) -> Result<(), ApiError> {
 async fn fence_lost_nodes(
     state: &AppState,
     now: chrono::DateTime<chrono::Utc>,
-) -> Result<(), ApiError> {
+) -> Result<(), JobError> {
     let fenced = state
         .store
         .fence_lost_nodes(state.config.node_ttl(), now)
@@ -116,7 +116,7 @@ pub(crate) async fn run(state: AppState, mut stopped: watch::Receiver<bool>) {
         }
         // Woken by freed capacity: only the scheduling pass, not a whole tick.
         let done = if woken {
-            crate::scheduler::pass(&state).await
+            crate::jobs::scheduler::pass(&state).await
         } else {
             tick(&state).await
         };

@@ -1,0 +1,196 @@
+//! How a reservation's container is made: its environment and labels, its limits and GPUs
+//! (`host_config`), its published ports and its checkpoint volume; then created and started.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig, PortBinding};
+use bollard::query_parameters::CreateContainerOptionsBuilder;
+use gpurent_types::agent::Assignment;
+
+use super::{
+    container_name, docker_error, refusal, DockerExecutor, LABEL_EPOCH, LABEL_MANAGED,
+    LABEL_RESERVATION, LABEL_SCOPE,
+};
+use crate::executor::Executor;
+use crate::AgentError;
+
+/// Where a container sees its checkpoint volume.
+const CHECKPOINT_MOUNT: &str = "/checkpoint";
+
+impl DockerExecutor {
+    pub(super) fn host_config(&self, a: &Assignment) -> HostConfig {
+        let limits = self.resources.for_instance(a.gpus.len());
+        let memory = i64::try_from(limits.memory_bytes).unwrap_or(i64::MAX);
+        HostConfig {
+            memory: Some(memory),
+            // The soft limit the kernel reclaims down to under memory pressure.
+            memory_reservation: Some(memory / 4 * 3),
+            // No swap beyond the memory limit.
+            memory_swap: Some(memory),
+            nano_cpus: Some(i64::from(limits.milli_cpus).saturating_mul(1_000_000)),
+            pids_limit: Some(i64::try_from(limits.pids).unwrap_or(i64::MAX)),
+            cap_drop: Some(vec!["ALL".to_owned()]),
+            security_opt: Some(vec!["no-new-privileges".to_owned()]),
+            privileged: Some(false),
+            // Never the host's network, processes or IPC (the Docker socket is never mounted:
+            // the only bind is the checkpoint volume).
+            network_mode: Some("bridge".to_owned()),
+            ipc_mode: Some("private".to_owned()),
+            pid_mode: None,
+            device_requests: self.gpu_devices.then(|| {
+                vec![DeviceRequest {
+                    driver: Some("nvidia".to_owned()),
+                    device_ids: Some(a.gpus.clone()),
+                    capabilities: Some(vec![vec!["gpu".to_owned()]]),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The container of an assignment, created and started (an earlier epoch's goes first).
+    pub(super) async fn create_and_start(
+        &self,
+        a: &Assignment,
+        volume: Option<&Path>,
+    ) -> Result<(), AgentError> {
+        let id = &a.reservation_id;
+        let image = a.image.clone().ok_or_else(|| {
+            docker_error("start", id, "the docker executor needs an image (--image)")
+        })?;
+        let name = container_name(id);
+        // A container left by an earlier epoch of this reservation goes first.
+        self.stop(id, None).await?;
+        let visible = a.gpus.join(",");
+        // The reserved variables are the executor's alone: a tenant's copy is dropped rather
+        // than left beside ours (the NVIDIA runtime reads NVIDIA_VISIBLE_DEVICES to pick the
+        // GPUs a container gets).
+        let mut env: Vec<String> = a
+            .env
+            .iter()
+            .chain(&a.secrets.0)
+            .filter(|(k, _)| !crate::executor::is_reserved_env(k))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        env.push(format!("NVIDIA_VISIBLE_DEVICES={visible}"));
+        env.push(format!("CUDA_VISIBLE_DEVICES={visible}"));
+        env.push(format!("GPURENT_RESERVATION_ID={id}"));
+        env.push(format!("GPURENT_EPOCH={}", a.epoch));
+        env.extend(
+            self.gpu_limits
+                .env(a)
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}")),
+        );
+        for (k, v) in self.resources.for_instance(a.gpus.len()).env() {
+            env.push(format!("{k}={v}"));
+        }
+        if volume.is_some() {
+            env.push(format!("GPURENT_CHECKPOINT_DIR={CHECKPOINT_MOUNT}"));
+        }
+        let mut labels = HashMap::from([
+            (LABEL_MANAGED.to_owned(), "true".to_owned()),
+            (LABEL_RESERVATION.to_owned(), id.clone()),
+            (LABEL_EPOCH.to_owned(), a.epoch.to_string()),
+        ]);
+        if let Some(scope) = &self.scope {
+            labels.insert(LABEL_SCOPE.to_owned(), scope.clone());
+        }
+        let exposed: Vec<String> = a.ports.iter().map(|p| format!("{p}/tcp")).collect();
+        let mut host_config = self.host_config(a);
+        if let Some(volume) = volume {
+            host_config.binds = Some(vec![format!("{}:{CHECKPOINT_MOUNT}:rw", volume.display())]);
+        }
+        if !exposed.is_empty() {
+            // Each port on a free port of the node, chosen by the Engine.
+            let bindings = exposed
+                .iter()
+                .map(|p| {
+                    (
+                        p.clone(),
+                        Some(vec![PortBinding {
+                            host_ip: Some("0.0.0.0".to_owned()),
+                            host_port: Some(String::new()),
+                        }]),
+                    )
+                })
+                .collect();
+            host_config.port_bindings = Some(bindings);
+        }
+        let body = ContainerCreateBody {
+            image: Some(image.clone()),
+            exposed_ports: (!exposed.is_empty()).then_some(exposed),
+            cmd: (!a.command.is_empty()).then(|| a.command.clone()),
+            env: Some(env),
+            labels: Some(labels),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        self.docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| docker_error("create", id, refusal("create", &image, &e)))?;
+        self.docker
+            .start_container(&name, None)
+            .await
+            .map_err(|e| docker_error("start", id, refusal("start", &image, &e)))?;
+        tracing::info!(reservation_id = %id, container = %name, gpus = %visible, "container started");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use bollard::Docker;
+    use gpurent_types::agent::Assignment;
+
+    use super::*;
+    use crate::executor::{GpuLimits, ResourcesPerGpu};
+
+    /// A MIG device is asked of the NVIDIA container toolkit by its own UUID (`MIG-...`), as
+    /// a whole GPU is by its `GPU-...` UUID.
+    #[tokio::test]
+    async fn a_mig_unit_is_requested_by_its_uuid() {
+        let mig = "MIG-7c2e6a2b-8f3d-5b1e-9a44-0d6f1c3e2b71";
+        let assignment: Assignment = serde_json::from_value(serde_json::json!({
+            "reservation_id": "r1", "epoch": 1, "gpus": [mig], "vram_mb": null,
+            "image": "gpurent-test/busybox", "command": [], "env": {}, "run": true,
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        // The client connects lazily: no Engine is needed to build a request, only a socket
+        // file where it would be (none answers on it).
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let socket = dir.path().join("docker.sock");
+        let _listener =
+            std::os::unix::net::UnixListener::bind(&socket).unwrap_or_else(|e| panic!("{e}"));
+        let docker = Docker::connect_with_socket(
+            &socket.to_string_lossy(),
+            120,
+            bollard::API_DEFAULT_VERSION,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let executor = DockerExecutor {
+            docker,
+            resources: ResourcesPerGpu::default(),
+            gpu_devices: true,
+            grace_s: 10,
+            scope: None,
+            entry_helper: PathBuf::from("gpurent"),
+            gpu_limits: GpuLimits::default(),
+        };
+        let requests = executor
+            .host_config(&assignment)
+            .device_requests
+            .unwrap_or_default();
+        let ids: Vec<Vec<String>> = requests
+            .into_iter()
+            .map(|r| r.device_ids.unwrap_or_default())
+            .collect();
+        assert_eq!(ids, vec![vec![mig.to_owned()]]);
+    }
+}

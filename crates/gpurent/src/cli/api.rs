@@ -1,0 +1,486 @@
+//! The API commands (users, credit, reservations, nodes, reports, the audit trail, ...) and
+//! their arguments: each is a request to the control plane.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+
+/// The commands that ask the control plane's API (and `openapi`, which prints its document).
+#[derive(Debug, Subcommand)]
+pub enum ApiCommand {
+    /// Manage users (admin).
+    #[command(subcommand)]
+    Users(UsersCommand),
+    /// Prepaid credit (admin).
+    #[command(subcommand)]
+    Credit(CreditCommand),
+    /// API tokens: create with an expiry, list, revoke.
+    #[command(subcommand)]
+    Tokens(TokensCommand),
+    /// Your SSH public keys, for `ssh RESERVATION_ID@HOST`: add, list, remove.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Log in with a password (GPURENT_PASSWORD, else one line of stdin); prints a session
+    /// token that expires.
+    Login { name: String },
+    /// Your balance.
+    Balance,
+    /// GPUs you can rent now, per type, with prices.
+    Offers,
+    /// What you were charged, per reservation and per day (UTC).
+    Usage(Window),
+    /// A monthly invoice (UTC calendar month), as JSON or CSV.
+    Invoice {
+        /// YYYY-MM.
+        month: String,
+        /// Print CSV (one row per reservation and a total row) instead of a table.
+        #[arg(long)]
+        csv: bool,
+        /// Whose invoice (admin).
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// What your nodes earned, per node (hosts).
+    Earnings(Window),
+    /// Reserve GPUs.
+    Reserve(ReserveArgs),
+    /// Show one reservation.
+    Get { id: String },
+    /// Print a one-time link to a published HTTP port (`reserve --http-port`) for a browser:
+    /// valid 5 minutes, opened once; it sets a cookie for that port for 12 hours.
+    Open {
+        id: String,
+        port: u16,
+        /// Also open it with `xdg-open`.
+        #[arg(long)]
+        browser: bool,
+    },
+    /// List your reservations (admin: all).
+    Ls,
+    /// Stop a reservation; billing ends now.
+    Stop { id: String },
+    /// A reservation's log.
+    Logs {
+        id: String,
+        /// Keep printing until the reservation ends.
+        #[arg(long, short)]
+        follow: bool,
+        /// Write the whole log (its bytes as they are) to this file instead of printing it:
+        /// a copy to keep past the control plane's log retention.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Open a shell (or run CMD) in a running reservation with the system's `ssh`, the
+    /// control plane's host key pinned.
+    Ssh(SshArgs),
+    /// Print OpenSSH `Host` blocks (`gpurent-ID`) for your running reservations, or one, for
+    /// ~/.ssh/config or VS Code Remote-SSH, with the host key pinned in a known_hosts file it
+    /// writes. Use: `gpurent ssh-config --write`, then `ssh gpurent-ID` (or by hand:
+    /// `gpurent ssh-config > ~/.ssh/gpurent.conf` and `Include gpurent.conf` at the top of
+    /// ~/.ssh/config).
+    SshConfig(SshConfigArgs),
+    /// Copy a file (or with -r a directory) into or out of a running reservation:
+    /// `gpurent cp FILE ID:PATH` or `gpurent cp ID:PATH FILE`. No ssh binary needed.
+    Cp(CpArgs),
+    /// Forward 127.0.0.1:LOCAL to port REMOTE inside a running reservation until Ctrl-C.
+    /// No ssh binary needed.
+    PortForward(PortForwardArgs),
+    /// Nodes (admin: all; hosts: their own).
+    #[command(subcommand)]
+    Nodes(NodesCommand),
+    /// What happened to nodes: GPU health breaches and recoveries (admin).
+    Events {
+        /// Only events after this id.
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        /// Keep printing new events as they happen (one line each; JSON lines with --json).
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Checks of the platform's books (admin).
+    #[command(subcommand)]
+    Admin(AdminCommand),
+    /// Usage reports (admin): a day as CSV, JSON and charts, a week per price tier.
+    #[command(subcommand)]
+    Report(ReportCommand),
+    /// The audit trail of every API request (admin): verify, search, export.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+    /// Print the OpenAPI document of the HTTP API.
+    Openapi,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    /// Create a user; prints its token once.
+    Create {
+        name: String,
+        #[arg(long, default_value = "tenant")]
+        role: String,
+        /// Initial prepaid credit, e.g. 100 or 12.50.
+        #[arg(long)]
+        credit: Option<String>,
+    },
+    /// List users.
+    Ls,
+    /// Set a console password (your own, or as an admin anyone's); read from the
+    /// GPURENT_PASSWORD environment variable, else one line of stdin.
+    Passwd {
+        /// Whose (default: yours).
+        user_id: Option<String>,
+    },
+    /// Set a tenant's own caps (admin).
+    Limits {
+        user_id: String,
+        /// Most live reservations at once.
+        #[arg(long)]
+        max_reservations: Option<u32>,
+        /// Most spend per hour of its live reservations, e.g. 120.00.
+        #[arg(long)]
+        max_spend_per_hour: Option<String>,
+    },
+    /// Give a user another role (admin); the last admin cannot lose its own.
+    Role {
+        user_id: String,
+        #[arg(value_parser = ["tenant", "host", "admin"])]
+        role: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CreditCommand {
+    /// Grant prepaid credit to a user.
+    Grant {
+        user_id: String,
+        amount: String,
+        /// Makes a retried grant apply once.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokensCommand {
+    /// Create an API token for yourself; prints it once.
+    Create {
+        /// A label for `tokens ls`.
+        #[arg(long)]
+        name: Option<String>,
+        /// Valid for this many days, and never longer than the token you make it with
+        /// (default: as long as that token; until revoked only for an admin or with
+        /// `--with-password`). Revoking that token revokes this one.
+        #[arg(long, value_name = "N")]
+        expires_in_days: Option<u32>,
+        /// Give your password (GPURENT_PASSWORD, else a line on stdin): the token is then
+        /// one of its own, which may never expire and outlives the token you used.
+        #[arg(long)]
+        with_password: bool,
+    },
+    /// Your tokens (admin: everyone's), never their secrets.
+    Ls,
+    /// Revoke a token by its id: your own (admin: any).
+    Revoke { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Add an OpenSSH public key (a .pub file, or - for stdin): ed25519, ECDSA, or RSA of at
+    /// least 3072 bits.
+    Add {
+        file: std::path::PathBuf,
+        /// A label for `keys ls` (default: the key's comment).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Your keys (admin: everyone's), with their fingerprints as `ssh-keygen -lf` prints them.
+    Ls,
+    /// Remove a key by its id: it gets into nothing from now on.
+    Rm { id: String },
+}
+
+/// A statement's time window and whose it is.
+#[derive(Debug, Args)]
+pub struct Window {
+    /// Start, YYYY-MM-DD or RFC 3339 (default: the beginning).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// End, exclusive (default: now).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Whose statement (admin; default: yours).
+    #[arg(long)]
+    pub user: Option<String>,
+}
+
+impl Window {
+    /// The query string of a statement request.
+    pub fn query(&self) -> String {
+        [
+            ("from", &self.from),
+            ("to", &self.to),
+            ("user_id", &self.user),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| {
+            v.as_ref()
+                .map(|v| format!("{k}={}", crate::cmd::client::segment(v)))
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ReserveArgs {
+    /// GPU type, e.g. rtx4090 or "RTX 4090".
+    #[arg(long)]
+    pub gpu: String,
+    /// Whole GPUs on one node.
+    #[arg(long, conflicts_with_all = ["vram_gb", "vram_fraction"])]
+    pub count: Option<u32>,
+    /// A share of one GPU with this much memory, up to all of it (24 on a 24 GB card).
+    #[arg(long, conflicts_with = "vram_fraction")]
+    pub vram_gb: Option<u32>,
+    /// A share of one GPU as a fraction of its memory, more than 0 and at most 1 (0.5: half).
+    #[arg(long, value_name = "FRACTION")]
+    pub vram_fraction: Option<f64>,
+    /// How long it may run, e.g. 1 or 0.5.
+    #[arg(long)]
+    pub hours: f64,
+    #[arg(long)]
+    pub tier: Option<String>,
+    /// Highest price per hour, for spot.
+    #[arg(long)]
+    pub bid: Option<String>,
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Environment variables, K=V.
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// A port of the instance to publish on its node (Docker executor); repeatable.
+    #[arg(long = "port", short = 'p', value_name = "PORT")]
+    pub ports: Vec<u16>,
+    /// A port of the instance to reach over HTTP through the control plane, at
+    /// `/proxy/ID/PORT/`, for you only (`gpurent open ID PORT`); repeatable, at most 8.
+    #[arg(long = "http-port", value_name = "PORT")]
+    pub http_ports: Vec<u16>,
+    /// When nothing fits now, wait in the queue (status `pending`, no node) instead of
+    /// failing with no_capacity; the first hour is held meanwhile, and released if it is
+    /// stopped or times out before it runs.
+    #[arg(long)]
+    pub queue: bool,
+    /// When its node is lost: run it again on another node from its image (`reschedule`),
+    /// or end it as `lost` (`stop`).
+    #[arg(long, value_enum, default_value = "reschedule")]
+    pub on_node_loss: OnNodeLossArg,
+    /// Keep it running even when its GPUs stay idle (by default it is stopped after the
+    /// platform's idle time, `--idle-reclaim-minutes` of `up`/`server`, 5).
+    #[arg(long)]
+    pub no_idle_reclaim: bool,
+    /// A secret environment variable for the instance, its value taken from this command's
+    /// own environment variable of that name (never from the command line): kept encrypted,
+    /// never shown again. Repeatable.
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
+    /// Give the instance a checkpoint volume (`$GPURENT_CHECKPOINT_DIR`, `/checkpoint` in a
+    /// container) that a rescheduled run finds again, on nodes that share checkpoint storage.
+    #[arg(long)]
+    pub checkpoint: bool,
+    /// Makes a retried reservation happen once.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// The command to run, after `--`.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnNodeLossArg {
+    Reschedule,
+    Stop,
+}
+
+#[derive(Debug, Args)]
+pub struct SshArgs {
+    /// The reservation.
+    pub id: String,
+    /// The private key to log in with (default: ssh's own choice: its agent, ~/.ssh/id_*).
+    #[arg(short = 'i', long = "identity", value_name = "FILE")]
+    pub identity: Option<PathBuf>,
+    /// The command to run instead of a shell, after `--`; its exit status is this command's.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SshConfigArgs {
+    /// Only this reservation (default: every running one of yours).
+    pub id: Option<String>,
+    /// An `IdentityFile` line in each block (and `IdentitiesOnly yes`).
+    #[arg(short = 'i', long = "identity", value_name = "FILE")]
+    pub identity: Option<PathBuf>,
+    /// Write the blocks to the CLI's own ssh_config (~/.config/gpurent/ssh_config, replaced
+    /// each time) instead of printing them, and put an `Include` of it at the top of
+    /// ~/.ssh/config if it is not there yet (the rest of that file is kept as it is).
+    #[arg(long)]
+    pub write: bool,
+}
+
+/// How gpurent's own SSH client logs in, and (hidden, for tests and for any OpenSSH server)
+/// where it connects without asking the control plane.
+#[derive(Debug, Clone, Args)]
+pub struct SshClientArgs {
+    /// The private key to log in with (default: the keys of ssh-agent at SSH_AUTH_SOCK, then
+    /// ~/.ssh/id_ed25519, id_ecdsa, id_rsa).
+    #[arg(short = 'i', long = "identity", value_name = "FILE")]
+    pub identity: Option<PathBuf>,
+    /// Connect to this SSH server (HOST:PORT) instead of the control plane's endpoint; the
+    /// reservation id is then the SSH user.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        hide = true,
+        requires = "direct_host_key"
+    )]
+    pub direct: Option<String>,
+    /// The host key (an OpenSSH .pub file) that the `--direct` server must have.
+    #[arg(long, value_name = "FILE", hide = true, requires = "direct")]
+    pub direct_host_key: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// What to copy: a local path, or ID:PATH in a reservation.
+    pub src: String,
+    /// Where to: a local path, or ID:PATH (a directory: into it, under the source's name).
+    pub dst: String,
+    /// Copy a directory and everything in it.
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    #[command(flatten)]
+    pub ssh: SshClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PortForwardArgs {
+    /// The reservation.
+    pub id: String,
+    /// `[LOCAL:]REMOTE`: the port inside the instance, and the one on 127.0.0.1 (default: the
+    /// same; 0: any free one, printed).
+    pub ports: String,
+    #[command(flatten)]
+    pub ssh: SshClientArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodesCommand {
+    /// Make a token for `gpurent agent --join-token`.
+    JoinToken,
+    /// List nodes and their GPUs.
+    Ls,
+    /// No new work on this node (by name or id); what runs there keeps running.
+    Cordon { node: String },
+    /// Cordon the node and move what runs there to other nodes (each billed here to now, and
+    /// from when it runs there).
+    Drain { node: String },
+    /// Let the node take new work again.
+    Uncordon { node: String },
+    /// Revoke the node's certificate (by name or id): its agent is refused from now on, the
+    /// node is lost after its TTL and its work rescheduled elsewhere.
+    Revoke { node: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Recompute every balance from the transfers; exit 1 when the ledger is broken.
+    LedgerCheck,
+    /// How spot instances ended: the spot success rate.
+    Spot,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReportCommand {
+    /// Per tenant, node and GPU: GPU-hours, VRAM-hours, revenue and utilisation (CSV, JSON),
+    /// a VRAM heat map (GPU x hour) and a reservation timeline (PNG and SVG), into DIR.
+    Daily {
+        /// The UTC day, YYYY-MM-DD.
+        #[arg(long, value_parser = parse_date)]
+        date: chrono::NaiveDate,
+        /// The directory to write the files into (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Spot, on-demand, stepped and reserved compared over seven UTC days: GPU-hours, cost,
+    /// price per GPU-hour, preemptions and the platform's return.
+    Weekly {
+        /// The ISO week, YYYY-Www (default: the last whole week).
+        #[arg(long, value_parser = parse_week, conflicts_with = "from")]
+        week: Option<String>,
+        /// Or the first of the seven days, YYYY-MM-DD.
+        #[arg(long, value_parser = parse_date)]
+        from: Option<chrono::NaiveDate>,
+        /// Also write weekly.csv and weekly.json into DIR.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+}
+
+fn parse_date(s: &str) -> Result<chrono::NaiveDate, String> {
+    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .ok()
+        .filter(|_| s.len() == 10)
+        .ok_or_else(|| format!("{s:?} is not a date YYYY-MM-DD"))
+}
+
+fn parse_week(s: &str) -> Result<String, String> {
+    let bad = || format!("{s:?} is not an ISO week YYYY-Www");
+    let (year, week) = s.split_once("-W").ok_or_else(bad)?;
+    let year: i32 = year
+        .parse()
+        .ok()
+        .filter(|_| year.len() == 4)
+        .ok_or_else(bad)?;
+    let week: u32 = week
+        .parse()
+        .ok()
+        .filter(|_| week.len() == 2)
+        .ok_or_else(bad)?;
+    chrono::NaiveDate::from_isoywd_opt(year, week, chrono::Weekday::Mon).ok_or_else(bad)?;
+    Ok(s.to_owned())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the whole retained trail: its hash chain, its signed checkpoints and its head.
+    /// Names the first record altered, removed or reordered; exit 1 when not ok.
+    Verify,
+    /// Records by user, resource and time, as a table (or a JSON array).
+    Ls(AuditFilterArgs),
+    /// Every matching record as JSON lines (to FILE, or stdout).
+    Export {
+        #[command(flatten)]
+        filter: AuditFilterArgs,
+        /// Write here instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct AuditFilterArgs {
+    /// Only this user's requests (a user id, or node:ID).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Only requests on this path, or on any path containing this (a reservation id).
+    #[arg(long)]
+    pub resource: Option<String>,
+    /// At or after this time (RFC 3339, or YYYY-MM-DD for midnight UTC).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Before this time (RFC 3339, or YYYY-MM-DD).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// At most this many records (ls only; default 100).
+    #[arg(long, default_value_t = 100)]
+    pub limit: u32,
+}

@@ -1,0 +1,201 @@
+//! Statements sent together: on SQLite in one round trip to its connection's thread (its
+//! driver runs a string of statements in order, each `$N` numbering the arguments of them
+//! all), on PostgreSQL one after another. Each statement's rows and count come back apart.
+
+use futures_util::TryStreamExt;
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Either};
+
+use crate::{Backend, Result};
+
+/// One argument of a batched statement.
+#[derive(Debug, Clone)]
+pub(super) enum Arg {
+    Int(Option<i64>),
+    Text(Option<String>),
+}
+
+impl From<i64> for Arg {
+    fn from(v: i64) -> Self {
+        Arg::Int(Some(v))
+    }
+}
+
+impl From<Option<i64>> for Arg {
+    fn from(v: Option<i64>) -> Self {
+        Arg::Int(v)
+    }
+}
+
+impl From<&str> for Arg {
+    fn from(v: &str) -> Self {
+        Arg::Text(Some(v.to_owned()))
+    }
+}
+
+impl From<&String> for Arg {
+    fn from(v: &String) -> Self {
+        Arg::Text(Some(v.clone()))
+    }
+}
+
+impl From<String> for Arg {
+    fn from(v: String) -> Self {
+        Arg::Text(Some(v))
+    }
+}
+
+impl From<Option<&str>> for Arg {
+    fn from(v: Option<&str>) -> Self {
+        Arg::Text(v.map(str::to_owned))
+    }
+}
+
+impl From<&Option<String>> for Arg {
+    fn from(v: &Option<String>) -> Self {
+        Arg::Text(v.clone())
+    }
+}
+
+/// A statement of a batch: its SQL (`$1`... its own arguments) and arguments.
+#[derive(Debug, Clone)]
+struct Part {
+    sql: String,
+    args: Vec<Arg>,
+}
+
+/// Statements to run in order, in the caller's transaction.
+#[derive(Debug, Default)]
+pub(super) struct Batch {
+    parts: Vec<Part>,
+}
+
+/// What each statement of a batch answered, by the index `Batch::push` gave it.
+#[derive(Default)]
+pub(super) struct Answers {
+    rows: Vec<Vec<AnyRow>>,
+    affected: Vec<u64>,
+}
+
+impl Answers {
+    pub fn rows(&self, part: usize) -> &[AnyRow] {
+        self.rows.get(part).map_or(&[], Vec::as_slice)
+    }
+
+    pub fn affected(&self, part: usize) -> u64 {
+        self.affected.get(part).copied().unwrap_or(0)
+    }
+}
+
+/// `sql` with each `$N` moved up by `offset` (statements here hold no `$` in literals).
+fn renumbered(sql: &str, offset: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut chars = sql.char_indices().peekable();
+    while let Some((_, c)) = chars.next() {
+        out.push(c);
+        if c != '$' {
+            continue;
+        }
+        let mut n = 0usize;
+        let mut digits = false;
+        while let Some(&(_, d)) = chars.peek() {
+            let Some(v) = d.to_digit(10) else { break };
+            n = n * 10 + v as usize;
+            digits = true;
+            chars.next();
+        }
+        if digits {
+            out.push_str(&(n + offset).to_string());
+        }
+    }
+    out
+}
+
+fn bind<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    args: &[Arg],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    for a in args {
+        q = match a {
+            Arg::Int(v) => q.bind(*v),
+            Arg::Text(v) => q.bind(v.clone()),
+        };
+    }
+    q
+}
+
+impl Batch {
+    /// Adds a statement; returns its index among the answers.
+    pub fn push(&mut self, sql: impl Into<String>, args: Vec<Arg>) -> usize {
+        self.parts.push(Part {
+            sql: sql.into(),
+            args,
+        });
+        self.parts.len() - 1
+    }
+
+    /// Runs the statements in order; the first error stops the rest (the caller's
+    /// transaction then rolls back).
+    pub async fn run(self, conn: &mut AnyConnection, backend: Backend) -> Result<Answers> {
+        let mut answers = Answers::default();
+        match backend {
+            Backend::Postgres => {
+                for part in &self.parts {
+                    let query = bind(sqlx::query(&part.sql), &part.args);
+                    let returns = part.sql.contains("RETURNING")
+                        || part.sql.trim_start().starts_with("SELECT");
+                    if returns {
+                        let rows = query.fetch_all(&mut *conn).await?;
+                        answers.affected.push(rows.len() as u64);
+                        answers.rows.push(rows);
+                    } else {
+                        let done = query.execute(&mut *conn).await?;
+                        answers.affected.push(done.rows_affected());
+                        answers.rows.push(Vec::new());
+                    }
+                }
+            }
+            Backend::Sqlite => {
+                let mut sql = String::new();
+                let mut args = Vec::new();
+                for part in &self.parts {
+                    sql.push_str(&renumbered(&part.sql, args.len()));
+                    sql.push_str(";\n");
+                    args.extend(part.args.iter().cloned());
+                }
+                // Several statements in one prepared query is what sqlx 0.8 deprecates (only
+                // its SQLite driver runs them, `$N` bound over the whole string, each
+                // statement's end reported apart); it is this module's reason to be: one round
+                // trip to the connection's thread instead of one per statement.
+                #[allow(deprecated)]
+                let mut stream = bind(sqlx::query(&sql), &args).fetch_many(&mut *conn);
+                let mut rows = Vec::new();
+                while let Some(item) = stream.try_next().await? {
+                    match item {
+                        Either::Right(row) => rows.push(row),
+                        // The end of one statement.
+                        Either::Left(done) => {
+                            answers.rows.push(std::mem::take(&mut rows));
+                            answers.affected.push(done.rows_affected());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(answers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::renumbered;
+
+    #[test]
+    fn arguments_are_numbered_over_the_whole_batch() {
+        assert_eq!(
+            renumbered("UPDATE t SET a = $1 WHERE b = $2 AND c = $10", 3),
+            "UPDATE t SET a = $4 WHERE b = $5 AND c = $13"
+        );
+        assert_eq!(renumbered("SELECT 1", 7), "SELECT 1");
+    }
+}

@@ -1,0 +1,359 @@
+//! Placement, committed: a reservation's plan (made by `gpurent_sched::plan` from the
+//! candidates read in the same transaction, or by the queue's pass) applied in one
+//! transaction: its victims preempted, its GPU memory taken by compare-and-set, its hold and
+//! the nodes' desired versions. A plan made from a stale view rolls back whole; an immediate
+//! placement then plans again from a fresh read.
+
+use chrono::{DateTime, Utc};
+use gpurent_billing::PriceList;
+use gpurent_sched::plan::{tier_priority, Ask, View};
+use gpurent_sched::{Plan, Request};
+use gpurent_types::api::Reservation;
+use gpurent_types::Tier;
+use sqlx::AnyConnection;
+
+use super::batch::{Arg, Batch};
+use super::create::{
+    earlier_reservation, no_capacity_reason, push_insert, reservation_of, size_of, take_hold,
+    to_json, unless_replayed, Destination, NewRow,
+};
+use super::gpus::{self, Claims, Lock};
+use super::queue::preempt_reservation;
+use super::{new_id, retry_transient, ts, Backend, SqlStore};
+use crate::{NewReservation, Result, StoreError, Want};
+
+/// Plans made again after losing a compare-and-set race to another transaction.
+const PLACEMENT_ATTEMPTS: usize = 8;
+
+pub(super) enum Attempt {
+    /// The reservation (placed, queued, or the replay of an earlier request with its
+    /// Idempotency-Key), and the nodes whose agents must be woken.
+    Done(Box<Reservation>, Vec<String>),
+    /// The plan was stale, or the same Idempotency-Key committed meanwhile: nothing was kept.
+    LostRace,
+    /// Nothing fits and the request asked to wait: queue it (in a transaction of its own, so
+    /// that nothing tried for the placement stays behind).
+    Queue,
+}
+
+/// Preempts `plan`'s victims, then adds to `batch` the taking of its GPU memory for
+/// `reservation_id` and the bump of the desired version of every node that changed (sorted,
+/// and last, as in every transaction). Returns the claims, to check once the batch ran, and
+/// the nodes to wake.
+async fn apply(
+    conn: &mut AnyConnection,
+    batch: &mut Batch,
+    reservation_id: &str,
+    plan: &Plan,
+    grace_s: u64,
+    now: i64,
+) -> Result<(Claims, Vec<String>)> {
+    let mut woken = vec![plan.node_id.clone()];
+    for victim in &plan.victims {
+        // One that ended meanwhile freed its memory anyway; the compare-and-set decides.
+        if let Some(node) = preempt_reservation(conn, victim, grace_s, now).await? {
+            tracing::info!(reservation_id = %victim, by = %reservation_id, "spot instance preempted");
+            if !woken.contains(&node) {
+                woken.push(node);
+            }
+        }
+    }
+    let claims = gpus::push_claims(batch, reservation_id, plan);
+    woken.sort();
+    for node in &woken {
+        // `nodes::bump_version`, in the batch.
+        batch.push(
+            "UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1",
+            vec![Arg::from(node)],
+        );
+    }
+    Ok((claims, woken))
+}
+
+/// The priority `new` plans with: a spot bid per whole GPU-hour as its quote gives it (sized
+/// against the largest GPU of the type), or its tier's.
+async fn ask_priority(
+    conn: &mut AnyConnection,
+    new: &NewReservation,
+    prices: &PriceList,
+) -> Result<Option<i64>> {
+    if new.tier != Tier::Spot {
+        return Ok(Some(tier_priority(new.tier, None, false)));
+    }
+    let Some((vram, _, _)) = gpus::largest(conn, new.gpu_type.key()).await? else {
+        return Ok(None);
+    };
+    let quote = prices.quote(
+        &new.gpu_type,
+        size_of(new.want, vram),
+        new.duration_s,
+        new.tier,
+        new.bid,
+    )?;
+    Ok(Some(tier_priority(new.tier, Some(quote.priority), false)))
+}
+
+/// A plan for a new reservation, with what its row records of the GPUs it takes.
+struct Planned {
+    plan: Plan,
+    /// The GPU model's name as the node reported it.
+    type_name: String,
+    /// The name of the plan's node.
+    node_name: String,
+    /// The memory of the plan's first GPU: what a share is sized against.
+    card_vram_mb: u64,
+}
+
+impl SqlStore {
+    /// `reserve`: plans `new` against the expected workload and applies the plan, planning
+    /// again from a fresh read when it went stale; queues it when nothing fits and it asked to
+    /// wait.
+    pub(super) async fn reserve_planned(
+        &self,
+        new: &NewReservation,
+        prices: &PriceList,
+        live_since: i64,
+        now: DateTime<Utc>,
+        expected: &[Request],
+    ) -> Result<(Reservation, Vec<String>)> {
+        for _ in 0..PLACEMENT_ATTEMPTS {
+            let attempt = retry_transient("reserve", || {
+                self.try_reserve(new, prices, live_since, now, expected)
+            });
+            let attempt = match attempt.await? {
+                Attempt::Queue => {
+                    retry_transient("enqueue", || self.try_enqueue(new, prices, live_since, now))
+                        .await?
+                }
+                other => other,
+            };
+            match attempt {
+                Attempt::Done(r, nodes) => return Ok((*r, nodes)),
+                Attempt::LostRace => continue,
+                Attempt::Queue => {
+                    return Err(StoreError::NoCapacity(
+                        "the reservation could not be queued".to_owned(),
+                    ))
+                }
+            }
+        }
+        Err(StoreError::Conflict(
+            "too many concurrent reservations for the same GPUs; retry".to_owned(),
+        ))
+    }
+
+    /// Reads the candidates for `new` and plans it: on free memory, else by preempting spot
+    /// work of lower priority.
+    async fn plan_new(
+        &self,
+        conn: &mut AnyConnection,
+        new: &NewReservation,
+        prices: &PriceList,
+        live_since: i64,
+        expected: &[Request],
+    ) -> Result<Option<Planned>> {
+        let key = new.gpu_type.key();
+        let first_ask = Ask {
+            request: new.want,
+            priority: tier_priority(new.tier, None, false),
+        };
+        // On PostgreSQL, nodes another placement is deciding on are passed over; when they
+        // were all taken, wait for them and read what they left.
+        let locks: &[Lock] = match self.backend {
+            Backend::Postgres => &[Lock::SkipLocked, Lock::Wait],
+            Backend::Sqlite => &[Lock::Wait],
+        };
+        for &lock in locks {
+            let found =
+                gpus::candidates(conn, self.backend, key, new.want, live_since, lock).await?;
+            let view = View {
+                gpus: found.gpus,
+                work: Vec::new(),
+            };
+            if let Ok(plan) = gpurent_sched::plan(&view, &first_ask, expected) {
+                let first = view
+                    .gpus
+                    .iter()
+                    .position(|g| Some(&g.uuid) == plan.gpus.first().map(|(u, _)| u));
+                return Ok(Some(Planned {
+                    card_vram_mb: first.map_or(0, |i| view.gpus[i].vram_mb),
+                    type_name: first
+                        .map(|i| found.type_names[i].clone())
+                        .unwrap_or_default(),
+                    node_name: first
+                        .map(|i| found.node_names[i].clone())
+                        .unwrap_or_default(),
+                    plan,
+                }));
+            }
+        }
+        // Full: work that outranks some spot instances takes their GPUs.
+        let Some(priority) = ask_priority(conn, new, prices).await? else {
+            return Ok(None);
+        };
+        let view = gpus::preemptible(conn, key, priority, live_since).await?;
+        if view.work.is_empty() {
+            return Ok(None);
+        }
+        let ask = Ask {
+            request: new.want,
+            priority,
+        };
+        let Ok(plan) = gpurent_sched::plan(&view, &ask, expected) else {
+            return Ok(None);
+        };
+        let first = view
+            .gpus
+            .iter()
+            .find(|g| Some(&g.uuid) == plan.gpus.first().map(|(u, _)| u));
+        let type_name = gpus::largest(conn, key)
+            .await?
+            .map(|(_, name, _)| name)
+            .unwrap_or_default();
+        let node_name = gpus::node_name(conn, &plan.node_id).await?;
+        Ok(Some(Planned {
+            card_vram_mb: first.map_or(0, |g| g.vram_mb),
+            type_name,
+            node_name,
+            plan,
+        }))
+    }
+
+    async fn try_reserve(
+        &self,
+        new: &NewReservation,
+        prices: &PriceList,
+        live_since: i64,
+        now: DateTime<Utc>,
+        expected: &[Request],
+    ) -> Result<Attempt> {
+        let at = ts(now);
+        let mut tx = self.begin().await?;
+        if let Some(r) = earlier_reservation(&mut tx, new).await? {
+            return Ok(Attempt::Done(Box::new(r), Vec::new()));
+        }
+        let Some(Planned {
+            plan,
+            type_name,
+            node_name,
+            card_vram_mb,
+        }) = self
+            .plan_new(&mut tx, new, prices, live_since, expected)
+            .await?
+        else {
+            let err = no_capacity_reason(&mut tx, new, live_since).await?;
+            if new.queue && matches!(err, StoreError::NoCapacity(_)) {
+                return Ok(Attempt::Queue);
+            }
+            return Err(err);
+        };
+        let quote = prices.quote(
+            &new.gpu_type,
+            size_of(new.want, card_vram_mb),
+            new.duration_s,
+            new.tier,
+            new.bid,
+        )?;
+        let (gpu_count, vram_mb) = match new.want {
+            Want::Whole { count } => (count, None),
+            Want::Share { vram_mb } => (1, Some(vram_mb)),
+        };
+        let id = new_id();
+        let gpu_uuids: Vec<&str> = plan.gpus.iter().map(|(u, _)| u.as_str()).collect();
+        let row = NewRow {
+            id: &id,
+            new,
+            type_name: &type_name,
+            gpu_count,
+            vram_mb,
+            quote: &quote,
+            host_share_bps: prices.host_share_bps,
+            at,
+            destination: Destination::Placed {
+                node_id: &plan.node_id,
+                node_name: &node_name,
+                gpus: &gpu_uuids,
+            },
+        };
+        // One batch: the row and meter, the claims, the versions, and the tenant's caps.
+        let mut batch = Batch::default();
+        let row_part = push_insert(&mut batch, &row);
+        let (claims, woken) =
+            apply(&mut tx, &mut batch, &id, &plan, prices.spot_grace_s, at).await?;
+        let caps = super::caps::push_read(&mut batch, &new.tenant_id);
+        let Some(answers) = unless_replayed(batch.run(&mut tx, self.backend).await)? else {
+            return Ok(Attempt::LostRace);
+        };
+        if !claims.held(&answers) {
+            return Ok(Attempt::LostRace);
+        }
+        let reservation = reservation_of(&answers, row_part)?;
+        super::caps::check(
+            &mut tx,
+            self.backend,
+            &answers,
+            caps,
+            new,
+            quote.price_per_hour,
+            &id,
+        )
+        .await?;
+        take_hold(&mut tx, new, &id, quote.hold, at).await?;
+        tx.commit().await?;
+        tracing::info!(reservation_id = %id, node_id = %plan.node_id, tenant_id = %new.tenant_id, tier = %new.tier, "reserved");
+        Ok(Attempt::Done(Box::new(reservation), woken))
+    }
+
+    /// `place_queued`: applies a scheduling pass's `plan` for queued reservation `id`; `None`
+    /// (nothing kept) when the reservation is no longer queued or the plan went stale.
+    pub(super) async fn place_queued_planned(
+        &self,
+        id: &str,
+        plan: &Plan,
+        prices: &PriceList,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Vec<String>>> {
+        retry_transient("place_queued", || {
+            self.try_place_queued(id, plan, prices.spot_grace_s, ts(now))
+        })
+        .await
+    }
+
+    async fn try_place_queued(
+        &self,
+        id: &str,
+        plan: &Plan,
+        grace_s: u64,
+        now: i64,
+    ) -> Result<Option<Vec<String>>> {
+        let mut tx = self.begin().await?;
+        let mut batch = Batch::default();
+        // The claim is a compare-and-set on the row: a stop or a timeout of the same
+        // reservation waits for this transaction, then finds it placed (or the other way round).
+        let gpu_uuids: Vec<&str> = plan.gpus.iter().map(|(u, _)| u.as_str()).collect();
+        let claimed = batch.push(
+            "UPDATE reservations SET node_id = $1, gpus = $2, placed_at = $3, queue_reason = NULL
+             WHERE id = $4 AND status = 'pending' AND node_id IS NULL",
+            vec![
+                Arg::from(&plan.node_id),
+                Arg::from(to_json(&gpu_uuids)),
+                Arg::from(now),
+                Arg::from(id),
+            ],
+        );
+        batch.push(
+            "UPDATE meters SET node_id = $1 WHERE reservation_id = $2",
+            vec![Arg::from(&plan.node_id), Arg::from(id)],
+        );
+        let (claims, woken) = apply(&mut tx, &mut batch, id, plan, grace_s, now).await?;
+        let answers = batch.run(&mut tx, self.backend).await?;
+        if answers.affected(claimed) != 1 || !claims.held(&answers) {
+            // No longer queued, or a stale view: the memory went elsewhere. Nothing of this
+            // is kept.
+            return Ok(None);
+        }
+        tx.commit().await?;
+        tracing::info!(reservation_id = %id, node_id = %plan.node_id, "queued reservation placed");
+        Ok(Some(woken))
+    }
+}

@@ -1,0 +1,316 @@
+//! A node's heartbeat (sync): its instances' reports, logs, events and telemetry applied in one
+//! transaction, and the desired state it reads back.
+
+use std::collections::{BTreeMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use gpurent_types::agent::{
+    AgentEvent, Assignment, GpuInfo, InstanceReport, InstanceState, LogChunk, SyncRequest,
+};
+use gpurent_types::ReservationStatus;
+use sqlx::{AnyConnection, Row};
+
+use super::endings::{finish, Gone};
+use super::fencing::reconcile_inventory;
+use super::fragments::live_statuses;
+use super::gpu_hours;
+use super::nodes::insert_gpus;
+use super::{retry_transient, ts, SqlStore};
+use crate::{Result, StoreError};
+
+pub(super) async fn sync_node(
+    store: &SqlStore,
+    node_id: &str,
+    report: &SyncRequest,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    retry_transient("sync_node", || sync_once(store, node_id, report, now)).await
+}
+
+/// Rows are locked in one order in every transaction (reservations, accounts, gpus,
+/// gpu_pools, nodes last) so that concurrent transactions cannot deadlock each other.
+async fn sync_once(
+    store: &SqlStore,
+    node_id: &str,
+    report: &SyncRequest,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let at = ts(now);
+    let gpus = &report.gpus;
+    let mut tx = store.begin().await?;
+    // Reservation rows in id order (see above): each one's output, its agent's events (their
+    // lines land after the output and before its end), then its report.
+    type Of<'a> = (
+        Vec<&'a LogChunk>,
+        Vec<&'a InstanceReport>,
+        Vec<&'a AgentEvent>,
+    );
+    let mut by_reservation: BTreeMap<&str, Of<'_>> = BTreeMap::new();
+    let mut node_events = Vec::new();
+    for event in &report.events {
+        match &event.reservation_id {
+            Some(id) => by_reservation.entry(id).or_default().2.push(event),
+            None => node_events.push(event),
+        }
+    }
+    for chunk in &report.logs {
+        by_reservation
+            .entry(&chunk.reservation_id)
+            .or_default()
+            .0
+            .push(chunk);
+    }
+    for instance in &report.instances {
+        by_reservation
+            .entry(&instance.reservation_id)
+            .or_default()
+            .1
+            .push(instance);
+    }
+    let mut changed = false;
+    for (chunks, reports, events) in by_reservation.values() {
+        for chunk in chunks {
+            super::logs::append(&mut tx, node_id, chunk).await?;
+        }
+        for event in events {
+            super::agent_events::record(&mut tx, node_id, event, at).await?;
+        }
+        for report in reports {
+            changed |= apply_report(&mut tx, node_id, report, at).await?;
+        }
+    }
+    for event in node_events {
+        super::agent_events::record(&mut tx, node_id, event, at).await?;
+    }
+    if let Some(t) = &report.telemetry {
+        mark_active(&mut tx, node_id, &t.gpus, at).await?;
+        gpu_hours::record(&mut tx, node_id, &t.gpus, at).await?;
+    }
+    // The whole inventory comes with the first sync after the agent starts (with its host
+    // facts); later syncs leave it out.
+    if !gpus.is_empty() || report.host.is_some() {
+        changed |= reconcile_inventory(&mut tx, node_id, gpus, at).await?;
+    }
+    let known: HashSet<String> =
+        sqlx::query_scalar::<_, String>("SELECT uuid FROM gpus WHERE node_id = $1")
+            .bind(node_id)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
+    let new: Vec<GpuInfo> = gpus
+        .iter()
+        .filter(|g| !known.contains(&g.uuid))
+        .cloned()
+        .collect();
+    if !new.is_empty() {
+        insert_gpus(&mut tx, node_id, &new).await?;
+    }
+    let telemetry = report
+        .telemetry
+        .as_ref()
+        .and_then(|t| serde_json::to_string(t).ok());
+    sqlx::query(
+        "UPDATE nodes SET last_seen_at = $1, desired_version = desired_version + $2,
+            telemetry = COALESCE($3, telemetry),
+            status = CASE WHEN status = 'lost' THEN 'ready' ELSE status END, lost_at = NULL
+         WHERE id = $4",
+    )
+    .bind(at)
+    .bind(i64::from(changed))
+    .bind(telemetry)
+    .bind(node_id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Applies one instance report. Reports of another node or an older epoch are ignored, and a
+/// report that would not change anything is a no-op, so duplicates are harmless.
+async fn apply_report(
+    conn: &mut AnyConnection,
+    node_id: &str,
+    report: &InstanceReport,
+    now: i64,
+) -> Result<bool> {
+    let row = sqlx::query("SELECT status, node_id, epoch FROM reservations WHERE id = $1")
+        .bind(&report.reservation_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(row) = row else { return Ok(false) };
+    let owner: Option<String> = row.try_get("node_id")?;
+    let epoch: i64 = row.try_get("epoch")?;
+    if owner.as_deref() != Some(node_id) || epoch != report.epoch {
+        tracing::debug!(reservation_id = %report.reservation_id, "ignoring report of a stale epoch");
+        return Ok(false);
+    }
+    let status: String = row.try_get("status")?;
+    let status: ReservationStatus = status
+        .parse()
+        .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
+    use InstanceState as S;
+    use ReservationStatus as R;
+    match (status, report.state) {
+        (R::Pending, S::Starting) => {
+            set_status(conn, &report.reservation_id, status, R::Starting).await
+        }
+        (R::Pending | R::Starting, S::Running) => {
+            let published =
+                serde_json::to_string(&report.ports).unwrap_or_else(|_| "[]".to_owned());
+            // A reservation rescheduled off a lost node continues: its effective start is
+            // moved back by the seconds it ran (and was charged for) before, so its hours and
+            // its charge go on where they stopped.
+            let n = sqlx::query(
+                "UPDATE reservations SET status = 'running', started_at = $1 - run_before_s * 1000000,
+                    published = $4
+                 WHERE id = $2 AND status = $3",
+            )
+            .bind(now)
+            .bind(&report.reservation_id)
+            .bind(status.as_str())
+            .bind(published)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            if n == 1 {
+                // Settled up to its start: the first settlement charges from here.
+                sqlx::query(
+                    "UPDATE meters SET started_at = (SELECT started_at FROM reservations WHERE id = $2),
+                        settled_until = $1 WHERE reservation_id = $2",
+                )
+                    .bind(now)
+                    .bind(&report.reservation_id)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Ok(n == 1)
+        }
+        (s, S::Stopped | S::Exited | S::Failed) if !s.is_terminal() => {
+            finish(
+                conn,
+                &report.reservation_id,
+                status,
+                Gone::Reported(report),
+                now,
+            )
+            .await
+        }
+        _ => Ok(false),
+    }
+}
+
+async fn set_status(
+    conn: &mut AnyConnection,
+    id: &str,
+    from: ReservationStatus,
+    to: ReservationStatus,
+) -> Result<bool> {
+    let n = sqlx::query("UPDATE reservations SET status = $1 WHERE id = $2 AND status = $3")
+        .bind(to.as_str())
+        .bind(id)
+        .bind(from.as_str())
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    Ok(n == 1)
+}
+
+/// Idle reclaim's clock: the running reservations holding a GPU that was busy in this sample
+/// (any utilisation; a shared GPU's counts for each of its reservations) were active now.
+async fn mark_active(
+    conn: &mut AnyConnection,
+    node_id: &str,
+    samples: &[gpurent_types::agent::GpuSample],
+    at: i64,
+) -> Result<()> {
+    let busy: Vec<&str> = samples
+        .iter()
+        .filter(|s| s.utilization_pct > 0 && !s.lost)
+        .map(|s| s.uuid.as_str())
+        .take(64)
+        .collect();
+    if busy.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = (0..busy.len()).map(|i| format!("${}", i + 3)).collect();
+    let sql = format!(
+        "UPDATE reservations SET last_active_at = $1
+         WHERE status = 'running' AND node_id = $2
+           AND id IN (SELECT reservation_id FROM allocations WHERE gpu_uuid IN ({}))",
+        list.join(", ")
+    );
+    let mut q = sqlx::query(&sql).bind(at).bind(node_id);
+    for uuid in busy {
+        q = q.bind(uuid);
+    }
+    q.execute(&mut *conn).await?;
+    Ok(())
+}
+
+pub(super) async fn desired_version(store: &SqlStore, node_id: &str) -> Result<i64> {
+    sqlx::query_scalar("SELECT desired_version FROM nodes WHERE id = $1")
+        .bind(node_id)
+        .fetch_optional(&store.pool)
+        .await?
+        .ok_or_else(|| StoreError::not_found("node", node_id))
+}
+
+pub(super) async fn desired_state(
+    store: &SqlStore,
+    node_id: &str,
+) -> Result<(i64, Vec<Assignment>)> {
+    let mut tx = store.begin().await?;
+    let version: i64 = sqlx::query_scalar("SELECT desired_version FROM nodes WHERE id = $1")
+        .bind(node_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::not_found("node", node_id))?;
+    let rows = sqlx::query(concat!(
+        "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_read, ports,
+                stop_grace_s, checkpoint, secrets FROM reservations
+             WHERE node_id = $1 AND status IN ",
+        live_statuses!(),
+        " ORDER BY created_at, id"
+    ))
+    .bind(node_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
+    let assignments = rows
+        .iter()
+        .map(|r| {
+            let status: String = r.try_get("status")?;
+            let gpus: String = r.try_get("gpus")?;
+            let command: String = r.try_get("command")?;
+            let env: String = r.try_get("env")?;
+            Ok(Assignment {
+                reservation_id: r.try_get("id")?,
+                epoch: r.try_get("epoch")?,
+                gpus: serde_json::from_str(&gpus).map_err(corrupt)?,
+                vram_mb: r
+                    .try_get::<Option<i64>, _>("vram_mb")?
+                    .map(|v| u64::try_from(v).unwrap_or(0)),
+                image: r.try_get("image")?,
+                command: serde_json::from_str(&command).map_err(corrupt)?,
+                env: serde_json::from_str::<BTreeMap<String, String>>(&env).map_err(corrupt)?,
+                run: status != "stopping",
+                ports: serde_json::from_str(&r.try_get::<String, _>("ports")?).map_err(corrupt)?,
+                log_offset: u64::try_from(r.try_get::<i64, _>("log_read")?).unwrap_or(0),
+                stop_grace_s: r
+                    .try_get::<Option<i64>, _>("stop_grace_s")?
+                    .map(|g| u64::try_from(g).unwrap_or(0)),
+                checkpoint: r.try_get::<i64, _>("checkpoint")? != 0,
+                secrets: Default::default(),
+                sealed_secrets: r.try_get("secrets")?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((version, assignments))
+}
+
+pub(super) async fn log_rooms(store: &SqlStore, node_id: &str) -> Result<BTreeMap<String, u64>> {
+    let mut conn = store.pool.acquire().await?;
+    super::logs::rooms(&mut conn, node_id).await
+}

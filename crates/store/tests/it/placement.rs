@@ -1,0 +1,220 @@
+//! Placement committed in one transaction, on both stores: a stale plan rolls back whole
+//! (its victims are not preempted), concurrent reservations of one type take every GPU once
+//! and are refused only when none is left, and a reservation costs a bounded number of
+//! round trips.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use gpurent_billing::PriceList;
+use gpurent_sched::Plan;
+use gpurent_store::prelude::*;
+use gpurent_store::{Backend, NewReservation, Scope, StoreError};
+use gpurent_types::{Money, ReservationStatus, Tier};
+
+use crate::support::{one_gpu, t0, Fixture};
+
+async fn assert_consistent(f: &Fixture) {
+    let problems = f.store.allocation_problems().await.expect("check");
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
+fn spot(tenant: &str) -> NewReservation {
+    NewReservation {
+        tier: Tier::Spot,
+        bid: Some("1.20".parse::<Money>().expect("bid")),
+        ..one_gpu(tenant)
+    }
+}
+
+async fn a_stale_plan_rolls_back_whole(backend: Backend) {
+    let f = Fixture::new(backend).await;
+    let node = f.node("n1", "NVIDIA GeForce RTX 4090", 2).await;
+    let alice = f.user("alice", "100").await;
+    let prices = PriceList::defaults();
+    let (cheap, _) = f
+        .store
+        .reserve(spot(&alice), &prices, t0(), t0(), &[])
+        .await
+        .expect("spot");
+    let (busy, _) = f
+        .store
+        .reserve(one_gpu(&alice), &prices, t0(), t0(), &[])
+        .await
+        .expect("on demand");
+    let (queued, _) = f
+        .store
+        .reserve(
+            // A bid no higher than the spot instance's preempts nothing: it waits.
+            NewReservation {
+                queue: true,
+                ..spot(&alice)
+            },
+            &prices,
+            t0(),
+            t0(),
+            &[],
+        )
+        .await
+        .expect("queued");
+    assert_eq!(queued.node, None);
+
+    // A plan (as a pass could make from a stale view) that preempts the spot instance but
+    // takes the GPU the on-demand one holds: its compare-and-set fails, and the preemption
+    // goes with it.
+    let plan = Plan {
+        node_id: node.clone(),
+        gpus: vec![(busy.gpus[0].clone(), 24_576)],
+        whole: true,
+        victims: vec![cheap.id.clone()],
+    };
+    let placed = f
+        .store
+        .place_queued(&queued.id, &plan, &prices, t0())
+        .await
+        .expect("place");
+    assert_eq!(placed, None);
+    let status = |id: String| {
+        let store = Arc::clone(&f.store);
+        async move { store.get_reservation(&id, &Scope::All).await.expect("get") }
+    };
+    let cheap_now = status(cheap.id.clone()).await;
+    assert_eq!(
+        (cheap_now.status, cheap_now.end_reason),
+        (ReservationStatus::Pending, None)
+    );
+    assert_eq!(status(queued.id.clone()).await.node, None);
+    assert_consistent(&f).await;
+
+    // The same victim with its own GPU: it is preempted and the queued reservation placed.
+    let plan = Plan {
+        gpus: vec![(cheap.gpus[0].clone(), 24_576)],
+        ..plan
+    };
+    let placed = f
+        .store
+        .place_queued(&queued.id, &plan, &prices, t0())
+        .await
+        .expect("place");
+    assert_eq!(placed, Some(vec![node.clone()]));
+    assert_eq!(
+        status(cheap.id.clone()).await.end_reason.as_deref(),
+        Some("preempted")
+    );
+    assert_eq!(status(queued.id.clone()).await.gpus, cheap.gpus);
+    assert_consistent(&f).await;
+}
+
+#[tokio::test]
+async fn a_stale_plan_rolls_back_whole_sqlite() {
+    a_stale_plan_rolls_back_whole(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_stale_plan_rolls_back_whole_postgres() {
+    a_stale_plan_rolls_back_whole(Backend::Postgres).await;
+}
+
+/// Six GPUs on three nodes, sixteen reservations at once: six placed, each on its own GPU,
+/// and ten refused for want of capacity, none for losing a race.
+async fn concurrent_reservations_take_every_gpu_once(backend: Backend) {
+    let f = Fixture::new(backend).await;
+    for n in ["n1", "n2", "n3"] {
+        f.node(n, "NVIDIA GeForce RTX 4090", 2).await;
+    }
+    let alice = f.user("alice", "1000").await;
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (store, alice) = (Arc::clone(&f.store), alice.clone());
+        tasks.push(tokio::spawn(async move {
+            store
+                .reserve(one_gpu(&alice), &PriceList::defaults(), t0(), t0(), &[])
+                .await
+        }));
+    }
+    let mut gpus = Vec::new();
+    let mut refused = 0;
+    for t in tasks {
+        match t.await.expect("task") {
+            Ok((r, _)) => gpus.extend(r.gpus),
+            Err(StoreError::NoCapacity(_)) => refused += 1,
+            Err(e) => panic!("refused for another reason: {e:?}"),
+        }
+    }
+    gpus.sort();
+    gpus.dedup();
+    assert_eq!((gpus.len(), refused), (6, 10), "{gpus:?}");
+    assert_consistent(&f).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_reservations_take_every_gpu_once_sqlite() {
+    concurrent_reservations_take_every_gpu_once(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_reservations_take_every_gpu_once_postgres() {
+    concurrent_reservations_take_every_gpu_once(Backend::Postgres).await;
+}
+
+/// Counts the queries the store sends, each a round trip to the database (sqlx logs each at
+/// trace level as `sqlx::query`; a batch of statements sent together counts once).
+struct Statements(AtomicU64);
+
+impl tracing::Subscriber for Statements {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.target() == "sqlx::query"
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// The queries a reservation like `bench reserve`'s sends (one whole GPU, on demand, no
+/// Idempotency-Key, no caps), as sqlx logs them: at most `most`.
+async fn a_reservation_takes_few_round_trips(backend: Backend, most: u64) {
+    let counter = Arc::new(Statements(AtomicU64::new(0)));
+    // Its own process under nextest: nothing else sends queries here meanwhile.
+    tracing::subscriber::set_global_default(Arc::clone(&counter)).expect("subscriber");
+    let f = Fixture::new(backend).await;
+    f.node("n1", "NVIDIA GeForce RTX 4090", 8).await;
+    let alice = f.user("alice", "1000").await;
+    let prices = PriceList::defaults();
+    // The first one warms what is read once per connection.
+    f.store
+        .reserve(one_gpu(&alice), &prices, t0(), t0(), &[])
+        .await
+        .expect("reserve");
+    let mut counts = Vec::new();
+    for _ in 0..4 {
+        let before = counter.0.load(Ordering::SeqCst);
+        f.store
+            .reserve(one_gpu(&alice), &prices, t0(), t0(), &[])
+            .await
+            .expect("reserve");
+        counts.push(counter.0.load(Ordering::SeqCst) - before);
+    }
+    eprintln!("queries per reservation on {backend:?}: {counts:?}");
+    assert!(counts.iter().all(|&c| c > 0), "nothing counted: {counts:?}");
+    assert!(
+        counts.iter().all(|&c| c <= most),
+        "a reservation sent {counts:?} queries; at most {most} expected"
+    );
+}
+
+#[tokio::test]
+async fn a_reservation_takes_few_round_trips_sqlite() {
+    a_reservation_takes_few_round_trips(Backend::Sqlite, 5).await;
+}
+
+#[tokio::test]
+async fn a_reservation_takes_few_round_trips_postgres() {
+    a_reservation_takes_few_round_trips(Backend::Postgres, 12).await;
+}

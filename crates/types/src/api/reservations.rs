@@ -1,0 +1,245 @@
+//! Reservations: the offers, a request for GPUs, the reservation and how to reach it
+//! (its HTTP ports, proxy links, SSH), its stop.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::{Money, OnNodeLoss, ReservationStatus, Tier};
+
+/// What can be rented now, per GPU type.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct Offer {
+    pub gpu_type: String,
+    pub vram_gb: u32,
+    /// The card's memory in MiB (the largest of the type), what shares are fractions of.
+    #[serde(default)]
+    pub vram_mb: u64,
+    /// Whole GPUs free now.
+    pub available: u32,
+    /// Price of one whole GPU for one hour (on-demand).
+    pub price_per_hour: Money,
+    /// The lowest spot bid for one whole GPU for one hour.
+    pub spot_min_bid: Money,
+    /// The stepped tier for one whole GPU: this per hour for the first `stepped_first_hours`,
+    /// then `stepped_then_per_hour`.
+    pub stepped_price_per_hour: Money,
+    pub stepped_first_hours: u32,
+    pub stepped_then_per_hour: Money,
+    /// Shares of a GPU (`vram_gb`, `vram_fraction`): per GB of memory per hour (a share
+    /// costs its fraction of the whole GPU's on-demand price).
+    pub share_price_per_gb_hour: Money,
+    /// Reserved blocks: percent off the on-demand price by the block's length.
+    pub reserved_discounts: Vec<ReservedDiscount>,
+    /// The currency of every price (ISO 4217, the platform's).
+    #[serde(default)]
+    pub currency: String,
+    /// Of `available`, GPUs on nodes that run instances unisolated (their tenants can read the
+    /// node's credentials and each other's work; `gpurent nodes ls` says which); absent when
+    /// none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unisolated: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct ReservedDiscount {
+    pub min_hours: u32,
+    pub percent: u32,
+    /// What one whole GPU costs per hour in a block this long.
+    #[serde(default)]
+    pub price_per_hour: Money,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateReservation {
+    /// A GPU model (`RTX 4090`, `rtx4090`, `A100-80GB`, a MIG instance `H200 MIG 3g.71gb`):
+    /// letters, digits, spaces, `-`, `_` and `.`.
+    #[schema(pattern = r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$")]
+    pub gpu_type: String,
+    /// Whole GPUs on one node. Default 1 unless `vram_gb` asks for a share.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 64)]
+    pub gpu_count: Option<u32>,
+    /// A share of one GPU: this many GB of its memory. Up to the card's memory to the nearest
+    /// GB (24 on a 24,564 MiB RTX 4090 is all of it, still a share).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 1024)]
+    pub vram_gb: Option<u32>,
+    /// A share of one GPU as a fraction of its memory (0.5: half the card), more than 0 and at
+    /// most 1; instead of `gpu_count` and `vram_gb`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
+    pub vram_fraction: Option<f64>,
+    /// How long the reservation runs before it expires, counted from when it starts running.
+    #[schema(minimum = 0.001, maximum = 8760.0)]
+    pub hours: f64,
+    #[serde(default)]
+    pub tier: Option<Tier>,
+    /// Highest price per hour a spot reservation pays.
+    #[serde(default)]
+    pub bid: Option<Money>,
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Ports of the instance to publish on the node (Docker executor), e.g. `[8888]`.
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    /// Ports of the instance to reach over HTTP through the control plane (at most 8), at
+    /// `/proxy/ID/PORT/` for the owner only, WebSockets included, e.g. `[8888]` for Jupyter.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http_ports: Vec<u16>,
+    /// When nothing fits now (and preempting spot work cannot make room), wait in the queue
+    /// as `pending` instead of answering 409 `no_capacity`. The first hour is held as usual.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queue: bool,
+    /// When its node is lost: `reschedule` (default) runs it again on another node from its
+    /// image, with a new epoch and the rest of its hours; `stop` ends it as `lost`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_node_loss: Option<OnNodeLoss>,
+    /// Whether it is stopped after its GPUs have been idle (zero utilisation) for the
+    /// platform's idle time (`--idle-reclaim-minutes`, 5 by default). Default true; false keeps
+    /// it running however idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_reclaim: Option<bool>,
+    /// Give the instance a checkpoint volume (`GPURENT_CHECKPOINT_DIR`, `/checkpoint` in a
+    /// container) that outlives it: a run rescheduled after a node loss finds what the last
+    /// one saved there, where the nodes share the owner's checkpoint storage.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checkpoint: bool,
+    /// Secret environment variables: kept encrypted, given only to the instance, never shown
+    /// again (a reservation lists their names).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Reservation {
+    pub id: String,
+    pub status: ReservationStatus,
+    pub gpu_type: String,
+    pub gpu_count: u32,
+    /// Set when the reservation is a share of one GPU.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub vram_gb: Option<u32>,
+    pub tier: Tier,
+    /// What the whole reservation costs per hour of running.
+    pub price_per_hour: Money,
+    pub hours: f64,
+    /// Name of the node it was placed on.
+    pub node: Option<String>,
+    /// UUIDs of its GPUs.
+    pub gpus: Vec<String>,
+    /// Where its published ports are reachable on its node, once it runs.
+    #[serde(default)]
+    pub ports: Vec<crate::agent::PublishedPort>,
+    pub image: Option<String>,
+    pub command: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub ended_at: Option<DateTime<Utc>>,
+    /// Why it ended: `stopped_by_user`, `expired`, `exited`, ...
+    pub end_reason: Option<String>,
+    /// Why its instance failed, in the executor's words (`failed_to_start`: a missing image,
+    /// a refused limit; `exited_with_error`: the exit code), at most 1000 characters; absent
+    /// for every other end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_message: Option<String>,
+    /// What it has been charged so far.
+    pub charged: Money,
+    /// What the tenant's hold keeps for it: its first hour until the first settlement, or
+    /// the unused part of a prepaid reserved block.
+    #[serde(default)]
+    pub held: Money,
+    /// A spot reservation's bid per hour (what it pays).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub bid: Option<Money>,
+    /// The tenant who owns it.
+    pub tenant_id: String,
+    /// Why a queued reservation still waits (`pending` without a node); null otherwise.
+    #[serde(default)]
+    pub queue_reason: Option<String>,
+    /// Seconds from its creation to its placement on GPUs; null until placed.
+    #[serde(default)]
+    pub waited_s: Option<f64>,
+    /// What happens to it when its node is lost: `reschedule` or `stop`.
+    #[serde(default)]
+    pub on_node_loss: OnNodeLoss,
+    /// Its fencing epoch: 1, plus one each time it was rescheduled off a lost node.
+    #[serde(default)]
+    pub epoch: i64,
+    /// Whether it is stopped (end reason `idle`) once its GPUs have been idle for the
+    /// platform's idle time.
+    #[serde(default)]
+    pub idle_reclaim: bool,
+    /// Whether its instance gets a checkpoint volume that outlives it.
+    #[serde(default)]
+    pub checkpoint: bool,
+    /// The names of its secret environment variables (their values are never shown).
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// Ports of its instance published over HTTP through the control plane's proxy.
+    #[serde(default)]
+    pub http_ports: Vec<u16>,
+    /// Where its HTTP ports are reachable, while it runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<HttpEndpoint>,
+    /// How to get into it over SSH: only while it runs and the control plane has an SSH
+    /// endpoint (`--ssh-listen`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<ReservationSsh>,
+}
+
+/// A published HTTP port of a running reservation and where its owner reaches it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct HttpEndpoint {
+    pub port: u16,
+    /// `http(s)://HOST/proxy/ID/PORT/`: the bearer token or a cookie from a one-time link
+    /// (`POST /api/v1/reservations/{id}/proxy-links`) gets in.
+    pub url: String,
+}
+
+/// Asks for a one-time link to a published HTTP port (`gpurent open`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProxyLink {
+    pub port: u16,
+}
+
+/// A one-time link: opening it in a browser sets a cookie for that port of that reservation
+/// (valid 12 hours) and goes on to the app.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProxyLink {
+    pub url: String,
+    /// The same link on the proxy domain (`ID-PORT.DOMAIN`), where the server has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain_url: Option<String>,
+    /// The link works once, until then.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The SSH connection details of a running reservation.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct ReservationSsh {
+    /// The SSH user: the reservation's id.
+    pub user: String,
+    pub host: String,
+    pub port: u16,
+    /// `ssh -p PORT USER@HOST`, for a terminal.
+    pub command: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReservationStopped {
+    pub id: String,
+    pub status: ReservationStatus,
+}
