@@ -239,8 +239,23 @@ async fn work_that_chose_stop_ends_lost(backend: gpurent_store::Backend) {
     step(&app, 8, other).await;
     let r = app.wait_status(&t.client, &id, "lost").await;
     assert_eq!(r["end_reason"], "node_lost");
-    assert_eq!(at(&r["ended_at"]), t0 + chrono::Duration::seconds(6));
-    assert_eq!(r["charged"], json!(charge(&r["price_per_hour"], 6)));
+    // Billed to the node's last heartbeat plus the TTL. The killed agent's last sync may have
+    // been in flight and answered after the clock's first step (the control plane runs every
+    // request to its end), so its last heartbeat is t0 or t0 + 1 s.
+    let (_, nodes) = app.admin().get("/api/v1/nodes").await;
+    let seen = nodes
+        .as_array()
+        .and_then(|ns| ns.iter().find(|n| n["name"] == first.as_str()))
+        .map(|n| at(&n["last_seen_at"]))
+        .expect("the lost node");
+    assert!(
+        seen >= t0 && seen <= t0 + chrono::Duration::seconds(1),
+        "{seen} {t0}"
+    );
+    let ended = at(&r["ended_at"]);
+    assert_eq!(ended, seen + chrono::Duration::seconds(6));
+    let billed = u64::try_from((ended - t0).num_seconds()).expect("billed seconds");
+    assert_eq!(r["charged"], json!(charge(&r["price_per_hour"], billed)));
     assert_eq!(r["held"], json!(Money::from_micros(0)));
     app.assert_consistent().await;
     // Back, the old agent stops what it still runs; the reservation stays lost.
