@@ -91,20 +91,23 @@ async fn sync_once(
     if !gpus.is_empty() || report.host.is_some() {
         changed |= reconcile_inventory(&mut tx, node_id, gpus, at).await?;
     }
-    let known: HashSet<String> =
-        sqlx::query_scalar::<_, String>("SELECT uuid FROM gpus WHERE node_id = $1")
-            .bind(node_id)
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
+    // Most syncs carry no inventory: nothing to add, and no query.
+    if !gpus.is_empty() {
+        let known: HashSet<String> =
+            sqlx::query_scalar::<_, String>("SELECT uuid FROM gpus WHERE node_id = $1")
+                .bind(node_id)
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+        let new: Vec<GpuInfo> = gpus
+            .iter()
+            .filter(|g| !known.contains(&g.uuid))
+            .cloned()
             .collect();
-    let new: Vec<GpuInfo> = gpus
-        .iter()
-        .filter(|g| !known.contains(&g.uuid))
-        .cloned()
-        .collect();
-    if !new.is_empty() {
-        insert_gpus(&mut tx, node_id, &new).await?;
+        if !new.is_empty() {
+            insert_gpus(&mut tx, node_id, &new).await?;
+        }
     }
     let telemetry = report
         .telemetry
@@ -260,25 +263,30 @@ pub(super) async fn desired_state(
     store: &SqlStore,
     node_id: &str,
 ) -> Result<(i64, Vec<Assignment>)> {
-    let mut tx = store.begin().await?;
-    let version: i64 = sqlx::query_scalar("SELECT desired_version FROM nodes WHERE id = $1")
-        .bind(node_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| StoreError::not_found("node", node_id))?;
+    // One statement, so one snapshot: the node's version and its live reservations beside it
+    // (none: one row of NULLs), with no transaction to begin.
     let rows = sqlx::query(concat!(
-        "SELECT id, status, epoch, gpus, vram_mb, image, command, env, log_read, ports,
-                stop_grace_s, checkpoint, secrets FROM reservations
-             WHERE node_id = $1 AND status IN ",
+        "SELECT n.desired_version, r.id, r.status, r.epoch, r.gpus, r.vram_mb, r.image,
+                r.command, r.env, r.log_read, r.ports, r.stop_grace_s, r.checkpoint, r.secrets
+         FROM nodes n LEFT JOIN reservations r ON r.node_id = n.id AND r.status IN ",
         live_statuses!(),
-        " ORDER BY created_at, id"
+        " WHERE n.id = $1 ORDER BY r.created_at, r.id"
     ))
     .bind(node_id)
-    .fetch_all(&mut *tx)
+    .fetch_all(&store.pool)
     .await?;
-    tx.commit().await?;
+    let version: i64 = rows
+        .first()
+        .ok_or_else(|| StoreError::not_found("node", node_id))?
+        .try_get("desired_version")?;
+    let mut live = Vec::with_capacity(rows.len());
+    for r in &rows {
+        if r.try_get::<Option<String>, _>("id")?.is_some() {
+            live.push(r);
+        }
+    }
     let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
-    let assignments = rows
+    let assignments = live
         .iter()
         .map(|r| {
             let status: String = r.try_get("status")?;
