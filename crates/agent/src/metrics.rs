@@ -14,15 +14,10 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use gpurent_types::agent::{AgentEventKind, GpuInfo, NodeTelemetry};
+use gpurent_types::families::{counters, gauges};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::prometheus_text::{self, CONTENT_TYPE};
-use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
-    GaugeValueEncoder,
-};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, GaugeValueEncoder};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -200,36 +195,6 @@ impl EncodeGaugeValue for Reading {
             Reading::Fraction(v) => EncodeGaugeValue::encode(v, encoder),
         }
     }
-}
-
-/// A gauge family: its `# HELP` and `# TYPE`, then one sample per label set (none: the header
-/// only, so that alert rules find the family).
-fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (L, V)>,
-) -> fmt::Result {
-    let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, value) in samples {
-        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
-    }
-    Ok(())
-}
-
-/// As `gauges`, for a counter named with the `_total` that the encoder appends.
-fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (L, V)>,
-) -> fmt::Result {
-    let name = name.strip_suffix("_total").unwrap_or(name);
-    let mut family = e.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (labels, value) in samples {
-        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
-    }
-    Ok(())
 }
 
 impl Collector for Scrape {

@@ -9,14 +9,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use gpurent_store::MetricsView;
+use gpurent_types::families::{counters, gauges};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     prometheus_text, CounterValueEncoder, DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue,
     EncodeLabelSet, EncodeMetric, GaugeValueEncoder,
 };
-use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
@@ -233,37 +232,6 @@ impl Metrics {
 
 /// Unlabelled: the one sample of a family.
 const NONE: [(&str, &str); 0] = [];
-
-/// A gauge family read at scrape time: its `# HELP` and `# TYPE`, then one sample per label set
-/// (none: the header only, so that alert rules find the family).
-fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue>(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (L, V)>,
-) -> fmt::Result {
-    let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, value) in samples {
-        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
-    }
-    Ok(())
-}
-
-/// As `gauges`, for a counter: `name` is the samples' name, with the `_total` that the
-/// encoder appends to every counter.
-fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (L, V)>,
-) -> fmt::Result {
-    let name = name.strip_suffix("_total").unwrap_or(name);
-    let mut family = e.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (labels, value) in samples {
-        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
-    }
-    Ok(())
-}
 
 /// A number of millionths (money's micro-units, microseconds) as the exposition writes it:
 /// whole units as an integer (`7`), others as the float that prints its exact decimals

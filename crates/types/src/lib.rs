@@ -5,6 +5,7 @@ mod access_api;
 pub mod agent;
 pub mod api;
 mod clock;
+pub mod families;
 mod gpu_type;
 pub mod keyfile;
 mod money;

@@ -12,13 +12,9 @@ use gpurent_types::SystemClock;
 /// The join token every benchmark's control plane accepts.
 pub const JOIN_TOKEN: &str = "gpj_bench";
 
-/// A control plane on a fresh SQLite file in `dir`, on an ephemeral loopback port, with an
-/// admin and the join token [`JOIN_TOKEN`].
-pub async fn control_plane(
-    dir: &std::path::Path,
-) -> anyhow::Result<(Arc<SqlStore>, RunningServer)> {
-    std::fs::create_dir_all(dir)?;
-    let store = Arc::new(SqlStore::connect(&format!("sqlite://{}/bench.db", dir.display())).await?);
+/// Seeds an empty store with the benchmarks' admin and the join token [`JOIN_TOKEN`], valid
+/// for `valid`.
+pub async fn admin_and_join_token(store: &SqlStore, valid: chrono::Duration) -> anyhow::Result<()> {
     let now = chrono::Utc::now();
     store
         .ensure_admin(&hash_token("gpr_bench_admin"), now)
@@ -28,13 +24,19 @@ pub async fn control_plane(
         .await?
         .context("admin")?;
     store
-        .create_join_token(
-            &hash_token(JOIN_TOKEN),
-            &admin.id,
-            now + chrono::Duration::hours(1),
-            now,
-        )
+        .create_join_token(&hash_token(JOIN_TOKEN), &admin.id, now + valid, now)
         .await?;
+    Ok(())
+}
+
+/// A control plane on a fresh SQLite file in `dir`, on an ephemeral loopback port, with an
+/// admin and the join token [`JOIN_TOKEN`].
+pub async fn control_plane(
+    dir: &std::path::Path,
+) -> anyhow::Result<(Arc<SqlStore>, RunningServer)> {
+    std::fs::create_dir_all(dir)?;
+    let store = Arc::new(SqlStore::connect(&format!("sqlite://{}/bench.db", dir.display())).await?);
+    admin_and_join_token(&store, chrono::Duration::hours(1)).await?;
     let server = RunningServer::start(
         "127.0.0.1:0".parse()?,
         store.clone(),

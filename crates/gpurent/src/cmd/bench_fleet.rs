@@ -10,8 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use gpurent_server::hash_token;
-use gpurent_store::prelude::*;
 use gpurent_store::SqlStore;
 use serde::Serialize;
 use tokio::io::AsyncBufReadExt;
@@ -279,22 +277,7 @@ async fn seed(url: &str) -> anyhow::Result<()> {
     let store = SqlStore::connect(url)
         .await
         .context("open the store of --database-url")?;
-    let now = chrono::Utc::now();
-    store
-        .ensure_admin(&hash_token("gpr_bench_admin"), now)
-        .await?;
-    let admin = store
-        .authenticate(&hash_token("gpr_bench_admin"))
-        .await?
-        .context("admin")?;
-    store
-        .create_join_token(
-            &hash_token(JOIN_TOKEN),
-            &admin.id,
-            now + chrono::Duration::days(1),
-            now,
-        )
-        .await?;
+    super::bench_common::admin_and_join_token(&store, chrono::Duration::days(1)).await?;
     super::bench_common::bench_tenant(&store, 1_000_000_000)
         .await
         .context("create the bench tenant (the database must be empty)")?;

@@ -42,6 +42,24 @@ pub(super) async fn earlier_reservation(
     Ok(Some(fetch_reservation(conn, &id, &Scope::All).await?))
 }
 
+/// The tenant's part of a new reservation, last in its transaction so that what one tenant's
+/// reservations wait for each other is short: its caps (read by the `caps::push_read` that
+/// `answers` answered at index `caps`), then its hold.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn admit(
+    conn: &mut AnyConnection,
+    backend: crate::Backend,
+    answers: &Answers,
+    caps: usize,
+    new: &NewReservation,
+    quote: &Quote,
+    id: &str,
+    at: i64,
+) -> Result<()> {
+    super::caps::check(conn, backend, answers, caps, new, quote.price_per_hour, id).await?;
+    take_hold(conn, new, id, quote.hold, at).await
+}
+
 /// Prepaid: the first hour (or all of a shorter reservation, or the whole of a reserved block)
 /// moves into the tenant's hold, only if the balance covers it.
 pub(super) async fn take_hold(
@@ -282,17 +300,7 @@ impl SqlStore {
         let mut batch = Batch::default();
         let caps = super::caps::push_read(&mut batch, &new.tenant_id);
         let answers = batch.run(&mut tx, self.backend).await?;
-        super::caps::check(
-            &mut tx,
-            self.backend,
-            &answers,
-            caps,
-            new,
-            quote.price_per_hour,
-            &id,
-        )
-        .await?;
-        take_hold(&mut tx, new, &id, quote.hold, at).await?;
+        admit(&mut tx, self.backend, &answers, caps, new, &quote, &id, at).await?;
         let (gpu_count, vram_mb) = match new.want {
             Want::Whole { count } => (count, None),
             Want::Share { vram_mb } => (1, Some(vram_mb)),

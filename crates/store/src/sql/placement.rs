@@ -14,8 +14,8 @@ use sqlx::AnyConnection;
 
 use super::batch::{Arg, Batch};
 use super::create::{
-    earlier_reservation, no_capacity_reason, push_insert, reservation_of, size_of, take_hold,
-    to_json, unless_replayed, Destination, NewRow,
+    admit, earlier_reservation, no_capacity_reason, push_insert, reservation_of, size_of, to_json,
+    unless_replayed, Destination, NewRow,
 };
 use super::gpus::{self, Claims, Lock};
 use super::queue::preempt_reservation;
@@ -288,17 +288,7 @@ impl SqlStore {
             return Ok(Attempt::LostRace);
         }
         let reservation = reservation_of(&answers, row_part)?;
-        super::caps::check(
-            &mut tx,
-            self.backend,
-            &answers,
-            caps,
-            new,
-            quote.price_per_hour,
-            &id,
-        )
-        .await?;
-        take_hold(&mut tx, new, &id, quote.hold, at).await?;
+        admit(&mut tx, self.backend, &answers, caps, new, &quote, &id, at).await?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, node_id = %plan.node_id, tenant_id = %new.tenant_id, tier = %new.tier, "reserved");
         Ok(Attempt::Done(Box::new(reservation), woken))
