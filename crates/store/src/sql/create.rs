@@ -243,6 +243,29 @@ pub(super) fn size_of(want: Want, gpu_vram_mb: u64) -> Size {
     }
 }
 
+/// `new`'s price on its tier, for a card of `gpu_vram_mb` (a share is its part of it).
+pub(super) fn quote_of(
+    prices: &PriceList,
+    new: &NewReservation,
+    gpu_vram_mb: u64,
+) -> Result<Quote> {
+    Ok(prices.quote(
+        &new.gpu_type,
+        size_of(new.want, gpu_vram_mb),
+        new.duration_s,
+        new.tier,
+        new.bid,
+    )?)
+}
+
+/// The GPUs a reservation of `want` counts, and the memory of a share (`None`: whole GPUs).
+pub(super) fn count_and_share(want: Want) -> (u32, Option<u64>) {
+    match want {
+        Want::Whole { count } => (count, None),
+        Want::Share { vram_mb } => (1, Some(vram_mb)),
+    }
+}
+
 /// Serialises the small JSON columns (GPU list, command, env); these types cannot fail to.
 pub(super) fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
@@ -281,13 +304,7 @@ impl SqlStore {
             }
             _ => {}
         }
-        let quote = prices.quote(
-            &new.gpu_type,
-            size_of(new.want, vram),
-            new.duration_s,
-            new.tier,
-            new.bid,
-        )?;
+        let quote = quote_of(prices, new, vram)?;
         let reason = match new.want {
             Want::Whole { count } => NoFit::NotEnoughOnOneNode {
                 wanted: count,
@@ -301,10 +318,7 @@ impl SqlStore {
         let caps = super::caps::push_read(&mut batch, &new.tenant_id);
         let answers = batch.run(&mut tx, self.backend).await?;
         admit(&mut tx, self.backend, &answers, caps, new, &quote, &id, at).await?;
-        let (gpu_count, vram_mb) = match new.want {
-            Want::Whole { count } => (count, None),
-            Want::Share { vram_mb } => (1, Some(vram_mb)),
-        };
+        let (gpu_count, vram_mb) = count_and_share(new.want);
         let row = NewRow {
             id: &id,
             new,

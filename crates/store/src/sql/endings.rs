@@ -2,7 +2,7 @@
 //! gone: the rest of its charge, its hold given back, its host paid, its GPUs freed), a run on a
 //! lost or drained node billed and queued again, or a queued reservation's end.
 
-use gpurent_billing::ending::{self, Ending, Facts};
+use gpurent_billing::ending::{self, Bill, Ending, Facts};
 use gpurent_billing::Rate;
 use gpurent_types::agent::{InstanceReport, InstanceState, AGENT_END_REASONS};
 use gpurent_types::{Money, ReservationStatus, Tier};
@@ -146,12 +146,7 @@ pub(super) async fn finish(
     // meanwhile is seen, and one that read it before cannot update it any more.
     let (charged, held) = close_meter(conn, id).await?;
     let bill = ending::bill(&facts_of(&row, charged, held)?, how, now);
-    sqlx::query("UPDATE meters SET charged = $1, held = $2 WHERE reservation_id = $3")
-        .bind(bill.charged.micros())
-        .bind(bill.held.micros())
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
+    write_meter(conn, id, &bill).await?;
     pay(
         conn,
         &Payment {
@@ -169,6 +164,17 @@ pub(super) async fn finish(
     release_gpus(conn, id).await?;
     tracing::info!(reservation_id = id, status = %status, seconds = bill.seconds, charged = %bill.charged, "reservation ended");
     Ok(true)
+}
+
+/// Writes what `bill` leaves on the reservation's meter: charged in all, and still held.
+async fn write_meter(conn: &mut AnyConnection, id: &str, bill: &Bill) -> Result<()> {
+    sqlx::query("UPDATE meters SET charged = $1, held = $2 WHERE reservation_id = $3")
+        .bind(bill.charged.micros())
+        .bind(bill.held.micros())
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 /// Locks a reservation's meter and stops its settlement; what it has charged and holds.
@@ -382,12 +388,7 @@ pub(super) async fn end_unplaced(
         .await?;
     let (charged, held) = close_meter(conn, id).await?;
     let bill = ending::bill(&facts_of(&row, charged, held)?, Ending::Unplaced, now);
-    sqlx::query("UPDATE meters SET charged = $1, held = $2 WHERE reservation_id = $3")
-        .bind(bill.charged.micros())
-        .bind(bill.held.micros())
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
+    write_meter(conn, id, &bill).await?;
     pay(
         conn,
         &Payment {

@@ -14,13 +14,13 @@ use sqlx::AnyConnection;
 
 use super::batch::{Arg, Batch};
 use super::create::{
-    admit, earlier_reservation, no_capacity_reason, push_insert, reservation_of, size_of, to_json,
-    unless_replayed, Destination, NewRow,
+    admit, count_and_share, earlier_reservation, no_capacity_reason, push_insert, quote_of,
+    reservation_of, to_json, unless_replayed, Destination, NewRow,
 };
 use super::gpus::{self, Claims, Lock};
 use super::queue::preempt_reservation;
 use super::{new_id, retry_transient, ts, Backend, SqlStore};
-use crate::{NewReservation, Result, StoreError, Want};
+use crate::{NewReservation, Result, StoreError};
 
 /// Plans made again after losing a compare-and-set race to another transaction.
 const PLACEMENT_ATTEMPTS: usize = 8;
@@ -83,13 +83,7 @@ async fn ask_priority(
     let Some((vram, _, _)) = gpus::largest(conn, new.gpu_type.key()).await? else {
         return Ok(None);
     };
-    let quote = prices.quote(
-        &new.gpu_type,
-        size_of(new.want, vram),
-        new.duration_s,
-        new.tier,
-        new.bid,
-    )?;
+    let quote = quote_of(prices, new, vram)?;
     Ok(Some(tier_priority(new.tier, Some(quote.priority), false)))
 }
 
@@ -247,17 +241,8 @@ impl SqlStore {
             }
             return Err(err);
         };
-        let quote = prices.quote(
-            &new.gpu_type,
-            size_of(new.want, card_vram_mb),
-            new.duration_s,
-            new.tier,
-            new.bid,
-        )?;
-        let (gpu_count, vram_mb) = match new.want {
-            Want::Whole { count } => (count, None),
-            Want::Share { vram_mb } => (1, Some(vram_mb)),
-        };
+        let quote = quote_of(prices, new, card_vram_mb)?;
+        let (gpu_count, vram_mb) = count_and_share(new.want);
         let id = new_id();
         let gpu_uuids: Vec<&str> = plan.gpus.iter().map(|(u, _)| u.as_str()).collect();
         let row = NewRow {
