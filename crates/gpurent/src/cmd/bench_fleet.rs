@@ -15,12 +15,11 @@ use serde::Serialize;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::{watch, Semaphore};
 
-use super::bench_common::{cpu_seconds, percentile_ms, rss_mib, TENANT_TOKEN};
+use super::bench_common::{cpu_seconds, percentile_ms, rss_mib, JOIN_TOKEN, TENANT_TOKEN};
 use super::bench_fleet_agent::{self as agent, AgentStats, Fleet, HEARTBEAT};
 use crate::cli::BenchFleetArgs;
 use crate::output::{print_json, print_table};
 
-const JOIN_TOKEN: &str = "gpj_bench_fleet";
 /// Registrations at a time (a fleet coming up, not all at once).
 const REGISTER_CONCURRENCY: usize = 64;
 
