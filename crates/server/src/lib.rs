@@ -1,6 +1,7 @@
 //! The gpurent control plane: the HTTP API under `/api/v1`, the agent protocol, and the
-//! maintenance loop that expires reservations, places queued ones and judges elastic capacity. Handlers are thin: they parse, authorize,
-//! call one store intent and map the result.
+//! background jobs (`jobs/`: the maintenance loop that expires reservations, places queued ones
+//! and judges elastic capacity). Handlers are thin: they parse, authorize, call one store intent
+//! and map the result.
 
 mod activity;
 mod audit;

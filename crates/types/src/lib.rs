@@ -1,5 +1,6 @@
 //! Types shared by every gpurent crate: money, GPU type names, statuses, and the
-//! request and response bodies of the HTTP API and of the agent protocol.
+//! request and response bodies of the HTTP API and of the agent protocol; and the one way the
+//! daemons write owner-only key files and load PEM (`keyfile`).
 
 mod access_api;
 pub mod agent;
