@@ -119,9 +119,6 @@ pub(super) struct NewRow<'a> {
     pub new: &'a NewReservation,
     /// The GPU model's name as the node reported it.
     pub type_name: &'a str,
-    pub gpu_count: u32,
-    /// Set for a share of one GPU.
-    pub vram_mb: Option<u64>,
     pub quote: &'a Quote,
     pub host_share_bps: u32,
     pub at: i64,
@@ -133,6 +130,7 @@ pub(super) struct NewRow<'a> {
 /// `quote.hold`. Returns the answer that holds the reservation's row ([`reservation_of`]).
 pub(super) fn push_insert(batch: &mut Batch, row: &NewRow<'_>) -> usize {
     let (new, quote) = (row.new, row.quote);
+    let (gpu_count, vram_mb) = count_and_share(new.want);
     let (node_id, node_name, gpus, placed_at, queued_at, reason) = match row.destination {
         Destination::Placed {
             node_id,
@@ -170,8 +168,8 @@ pub(super) fn push_insert(batch: &mut Batch, row: &NewRow<'_>) -> usize {
             Arg::from(row.id),
             Arg::from(&new.tenant_id),
             Arg::from(row.type_name),
-            Arg::from(i64::from(row.gpu_count)),
-            Arg::from(row.vram_mb.map(|v| i64::try_from(v).unwrap_or(i64::MAX))),
+            Arg::from(i64::from(gpu_count)),
+            Arg::from(vram_mb.map(|v| i64::try_from(v).unwrap_or(i64::MAX))),
             Arg::from(new.tier.as_str()),
             Arg::from((new.tier == Tier::Spot).then_some(quote.price_per_hour.micros())),
             Arg::from(quote.price_per_hour.micros()),
@@ -259,7 +257,7 @@ pub(super) fn quote_of(
 }
 
 /// The GPUs a reservation of `want` counts, and the memory of a share (`None`: whole GPUs).
-pub(super) fn count_and_share(want: Want) -> (u32, Option<u64>) {
+fn count_and_share(want: Want) -> (u32, Option<u64>) {
     match want {
         Want::Whole { count } => (count, None),
         Want::Share { vram_mb } => (1, Some(vram_mb)),
@@ -318,13 +316,10 @@ impl SqlStore {
         let caps = super::caps::push_read(&mut batch, &new.tenant_id);
         let answers = batch.run(&mut tx, self.backend).await?;
         admit(&mut tx, self.backend, &answers, caps, new, &quote, &id, at).await?;
-        let (gpu_count, vram_mb) = count_and_share(new.want);
         let row = NewRow {
             id: &id,
             new,
             type_name: &type_name,
-            gpu_count,
-            vram_mb,
             quote: &quote,
             host_share_bps: prices.host_share_bps,
             at,

@@ -14,8 +14,8 @@ use sqlx::AnyConnection;
 
 use super::batch::{Arg, Batch};
 use super::create::{
-    admit, count_and_share, earlier_reservation, no_capacity_reason, push_insert, quote_of,
-    reservation_of, to_json, unless_replayed, Destination, NewRow,
+    admit, earlier_reservation, no_capacity_reason, push_insert, quote_of, reservation_of, to_json,
+    unless_replayed, Destination, NewRow,
 };
 use super::gpus::{self, Claims, Lock};
 use super::queue::preempt_reservation;
@@ -242,15 +242,12 @@ impl SqlStore {
             return Err(err);
         };
         let quote = quote_of(prices, new, card_vram_mb)?;
-        let (gpu_count, vram_mb) = count_and_share(new.want);
         let id = new_id();
         let gpu_uuids: Vec<&str> = plan.gpus.iter().map(|(u, _)| u.as_str()).collect();
         let row = NewRow {
             id: &id,
             new,
             type_name: &type_name,
-            gpu_count,
-            vram_mb,
             quote: &quote,
             host_share_bps: prices.host_share_bps,
             at,

@@ -24,8 +24,8 @@ pub(crate) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Stops the task and waits until its connection is closed.
-    pub(crate) async fn stop(&self) {
+    /// Tells the task to stop (once; later calls do nothing).
+    fn signal(&self) {
         let stop = self
             .stop
             .lock()
@@ -34,6 +34,11 @@ impl Checkpointer {
         if let Some(stop) = stop {
             let _ = stop.send(());
         }
+    }
+
+    /// Stops the task and waits until its connection is closed.
+    pub(crate) async fn stop(&self) {
+        self.signal();
         let task = self
             .task
             .lock()
@@ -47,14 +52,7 @@ impl Checkpointer {
 
 impl Drop for Checkpointer {
     fn drop(&mut self) {
-        let stop = self
-            .stop
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(stop) = stop {
-            let _ = stop.send(());
-        }
+        self.signal();
     }
 }
 
