@@ -26,6 +26,8 @@ struct BenchResult {
     /// Per-token and per-address rate limits, and the tenant caps: off, so that one
     /// tenant's thousands of requests are not refused.
     rate_limits: bool,
+    /// Every request carries an `Idempotency-Key`, as `gpurent reserve` sends one.
+    idempotency_keys: bool,
     nodes: u32,
     gpus: u32,
     requests: u32,
@@ -36,6 +38,9 @@ struct BenchResult {
     p50_ms: f64,
     p99_ms: f64,
     max_ms: f64,
+    /// The store's transactions per request (reservations and the audit trail's batches):
+    /// what writing concurrent reservations together saves.
+    transactions_per_request: f64,
 }
 
 pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
@@ -124,6 +129,7 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
             access_control: true,
             metrics: true,
             rate_limits: false,
+            idempotency_keys: true,
             nodes: args.nodes,
             gpus: args.nodes * args.gpus_per_node,
             requests: sent,
@@ -134,6 +140,8 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
             p50_ms: pct(0.50),
             p99_ms: pct(0.99),
             max_ms: pct(1.0),
+            transactions_per_request: f64::from(u32::try_from(r.transactions).unwrap_or(u32::MAX))
+                / f64::from(sent.max(1)),
         });
     }
     if json {
@@ -183,6 +191,7 @@ struct Round {
     latencies: Vec<Duration>,
     errors: u32,
     elapsed: Duration,
+    transactions: u64,
 }
 
 impl Round {
@@ -190,6 +199,7 @@ impl Round {
         self.latencies.extend(other.latencies);
         self.errors += other.errors;
         self.elapsed += other.elapsed;
+        self.transactions += other.transactions;
     }
 }
 
@@ -203,7 +213,8 @@ async fn round(
     concurrency: u32,
     tenant_token: &'static str,
 ) -> anyhow::Result<Round> {
-    let server = RunningServer::start("127.0.0.1:0".parse()?, store, clock, config).await?;
+    let begun = store.transactions_begun();
+    let server = RunningServer::start("127.0.0.1:0".parse()?, store.clone(), clock, config).await?;
     let endpoint = format!("http://{}/api/v1/reservations", server.addr);
     let client = reqwest::Client::new();
     let concurrency = concurrency.max(1);
@@ -221,6 +232,8 @@ async fn round(
                 let ok = client
                     .post(&endpoint)
                     .bearer_auth(tenant_token)
+                    // As `gpurent reserve` sends it: a retry finds the first reservation.
+                    .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
                     .json(&body)
                     .send()
                     .await
@@ -247,6 +260,7 @@ async fn round(
         latencies,
         errors,
         elapsed,
+        transactions: store.transactions_begun() - begun,
     })
 }
 

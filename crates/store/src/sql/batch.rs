@@ -186,6 +186,51 @@ impl Batch {
     }
 }
 
+impl Batch {
+    /// PostgreSQL: the statements sent as one, each a data-modifying CTE named `p{index}`
+    /// (a later one may read an earlier one's `RETURNING` by that name; all see the snapshot
+    /// the statement began with), so that the batch costs one round trip instead of one per
+    /// statement. The answer of part `rows_of`, which must return at least one row, comes
+    /// back whole; every part's count comes back as its affected rows.
+    pub async fn run_as_one(self, conn: &mut AnyConnection, rows_of: usize) -> Result<Answers> {
+        let mut sql = String::from("WITH ");
+        let mut args = Vec::new();
+        for (i, part) in self.parts.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            let body = renumbered(&part.sql, args.len());
+            let returns = body.contains("RETURNING") || body.trim_start().starts_with("SELECT");
+            sql.push_str(&format!(
+                "p{i} AS ({body}{})",
+                if returns { "" } else { " RETURNING 1" }
+            ));
+            args.extend(part.args.iter().cloned());
+        }
+        let counts: Vec<String> = (0..self.parts.len())
+            .map(|i| format!("(SELECT COUNT(*) FROM p{i}) AS batch_count_{i}"))
+            .collect();
+        sql.push_str(&format!(
+            " SELECT p{rows_of}.*, {} FROM p{rows_of}",
+            counts.join(", ")
+        ));
+        let rows = bind(sqlx::query(&sql), &args).fetch_all(&mut *conn).await?;
+        let mut answers = Answers::default();
+        for i in 0..self.parts.len() {
+            let count: i64 = match rows.first() {
+                Some(row) => sqlx::Row::try_get(row, format!("batch_count_{i}").as_str())?,
+                None => 0,
+            };
+            answers.affected.push(u64::try_from(count).unwrap_or(0));
+            answers.rows.push(Vec::new());
+        }
+        if let Some(slot) = answers.rows.get_mut(rows_of) {
+            *slot = rows;
+        }
+        Ok(answers)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::renumbered;

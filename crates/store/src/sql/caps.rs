@@ -16,9 +16,12 @@ pub(super) fn push_read(batch: &mut Batch, tenant_id: &str) -> usize {
     batch.push(CAPS, vec![Arg::from(tenant_id)])
 }
 
+/// A tenant's caps: the most live reservations, and the most spend per hour.
+pub(super) type Caps = (i64, Money);
+
 /// The tenant's caps in a users row (its overrides, else `defaults`); `None` when it has
 /// none.
-fn caps_of(row: &AnyRow, defaults: &TenantLimits) -> Result<Option<(i64, Money)>> {
+pub(super) fn caps_of(row: &AnyRow, defaults: &TenantLimits) -> Result<Option<Caps>> {
     let max_live = row
         .try_get::<Option<i64>, _>("max_reservations")?
         .unwrap_or(i64::from(defaults.max_reservations));
@@ -31,15 +34,103 @@ fn caps_of(row: &AnyRow, defaults: &TenantLimits) -> Result<Option<(i64, Money)>
     Ok((!uncapped).then_some((max_live, max_spend)))
 }
 
+/// The reads of a capped tenant's usage in a batch ([`push_usage`]).
+pub(super) struct Usage {
+    /// The caps read again under the lock of the user row (PostgreSQL).
+    lock: Option<usize>,
+    count: usize,
+}
+
+/// Adds to `batch` the count of a capped tenant's live reservations and their spend per
+/// hour, but for `except` (a reservation of this transaction). On PostgreSQL the tenant's
+/// reservations are serialized from here to commit by a lock of its user row (SQLite has one
+/// writer), so that the count includes every reservation committed before, and the caps are
+/// read again under it: what counts is the caps as they are now.
+pub(super) fn push_usage(
+    batch: &mut Batch,
+    backend: Backend,
+    tenant_id: &str,
+    except: &str,
+) -> Usage {
+    let lock = (backend == Backend::Postgres).then(|| {
+        batch.push(
+            "UPDATE users SET max_reservations = max_reservations WHERE id = $1
+             RETURNING max_reservations, max_spend_per_hour",
+            vec![Arg::from(tenant_id)],
+        )
+    });
+    let count = batch.push(
+        concat!(
+            "SELECT COUNT(*) AS live, CAST(COALESCE(SUM(price_per_hour), 0) AS BIGINT) AS spend
+             FROM reservations WHERE tenant_id = $1 AND id <> $2 AND status IN ",
+            unstopped_statuses!()
+        ),
+        vec![Arg::from(tenant_id), Arg::from(except)],
+    );
+    Usage { lock, count }
+}
+
+/// What [`push_usage`] read: the caps (read again under the lock, else `caps`), the live
+/// reservations and their spend per hour.
+pub(super) fn usage_in(
+    answers: &Answers,
+    usage: &Usage,
+    caps: Option<Caps>,
+    tenant_id: &str,
+    defaults: &TenantLimits,
+) -> Result<(Option<Caps>, i64, Money)> {
+    let caps = match usage.lock {
+        Some(part) => {
+            let row = answers
+                .rows(part)
+                .first()
+                .ok_or_else(|| StoreError::not_found("user", tenant_id))?;
+            caps_of(row, defaults)?
+        }
+        None => caps,
+    };
+    let row = answers
+        .rows(usage.count)
+        .first()
+        .ok_or_else(|| StoreError::Corrupt("a count returned no row".to_owned()))?;
+    Ok((
+        caps,
+        row.try_get("live")?,
+        Money::from_micros(row.try_get("spend")?),
+    ))
+}
+
+/// Why a tenant with `live` reservations spending `spend` per hour may not add one at
+/// `price_per_hour` under caps of `max_live` and `max_spend`; `None` when it may.
+pub(super) fn refusal(
+    max_live: i64,
+    max_spend: Money,
+    live: i64,
+    spend: Money,
+    price_per_hour: Money,
+) -> Option<StoreError> {
+    if live >= max_live {
+        return Some(StoreError::LimitExceeded(format!(
+            "at most {max_live} live reservations per tenant, and this tenant has {live}; \
+             stop one, or ask an admin to raise max_reservations"
+        )));
+    }
+    let total = Money::from_micros(spend.micros().saturating_add(price_per_hour.micros()));
+    if total > max_spend {
+        return Some(StoreError::LimitExceeded(format!(
+            "at most {max_spend} per hour of live reservations per tenant; this tenant has \
+             {spend} per hour and this one adds {price_per_hour}; stop one, or ask an admin \
+             to raise max_spend_per_hour"
+        )));
+    }
+    None
+}
+
 /// Refuses (`LimitExceeded`) reservation `id` of `new` at `price_per_hour` when it would take
 /// the tenant over its cap on live reservations or on spend per hour (its override, else
 /// `new.limits`), from the caps [`push_read`] read; `id` itself is not counted, whether or
-/// not it is written yet.
-///
-/// A capped tenant's reservations are serialized from here to commit on PostgreSQL by a lock
-/// of its user row (SQLite has one writer), so that the counts read below include every
-/// reservation committed before. Checked late in the transaction, after the GPUs, so that
-/// what one tenant's reservations wait for each other is short.
+/// not it is written yet. Checked late in the transaction, after the GPUs, so that what one
+/// tenant's reservations wait for each other is short (see [`push_usage`]).
 pub(super) async fn check(
     conn: &mut AnyConnection,
     backend: Backend,
@@ -54,52 +145,18 @@ pub(super) async fn check(
         .rows(caps_part)
         .first()
         .ok_or_else(|| StoreError::not_found("user", tenant_id))?;
-    if caps_of(row, defaults)?.is_none() {
-        return Ok(());
-    }
-    let locked;
-    let row = match backend {
-        Backend::Sqlite => row,
-        Backend::Postgres => {
-            // Read again under the lock: what counts is the caps as they are now.
-            locked = sqlx::query(
-                "UPDATE users SET max_reservations = max_reservations WHERE id = $1
-                 RETURNING max_reservations, max_spend_per_hour",
-            )
-            .bind(tenant_id)
-            .fetch_optional(&mut *conn)
-            .await?
-            .ok_or_else(|| StoreError::not_found("user", tenant_id))?;
-            &locked
-        }
-    };
-    let Some((max_live, max_spend)) = caps_of(row, defaults)? else {
+    let Some(caps) = caps_of(row, defaults)? else {
         return Ok(());
     };
-    let row = sqlx::query(concat!(
-        "SELECT COUNT(*) AS live, CAST(COALESCE(SUM(price_per_hour), 0) AS BIGINT) AS spend
-             FROM reservations WHERE tenant_id = $1 AND id <> $2 AND status IN ",
-        unstopped_statuses!()
-    ))
-    .bind(tenant_id)
-    .bind(id)
-    .fetch_one(&mut *conn)
-    .await?;
-    let live: i64 = row.try_get("live")?;
-    let spend = Money::from_micros(row.try_get("spend")?);
-    if live >= max_live {
-        return Err(StoreError::LimitExceeded(format!(
-            "at most {max_live} live reservations per tenant, and this tenant has {live}; \
-             stop one, or ask an admin to raise max_reservations"
-        )));
+    let mut batch = Batch::default();
+    let usage = push_usage(&mut batch, backend, tenant_id, id);
+    let counted = batch.run(conn, backend).await?;
+    let (caps, live, spend) = usage_in(&counted, &usage, Some(caps), tenant_id, defaults)?;
+    let Some((max_live, max_spend)) = caps else {
+        return Ok(());
+    };
+    match refusal(max_live, max_spend, live, spend, price_per_hour) {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    let total = Money::from_micros(spend.micros().saturating_add(price_per_hour.micros()));
-    if total > max_spend {
-        return Err(StoreError::LimitExceeded(format!(
-            "at most {max_spend} per hour of live reservations per tenant; this tenant has \
-             {spend} per hour and this one adds {price_per_hour}; stop one, or ask an admin \
-             to raise max_spend_per_hour"
-        )));
-    }
-    Ok(())
 }

@@ -11,12 +11,16 @@ use sqlx::{AnyConnection, Row};
 
 use super::batch::{Answers, Arg, Batch};
 use super::gpus;
-use super::ledger::{self, Kind, Transfer};
+use super::ledger;
 use super::placement::Attempt;
 use super::rows::{fetch_reservation, reservation_fields, reservation_from_row};
 use super::{new_id, ts, SqlStore};
 use crate::{NewReservation, Result, Scope, StoreError, Want};
 use chrono::{DateTime, Utc};
+
+/// The reservation of a tenant's earlier request with an `Idempotency-Key`, and its hash.
+pub(super) const EARLIER: &str =
+    "SELECT id, request_hash FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2";
 
 /// The reservation an earlier request with the same `Idempotency-Key` made, if any.
 pub(super) async fn earlier_reservation(
@@ -26,13 +30,11 @@ pub(super) async fn earlier_reservation(
     let Some(key) = &new.idempotency_key else {
         return Ok(None);
     };
-    let earlier = sqlx::query(
-        "SELECT id, request_hash FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2",
-    )
-    .bind(&new.tenant_id)
-    .bind(key)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let earlier = sqlx::query(EARLIER)
+        .bind(&new.tenant_id)
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await?;
     let Some(row) = earlier else { return Ok(None) };
     let hash: Option<String> = row.try_get("request_hash")?;
     if hash.as_deref() != Some(new.request_hash.as_str()) {
@@ -57,41 +59,41 @@ pub(super) async fn admit(
     at: i64,
 ) -> Result<()> {
     super::caps::check(conn, backend, answers, caps, new, quote.price_per_hour, id).await?;
-    take_hold(conn, new, id, quote.hold, at).await
+    take_hold(conn, backend, new, id, quote.hold, at).await
 }
 
 /// Prepaid: the first hour (or all of a shorter reservation, or the whole of a reserved block)
 /// moves into the tenant's hold, only if the balance covers it.
 pub(super) async fn take_hold(
     conn: &mut AnyConnection,
+    backend: crate::Backend,
     new: &NewReservation,
     id: &str,
     hold: Money,
     at: i64,
 ) -> Result<()> {
-    let covered = ledger::transfer_covered(
-        conn,
-        Transfer {
-            id: &format!("hold:{id}"),
-            debit: &ledger::user_account(&new.tenant_id),
-            credit: &ledger::hold_account(&new.tenant_id),
-            amount: hold.micros(),
-            reservation_id: Some(id),
-            at,
-            kind: Kind::Hold,
-            node_id: None,
-        },
-    )
-    .await?;
-    if covered && hold > Money::ZERO {
-        return Ok(());
+    if hold > Money::ZERO {
+        let mut batch = Batch::default();
+        let holds = ledger::push_holds(
+            &mut batch,
+            backend,
+            &[ledger::Hold {
+                tenant_id: &new.tenant_id,
+                reservation_id: id,
+                amount: hold.micros(),
+                at,
+            }],
+        );
+        if holds.covered(&batch.run(conn, backend).await?)? {
+            return Ok(());
+        }
     }
     // Only a refusal (or a hold of nothing, which needs credit left) reads the balance.
     let balance = ledger::balance_of(conn, &ledger::user_account(&new.tenant_id))
         .await?
         .map(Money::from_micros)
         .ok_or_else(|| StoreError::not_found("user", &new.tenant_id))?;
-    if !covered || balance <= Money::ZERO {
+    if hold > Money::ZERO || balance <= Money::ZERO {
         return Err(StoreError::InsufficientCredit {
             needed: hold,
             balance,
@@ -125,94 +127,133 @@ pub(super) struct NewRow<'a> {
     pub destination: Destination<'a>,
 }
 
-/// Adds to `batch` the writing of a new reservation (`pending`, epoch 1), returned as it
-/// reads back (nothing else in the transaction changes its row), and of its meter holding
-/// `quote.hold`. Returns the answer that holds the reservation's row ([`reservation_of`]).
-pub(super) fn push_insert(batch: &mut Batch, row: &NewRow<'_>) -> usize {
-    let (new, quote) = (row.new, row.quote);
-    let (gpu_count, vram_mb) = count_and_share(new.want);
-    let (node_id, node_name, gpus, placed_at, queued_at, reason) = match row.destination {
-        Destination::Placed {
-            node_id,
-            node_name,
-            gpus,
-        } => (
-            Some(node_id),
-            Some(node_name),
-            gpus,
-            Some(row.at),
-            None,
-            None,
-        ),
-        Destination::Queued { reason } => (None, None, &[][..], None, Some(row.at), Some(reason)),
-    };
-    let stepped = quote.rate.step_s < new.duration_s;
-    // Read back as `fetch_reservation` reads it: the meter's figures and the node's name
-    // are this reservation's own (nothing charged yet, the hold below).
+/// Adds to `batch` the writing of new reservations (`pending`, epoch 1), returned as they
+/// read back (nothing else in the transaction changes their rows), and of their meters holding
+/// each one's `quote.hold`: two statements, however many rows (`one`: for `Batch::run_as_one`,
+/// the meters read the rows from the insert's answer). Returns the answer that holds the
+/// reservations' rows ([`reservations_of`]).
+pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) -> usize {
+    let mut values = Vec::with_capacity(rows.len());
+    let mut args = Vec::with_capacity(rows.len() * ROW_ARGS);
+    for row in rows {
+        let n = args.len();
+        let at = |i: usize| format!("${}", n + i);
+        let list = |from: usize, to: usize| (from..=to).map(at).collect::<Vec<_>>().join(", ");
+        values.push(format!(
+            "({}, 'pending', {}, 1, {})",
+            list(1, 2),
+            list(3, 11),
+            list(12, ROW_ARGS)
+        ));
+        args.extend(row_args(row));
+    }
     let row_part = batch.push(
-        concat!(
-            "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier,
-            bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command, env,
-            created_at, idempotency_key, request_hash, ports, price_step_s, price_after,
-            host_share_bps, priority, placed_at, queued_at, queue_reason, type_key,
-            on_node_loss, idle_reclaim, checkpoint, secrets, secret_names, http_ports)
-         VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12, $13, $14,
-            $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30,
-            $31, $32)
-         RETURNING ",
-            reservation_fields!(),
-            ", CAST(0 AS BIGINT) AS charged, CAST($33 AS BIGINT) AS held,
-            CAST($34 AS TEXT) AS node_name"
+        format!(
+            concat!(
+                "INSERT INTO reservations (id, tenant_id, status, gpu_type, gpu_count, vram_mb,
+                tier, bid, price_per_hour, duration_s, node_id, gpus, epoch, image, command,
+                env, created_at, idempotency_key, request_hash, ports, price_step_s,
+                price_after, host_share_bps, priority, placed_at, queued_at, queue_reason,
+                type_key, on_node_loss, idle_reclaim, checkpoint, secrets, secret_names,
+                http_ports)
+             VALUES {} RETURNING ",
+                reservation_fields!(),
+                ", node_id, price_step_s, price_after, host_share_bps,
+                CAST(0 AS BIGINT) AS charged, CAST(0 AS BIGINT) AS held,
+                CAST(NULL AS TEXT) AS node_name"
+            ),
+            values.join(", ")
         ),
-        vec![
-            Arg::from(row.id),
-            Arg::from(&new.tenant_id),
-            Arg::from(row.type_name),
-            Arg::from(i64::from(gpu_count)),
-            Arg::from(vram_mb.map(|v| i64::try_from(v).unwrap_or(i64::MAX))),
-            Arg::from(new.tier.as_str()),
-            Arg::from((new.tier == Tier::Spot).then_some(quote.price_per_hour.micros())),
-            Arg::from(quote.price_per_hour.micros()),
-            Arg::from(i64::try_from(new.duration_s).unwrap_or(i64::MAX)),
-            Arg::from(node_id),
-            Arg::from(to_json(&gpus)),
-            Arg::from(&new.image),
-            Arg::from(to_json(&new.command)),
-            Arg::from(to_json(&new.env)),
-            Arg::from(row.at),
-            Arg::from(&new.idempotency_key),
-            Arg::from(&new.request_hash),
-            Arg::from(to_json(&new.ports)),
-            Arg::from(stepped.then(|| i64::try_from(quote.rate.step_s).unwrap_or(i64::MAX))),
-            Arg::from(stepped.then_some(quote.rate.then.micros())),
-            Arg::from(i64::from(row.host_share_bps)),
-            Arg::from(quote.preemptible().then_some(quote.priority)),
-            Arg::from(placed_at),
-            Arg::from(queued_at),
-            Arg::from(reason),
-            Arg::from(new.gpu_type.key()),
-            Arg::from(new.on_node_loss.as_str()),
-            Arg::from(i64::from(new.idle_reclaim)),
-            Arg::from(i64::from(new.checkpoint)),
-            Arg::from(&new.sealed_secrets),
-            Arg::from(to_json(&new.secret_names)),
-            Arg::from(to_json(&new.http_ports)),
-            Arg::from(quote.hold.micros()),
-            Arg::from(node_name),
-        ],
+        args,
     );
+    // Each meter holds its reservation's hold.
+    let mut cases = String::new();
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut args = Vec::with_capacity(rows.len() * 2);
+    for row in rows {
+        let (i, h) = (args.len() + 1, args.len() + 2);
+        cases.push_str(&format!(" WHEN ${i} THEN CAST(${h} AS BIGINT)"));
+        ids.push(format!("${i}"));
+        args.push(Arg::from(row.id));
+        args.push(Arg::from(row.quote.hold.micros()));
+    }
     batch.push(
-        "INSERT INTO meters (reservation_id, tenant_id, node_id, prepaid_block, price_per_hour,
-            price_step_s, price_after, duration_s, host_share_bps, charged, held)
-         SELECT id, tenant_id, node_id, CASE WHEN tier = 'reserved' THEN 1 ELSE 0 END,
-            price_per_hour, price_step_s, price_after, duration_s, host_share_bps, 0, $2
-         FROM reservations WHERE id = $1",
-        vec![Arg::from(row.id), Arg::from(row.quote.hold.micros())],
+        format!(
+            "INSERT INTO meters (reservation_id, tenant_id, node_id, prepaid_block,
+                price_per_hour, price_step_s, price_after, duration_s, host_share_bps, charged,
+                held)
+             SELECT id, tenant_id, node_id, CASE WHEN tier = 'reserved' THEN 1 ELSE 0 END,
+                price_per_hour, price_step_s, price_after, duration_s, host_share_bps, 0,
+                CASE id{cases} END
+             FROM {}",
+            if one {
+                format!("p{row_part}")
+            } else {
+                format!("reservations WHERE id IN ({})", ids.join(", "))
+            }
+        ),
+        args,
     );
     row_part
 }
 
-/// The answers of a batch with a [`push_insert`], or `None` when the same Idempotency-Key
+/// The arguments of one row of [`push_inserts`], in its columns' order (less the literals).
+const ROW_ARGS: usize = 32;
+
+fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
+    let (new, quote) = (row.new, row.quote);
+    let (gpu_count, vram_mb) = count_and_share(new.want);
+    let (node_id, gpus, placed_at, queued_at, reason) = match row.destination {
+        Destination::Placed { node_id, gpus, .. } => {
+            (Some(node_id), gpus, Some(row.at), None, None)
+        }
+        Destination::Queued { reason } => (None, &[][..], None, Some(row.at), Some(reason)),
+    };
+    let stepped = quote.rate.step_s < new.duration_s;
+    vec![
+        Arg::from(row.id),
+        Arg::from(&new.tenant_id),
+        Arg::from(row.type_name),
+        Arg::from(i64::from(gpu_count)),
+        Arg::from(vram_mb.map(|v| i64::try_from(v).unwrap_or(i64::MAX))),
+        Arg::from(new.tier.as_str()),
+        Arg::from((new.tier == Tier::Spot).then_some(quote.price_per_hour.micros())),
+        Arg::from(quote.price_per_hour.micros()),
+        Arg::from(i64::try_from(new.duration_s).unwrap_or(i64::MAX)),
+        Arg::from(node_id),
+        Arg::from(to_json(&gpus)),
+        Arg::from(&new.image),
+        Arg::from(to_json(&new.command)),
+        Arg::from(to_json(&new.env)),
+        Arg::from(row.at),
+        Arg::from(&new.idempotency_key),
+        Arg::from(&new.request_hash),
+        Arg::from(to_json(&new.ports)),
+        Arg::from(stepped.then(|| i64::try_from(quote.rate.step_s).unwrap_or(i64::MAX))),
+        Arg::from(stepped.then_some(quote.rate.then.micros())),
+        Arg::from(i64::from(row.host_share_bps)),
+        Arg::from(quote.preemptible().then_some(quote.priority)),
+        Arg::from(placed_at),
+        Arg::from(queued_at),
+        Arg::from(reason),
+        Arg::from(new.gpu_type.key()),
+        Arg::from(new.on_node_loss.as_str()),
+        Arg::from(i64::from(new.idle_reclaim)),
+        Arg::from(i64::from(new.checkpoint)),
+        Arg::from(&new.sealed_secrets),
+        Arg::from(to_json(&new.secret_names)),
+        Arg::from(to_json(&new.http_ports)),
+    ]
+}
+
+/// The one reservation of a [`reservations_of`].
+pub(super) fn first_of(mut reservations: Vec<Reservation>) -> Result<Reservation> {
+    reservations
+        .pop()
+        .ok_or_else(|| StoreError::Corrupt("an insert returned no row".to_owned()))
+}
+
+/// The answers of a batch with a [`push_inserts`], or `None` when the same Idempotency-Key
 /// committed concurrently (the batch failed on it): the next attempt returns that one.
 pub(super) fn unless_replayed(answers: Result<Answers>) -> Result<Option<Answers>> {
     match answers {
@@ -222,13 +263,32 @@ pub(super) fn unless_replayed(answers: Result<Answers>) -> Result<Option<Answers
     }
 }
 
-/// The reservation [`push_insert`] wrote, its row's answer at `row_part`.
-pub(super) fn reservation_of(answers: &Answers, row_part: usize) -> Result<Reservation> {
-    let row = answers
-        .rows(row_part)
-        .first()
-        .ok_or_else(|| StoreError::Corrupt("an insert returned no row".to_owned()))?;
-    reservation_from_row(row)
+/// The reservations [`push_inserts`] wrote, in the order of `rows`, their rows' answer at
+/// `row_part`: read back as `fetch_reservation` reads them (the meter's hold and the node's
+/// name are the new rows' own).
+pub(super) fn reservations_of(
+    answers: &Answers,
+    row_part: usize,
+    rows: &[NewRow<'_>],
+) -> Result<Vec<Reservation>> {
+    let mut by_id = std::collections::HashMap::with_capacity(rows.len());
+    for r in answers.rows(row_part) {
+        let reservation = reservation_from_row(r)?;
+        by_id.insert(reservation.id.clone(), reservation);
+    }
+    rows.iter()
+        .map(|row| {
+            let mut r = by_id.remove(row.id).ok_or_else(|| {
+                StoreError::Corrupt(format!("the insert of {} returned no row", row.id))
+            })?;
+            r.held = row.quote.hold;
+            r.node = match row.destination {
+                Destination::Placed { node_name, .. } => Some(node_name.to_owned()),
+                Destination::Queued { .. } => None,
+            };
+            Ok(r)
+        })
+        .collect()
 }
 
 pub(super) fn size_of(want: Want, gpu_vram_mb: u64) -> Size {
@@ -326,11 +386,15 @@ impl SqlStore {
             destination: Destination::Queued { reason: &reason },
         };
         let mut batch = Batch::default();
-        let row_part = push_insert(&mut batch, &row);
+        let row_part = push_inserts(&mut batch, std::slice::from_ref(&row), false);
         let Some(answers) = unless_replayed(batch.run(&mut tx, self.backend).await)? else {
             return Ok(Attempt::LostRace);
         };
-        let reservation = reservation_of(&answers, row_part)?;
+        let reservation = first_of(reservations_of(
+            &answers,
+            row_part,
+            std::slice::from_ref(&row),
+        )?)?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, tenant_id = %new.tenant_id, tier = %new.tier, %reason, "queued");
         Ok(Attempt::Done(Box::new(reservation), Vec::new()))

@@ -71,26 +71,45 @@ pub(super) async fn candidates(
     live_since: i64,
     lock: Lock,
 ) -> Result<Candidates> {
-    let rows = match want {
+    let mut batch = Batch::default();
+    let part = push_candidates(&mut batch, backend, key, want, live_since, lock, 0);
+    let answers = batch.run(conn, backend).await?;
+    candidates_in(&answers, part, key)
+}
+
+/// Adds to `batch` the read of [`candidates`], with room for `more` placements besides the
+/// first (a batch of reservations plans several on what it reads once); returns its index.
+pub(super) fn push_candidates(
+    batch: &mut Batch,
+    backend: Backend,
+    key: &str,
+    want: Want,
+    live_since: i64,
+    lock: Lock,
+    more: usize,
+) -> usize {
+    let more = i64::try_from(more).unwrap_or(i64::MAX);
+    match want {
         Want::Whole { count } => {
             // The best-fitting live nodes, answered by the index, and their GPUs (the used
             // ones too: they count in the nodes' fragmentation). GPUs of other types are
-            // dropped below: with the type in the join, SQLite read every GPU of the type
-            // through the type's index for each node (20 ms a placement instead of 0.5).
+            // dropped by `candidates_in`: with the type in the join, SQLite read every GPU of
+            // the type through the type's index for each node (20 ms a placement instead of
+            // 0.5).
             let sql = match (backend, lock) {
                 (Backend::Sqlite, _) => WHOLE_SQL,
                 (Backend::Postgres, Lock::SkipLocked) => WHOLE_SQL_SKIP_LOCKED,
                 (Backend::Postgres, Lock::Wait) => WHOLE_SQL_WAIT,
             };
-            let mut rows = sqlx::query(sql)
-                .bind(key)
-                .bind(i64::from(count))
-                .bind(live_since)
-                .bind(WHOLE_CANDIDATE_NODES)
-                .fetch_all(&mut *conn)
-                .await?;
-            rows.retain(|r| r.try_get::<String, _>("type_key").is_ok_and(|k| k == key));
-            rows
+            batch.push(
+                sql,
+                vec![
+                    Arg::from(key),
+                    Arg::from(i64::from(count)),
+                    Arg::from(live_since),
+                    Arg::from(WHOLE_CANDIDATE_NODES.saturating_add(more)),
+                ],
+            )
         }
         Want::Share { vram_mb } => {
             let sql = match (backend, lock) {
@@ -98,21 +117,31 @@ pub(super) async fn candidates(
                 (Backend::Postgres, Lock::SkipLocked) => SHARE_SQL_SKIP_LOCKED,
                 (Backend::Postgres, Lock::Wait) => SHARE_SQL_WAIT,
             };
-            sqlx::query(sql)
-                .bind(key)
-                .bind(i64::try_from(vram_mb).unwrap_or(i64::MAX))
-                .bind(live_since)
-                .bind(SHARE_CANDIDATES)
-                .fetch_all(&mut *conn)
-                .await?
+            batch.push(
+                sql,
+                vec![
+                    Arg::from(key),
+                    Arg::from(mb_arg(vram_mb)),
+                    Arg::from(live_since),
+                    Arg::from(SHARE_CANDIDATES.saturating_add(more)),
+                ],
+            )
         }
-    };
+    }
+}
+
+/// The candidates of type `key` that [`push_candidates`] read at `part`.
+pub(super) fn candidates_in(answers: &Answers, part: usize, key: &str) -> Result<Candidates> {
+    let rows = answers.rows(part);
     let mut found = Candidates {
         gpus: Vec::with_capacity(rows.len()),
         type_names: Vec::with_capacity(rows.len()),
         node_names: Vec::with_capacity(rows.len()),
     };
-    for row in &rows {
+    for row in rows {
+        if row.try_get::<String, _>("type_key")? != key {
+            continue;
+        }
         found.gpus.push(gpu_of(row)?);
         found.type_names.push(row.try_get("type_name")?);
         found.node_names.push(row.try_get("node_name")?);
@@ -286,88 +315,131 @@ fn work_of(rows: &[sqlx::any::AnyRow], now: i64) -> Result<Vec<Work>> {
     Ok(work)
 }
 
-/// The compare-and-sets of a plan in a batch ([`push_claims`]).
-pub(super) struct Claims(Vec<usize>);
+/// The compare-and-sets of plans in a batch ([`push_claims`]).
+pub(super) struct Claims {
+    part: usize,
+    gpus: usize,
+}
 
 impl Claims {
-    /// Whether every GPU still had the memory: false when the plan was made from a stale view
+    /// Whether every GPU still had the memory: false when a plan was made from a stale view
     /// (and the caller rolls the transaction back; what the batch did after is undone with it).
     pub fn held(&self, answers: &Answers) -> bool {
-        self.0.iter().all(|&part| answers.rows(part).len() == 1)
+        answers.affected(self.part) == u64::try_from(self.gpus).unwrap_or(u64::MAX)
     }
 }
 
-/// Adds to `batch` the taking of `plan`'s memory for `reservation_id` (written before in the
-/// transaction): each GPU only while it still has the memory free (whole GPUs: all of it), the
-/// node's count of whole free GPUs, and the allocations kept with it.
-pub(super) fn push_claims(batch: &mut Batch, reservation_id: &str, plan: &Plan) -> Claims {
-    let whole_only = i64::from(plan.whole);
-    let mut claims = Vec::with_capacity(plan.gpus.len());
-    for (uuid, want) in &plan.gpus {
-        claims.push(batch.push(
-            "UPDATE gpus SET free_mb = free_mb - $1
-             WHERE uuid = $2 AND node_id = $3 AND free_mb >= $1 AND ($4 = 0 OR free_mb = vram_mb)
-             RETURNING uuid",
-            vec![
-                Arg::from(mb_arg(*want)),
-                Arg::from(uuid),
-                Arg::from(&plan.node_id),
-                Arg::from(whole_only),
-            ],
+/// What a batch of plans takes of one GPU.
+struct Take<'a> {
+    node_id: &'a str,
+    mb: u64,
+    whole: bool,
+}
+
+/// Adds to `batch` the taking of each plan's memory for its reservation (written before in
+/// the transaction), `takes` being (reservation id, plan): each GPU only while it still has
+/// the memory all the plans on it take (whole GPUs: all of it), the nodes' counts of whole free
+/// GPUs, and the allocations kept with them. Three statements, however many plans.
+pub(super) fn push_claims(batch: &mut Batch, takes: &[(&str, &Plan)]) -> Claims {
+    let mut on_gpu: std::collections::BTreeMap<&str, Take<'_>> = Default::default();
+    for (_, plan) in takes {
+        for (uuid, want) in &plan.gpus {
+            let take = on_gpu.entry(uuid.as_str()).or_insert(Take {
+                node_id: &plan.node_id,
+                mb: 0,
+                whole: false,
+            });
+            take.mb = take.mb.saturating_add(*want);
+            take.whole |= plan.whole;
+        }
+    }
+    if on_gpu.is_empty() {
+        return Claims { part: 0, gpus: 0 };
+    }
+    // The claims, one row of VALUES per GPU: (uuid, node, MiB, whole only).
+    let mut values = Vec::with_capacity(on_gpu.len());
+    let mut args = Vec::with_capacity(on_gpu.len() * 4);
+    for (uuid, take) in &on_gpu {
+        let n = args.len();
+        values.push(format!(
+            "(${}, ${}, CAST(${} AS BIGINT), CAST(${} AS BIGINT))",
+            n + 1,
+            n + 2,
+            n + 3,
+            n + 4
         ));
+        args.push(Arg::from(*uuid));
+        args.push(Arg::from(take.node_id));
+        args.push(Arg::from(mb_arg(take.mb)));
+        args.push(Arg::from(i64::from(take.whole)));
     }
-    let Some((first, share_mb)) = plan.gpus.first() else {
-        return Claims(claims);
-    };
-    // The GPUs of a plan are of one type. Guarded so that the count never goes below zero
-    // when a claim above failed (that transaction rolls back anyway).
-    if plan.whole {
-        batch.push(
-            "UPDATE gpu_pools SET whole_free = whole_free - $3
-             WHERE node_id = $1 AND type_key = (SELECT type_key FROM gpus WHERE uuid = $2)
-               AND whole_free >= $3",
-            vec![
-                Arg::from(&plan.node_id),
-                Arg::from(first),
-                Arg::from(i64::try_from(plan.gpus.len()).unwrap_or(i64::MAX)),
-            ],
-        );
-    } else {
-        // A share taken from a GPU that was whole and free until now.
-        batch.push(
-            "UPDATE gpu_pools SET whole_free = whole_free - 1
-             WHERE node_id = $1 AND type_key = (SELECT type_key FROM gpus WHERE uuid = $2)
-               AND (SELECT vram_mb - free_mb FROM gpus WHERE uuid = $2) = $3
-               AND whole_free >= 1",
-            vec![
-                Arg::from(&plan.node_id),
-                Arg::from(first),
-                Arg::from(mb_arg(*share_mb)),
-            ],
-        );
-    }
-    // One statement for all of a gang's allocations, which fails on nothing: when a claim
-    // above failed (a GPU gone, or the reservation already holding it) the caller rolls back.
-    let mut cases = String::new();
-    let mut uuids = Vec::with_capacity(plan.gpus.len());
-    let mut args = vec![Arg::from(reservation_id)];
-    for (uuid, want) in &plan.gpus {
-        let (u, m) = (args.len() + 1, args.len() + 2);
-        cases.push_str(&format!(" WHEN ${u} THEN CAST(${m} AS BIGINT)"));
-        uuids.push(format!("${u}"));
-        args.push(Arg::from(uuid));
-        args.push(Arg::from(mb_arg(*want)));
+    let values = values.join(", ");
+    // A GPU whole and free until now leaves its node's pool of whole free GPUs: counted
+    // before the claims below change it (and in the same snapshot, should the statements run
+    // as one). Guarded so that the count never goes below zero when a claim fails (that
+    // transaction rolls back anyway).
+    let became_used = format!(
+        "(SELECT COUNT(*) FROM gpus g JOIN (VALUES {values}) AS v ON g.uuid = v.column1
+          WHERE g.node_id = gpu_pools.node_id AND g.type_key = gpu_pools.type_key
+            AND g.free_mb = g.vram_mb)"
+    );
+    let mut pool_args = args.clone();
+    let mut nodes: Vec<&str> = on_gpu.values().map(|t| t.node_id).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let mut ids = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        pool_args.push(Arg::from(node));
+        ids.push(format!("${}", pool_args.len()));
     }
     batch.push(
         format!(
-            "INSERT INTO allocations (reservation_id, gpu_uuid, vram_mb)
-             SELECT $1, g.uuid, CASE g.uuid{cases} END FROM gpus g WHERE g.uuid IN ({})
-             ON CONFLICT DO NOTHING",
-            uuids.join(", ")
+            "UPDATE gpu_pools SET whole_free = whole_free - {became_used}
+             WHERE node_id IN ({}) AND {became_used} > 0 AND whole_free >= {became_used}",
+            ids.join(", ")
+        ),
+        pool_args,
+    );
+    let part = batch.push(
+        format!(
+            "UPDATE gpus SET free_mb = free_mb - v.column3 FROM (VALUES {values}) AS v
+             WHERE gpus.uuid = v.column1 AND gpus.node_id = v.column2
+               AND gpus.free_mb >= v.column3
+               AND (v.column4 = 0 OR gpus.free_mb = gpus.vram_mb)
+             RETURNING gpus.uuid"
         ),
         args,
     );
-    Claims(claims)
+    // One statement for all the allocations, which fails on nothing: when a claim above
+    // failed (a GPU gone, or the reservation already holding it) the caller rolls back.
+    let mut rows = Vec::new();
+    let mut args = Vec::new();
+    for (reservation_id, plan) in takes {
+        for (uuid, want) in &plan.gpus {
+            let n = args.len();
+            rows.push(format!(
+                "(${}, ${}, CAST(${} AS BIGINT))",
+                n + 1,
+                n + 2,
+                n + 3
+            ));
+            args.push(Arg::from(*reservation_id));
+            args.push(Arg::from(uuid));
+            args.push(Arg::from(mb_arg(*want)));
+        }
+    }
+    batch.push(
+        format!(
+            "INSERT INTO allocations (reservation_id, gpu_uuid, vram_mb) VALUES {}
+             ON CONFLICT DO NOTHING",
+            rows.join(", ")
+        ),
+        args,
+    );
+    Claims {
+        part,
+        gpus: on_gpu.len(),
+    }
 }
 
 fn mb_arg(mb: u64) -> i64 {

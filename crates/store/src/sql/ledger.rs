@@ -132,33 +132,137 @@ pub(crate) async fn balance_of(conn: &mut AnyConnection, account: &str) -> Resul
     )
 }
 
-/// Moves `amount` from `debit` to `credit` only if `debit` holds at least that much; false (and
-/// nothing moved) when it does not. The guard is in the UPDATE itself, so two transactions
-/// cannot both spend the same money.
-pub(crate) async fn transfer_covered(conn: &mut AnyConnection, t: Transfer<'_>) -> Result<bool> {
-    if t.amount <= 0 {
-        return Ok(true);
+/// Money a tenant moves from its balance into its hold for a new reservation.
+pub(crate) struct Hold<'a> {
+    pub tenant_id: &'a str,
+    pub reservation_id: &'a str,
+    pub amount: i64,
+    pub at: i64,
+}
+
+/// The holds [`push_holds`] added to a batch.
+pub(crate) struct Holds {
+    /// The answers of the credit and the guarded debit; `None`: nothing to move.
+    parts: Option<(usize, usize)>,
+    tenants: u64,
+}
+
+impl Holds {
+    /// Whether every tenant's balance covered its holds (when one did not, nothing may be
+    /// kept: the caller rolls back, which undoes the credits too).
+    pub fn covered(&self, answers: &super::batch::Answers) -> Result<bool> {
+        let Some((credit, debit)) = self.parts else {
+            return Ok(true);
+        };
+        if answers.affected(credit) != self.tenants {
+            return Err(StoreError::Corrupt(
+                "a tenant has no hold account".to_owned(),
+            ));
+        }
+        Ok(answers.affected(debit) == self.tenants)
     }
-    // In id order like every transfer; the credit side is undone with the transaction.
-    let debit_first = t.debit < t.credit;
-    if !debit_first {
-        add(conn, t.credit, t.amount).await?;
+}
+
+/// Adds to `batch` the moving of each hold's amount from its tenant's balance to its hold
+/// account, only where the balance covers all of that tenant's holds (the guard is in the
+/// UPDATE itself, so two transactions cannot both spend the same money), with a transfer row
+/// each. Holds of nothing move nothing.
+pub(crate) fn push_holds(
+    batch: &mut super::batch::Batch,
+    backend: crate::Backend,
+    holds: &[Hold<'_>],
+) -> Holds {
+    use super::batch::Arg;
+    let mut per_tenant: std::collections::BTreeMap<&str, i64> = Default::default();
+    for h in holds.iter().filter(|h| h.amount > 0) {
+        let sum = per_tenant.entry(h.tenant_id).or_default();
+        *sum = sum.saturating_add(h.amount);
     }
-    let covered =
-        sqlx::query("UPDATE accounts SET balance = balance - $1 WHERE id = $2 AND balance >= $1")
-            .bind(t.amount)
-            .bind(t.debit)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected()
-            == 1;
-    if !covered {
-        return Ok(false);
+    if per_tenant.is_empty() {
+        return Holds {
+            parts: None,
+            tenants: 0,
+        };
     }
-    if debit_first {
-        add(conn, t.credit, t.amount).await?;
+    let values = |account: fn(&str) -> String| {
+        let mut rows = Vec::with_capacity(per_tenant.len());
+        let mut args = Vec::with_capacity(per_tenant.len() * 2);
+        for (tenant, sum) in &per_tenant {
+            let n = args.len();
+            rows.push(format!("(${}, CAST(${} AS BIGINT))", n + 1, n + 2));
+            args.push(Arg::from(account(tenant)));
+            args.push(Arg::from(*sum));
+        }
+        (rows.join(", "), args)
+    };
+    if backend == crate::Backend::Postgres {
+        // Accounts are locked in id order, as every transfer takes them, so that transactions
+        // moving money between overlapping accounts cannot deadlock.
+        let mut ids = Vec::new();
+        let mut args = Vec::new();
+        for tenant in per_tenant.keys() {
+            for account in [hold_account(tenant), user_account(tenant)] {
+                args.push(Arg::from(account));
+                ids.push(format!("${}", args.len()));
+            }
+        }
+        batch.push(
+            format!(
+                "SELECT id FROM accounts WHERE id IN ({}) ORDER BY id FOR UPDATE",
+                ids.join(", ")
+            ),
+            args,
+        );
     }
-    Ok(insert(conn, &t, "").await? == 1)
+    let (rows, args) = values(hold_account);
+    let credit = batch.push(
+        format!(
+            "UPDATE accounts SET balance = balance + v.column2 FROM (VALUES {rows}) AS v
+             WHERE accounts.id = v.column1"
+        ),
+        args,
+    );
+    let (rows, args) = values(user_account);
+    let debit = batch.push(
+        format!(
+            "UPDATE accounts SET balance = balance - v.column2 FROM (VALUES {rows}) AS v
+             WHERE accounts.id = v.column1 AND accounts.balance >= v.column2"
+        ),
+        args,
+    );
+    let mut rows = Vec::new();
+    let mut args = Vec::new();
+    for h in holds.iter().filter(|h| h.amount > 0) {
+        let n = args.len();
+        rows.push(format!(
+            "(${}, ${}, ${}, CAST(${} AS BIGINT), ${}, CAST(${} AS BIGINT), '{}', NULL)",
+            n + 1,
+            n + 2,
+            n + 3,
+            n + 4,
+            n + 5,
+            n + 6,
+            Kind::Hold.as_str()
+        ));
+        args.push(Arg::from(format!("hold:{}", h.reservation_id)));
+        args.push(Arg::from(user_account(h.tenant_id)));
+        args.push(Arg::from(hold_account(h.tenant_id)));
+        args.push(Arg::from(h.amount));
+        args.push(Arg::from(h.reservation_id));
+        args.push(Arg::from(h.at));
+    }
+    batch.push(
+        format!(
+            "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id,
+                created_at, kind, node_id) VALUES {}",
+            rows.join(", ")
+        ),
+        args,
+    );
+    Holds {
+        parts: Some((credit, debit)),
+        tenants: u64::try_from(per_tenant.len()).unwrap_or(u64::MAX),
+    }
 }
 
 /// Writes the transfer row; `on_conflict` is empty or an `ON CONFLICT` clause.

@@ -5,7 +5,9 @@ mod access;
 mod agent_events;
 mod audit;
 mod batch;
+mod batched;
 mod caps;
+mod combiner;
 mod create;
 mod drain;
 mod endings;
@@ -68,6 +70,8 @@ pub struct SqlStore {
     checkpointer: Option<std::sync::Arc<wal::Checkpointer>>,
     /// Transactions begun (`begin`), for the tests and benchmarks that count them.
     begun: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Reservations waiting to be written together (`combiner`).
+    combiner: std::sync::Arc<combiner::Combiner>,
 }
 
 impl SqlStore {
@@ -133,6 +137,7 @@ impl SqlStore {
             tokens: std::sync::Arc::default(),
             checkpointer: None,
             begun: Default::default(),
+            combiner: Default::default(),
         };
         migrate::run(&store.pool, backend).await?;
         let checkpointer = match backend {
@@ -183,8 +188,11 @@ pub(crate) fn from_ts(micros: i64) -> Result<DateTime<Utc>> {
         .ok_or_else(|| StoreError::Corrupt(format!("timestamp {micros} out of range")))
 }
 
+/// A new row's id: time-ordered (UUIDv7), so that rows written together land in the same
+/// pages of their primary key and indexes instead of one random page each (what a commit
+/// writes to the log).
 pub(crate) fn new_id() -> String {
-    uuid::Uuid::new_v4().to_string()
+    uuid::Uuid::now_v7().to_string()
 }
 
 /// MiB to the nearest GiB, as GPU memory is advertised (24564 MiB is a 24 GB card).

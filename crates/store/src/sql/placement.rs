@@ -14,8 +14,8 @@ use sqlx::AnyConnection;
 
 use super::batch::{Arg, Batch};
 use super::create::{
-    admit, earlier_reservation, no_capacity_reason, push_insert, quote_of, reservation_of, to_json,
-    unless_replayed, Destination, NewRow,
+    admit, earlier_reservation, first_of, no_capacity_reason, push_inserts, quote_of,
+    reservations_of, to_json, unless_replayed, Destination, NewRow,
 };
 use super::gpus::{self, Claims, Lock};
 use super::queue::preempt_reservation;
@@ -42,6 +42,7 @@ pub(super) enum Attempt {
 /// the nodes to wake.
 async fn apply(
     conn: &mut AnyConnection,
+    backend: Backend,
     batch: &mut Batch,
     reservation_id: &str,
     plan: &Plan,
@@ -58,16 +59,33 @@ async fn apply(
             }
         }
     }
-    let claims = gpus::push_claims(batch, reservation_id, plan);
+    let claims = gpus::push_claims(batch, &[(reservation_id, plan)]);
+    push_bumps(batch, backend, woken.clone());
     woken.sort();
-    for node in &woken {
-        // `nodes::bump_version`, in the batch.
-        batch.push(
-            "UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1",
-            vec![Arg::from(node)],
-        );
-    }
     Ok((claims, woken))
+}
+
+/// Adds to `batch` the bump of the desired version of each of `nodes` (once each, whatever
+/// their repeats), locked in id order as every transaction locks nodes, so that two cannot
+/// deadlock: their agents' long polls answer with the change.
+pub(super) fn push_bumps(batch: &mut Batch, backend: Backend, mut nodes: Vec<String>) {
+    nodes.sort();
+    nodes.dedup();
+    if nodes.is_empty() {
+        return;
+    }
+    let ids: Vec<String> = (1..=nodes.len()).map(|i| format!("${i}")).collect();
+    let ids = ids.join(", ");
+    let sql = match backend {
+        Backend::Postgres => format!(
+            "UPDATE nodes SET desired_version = desired_version + 1 WHERE id IN (
+                SELECT id FROM nodes WHERE id IN ({ids}) ORDER BY id FOR UPDATE)"
+        ),
+        Backend::Sqlite => {
+            format!("UPDATE nodes SET desired_version = desired_version + 1 WHERE id IN ({ids})")
+        }
+    };
+    batch.push(sql, nodes.into_iter().map(Arg::from).collect());
 }
 
 /// The priority `new` plans with: a spot bid per whole GPU-hour as its quote gives it (sized
@@ -259,9 +277,17 @@ impl SqlStore {
         };
         // One batch: the row and meter, the claims, the versions, and the tenant's caps.
         let mut batch = Batch::default();
-        let row_part = push_insert(&mut batch, &row);
-        let (claims, woken) =
-            apply(&mut tx, &mut batch, &id, &plan, prices.spot_grace_s, at).await?;
+        let row_part = push_inserts(&mut batch, std::slice::from_ref(&row), false);
+        let (claims, woken) = apply(
+            &mut tx,
+            self.backend,
+            &mut batch,
+            &id,
+            &plan,
+            prices.spot_grace_s,
+            at,
+        )
+        .await?;
         let caps = super::caps::push_read(&mut batch, &new.tenant_id);
         let Some(answers) = unless_replayed(batch.run(&mut tx, self.backend).await)? else {
             return Ok(Attempt::LostRace);
@@ -269,7 +295,11 @@ impl SqlStore {
         if !claims.held(&answers) {
             return Ok(Attempt::LostRace);
         }
-        let reservation = reservation_of(&answers, row_part)?;
+        let reservation = first_of(reservations_of(
+            &answers,
+            row_part,
+            std::slice::from_ref(&row),
+        )?)?;
         admit(&mut tx, self.backend, &answers, caps, new, &quote, &id, at).await?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, node_id = %plan.node_id, tenant_id = %new.tenant_id, tier = %new.tier, "reserved");
@@ -317,7 +347,8 @@ impl SqlStore {
             "UPDATE meters SET node_id = $1 WHERE reservation_id = $2",
             vec![Arg::from(&plan.node_id), Arg::from(id)],
         );
-        let (claims, woken) = apply(&mut tx, &mut batch, id, plan, grace_s, now).await?;
+        let (claims, woken) =
+            apply(&mut tx, self.backend, &mut batch, id, plan, grace_s, now).await?;
         let answers = batch.run(&mut tx, self.backend).await?;
         if answers.affected(claimed) != 1 || !claims.held(&answers) {
             // No longer queued, or a stale view: the memory went elsewhere. Nothing of this

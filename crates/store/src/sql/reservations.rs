@@ -95,7 +95,7 @@ impl ReservationStore for SqlStore {
         now: DateTime<Utc>,
         expected: &[Request],
     ) -> Result<(Reservation, Vec<String>)> {
-        self.reserve_planned(&new, prices, ts(live_since), now, expected)
+        self.reserve_combined(new, prices, ts(live_since), now, expected)
             .await
     }
 

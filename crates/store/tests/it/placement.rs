@@ -216,5 +216,116 @@ async fn a_reservation_takes_few_round_trips_sqlite() {
 
 #[tokio::test]
 async fn a_reservation_takes_few_round_trips_postgres() {
-    a_reservation_takes_few_round_trips(Backend::Postgres, 12).await;
+    a_reservation_takes_few_round_trips(Backend::Postgres, 13).await;
+}
+
+/// Requests that arrive together are written together, and decided as one at a time would
+/// be: a burst of 24 from three tenants (one capped at 3 live reservations, one whose credit
+/// covers 2 first hours, one repeating an Idempotency-Key) on 2 nodes of 8 GPUs. Every
+/// refusal is the one-reservation path's, the GPUs are taken once each, the ledger balances,
+/// and the burst takes far fewer transactions than requests.
+async fn a_burst_is_written_together(backend: Backend) {
+    let f = Fixture::new(backend).await;
+    for n in ["n1", "n2"] {
+        f.node(n, "NVIDIA GeForce RTX 4090", 8).await;
+    }
+    let capped = f.user("capped", "1000").await;
+    // The default price of an RTX 4090 is 2.50 an hour, held for the first hour.
+    let poor = f.user("poor", "5.50").await;
+    let keyed = f.user("keyed", "1000").await;
+    let mut asks = Vec::new();
+    for i in 0..8 {
+        asks.push(NewReservation {
+            limits: gpurent_store::TenantLimits {
+                max_reservations: 3,
+                ..gpurent_store::TenantLimits::UNLIMITED
+            },
+            ..one_gpu(&capped)
+        });
+        asks.push(one_gpu(&poor));
+        asks.push(NewReservation {
+            // Two requests for each key.
+            idempotency_key: Some(format!("key-{}", i / 2)),
+            request_hash: format!("hash-{}", i / 2),
+            ..one_gpu(&keyed)
+        });
+    }
+    let begun = f.store.transactions_begun();
+    let prices = PriceList::defaults();
+    let answers = futures_util::future::join_all(
+        asks.into_iter()
+            .map(|new| f.store.reserve(new, &prices, t0(), t0(), &[])),
+    )
+    .await;
+    let transactions = f.store.transactions_begun() - begun;
+    let (mut placed, mut over_cap, mut no_credit) = (Vec::new(), 0, 0);
+    let mut keyed_answers: std::collections::HashMap<String, Vec<String>> = Default::default();
+    for answer in answers {
+        match answer {
+            Ok((r, _)) => {
+                if r.tenant_id == keyed {
+                    keyed_answers
+                        .entry(r.id.clone())
+                        .or_default()
+                        .push(r.id.clone());
+                }
+                placed.push(r);
+            }
+            Err(StoreError::LimitExceeded(_)) => over_cap += 1,
+            Err(StoreError::InsufficientCredit { .. }) => no_credit += 1,
+            Err(e) => panic!("refused for another reason: {e:?}"),
+        }
+    }
+    let count = |tenant: &str| placed.iter().filter(|r| r.tenant_id == tenant).count();
+    assert_eq!((count(&capped), over_cap), (3, 5), "capped tenant");
+    assert_eq!(
+        (count(&poor), no_credit),
+        (2, 6),
+        "tenant with 5.50 of credit"
+    );
+    // Each key made one reservation, answered to both of its requests.
+    assert_eq!(count(&keyed), 8);
+    assert_eq!(keyed_answers.len(), 4, "{keyed_answers:?}");
+    assert!(
+        keyed_answers.values().all(|ids| ids.len() == 2),
+        "{keyed_answers:?}"
+    );
+    let mut gpus: Vec<String> = placed
+        .iter()
+        .filter(|r| r.tenant_id != keyed)
+        .flat_map(|r| r.gpus.clone())
+        .collect();
+    gpus.extend(keyed_answers.keys().filter_map(|id| {
+        placed
+            .iter()
+            .find(|r| &r.id == id)
+            .and_then(|r| r.gpus.first().cloned())
+    }));
+    let taken = gpus.len();
+    gpus.sort();
+    gpus.dedup();
+    assert_eq!(gpus.len(), taken, "a GPU taken twice");
+    assert_eq!(taken, 3 + 2 + 4);
+    assert_consistent(&f).await;
+    let ledger = f.store.ledger_check().await.expect("ledger");
+    assert!(ledger.ok(), "{ledger:?}");
+    assert_eq!(
+        f.store.balance(&poor).await.expect("balance").to_string(),
+        "0.50"
+    );
+    eprintln!("24 requests in {transactions} transactions on {backend:?}");
+    assert!(
+        transactions < 24,
+        "{transactions} transactions for 24 requests: not written together"
+    );
+}
+
+#[tokio::test]
+async fn a_burst_is_written_together_sqlite() {
+    a_burst_is_written_together(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_burst_is_written_together_postgres() {
+    a_burst_is_written_together(Backend::Postgres).await;
 }

@@ -1,0 +1,379 @@
+//! Reservations placed together: the requests that arrived while the last batch was written are
+//! read once, planned one after another on what that read gave, and written in one transaction
+//! of a dozen statements however many they are. A request the batch does not decide alone (the
+//! replay of an Idempotency-Key, no free fit, a cap or the balance in the way) is left to the
+//! one-reservation path, which answers it as it always did.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use gpurent_billing::{PriceList, Quote};
+use gpurent_sched::plan::{tier_priority, Ask, View};
+use gpurent_sched::{Plan, Request};
+use gpurent_types::api::Reservation;
+use gpurent_types::Money;
+use sqlx::Row;
+
+use super::batch::{Answers, Arg, Batch};
+use super::create::{
+    push_inserts, quote_of, reservations_of, unless_replayed, Destination, NewRow,
+};
+use super::gpus::{self, Candidates, Lock};
+use super::placement::push_bumps;
+use super::{caps, ledger, new_id, retry_transient, ts, Backend, SqlStore};
+use crate::{NewReservation, Result, Want};
+
+/// Batches written again after a plan went stale (another writer took its GPUs or money).
+const BATCH_ATTEMPTS: usize = 3;
+
+/// A reservation asked of the batch, with what its caller would have passed to `reserve`.
+pub(super) struct Job {
+    pub new: NewReservation,
+    pub prices: PriceList,
+    pub live_since: i64,
+    pub now: DateTime<Utc>,
+    pub expected: Vec<Request>,
+}
+
+/// What the batch did with a job.
+pub(super) enum Batched {
+    /// Placed and committed: the reservation and the node to wake.
+    Placed(Box<Reservation>, Vec<String>),
+    /// Not decided here: the one-reservation path takes it.
+    Alone,
+}
+
+/// A batch written, or found stale (nothing kept: plan again from a fresh read).
+enum Written {
+    Done(Vec<Batched>),
+    Stale,
+}
+
+/// A job the plans took.
+struct Accepted {
+    job: usize,
+    id: String,
+    plan: Plan,
+    quote: Quote,
+    type_name: String,
+    node_name: String,
+}
+
+/// The reads of one tenant: its caps and balance, and (when capped) what it has live.
+struct Tenant {
+    caps: Option<(i64, Money)>,
+    balance: i64,
+    /// Live reservations and their spend per hour, counting the batch's own.
+    live: i64,
+    spend: i64,
+}
+
+/// The candidates of one GPU type and request, read once for every job asking them.
+type GroupKey = (String, bool, u64);
+
+fn group_of(new: &NewReservation) -> GroupKey {
+    match new.want {
+        Want::Whole { count } => (new.gpu_type.key().to_owned(), true, u64::from(count)),
+        Want::Share { vram_mb } => (new.gpu_type.key().to_owned(), false, vram_mb),
+    }
+}
+
+/// A tenant's caps and balance in one row (`caps::caps_of` reads the caps columns).
+const TENANT: &str = "SELECT u.max_reservations, u.max_spend_per_hour, a.balance
+     FROM users u LEFT JOIN accounts a ON a.id = $2 WHERE u.id = $1";
+
+impl SqlStore {
+    /// Places `jobs` together; a job the batch leaves (or every job, when the batch fails)
+    /// is answered [`Batched::Alone`].
+    pub(super) async fn reserve_batch(&self, jobs: &[Job]) -> Vec<Batched> {
+        for _ in 0..BATCH_ATTEMPTS {
+            match retry_transient("reserve_batch", || self.try_batch(jobs)).await {
+                Ok(Written::Done(out)) => return out,
+                Ok(Written::Stale) => continue,
+                Err(e) => {
+                    tracing::debug!(error = %e, jobs = jobs.len(), "a batch of reservations failed; each goes alone");
+                    break;
+                }
+            }
+        }
+        jobs.iter().map(|_| Batched::Alone).collect()
+    }
+
+    async fn try_batch(&self, jobs: &[Job]) -> Result<Written> {
+        let backend = self.backend;
+        let mut tx = self.begin().await?;
+        // One batch of reads: earlier requests with the jobs' keys, the tenants, and the
+        // candidates of each group (room for all of the group's jobs).
+        let mut reads = Batch::default();
+        let earlier: Vec<Option<usize>> = jobs
+            .iter()
+            .map(|j| {
+                j.new.idempotency_key.as_ref().map(|key| {
+                    reads.push(
+                        super::create::EARLIER,
+                        vec![Arg::from(&j.new.tenant_id), Arg::from(key)],
+                    )
+                })
+            })
+            .collect();
+        let mut tenant_parts: BTreeMap<&str, usize> = BTreeMap::new();
+        for j in jobs {
+            let t = j.new.tenant_id.as_str();
+            if !tenant_parts.contains_key(t) {
+                let part = reads.push(
+                    TENANT,
+                    vec![Arg::from(t), Arg::from(ledger::user_account(t))],
+                );
+                tenant_parts.insert(t, part);
+            }
+        }
+        let mut groups: HashMap<GroupKey, (usize, i64)> = HashMap::new();
+        for j in jobs {
+            let g = groups.entry(group_of(&j.new)).or_insert((0, j.live_since));
+            g.0 += 1;
+            // The strictest view of which nodes are live.
+            g.1 = g.1.max(j.live_since);
+        }
+        let lock = match backend {
+            Backend::Postgres => Lock::SkipLocked,
+            Backend::Sqlite => Lock::Wait,
+        };
+        let mut group_parts: HashMap<GroupKey, usize> = HashMap::new();
+        for j in jobs {
+            let key = group_of(&j.new);
+            if group_parts.contains_key(&key) {
+                continue;
+            }
+            let (count, live_since) = groups[&key];
+            let part = gpus::push_candidates(
+                &mut reads,
+                backend,
+                j.new.gpu_type.key(),
+                j.new.want,
+                live_since,
+                lock,
+                count.saturating_sub(1),
+            );
+            group_parts.insert(key, part);
+        }
+        let answers = reads.run(&mut tx, backend).await?;
+        let mut tenants = self
+            .tenants_of(&mut tx, jobs, &answers, &tenant_parts)
+            .await?;
+        let mut candidates: HashMap<&GroupKey, Candidates> = HashMap::new();
+        for (key, &part) in &group_parts {
+            candidates.insert(key, gpus::candidates_in(&answers, part, &key.0)?);
+        }
+
+        // Plan each job in order on what the earlier ones left.
+        let mut free: HashMap<String, u64> = HashMap::new();
+        let mut keys: HashSet<(&str, &str)> = HashSet::new();
+        let mut accepted: Vec<Accepted> = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            let new = &job.new;
+            if earlier[i].is_some_and(|p| !answers.rows(p).is_empty()) {
+                continue;
+            }
+            if let Some(key) = &new.idempotency_key {
+                if !keys.insert((new.tenant_id.as_str(), key.as_str())) {
+                    continue;
+                }
+            }
+            let Some(tenant) = tenants.get_mut(new.tenant_id.as_str()) else {
+                continue;
+            };
+            let Some(found) = candidates.get(&group_of(new)) else {
+                continue;
+            };
+            let mut view = View {
+                gpus: found.gpus.clone(),
+                work: Vec::new(),
+            };
+            for g in &mut view.gpus {
+                if let Some(&left) = free.get(&g.uuid) {
+                    g.free_mb = left;
+                }
+            }
+            let ask = Ask {
+                request: new.want,
+                priority: tier_priority(new.tier, None, false),
+            };
+            let Ok(plan) = gpurent_sched::plan(&view, &ask, &job.expected) else {
+                continue;
+            };
+            let Some(first) = view
+                .gpus
+                .iter()
+                .position(|g| Some(&g.uuid) == plan.gpus.first().map(|(u, _)| u))
+            else {
+                continue;
+            };
+            let Ok(quote) = quote_of(&job.prices, new, view.gpus[first].vram_mb) else {
+                continue;
+            };
+            let price = quote.price_per_hour.micros();
+            if let Some((max_live, max_spend)) = tenant.caps {
+                let spend = Money::from_micros(tenant.spend);
+                if caps::refusal(
+                    max_live,
+                    max_spend,
+                    tenant.live,
+                    spend,
+                    quote.price_per_hour,
+                )
+                .is_some()
+                {
+                    continue;
+                }
+            }
+            let hold = quote.hold.micros();
+            let covered = if hold > 0 {
+                tenant.balance >= hold
+            } else {
+                tenant.balance > 0
+            };
+            if !covered {
+                continue;
+            }
+            for (uuid, mb) in &plan.gpus {
+                if let Some(g) = view.gpus.iter().find(|g| &g.uuid == uuid) {
+                    free.insert(uuid.clone(), g.free_mb.saturating_sub(*mb));
+                }
+            }
+            tenant.balance -= hold.max(0);
+            tenant.live += 1;
+            tenant.spend = tenant.spend.saturating_add(price);
+            accepted.push(Accepted {
+                job: i,
+                id: new_id(),
+                type_name: found.type_names[first].clone(),
+                node_name: found.node_names[first].clone(),
+                plan,
+                quote,
+            });
+        }
+        let mut out: Vec<Batched> = jobs.iter().map(|_| Batched::Alone).collect();
+        if accepted.is_empty() {
+            return Ok(Written::Done(out));
+        }
+
+        // One batch of writes: the rows and meters, the claims, the nodes' versions, the holds.
+        let gpu_uuids: Vec<Vec<&str>> = accepted
+            .iter()
+            .map(|a| a.plan.gpus.iter().map(|(u, _)| u.as_str()).collect())
+            .collect();
+        let rows: Vec<NewRow<'_>> = accepted
+            .iter()
+            .zip(&gpu_uuids)
+            .map(|(a, uuids)| {
+                let job = &jobs[a.job];
+                NewRow {
+                    id: &a.id,
+                    new: &job.new,
+                    type_name: &a.type_name,
+                    quote: &a.quote,
+                    host_share_bps: job.prices.host_share_bps,
+                    at: ts(job.now),
+                    destination: Destination::Placed {
+                        node_id: &a.plan.node_id,
+                        node_name: &a.node_name,
+                        gpus: uuids,
+                    },
+                }
+            })
+            .collect();
+        let mut batch = Batch::default();
+        let one = backend == Backend::Postgres;
+        let row_part = push_inserts(&mut batch, &rows, one);
+        let takes: Vec<(&str, &Plan)> = accepted.iter().map(|a| (a.id.as_str(), &a.plan)).collect();
+        let claims = gpus::push_claims(&mut batch, &takes);
+        let nodes: Vec<String> = accepted.iter().map(|a| a.plan.node_id.clone()).collect();
+        push_bumps(&mut batch, backend, nodes);
+        let holds: Vec<ledger::Hold<'_>> = accepted
+            .iter()
+            .map(|a| ledger::Hold {
+                tenant_id: &jobs[a.job].new.tenant_id,
+                reservation_id: &a.id,
+                amount: a.quote.hold.micros(),
+                at: ts(jobs[a.job].now),
+            })
+            .collect();
+        let holds = ledger::push_holds(&mut batch, backend, &holds);
+        let written = if one {
+            batch.run_as_one(&mut tx, row_part).await
+        } else {
+            batch.run(&mut tx, backend).await
+        };
+        let Some(answers) = unless_replayed(written)? else {
+            // A key committed by another writer meanwhile: each finds its replay alone.
+            return Ok(Written::Done(out));
+        };
+        if !claims.held(&answers) || !holds.covered(&answers)? {
+            return Ok(Written::Stale);
+        }
+        let reservations = reservations_of(&answers, row_part, &rows)?;
+        tx.commit().await?;
+        for (a, r) in accepted.iter().zip(reservations) {
+            tracing::info!(reservation_id = %a.id, node_id = %a.plan.node_id, tenant_id = %r.tenant_id, tier = %r.tier, batch = accepted.len(), "reserved");
+            out[a.job] = Batched::Placed(Box::new(r), vec![a.plan.node_id.clone()]);
+        }
+        Ok(Written::Done(out))
+    }
+
+    /// The tenants of `jobs` as [`TENANT`] read them; a capped tenant's live reservations are
+    /// counted, under a lock of its user row on PostgreSQL (as `caps::check` takes it).
+    async fn tenants_of<'j>(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        jobs: &'j [Job],
+        answers: &Answers,
+        parts: &BTreeMap<&'j str, usize>,
+    ) -> Result<BTreeMap<&'j str, Tenant>> {
+        let mut tenants = BTreeMap::new();
+        let mut usage = Batch::default();
+        let mut counted = Vec::new();
+        for (&t, &part) in parts {
+            let Some(row) = answers.rows(part).first() else {
+                continue;
+            };
+            let Some(job) = jobs.iter().find(|j| j.new.tenant_id == t) else {
+                continue;
+            };
+            let caps = caps::caps_of(row, &job.new.limits)?;
+            let balance: Option<i64> = row.try_get("balance")?;
+            let Some(balance) = balance else { continue };
+            if caps.is_some() {
+                counted.push((t, caps, caps::push_usage(&mut usage, self.backend, t, "")));
+            }
+            tenants.insert(
+                t,
+                Tenant {
+                    caps,
+                    balance,
+                    live: 0,
+                    spend: 0,
+                },
+            );
+        }
+        if counted.is_empty() {
+            return Ok(tenants);
+        }
+        let answers = usage.run(conn, self.backend).await?;
+        for (t, caps, part) in counted {
+            let (caps_now, live, spend) =
+                caps::usage_in(&answers, &part, caps, t, &jobs_limits(jobs, t))?;
+            if let Some(tenant) = tenants.get_mut(t) {
+                tenant.caps = caps_now;
+                tenant.live = live;
+                tenant.spend = spend.micros();
+            }
+        }
+        Ok(tenants)
+    }
+}
+
+fn jobs_limits(jobs: &[Job], tenant: &str) -> crate::TenantLimits {
+    jobs.iter()
+        .find(|j| j.new.tenant_id == tenant)
+        .map_or(crate::TenantLimits::UNLIMITED, |j| j.new.limits)
+}

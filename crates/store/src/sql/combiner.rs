@@ -1,0 +1,130 @@
+//! Reservations that arrive together are written together: each request waits in a queue and
+//! one writer task at a time takes every request waiting and places them in one transaction
+//! (`batched`), so the write lock, the round trips and the commit are paid once a batch, not
+//! once a reservation. Under no load a batch is one reservation, written at once.
+
+use std::sync::{Mutex, MutexGuard};
+
+use chrono::{DateTime, Utc};
+use gpurent_billing::PriceList;
+use gpurent_sched::Request;
+use gpurent_types::api::Reservation;
+use tokio::sync::oneshot;
+
+use super::batched::{Batched, Job};
+use super::SqlStore;
+use crate::{NewReservation, Result};
+
+/// The most reservations written in one batch.
+const MOST: usize = 64;
+
+/// The requests waiting for the writer, and whether a writer runs.
+#[derive(Default)]
+pub(super) struct Combiner {
+    pending: Mutex<Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    jobs: Vec<(Job, oneshot::Sender<Batched>)>,
+    writing: bool,
+}
+
+impl std::fmt::Debug for Combiner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Combiner").finish_non_exhaustive()
+    }
+}
+
+impl Combiner {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // Nothing panics while the lock is held; a poisoned one holds consistent data.
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The writer's mark: when its task ends early (a panic), the requests still waiting are
+/// dropped, so that their callers place them alone, and the next request starts a writer.
+struct Writing<'a> {
+    combiner: &'a Combiner,
+    /// Ended normally: `writing` was cleared with the last batch taken.
+    done: bool,
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut pending = self.combiner.lock();
+        pending.writing = false;
+        pending.jobs.clear();
+    }
+}
+
+impl SqlStore {
+    /// `reserve`, written in a batch with the requests that arrive meanwhile; what the batch
+    /// does not decide alone (or every request, if its writer went away before answering) is
+    /// placed by the one-reservation path.
+    pub(super) async fn reserve_combined(
+        &self,
+        new: NewReservation,
+        prices: &PriceList,
+        live_since: i64,
+        now: DateTime<Utc>,
+        expected: &[Request],
+    ) -> Result<(Reservation, Vec<String>)> {
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            new: new.clone(),
+            prices: prices.clone(),
+            live_since,
+            now,
+            expected: expected.to_vec(),
+        };
+        let start = {
+            let mut pending = self.combiner.lock();
+            pending.jobs.push((job, reply));
+            !std::mem::replace(&mut pending.writing, true)
+        };
+        if start {
+            // A task of its own: a caller that goes away (its client hung up) does not take a
+            // batch of others' reservations, half written, with it.
+            let store = self.clone();
+            tokio::spawn(async move { store.write_combined().await });
+        }
+        match answer.await {
+            Ok(Batched::Placed(reservation, nodes)) => Ok((*reservation, nodes)),
+            Ok(Batched::Alone) | Err(_) => {
+                self.reserve_planned(&new, prices, live_since, now, expected)
+                    .await
+            }
+        }
+    }
+
+    /// Writes batches until no request waits.
+    async fn write_combined(self) {
+        let mut mark = Writing {
+            combiner: &self.combiner,
+            done: false,
+        };
+        loop {
+            let (jobs, replies): (Vec<Job>, Vec<oneshot::Sender<Batched>>) = {
+                let mut pending = self.combiner.lock();
+                if pending.jobs.is_empty() {
+                    pending.writing = false;
+                    mark.done = true;
+                    break;
+                }
+                let n = pending.jobs.len().min(MOST);
+                pending.jobs.drain(..n).unzip()
+            };
+            let outcomes = self.reserve_batch(&jobs).await;
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                // A caller gone meanwhile: its reservation stands, as a request whose answer
+                // was lost (a retry with its Idempotency-Key finds it).
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+}
