@@ -132,6 +132,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "event_reservations",
         include_str!("../../migrations/0030_event_reservations.sql"),
     ),
+    (
+        31,
+        "shared_keys",
+        include_str!("../../migrations/0031_shared_keys.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that
