@@ -1,7 +1,5 @@
-//! The secrets every replica of the control plane shares (the node CA, the audit signing key,
-//! the SSH host key, the self-signed TLS certificate): kept in the database sealed by the
-//! master key. The first replica to start stores each (the one its data dir holds, else a new
-//! one), exactly once even when several start at the same time; every other reads it back.
+//! The secrets every replica of the control plane shares (node CA, audit key, SSH host key,
+//! self-signed certificate), sealed by the master key in the database: stored once, read back.
 
 use std::path::{Path, PathBuf};
 

@@ -178,7 +178,20 @@ fn replicas_racing_at_first_start_end_with_one_key_set() {
             })
             .into_iter()
             .collect();
-        spawned.into_iter().map(|s| s.join().unwrap()).collect()
+        let joined: Vec<_> = spawned.into_iter().map(|s| s.join()).collect();
+        if joined.iter().any(Result::is_err) {
+            let logs: Vec<String> = ["r1", "r2", "r3"]
+                .map(|name| {
+                    let log = dir.path().join(format!("{name}.log"));
+                    format!(
+                        "{name}:\n{}",
+                        std::fs::read_to_string(log).unwrap_or_default()
+                    )
+                })
+                .into();
+            panic!("a replica did not start:\n{}", logs.join("\n"));
+        }
+        joined.into_iter().map(Result::unwrap).collect()
     });
     let first = &started[0].1;
     for (_, data) in &started[1..] {

@@ -1,6 +1,5 @@
-//! The SSH endpoint's host key: ed25519, the same for every replica, kept in the database
-//! sealed by the master key (`shared_keys`); a copy is written to
-//! `DATA_DIR/ssh_host_ed25519_key` (OpenSSH private key format, 0600) with `.pub` beside it.
+//! The SSH endpoint's host key: ed25519, shared by every replica (`shared_keys`), with a copy in
+//! `DATA_DIR/ssh_host_ed25519_key` (OpenSSH format, 0600) and `.pub` beside it.
 
 use std::path::{Path, PathBuf};
 

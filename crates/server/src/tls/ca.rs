@@ -1,7 +1,5 @@
-//! The control plane's own CA: it signs each node's certificate from the node's CSR at
-//! registration, so a node's key never leaves it. Its certificate and key are kept in the
-//! database sealed by the master key (`shared_keys`), the same for every replica; the
-//! certificate is also written to `DATA_DIR/ca.pem` (0600) for operators and clients.
+//! The control plane's own CA, shared by every replica (`shared_keys`): it signs each node's
+//! certificate from the node's CSR at registration, so a node's key never leaves it.
 
 use std::path::Path;
 

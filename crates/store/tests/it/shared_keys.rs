@@ -78,3 +78,30 @@ async fn the_first_insert_wins_sqlite() {
 async fn the_first_insert_wins_postgres() {
     the_first_insert_wins(Backend::Postgres).await;
 }
+
+/// Replicas started at once on a fresh PostgreSQL database all migrate it and start (SQLite
+/// has one control plane per data dir: its lock refuses a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_starting_at_once_on_a_fresh_database_all_start_postgres() {
+    let db = gpurent_store::testing::TestDatabase::new(Backend::Postgres)
+        .await
+        .expect("test database");
+    // Six connects in flight at once (sqlx's connect future is not Send: joined, not spawned).
+    let connects = (0..6).map(|_| SqlStore::connect(&db.url));
+    let stores: Vec<SqlStore> = futures_util::future::join_all(connects)
+        .await
+        .into_iter()
+        .map(|store| store.expect("every replica connects"))
+        .collect();
+    let kept = stores[0]
+        .insert_shared_key("node-ca", "one", t0())
+        .await
+        .expect("insert");
+    assert_eq!(
+        stores[5].shared_key("node-ca").await.expect("read"),
+        Some(kept)
+    );
+    for store in stores {
+        store.close().await;
+    }
+}
