@@ -1,7 +1,7 @@
 //! The secrets every replica shares, sealed in the database by the master key: a second
 //! `gpurent server` given only the database and the master key (an empty data dir of its own)
-//! signs audit checkpoints the first verifies, serves the same certificate, and accepts an
-//! agent whose node certificate the first issued; replicas racing at first start end with one
+//! signs audit checkpoints the first verifies, serves the same certificate, and each accepts
+//! the agents whose node certificates the other issued; replicas racing at first start end with one
 //! key set; a wrong master key is refused with its message; keys an older version kept in the
 //! data dir are imported, and a data dir whose key is not the database's is refused.
 
@@ -64,7 +64,7 @@ fn a_second_replica_with_only_the_master_key_shares_every_key() {
         .block_on(TestDatabase::new(Backend::Postgres))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (mut a, a_data) = replica(dir.path(), "a", &db.url);
+    let (a, a_data) = replica(dir.path(), "a", &db.url);
     let admin = read_token(&a_data);
     let (b, b_data) = replica(dir.path(), "b", &db.url);
     assert!(!b_data.join("admin.token").exists(), "b is not the first");
@@ -89,78 +89,90 @@ fn a_second_replica_with_only_the_master_key_shares_every_key() {
     assert!(by_a["checkpoints"].as_u64().unwrap() >= 1, "{by_a}");
     assert_eq!(by_a["public_key"], by_b["public_key"]);
 
-    // An agent joins through a over TLS: its node certificate is signed by a.
-    let agent_dir = dir.path().join("agent");
-    let agent_args = |url: &str| -> Vec<String> {
+    // One agent joins through a, one through b, over TLS: each node certificate is signed by
+    // the replica it joined through, with the one CA.
+    let token = join.json()["token"].as_str().unwrap().to_owned();
+    let agent_args = |name: &str, gpus: &str, url: &str| -> Vec<String> {
         let mut args = tls.clone();
+        let data = dir.path().join(name);
         args.extend(
             [
                 "--server",
                 url,
                 "agent",
                 "--data-dir",
-                agent_dir.to_str().unwrap(),
+                data.to_str().unwrap(),
                 "--name",
-                "gpu-host-1",
+                name,
                 "--sim-gpus",
-                "1xRTX4090",
+                gpus,
                 "--executor",
                 "sim",
                 "--join-token",
-                join.json()["token"].as_str().unwrap(),
+                &token,
             ]
             .map(str::to_owned),
         );
         args
     };
-    let args = agent_args(&a.url);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut agent = Daemon::start_quiet(&args, &dir.path().join("agent-a.log"));
-    eventually("the agent to join through a", 30, || {
-        cli_with(&a.url, &tls, Some(&admin), true, &["nodes", "ls"]).json()[0]["status"] == "ready"
-    });
-    eventually("the agent's identity saved", 10, || {
-        agent_dir.join("node-ca.pem").exists()
-    });
-    assert_eq!(
-        read(&agent_dir.join("node-ca.pem")),
-        read(&b_data.join("ca.pem"))
-    );
+    let start_agent = |name: &str, gpus: &str, url: &str, log: &str| {
+        let args = agent_args(name, gpus, url);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Daemon::start_quiet(&args, &dir.path().join(log))
+    };
+    let nodes_ready = || {
+        let nodes = cli_with(&a.url, &tls, Some(&admin), true, &["nodes", "ls"]).json();
+        let nodes = nodes.as_array().cloned().unwrap_or_default();
+        nodes.len() == 2 && nodes.iter().all(|n| n["status"] == "ready")
+    };
+    let mut via_a = start_agent("via-a", "1xRTX4090", &a.url, "via-a.log");
+    let mut via_b = start_agent("via-b", "1xA100-80GB", &b.url, "via-b.log");
+    eventually("both agents to join", 30, nodes_ready);
+    for agent in ["via-a", "via-b"] {
+        let ca = dir.path().join(agent).join("node-ca.pem");
+        eventually("the agent's identity saved", 10, || ca.exists());
+        assert_eq!(read(&ca), read(&a_data.join("ca.pem")), "{agent}");
+    }
 
-    // a goes; the agent, restarted against b, is accepted there: b gives it the reservation
-    // and hears it run (each sync needs the certificate a issued, chained to b's CA).
-    a.kill9();
-    agent.kill9();
-    let args = agent_args(&b.url);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let _agent = Daemon::start_quiet(&args, &dir.path().join("agent-b.log"));
+    // Each agent restarted against the other replica is accepted there: that replica gives
+    // it a reservation and hears it run (every sync needs the certificate the other issued).
+    via_a.kill9();
+    via_b.kill9();
+    let _via_a = start_agent("via-a", "1xRTX4090", &b.url, "via-a-on-b.log");
+    let _via_b = start_agent("via-b", "1xA100-80GB", &a.url, "via-b-on-a.log");
     let tenant = cli_with(
-        &b.url,
+        &a.url,
         &tls,
         Some(&admin),
         true,
-        &["users", "create", "ada", "--credit", "50"],
+        &["users", "create", "ada", "--credit", "500"],
     )
     .json()["token"]
         .as_str()
         .unwrap()
         .to_owned();
-    let reserved = cli_with(
-        &b.url,
-        &tls,
-        Some(&tenant),
-        true,
-        &[
-            "reserve", "--gpu", "RTX-4090", "--hours", "1", "--", "sleep", "60",
-        ],
-    );
-    assert_eq!(reserved.code, 0, "{reserved:?}");
-    let id = reserved.json()["id"].as_str().unwrap().to_owned();
-    eventually("the reservation running through b", 30, || {
-        cli_with(&b.url, &tls, Some(&tenant), true, &["get", &id]).json()["status"] == "running"
-    });
-    let verdict = cli_with(&b.url, &tls, Some(&admin), true, &["audit", "verify"]).json();
-    assert_eq!(verdict["ok"], true, "{verdict}");
+    for (gpu, url, replica) in [("RTX-4090", &b.url, "b"), ("A100-80GB", &a.url, "a")] {
+        let args = ["reserve", "--gpu", gpu, "--hours", "1", "--", "sleep", "60"];
+        let reserved = cli_with(url, &tls, Some(&tenant), true, &args);
+        assert_eq!(reserved.code, 0, "{reserved:?}");
+        let id = reserved.json()["id"].as_str().unwrap().to_owned();
+        eventually(
+            &format!("the {gpu} reservation running through {replica}"),
+            30,
+            || {
+                cli_with(url, &tls, Some(&tenant), true, &["get", &id]).json()["status"]
+                    == "running"
+            },
+        );
+    }
+    // Still the two nodes of the first joins: neither agent joined again (which would have
+    // given it a certificate of the replica it talks to now).
+    let nodes = cli_with(&a.url, &tls, Some(&admin), true, &["nodes", "ls"]).json();
+    assert_eq!(nodes.as_array().map(Vec::len), Some(2), "{nodes}");
+    for url in [&a.url, &b.url] {
+        let verdict = cli_with(url, &tls, Some(&admin), true, &["audit", "verify"]).json();
+        assert_eq!(verdict["ok"], true, "{verdict}");
+    }
 }
 
 #[test]
