@@ -165,6 +165,7 @@ pub async fn load_or_store(
         },
     })?;
     let shared = identify(&value).map_err(invalid)?;
+    let from = found.as_ref().map(|f| f.path.display().to_string());
     if let Some(found) = found {
         let local = identify(&found.value).map_err(invalid)?;
         if local != shared {
@@ -182,7 +183,8 @@ pub async fn load_or_store(
         Origin::Imported => {
             tracing::info!(
                 key = key.name,
-                "{what} imported from the data dir into the database, sealed by the master key"
+                from = from.as_deref().unwrap_or_default(),
+                "{what} imported into the database, sealed by the master key"
             )
         }
         Origin::Made => tracing::info!(

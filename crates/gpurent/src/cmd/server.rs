@@ -296,7 +296,8 @@ async fn audit_config(
         }
         Ok(None) if args.audit_key.is_some() => {
             anyhow::bail!(
-                "the audit key {} (--audit-key) does not exist; leave the flag out to use                  the one in the database (made on first start)",
+                "the audit key {} (--audit-key) does not exist; leave the flag out to use \
+                 the one in the database (made on first start)",
                 path.display()
             )
         }

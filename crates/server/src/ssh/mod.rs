@@ -92,8 +92,8 @@ pub struct SshServer {
 }
 
 impl SshServer {
-    /// Loads (or makes) the host key every replica shares (`host_key`) and listens on `listen` (port 0: a free
-    /// one, in `addr`).
+    /// Loads (or makes) the host key every replica shares (`host_key`) and listens on `listen`
+    /// (port 0: a free one, in `addr`).
     pub async fn start(
         listen: SocketAddr,
         data_dir: &Path,
