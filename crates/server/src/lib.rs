@@ -25,6 +25,7 @@ mod report;
 mod routes;
 pub mod secrets;
 mod serve;
+pub mod shared_keys;
 pub mod ssh;
 pub mod ssh_keys;
 mod state;

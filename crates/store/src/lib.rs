@@ -9,6 +9,7 @@ mod audit_trail;
 mod error;
 mod model;
 mod proxy;
+mod shared_keys;
 mod sql;
 mod ssh_keys;
 pub mod testing;
@@ -33,6 +34,7 @@ pub use model::{
     QueuedReservation, Scope, Want,
 };
 pub use proxy::{ProxyGrant, ProxyStore, ProxyTokenKind};
+pub use shared_keys::SharedKeyStore;
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
 pub use ssh_keys::{NewSshKey, SshKeyStore};
 pub use tunnels::{TunnelHolder, TunnelStore};
@@ -42,7 +44,7 @@ pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};
 pub mod prelude {
     pub use crate::{
         AccessStore, AuditStore, MetricsStore, NodeStore, ProxyStore, ReservationStore,
-        SshKeyStore, StatementStore, Store, TunnelStore, UserStore,
+        SharedKeyStore, SshKeyStore, StatementStore, Store, TunnelStore, UserStore,
     };
 }
 
@@ -60,6 +62,7 @@ pub trait Store:
     + SshKeyStore
     + TunnelStore
     + ProxyStore
+    + SharedKeyStore
     + std::fmt::Debug
 {
 }
@@ -75,6 +78,7 @@ impl<T> Store for T where
         + SshKeyStore
         + TunnelStore
         + ProxyStore
+        + SharedKeyStore
         + std::fmt::Debug
 {
 }

@@ -267,15 +267,18 @@ impl HttpArgs {
 #[derive(Debug, Args)]
 pub struct KeysArgs {
     /// The master key (64 hex characters) that seals tenants' secrets at rest (envelope
-    /// encryption: it wraps a data key per reservation). Default: DATA_DIR/master.key, made on
-    /// first start (mode 0600); `GPURENT_MASTER_KEY` in the environment wins over both. Back it
-    /// up: sealed secrets cannot be opened without it.
+    /// encryption: it wraps a data key per reservation) and the keys every replica shares in
+    /// the database (node CA, audit key, SSH host key): give each replica the same one.
+    /// Default: DATA_DIR/master.key, made on first start (mode 0600); `GPURENT_MASTER_KEY` in
+    /// the environment wins over both. Back it up: sealed secrets cannot be opened without it.
     #[arg(long, value_name = "FILE")]
     pub master_key_file: Option<PathBuf>,
-    /// The Ed25519 key (hex seed) that signs the trail's checkpoints (default:
-    /// DATA_DIR/audit.key, made on first start, mode 0600). Keep a copy of its public key
-    /// (logged at start, and in `gpurent audit verify`) where the database's admins cannot
-    /// change it.
+    /// An Ed25519 key (hex seed) to sign the trail's checkpoints with, imported into the
+    /// database (sealed by the master key) on first start; one that is not the database's is
+    /// refused. Default: DATA_DIR/audit.key when there (older versions kept it), else the key in
+    /// the database, made on first start and shared by every replica. Keep a copy of its
+    /// public key (logged at start, and in `gpurent audit verify`) where the database's admins
+    /// cannot change it.
     #[arg(long, value_name = "FILE")]
     pub audit_key: Option<PathBuf>,
     /// Days audit records are kept (at least 365); older ones are pruned in whole

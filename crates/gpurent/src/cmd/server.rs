@@ -29,9 +29,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         .then(|| DataDirLock::acquire(&args.data_dir))
         .transpose()?;
     let master_key = super::server::master_key(&args.keys, &args.data_dir)?;
-    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen, &*master_key)?;
+    let store = open_store(&url).await?;
+    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen, &*master_key, &store)
+        .await?;
     let server = start(
-        &url,
+        store,
         &args.data_dir,
         args.listen,
         args.prices.as_deref(),
@@ -134,15 +136,23 @@ pub struct Policies<'a> {
     pub http: &'a crate::cli::HttpArgs,
     pub liveness: &'a LivenessArgs,
     pub keys: &'a KeysArgs,
-    /// Seals tenants' secrets and the node CA's key.
+    /// Seals tenants' secrets and the keys every replica shares.
     pub master_key: gpurent_server::secrets::MasterKey,
     /// TLS on the listener; `None`: plain HTTP.
     pub tls: Option<gpurent_server::tls::TlsConfig>,
 }
 
-/// Opens the store, bootstraps the admin and starts serving.
+/// Opens the store at `database_url` (a SQLite file made private first), migrated.
+pub async fn open_store(database_url: &str) -> anyhow::Result<SqlStore> {
+    super::private::sqlite_database(database_url)?;
+    SqlStore::connect(database_url)
+        .await
+        .with_context(|| format!("cannot open the store at {}", redact(database_url)))
+}
+
+/// Bootstraps the admin and starts serving on `store`.
 pub async fn start(
-    database_url: &str,
+    store: SqlStore,
     data_dir: &std::path::Path,
     listen: std::net::SocketAddr,
     prices: Option<&std::path::Path>,
@@ -181,11 +191,8 @@ pub async fn start(
         }
         None => PriceList::defaults(),
     };
-    super::private::sqlite_database(database_url)?;
-    let store = SqlStore::connect(database_url)
-        .await
-        .with_context(|| format!("cannot open the store at {}", redact(database_url)))?;
     let clock = Arc::new(SystemClock);
+    let audit = audit_config(keys, data_dir, &store, &*master_key).await?;
     if let Some(path) = bootstrap_admin(&store, &*clock, data_dir).await? {
         tracing::info!("admin token written to {}", path.display());
     }
@@ -204,7 +211,7 @@ pub async fn start(
             health_rules: health_rules(host),
             heartbeat_interval: liveness.heartbeat(),
             missed_heartbeats: liveness.missed_heartbeats.max(1),
-            audit: audit_config(keys, data_dir)?,
+            audit,
             log_retention: std::time::Duration::from_secs(
                 u64::from(keys.log_retention_days) * 86_400,
             ),
@@ -259,8 +266,17 @@ pub fn master_key(
     Ok(Arc::new(key))
 }
 
-/// The audit trail's settings, with its signing key read from its file (made on first start).
-fn audit_config(args: &KeysArgs, data_dir: &std::path::Path) -> anyhow::Result<AuditConfig> {
+/// The audit trail's settings, with its signing key: the one every replica shares, sealed in
+/// the database (made on first start). A key in `--audit-key FILE` (default DATA_DIR/audit.key,
+/// where older versions kept it) that the database lacks is imported; one that is not the
+/// database's is refused.
+async fn audit_config(
+    args: &KeysArgs,
+    data_dir: &std::path::Path,
+    store: &SqlStore,
+    master_key: &dyn gpurent_server::secrets::KeyProvider,
+) -> anyhow::Result<AuditConfig> {
+    use gpurent_server::shared_keys::{self, Found, AUDIT_KEY};
     let path = args
         .audit_key
         .clone()
@@ -268,20 +284,47 @@ fn audit_config(args: &KeysArgs, data_dir: &std::path::Path) -> anyhow::Result<A
     if args.audit_key.is_some() {
         super::private::warn_if_open(&path);
     }
-    let signer = match std::fs::read_to_string(&path) {
-        Ok(text) => Signer::from_seed_hex(&text)
-            .with_context(|| format!("the audit key in {}", path.display()))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let signer = Signer::from_seed(rand::random());
-            super::write_secret(&path, &signer.seed_hex())
-                .with_context(|| format!("cannot write the audit key to {}", path.display()))?;
-            tracing::info!(path = %path.display(), "made the audit trail's signing key");
-            signer
+    let found = match shared_keys::read_if_there(&path) {
+        Ok(Some(text)) => {
+            let seed = Signer::from_seed_hex(&String::from_utf8_lossy(&text))
+                .with_context(|| format!("the audit key in {}", path.display()))?
+                .seed_hex();
+            Some(Found {
+                path: path.clone(),
+                value: seed.into_bytes(),
+            })
         }
+        Ok(None) if args.audit_key.is_some() => {
+            anyhow::bail!(
+                "the audit key {} (--audit-key) does not exist; leave the flag out to use \
+                 the one in the database (made on first start)",
+                path.display()
+            )
+        }
+        Ok(None) => None,
         Err(e) => {
             return Err(e).with_context(|| format!("cannot read the audit key {}", path.display()))
         }
     };
+    let public = |seed: &[u8]| {
+        Signer::from_seed_hex(&String::from_utf8_lossy(seed))
+            .map(|signer| format!("public key {}", signer.public_key()))
+            .map_err(|e| e.to_string())
+    };
+    let make = || Ok(Signer::from_seed(rand::random()).seed_hex().into_bytes());
+    let loaded = shared_keys::load_or_store(
+        store,
+        master_key,
+        AUDIT_KEY,
+        found,
+        public,
+        make,
+        chrono::Utc::now(),
+    )
+    .await
+    .context("cannot load the audit signing key")?;
+    let signer = Signer::from_seed_hex(&String::from_utf8_lossy(&loaded.value))
+        .context("the audit key in the database")?;
     tracing::info!(public_key = %signer.public_key(), "audit checkpoints are signed with this key");
     Ok(AuditConfig {
         enabled: true,

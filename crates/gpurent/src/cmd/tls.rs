@@ -1,5 +1,6 @@
 //! TLS settings of `up` and `server`: the certificate files or the self-signed one, the node
-//! CA in DATA_DIR, and the refusal to serve plain HTTP beyond loopback.
+//! CA (both shared by every replica through the database), and the refusal to serve plain
+//! HTTP beyond loopback.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -13,11 +14,12 @@ use crate::cli::ServerTlsArgs;
 
 /// What `--tls-*` asks for: `None` is plain HTTP, allowed on loopback (or when insecure HTTP
 /// is allowed explicitly).
-pub fn server_tls(
+pub async fn server_tls(
     args: &ServerTlsArgs,
     data_dir: &Path,
     listen: SocketAddr,
     master_key: &dyn gpurent_server::secrets::KeyProvider,
+    store: &gpurent_store::SqlStore,
 ) -> anyhow::Result<Option<TlsConfig>> {
     let (cert, key) = match (&args.tls_cert, &args.tls_key, args.tls_self_signed) {
         (Some(cert), Some(key), _) => {
@@ -25,8 +27,15 @@ pub fn server_tls(
             (cert.clone(), key.clone())
         }
         (_, _, true) => {
-            let made = tls::self_signed(data_dir, &names(listen))
-                .context("cannot make the self-signed certificate")?;
+            let made = tls::self_signed(
+                store,
+                master_key,
+                data_dir,
+                &names(listen),
+                chrono::Utc::now(),
+            )
+            .await
+            .context("cannot make the self-signed certificate")?;
             let verb = if made.created { "generated" } else { "reusing" };
             eprintln!(
                 "gpurent: {verb} self-signed TLS certificate {}; SHA-256 fingerprint: {}",
@@ -46,8 +55,9 @@ pub fn server_tls(
             return Ok(None);
         }
     };
-    let node_ca =
-        NodeCa::load_or_create(data_dir, master_key).context("cannot open the node CA")?;
+    let node_ca = NodeCa::load_or_create(store, master_key, data_dir, chrono::Utc::now())
+        .await
+        .context("cannot open the node CA")?;
     Ok(Some(TlsConfig {
         cert,
         key,

@@ -24,7 +24,10 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
     super::private::agent_data_dir(&agent_dir)?;
     let mut lock = DataDirLock::acquire(&args.data_dir)?;
     let master_key = super::server::master_key(&args.keys, &args.data_dir)?;
-    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen, &*master_key)?;
+    let url = format!("sqlite://{}", args.data_dir.join("gpurent.db").display());
+    let store = super::server::open_store(&url).await?;
+    let tls = super::tls::server_tls(&args.tls, &args.data_dir, args.listen, &*master_key, &store)
+        .await?;
     // The local agent trusts what the CLI flags say, else the certificate served at start.
     let agent_tls = match &tls {
         Some(settings) if client_tls.ca_cert.is_none() && client_tls.fingerprint.is_none() => {
@@ -38,9 +41,8 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
         }
         _ => client_tls,
     };
-    let url = format!("sqlite://{}", args.data_dir.join("gpurent.db").display());
     let server = super::server::start(
-        &url,
+        store,
         &args.data_dir,
         args.listen,
         args.prices.as_deref(),

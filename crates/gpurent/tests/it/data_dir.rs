@@ -46,9 +46,8 @@ fn up_keeps_its_data_dir_secrets_and_database_private() {
     let files = [
         "admin.token",
         "master.key",
-        "audit.key",
         "tls.key",
-        "ca.key.sealed",
+        "ca.pem",
         "gpurent.db",
         "gpurent.db-wal",
         "gpurent.db-shm",

@@ -1,12 +1,17 @@
-//! The SSH endpoint's host key: ed25519, made on first start and kept in
-//! `DATA_DIR/ssh_host_ed25519_key` (OpenSSH private key format, 0600) with `.pub` beside it.
+//! The SSH endpoint's host key: ed25519, shared by every replica (`shared_keys`), with a copy in
+//! `DATA_DIR/ssh_host_ed25519_key` (OpenSSH format, 0600) and `.pub` beside it.
 
 use std::path::{Path, PathBuf};
 
-use gpurent_types::keyfile::{create_private, KeyFileError};
+use chrono::{DateTime, Utc};
+use gpurent_store::SharedKeyStore;
+use gpurent_types::keyfile::{write_private, KeyFileError};
 
 use russh::keys::ssh_key::private::{Ed25519Keypair, KeypairData};
-use russh::keys::ssh_key::{LineEnding, PrivateKey};
+use russh::keys::ssh_key::{HashAlg, LineEnding, PrivateKey};
+
+use crate::secrets::KeyProvider;
+use crate::shared_keys::{self, Found, SharedKeyError, SSH_HOST_KEY};
 
 /// The file name in the data dir (as OpenSSH names its own).
 pub const HOST_KEY_FILE: &str = "ssh_host_ed25519_key";
@@ -19,7 +24,7 @@ pub enum HostKeyError {
         #[source]
         source: std::io::Error,
     },
-    #[error("the SSH host key {path} is not an OpenSSH private key: {reason}; move it away to make a new one")]
+    #[error("the SSH host key {path} is not an OpenSSH private key: {reason}; move it away to use the database's (or make a new one)")]
     Malformed { path: PathBuf, reason: String },
     #[error("cannot write the SSH host key {path}")]
     Write {
@@ -31,34 +36,65 @@ pub enum HostKeyError {
     KeyFile(#[from] KeyFileError),
     #[error("cannot encode the SSH host key: {0}")]
     Encode(String),
+    #[error(transparent)]
+    Shared(#[from] SharedKeyError),
 }
 
-/// Loads the host key from `data_dir`, or makes and writes one the first time. The `.pub` is
-/// written again when missing, so that it always matches the key served.
-pub fn load_or_create(data_dir: &Path) -> Result<PrivateKey, HostKeyError> {
+fn parse(bytes: &[u8]) -> Result<PrivateKey, String> {
+    PrivateKey::from_openssh(bytes).map_err(|e| e.to_string())
+}
+
+/// A key's SHA-256 fingerprint, as messages name it.
+fn identify(bytes: &[u8]) -> Result<String, String> {
+    Ok(parse(bytes)?
+        .public_key()
+        .fingerprint(HashAlg::Sha256)
+        .to_string())
+}
+
+fn generate() -> Result<Vec<u8>, String> {
+    let key = PrivateKey::new(
+        KeypairData::Ed25519(Ed25519Keypair::from_seed(&rand::random())),
+        "gpurent host key",
+    )
+    .map_err(|e| e.to_string())?;
+    let text = key.to_openssh(LineEnding::LF).map_err(|e| e.to_string())?;
+    Ok(text.as_bytes().to_vec())
+}
+
+/// The host key every replica shares, from the database; the first start stores the one in
+/// `data_dir` (an older version's), else a new one; one in `data_dir` that is not the
+/// database's is refused. The data dir's copy and its `.pub` are written when missing.
+pub async fn load_or_create(
+    store: &dyn SharedKeyStore,
+    master: &dyn KeyProvider,
+    data_dir: &Path,
+    now: DateTime<Utc>,
+) -> Result<PrivateKey, HostKeyError> {
     let path = data_dir.join(HOST_KEY_FILE);
-    let key = match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            PrivateKey::from_openssh(text.as_bytes()).map_err(|e| HostKeyError::Malformed {
+    let found = match shared_keys::read_if_there(&path) {
+        Ok(Some(value)) => {
+            // A broken file is an error, not a reason to take another key.
+            parse(&value).map_err(|reason| HostKeyError::Malformed {
                 path: path.clone(),
-                reason: e.to_string(),
-            })?
+                reason,
+            })?;
+            Some(Found {
+                path: path.clone(),
+                value,
+            })
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let key = PrivateKey::new(
-                KeypairData::Ed25519(Ed25519Keypair::from_seed(&rand::random())),
-                "gpurent host key",
-            )
-            .map_err(|e| HostKeyError::Encode(e.to_string()))?;
-            let text = key
-                .to_openssh(LineEnding::LF)
-                .map_err(|e| HostKeyError::Encode(e.to_string()))?;
-            create_private(&path, text.as_bytes())?;
-            tracing::info!(path = %path.display(), "made the SSH host key");
-            key
-        }
+        Ok(None) => None,
         Err(source) => return Err(HostKeyError::Read { path, source }),
     };
+    let had_copy = found.is_some();
+    let loaded =
+        shared_keys::load_or_store(store, master, SSH_HOST_KEY, found, identify, generate, now)
+            .await?;
+    let key = parse(&loaded.value).map_err(HostKeyError::Encode)?;
+    if !had_copy {
+        write_private(&path, &loaded.value)?;
+    }
     let public = path.with_extension("pub");
     let line = key
         .public_key()
@@ -81,27 +117,79 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    #[test]
-    fn the_key_is_made_once_and_kept() {
+    async fn database() -> (
+        gpurent_store::testing::TestDatabase,
+        gpurent_store::SqlStore,
+    ) {
+        let db = gpurent_store::testing::TestDatabase::new(gpurent_store::Backend::Sqlite)
+            .await
+            .unwrap();
+        let store = gpurent_store::SqlStore::connect(&db.url).await.unwrap();
+        (db, store)
+    }
+
+    #[tokio::test]
+    async fn the_key_is_made_once_and_kept() {
+        let (_db, store) = database().await;
+        let master = crate::secrets::LocalKey::from_bytes(&[3; 32]);
         let dir = tempfile::tempdir().unwrap();
-        let first = load_or_create(dir.path()).unwrap();
+        let first = load_or_create(&store, &master, dir.path(), Utc::now())
+            .await
+            .unwrap();
         let mode = std::fs::metadata(dir.path().join(HOST_KEY_FILE))
             .unwrap()
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
         std::fs::remove_file(dir.path().join("ssh_host_ed25519_key.pub")).unwrap();
-        let second = load_or_create(dir.path()).unwrap();
+        let second = load_or_create(&store, &master, dir.path(), Utc::now())
+            .await
+            .unwrap();
         assert_eq!(first.public_key(), second.public_key());
         let public = std::fs::read_to_string(dir.path().join("ssh_host_ed25519_key.pub")).unwrap();
         assert!(public.starts_with("ssh-ed25519 "), "{public}");
+        // A replica with an empty data dir: the same key, from the database.
+        let replica = tempfile::tempdir().unwrap();
+        let shared = load_or_create(&store, &master, replica.path(), Utc::now())
+            .await
+            .unwrap();
+        assert_eq!(first.public_key(), shared.public_key());
     }
 
-    #[test]
-    fn a_broken_key_file_is_an_error_not_a_new_key() {
+    #[tokio::test]
+    async fn a_data_dir_key_is_imported_and_a_different_one_refused() {
+        let (_db, store) = database().await;
+        let master = crate::secrets::LocalKey::from_bytes(&[3; 32]);
+        let old = generate().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(HOST_KEY_FILE), &old).unwrap();
+        let key = load_or_create(&store, &master, dir.path(), Utc::now())
+            .await
+            .unwrap();
+        assert_eq!(key.public_key(), parse(&old).unwrap().public_key());
+        let other = tempfile::tempdir().unwrap();
+        let stranger = generate().unwrap();
+        std::fs::write(other.path().join(HOST_KEY_FILE), &stranger).unwrap();
+        let err = load_or_create(&store, &master, other.path(), Utc::now())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&identify(&old).unwrap()) && err.contains(&identify(&stranger).unwrap()),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_broken_key_file_is_an_error_not_a_new_key() {
+        let (_db, store) = database().await;
+        let master = crate::secrets::LocalKey::from_bytes(&[3; 32]);
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(HOST_KEY_FILE), "garbage").unwrap();
-        let err = load_or_create(dir.path()).unwrap_err().to_string();
+        let err = load_or_create(&store, &master, dir.path(), Utc::now())
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not an OpenSSH private key"), "{err}");
     }
 }

@@ -92,15 +92,21 @@ pub struct SshServer {
 }
 
 impl SshServer {
-    /// Loads (or makes) the host key in `data_dir` and listens on `listen` (port 0: a free
-    /// one, in `addr`).
+    /// Loads (or makes) the host key every replica shares (`host_key`) and listens on `listen`
+    /// (port 0: a free one, in `addr`).
     pub async fn start(
         listen: SocketAddr,
         data_dir: &Path,
         state: AppState,
         limits: SshLimits,
     ) -> Result<SshServer, SshError> {
-        let key = host_key::load_or_create(data_dir)?;
+        let key = host_key::load_or_create(
+            &*state.store,
+            &*state.config.master_key,
+            data_dir,
+            state.clock.now(),
+        )
+        .await?;
         let host_key = key.public_key().clone();
         let listener = TcpListener::bind(listen)
             .await

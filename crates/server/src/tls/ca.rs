@@ -1,20 +1,23 @@
-//! The control plane's own CA (`ca.pem`, and its key sealed by the master key in
-//! `ca.key.sealed`, both in the data dir, mode 0600): it signs each node's certificate from the
-//! node's CSR at registration, so a node's key never leaves it.
+//! The control plane's own CA, shared by every replica (`shared_keys`): it signs each node's
+//! certificate from the node's CSR at registration, so a node's key never leaves it.
 
 use std::path::Path;
 
 use chrono::{DateTime, Datelike, Utc};
+use gpurent_store::SharedKeyStore;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
+use serde::{Deserialize, Serialize};
 
-use gpurent_types::keyfile::{load_certs, write_private};
+use gpurent_types::keyfile::write_private;
 
 use super::files::fingerprint;
-use crate::secrets::{open_bytes, seal_bytes, KeyProvider};
-
-/// Bound to the sealed CA key.
-const CA_KEY_PURPOSE: &[u8] = b"gpurent-node-ca-key-v1";
 use super::TlsError;
+use crate::secrets::{open_bytes, KeyProvider};
+use crate::shared_keys::{self, Found, Origin, NODE_CA};
+
+/// Bound to the CA key an older version sealed into `ca.key.sealed`.
+const CA_KEY_PURPOSE: &[u8] = b"gpurent-node-ca-key-v1";
 
 /// How long a node certificate is valid.
 pub const NODE_CERT_DAYS: i64 = 90;
@@ -47,67 +50,142 @@ pub struct SignedNodeCert {
 #[error("the certificate signing request is not usable: {0}")]
 pub struct BadCsr(String);
 
+/// What the database keeps (sealed): the CA's certificate and key, in PEM.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    cert_pem: String,
+    key_pem: String,
+}
+
+impl Stored {
+    fn to_bytes(&self) -> Result<Vec<u8>, String> {
+        serde_json::to_vec(self).map_err(|e| e.to_string())
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Result<Stored, String> {
+        serde_json::from_slice(bytes).map_err(|e| format!("not a stored CA: {e}"))
+    }
+}
+
+/// The certificate's SHA-256, as messages name a CA.
+fn identify(bytes: &[u8]) -> Result<String, String> {
+    let stored = Stored::from_bytes(bytes)?;
+    let der = CertificateDer::from_pem_slice(stored.cert_pem.as_bytes())
+        .map_err(|e| format!("the CA's certificate: {e}"))?;
+    Ok(format!("certificate SHA-256 {}", fingerprint(der.as_ref())))
+}
+
+/// A new CA, valid for a century.
+fn generate() -> Result<Vec<u8>, String> {
+    let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "gpurent node CA");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    params.not_before = rcgen::date_time_ymd(2024, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2124, 1, 1);
+    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    Stored {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    }
+    .to_bytes()
+}
+
+/// The CA an older version kept in `dir`: `ca.pem` and its key, sealed (`ca.key.sealed`) or,
+/// older still, plain (`ca.key`). `None` without both a certificate and a key.
+fn found_in(dir: &Path, master: &dyn KeyProvider) -> Result<Option<Found>, TlsError> {
+    let cert_path = dir.join("ca.pem");
+    let sealed_path = dir.join("ca.key.sealed");
+    let plain_path = dir.join("ca.key");
+    let read = |path: &Path| {
+        shared_keys::read_if_there(path).map_err(|source| TlsError::Read {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    let Some(cert) = read(&cert_path)? else {
+        return Ok(None);
+    };
+    let key = match (read(&sealed_path)?, read(&plain_path)?) {
+        (Some(sealed), _) => {
+            let sealed = String::from_utf8_lossy(&sealed).into_owned();
+            open_bytes(master, &sealed, CA_KEY_PURPOSE)
+                .map_err(|e| TlsError::Sealed(format!("{}: {e}", sealed_path.display())))?
+        }
+        (None, Some(plain)) => plain,
+        (None, None) => return Ok(None),
+    };
+    let text = |bytes: Vec<u8>, path: &Path| {
+        String::from_utf8(bytes)
+            .map_err(|_| TlsError::Sealed(format!("{} is not PEM", path.display())))
+    };
+    let value = Stored {
+        cert_pem: text(cert, &cert_path)?,
+        key_pem: text(key, &sealed_path)?,
+    }
+    .to_bytes()
+    .map_err(TlsError::Sealed)?;
+    Ok(Some(Found {
+        path: cert_path,
+        value,
+    }))
+}
+
 impl NodeCa {
-    /// Loads the CA from `dir`, or creates it there on first start; its key is kept sealed by
-    /// the master key (a plain `ca.key` from an older version is sealed, then removed).
-    pub fn load_or_create(dir: &Path, master: &dyn KeyProvider) -> Result<NodeCa, TlsError> {
+    /// The CA every replica shares, from the database; the first start stores the one its data
+    /// dir holds (an older version's), else a new one. A data dir's CA that is not the
+    /// database's is refused, never switched to. `ca.pem` in `dir` is (re)written to match.
+    pub async fn load_or_create(
+        store: &dyn SharedKeyStore,
+        master: &dyn KeyProvider,
+        dir: &Path,
+        now: DateTime<Utc>,
+    ) -> Result<NodeCa, TlsError> {
+        let found = found_in(dir, master)?;
+        let loaded =
+            shared_keys::load_or_store(store, master, NODE_CA, found, identify, generate, now)
+                .await?;
+        let stored = Stored::from_bytes(&loaded.value).map_err(TlsError::Sealed)?;
+        let ca = NodeCa::from_pem(&stored.cert_pem, &stored.key_pem)?;
         let cert_path = dir.join("ca.pem");
-        let sealed_path = dir.join("ca.key.sealed");
+        if shared_keys::read_if_there(&cert_path)
+            .ok()
+            .flatten()
+            .as_deref()
+            != Some(stored.cert_pem.as_bytes())
+        {
+            write_private(&cert_path, stored.cert_pem.as_bytes())?;
+        }
+        // A plain key left by an older version is in the database now, sealed: not on disk.
         let plain_path = dir.join("ca.key");
-        let seal = |pem: &str| -> Result<(), TlsError> {
-            let sealed = seal_bytes(master, pem.as_bytes(), CA_KEY_PURPOSE)
-                .map_err(|e| TlsError::Sealed(e.to_string()))?;
-            write_private(&sealed_path, sealed.as_bytes()).map_err(TlsError::from)
-        };
-        if cert_path.exists() && plain_path.exists() && !sealed_path.exists() {
-            let pem = std::fs::read_to_string(&plain_path).map_err(|source| TlsError::Read {
-                path: plain_path.clone(),
-                source,
-            })?;
-            seal(&pem)?;
-            std::fs::remove_file(&plain_path).map_err(|source| TlsError::Read {
-                path: plain_path.clone(),
+        if loaded.origin == Origin::Imported && plain_path.exists() {
+            std::fs::remove_file(&plain_path).map_err(|source| TlsError::Write {
+                path: plain_path,
                 source,
             })?;
         }
-        if !(cert_path.exists() && sealed_path.exists()) {
-            let key = rcgen::KeyPair::generate().map_err(TlsError::Generate)?;
-            let mut params = rcgen::CertificateParams::default();
-            params
-                .distinguished_name
-                .push(rcgen::DnType::CommonName, "gpurent node CA");
-            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
-            params.key_usages = vec![
-                rcgen::KeyUsagePurpose::KeyCertSign,
-                rcgen::KeyUsagePurpose::CrlSign,
-                rcgen::KeyUsagePurpose::DigitalSignature,
-            ];
-            params.not_before = rcgen::date_time_ymd(2024, 1, 1);
-            params.not_after = rcgen::date_time_ymd(2124, 1, 1);
-            let cert = params.self_signed(&key).map_err(TlsError::Generate)?;
-            seal(&key.serialize_pem())?;
-            write_private(&cert_path, cert.pem().as_bytes())?;
-        }
-        let read = |path: &Path| {
-            std::fs::read_to_string(path).map_err(|source| TlsError::Read {
-                path: path.to_owned(),
-                source,
-            })
-        };
-        let cert_pem = read(&cert_path)?;
-        let key_pem = open_bytes(master, &read(&sealed_path)?, CA_KEY_PURPOSE)
-            .map_err(|e| TlsError::Sealed(e.to_string()))?;
-        let key_pem = String::from_utf8(key_pem)
-            .map_err(|_| TlsError::Sealed("the CA key is not PEM".to_owned()))?;
-        let key = rcgen::KeyPair::from_pem(&key_pem).map_err(TlsError::Generate)?;
-        let cert_der = load_certs(&cert_path)?.remove(0);
+        Ok(ca)
+    }
+
+    /// A CA from its certificate and key.
+    fn from_pem(cert_pem: &str, key_pem: &str) -> Result<NodeCa, TlsError> {
+        let key = rcgen::KeyPair::from_pem(key_pem).map_err(TlsError::Generate)?;
+        let cert_der = CertificateDer::from_pem_slice(cert_pem.as_bytes())
+            .map_err(|e| TlsError::Sealed(format!("the CA's certificate: {e}")))?;
         // rcgen signs with an issuer built from the CA's parameters and key; the DER that
-        // agents trust is the file's.
-        let issuer = rcgen::CertificateParams::from_ca_cert_pem(&cert_pem)
+        // agents trust is the stored one.
+        let issuer = rcgen::CertificateParams::from_ca_cert_pem(cert_pem)
             .and_then(|params| params.self_signed(&key))
             .map_err(TlsError::Generate)?;
         Ok(NodeCa {
-            cert_pem,
+            cert_pem: cert_pem.to_owned(),
             cert_der,
             issuer,
             key,
@@ -180,6 +258,8 @@ mod tests {
     use rustls::pki_types::UnixTime;
     use rustls::server::WebPkiClientVerifier;
 
+    use gpurent_store::SharedKeyStore;
+
     use super::*;
 
     fn csr(name: &str) -> String {
@@ -188,21 +268,59 @@ mod tests {
         params.serialize_request(&key).unwrap().pem().unwrap()
     }
 
-    #[test]
-    fn a_node_certificate_chains_to_the_ca_and_names_the_node_only() {
+    async fn database() -> (
+        gpurent_store::testing::TestDatabase,
+        gpurent_store::SqlStore,
+    ) {
+        let db = gpurent_store::testing::TestDatabase::new(gpurent_store::Backend::Sqlite)
+            .await
+            .unwrap();
+        let store = gpurent_store::SqlStore::connect(&db.url).await.unwrap();
+        (db, store)
+    }
+
+    #[tokio::test]
+    async fn a_node_certificate_chains_to_the_ca_and_names_the_node_only() {
+        let (_db, store) = database().await;
         let dir = tempfile::tempdir().unwrap();
         let master = crate::secrets::LocalKey::from_bytes(&[5; 32]);
-        let ca = NodeCa::load_or_create(dir.path(), &master).unwrap();
-        // The same CA on the next start; its key only sealed on disk.
-        let again = NodeCa::load_or_create(dir.path(), &master).unwrap();
+        let ca = NodeCa::load_or_create(&store, &master, dir.path(), Utc::now())
+            .await
+            .unwrap();
+        // The same CA on the next start, and for a replica with another data dir; its key
+        // is in the database only, sealed.
+        let again = NodeCa::load_or_create(&store, &master, dir.path(), Utc::now())
+            .await
+            .unwrap();
         assert_eq!(ca.cert_der(), again.cert_der());
-        assert!(!dir.path().join("ca.key").exists());
-        let sealed = std::fs::read_to_string(dir.path().join("ca.key.sealed")).unwrap();
-        assert!(!sealed.contains("PRIVATE KEY"));
-        // Another master key cannot open it.
+        let replica = tempfile::tempdir().unwrap();
+        let shared = NodeCa::load_or_create(&store, &master, replica.path(), Utc::now())
+            .await
+            .unwrap();
+        assert_eq!(ca.cert_der(), shared.cert_der());
+        assert_eq!(
+            std::fs::read_to_string(replica.path().join("ca.pem")).unwrap(),
+            ca.cert_pem()
+        );
+        for file in ["ca.key", "ca.key.sealed"] {
+            assert!(!dir.path().join(file).exists(), "{file}");
+        }
+        let sealed = store
+            .shared_key(crate::shared_keys::NODE_CA.name)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!sealed.contains("PRIVATE KEY") && !sealed.contains("CERTIFICATE"));
+        // Another master key cannot open it, and says so.
         let other_master = crate::secrets::LocalKey::from_bytes(&[6; 32]);
-        assert!(NodeCa::load_or_create(dir.path(), &other_master).is_err());
-
+        let err = NodeCa::load_or_create(&store, &other_master, replica.path(), Utc::now())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sealed with master key local:") && err.contains("given master key"),
+            "{err}"
+        );
         let signed = ca
             .sign(&csr("admin.example"), "node-42", Utc::now())
             .unwrap();
@@ -231,8 +349,10 @@ mod tests {
             .expect("a node certificate the CA signed is accepted");
 
         // Another CA's certificate is not.
+        let (_other_db, other_store) = database().await;
         let other = tempfile::tempdir().unwrap();
-        let stranger = NodeCa::load_or_create(other.path(), &master)
+        let stranger = NodeCa::load_or_create(&other_store, &master, other.path(), Utc::now())
+            .await
             .unwrap()
             .sign(&csr("x"), "node-42", Utc::now())
             .unwrap();
@@ -243,6 +363,54 @@ mod tests {
         assert!(verifier
             .verify_client_cert(&der, &[], UnixTime::now())
             .is_err());
+    }
+
+    /// What an older version left: `ca.pem` and the key sealed in `ca.key.sealed` (or plain
+    /// in `ca.key`): imported into the database; another data dir's CA is then refused.
+    #[tokio::test]
+    async fn a_data_dir_ca_is_imported_and_a_different_one_refused() {
+        let (_db, store) = database().await;
+        let master = crate::secrets::LocalKey::from_bytes(&[5; 32]);
+        let old = Stored::from_bytes(&generate().unwrap()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), &old.cert_pem).unwrap();
+        std::fs::write(dir.path().join("ca.key"), &old.key_pem).unwrap();
+        let ca = NodeCa::load_or_create(&store, &master, dir.path(), Utc::now())
+            .await
+            .unwrap();
+        assert_eq!(
+            ca.cert_pem(),
+            old.cert_pem,
+            "the data dir's CA, not a new one"
+        );
+        assert!(
+            !dir.path().join("ca.key").exists(),
+            "the plain key is removed"
+        );
+
+        let sealed_dir = tempfile::tempdir().unwrap();
+        let other = Stored::from_bytes(&generate().unwrap()).unwrap();
+        std::fs::write(sealed_dir.path().join("ca.pem"), &other.cert_pem).unwrap();
+        let sealed =
+            crate::secrets::seal_bytes(&master, other.key_pem.as_bytes(), CA_KEY_PURPOSE).unwrap();
+        std::fs::write(sealed_dir.path().join("ca.key.sealed"), sealed).unwrap();
+        let err = NodeCa::load_or_create(&store, &master, sealed_dir.path(), Utc::now())
+            .await
+            .unwrap_err()
+            .to_string();
+        let path = sealed_dir.path().join("ca.pem").display().to_string();
+        assert!(
+            err.contains("the node CA in")
+                && err.contains(&path)
+                && err.contains(&identify(&other.to_bytes().unwrap()).unwrap())
+                && err.contains(&identify(&old.to_bytes().unwrap()).unwrap()),
+            "{err}"
+        );
+        // Left as it was: the operator decides.
+        assert_eq!(
+            std::fs::read_to_string(sealed_dir.path().join("ca.pem")).unwrap(),
+            other.cert_pem
+        );
     }
 
     #[test]

@@ -63,8 +63,11 @@ pub enum TlsError {
     Config(#[source] rustls::Error),
     #[error("cannot build the client certificate verifier: {0}")]
     Verifier(String),
-    #[error("the node CA's sealed key: {0}")]
+    #[error("the node CA's key: {0}")]
     Sealed(String),
+    /// A secret every replica shares (the node CA, the self-signed certificate).
+    #[error(transparent)]
+    Shared(#[from] crate::shared_keys::SharedKeyError),
 }
 
 /// The one crypto provider: ring (no aws-lc-rs, which needs cmake to build).

@@ -132,6 +132,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "event_reservations",
         include_str!("../../migrations/0030_event_reservations.sql"),
     ),
+    (
+        31,
+        "shared_keys",
+        include_str!("../../migrations/0031_shared_keys.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that
@@ -159,12 +164,22 @@ fn part_for(sql: &str, backend: Backend) -> String {
 const PG_MIGRATION_LOCK: i64 = 0x0067_7075_7265_6e74;
 
 pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<()> {
+    // Under the lock too: PostgreSQL's CREATE TABLE IF NOT EXISTS is not safe against itself
+    // (two replicas starting at once on a fresh database: one fails on pg_type's unique index).
+    let mut tx = pool.begin().await?;
+    if backend == Backend::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(PG_MIGRATION_LOCK)
+            .execute(&mut *tx)
+            .await?;
+    }
     sqlx::raw_sql(
         "CREATE TABLE IF NOT EXISTS gpurent_migrations (
             version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     for &(version, name, sql) in MIGRATIONS {
         let fail = |source| StoreError::Migration {
             version,

@@ -32,6 +32,7 @@ mod reports;
 mod reservations;
 mod rows;
 mod settlement;
+mod shared_keys;
 mod ssh_keys;
 mod statements;
 mod sync;

@@ -19,6 +19,7 @@ mod node_certs;
 mod placement;
 mod queue;
 mod settlement_rule;
+mod shared_keys;
 mod support;
 mod token_cache;
 mod tunnels;
