@@ -35,6 +35,7 @@ mod netns;
 mod partition;
 mod prices_cli;
 mod report;
+mod ride_through;
 mod sim;
 mod sim_replay;
 mod ssh_cli;
