@@ -25,6 +25,7 @@ mod data_dir;
 mod docker_and_processes;
 mod failover_processes;
 mod first_run;
+mod ha_stack;
 mod host_limits;
 mod http_ports;
 mod instance_sftp;
