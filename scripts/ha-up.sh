@@ -146,10 +146,10 @@ else
     --pgport "$PG_PORT" --hostname 127.0.0.1 --auth trust --no-ssl --run
 fi
 wait_for "the pg_auto_failover monitor" 90 psql_monitor "SELECT 1"
-as_pg psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U autoctl_node -d pg_auto_failover \
-  -f "$ROOT/deploy/ha/monitor.sql" >/dev/null 2>&1 \
-  || as_pg psql -X -q -h 127.0.0.1 -p "$PG_PORT" -d pg_auto_failover -f "$ROOT/deploy/ha/monitor.sql" >/dev/null \
-  || say "warning: could not tune the monitor's health checks (failover takes the defaults' ~30 s)"
+# As the monitor's superuser (ALTER SYSTEM), stopping at the first error.
+as_pg psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" -d pg_auto_failover \
+  -f "$ROOT/deploy/ha/monitor.sql" >/dev/null \
+  || say "warning: could not tune the monitor's health checks (failover takes the defaults' ~60 s)"
 
 for n in 1 2; do
   name="node$n"
