@@ -235,8 +235,8 @@ impl Failover {
             return;
         };
         let current = self.current.load(Ordering::Relaxed);
-        tracing::warn!(host = %self.hosts[current].label, why, "database host lost or read-only; looking for a writable one");
-        self.record(Err(format!("{}: {why}", self.hosts[current].label)));
+        // The pool's check can also fail on the pool (every connection busy under load): the
+        // host is asked directly, first, before anything is moved or reported.
         let order = std::iter::once(current).chain((0..self.hosts.len()).filter(|&i| i != current));
         let mut tried = Vec::new();
         for i in order {
@@ -251,18 +251,17 @@ impl Failover {
                             *s = Instant::now();
                         }
                         self.current.store(i, Ordering::Relaxed);
-                        tracing::warn!(from = %self.hosts[current].label, to = %host.label, "database failover: now writing to another host");
-                    } else if tried.is_empty() {
-                        // The host is fine; the pool check failed on the pool (all busy, or
-                        // its connections were stale): drop those it holds.
-                        if let Ok(mut s) = self.switched.lock() {
-                            *s = Instant::now();
-                        }
+                        tracing::warn!(from = %self.hosts[current].label, to = %host.label, pool_check = why, "database failover: now writing to another host");
                     }
                     self.record(Ok(()));
                     return;
                 }
-                Err(e) => tried.push(format!("{}: {e}", host.label)),
+                Err(e) => {
+                    if i == current {
+                        tracing::warn!(host = %host.label, why = %e, "database host lost or read-only; looking for a writable one");
+                    }
+                    tried.push(format!("{}: {e}", host.label));
+                }
             }
         }
         self.record(Err(format!(
