@@ -11,8 +11,10 @@ pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Readiness: the store answers and can write (PostgreSQL neither a standby nor read-only;
-/// SQLite's file writable). A load balancer takes a replica that answers 503 out.
+/// Readiness: the store answers and can write.
+///
+/// PostgreSQL is neither a standby nor read-only; SQLite's file is writable. A load balancer
+/// takes a replica that answers 503 out.
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = 200, body = String), (status = 503, body = String)))]
 pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
