@@ -1,5 +1,7 @@
 //! The agent's HTTP client for the control plane: keep-alive connections, and retries with a
-//! fixed delay on network errors and 5xx (the seeds: 3 tries, 5 s apart).
+//! fixed delay on network errors and 5xx (the seeds: 3 tries, 5 s apart), each on the next of
+//! the control plane's URLs when it has several (`--server URL1,URL2`: replicas without a
+//! load balancer in front).
 
 use std::time::Duration;
 
@@ -29,8 +31,19 @@ impl Default for RetryPolicy {
 #[derive(Debug, Clone)]
 pub struct ControlPlane {
     http: reqwest::Client,
-    base: String,
+    /// The control plane's URLs, in the order given; `current` indexes the one in use, shared
+    /// by clones (the tunnel follows the heartbeats).
+    bases: std::sync::Arc<[String]>,
+    current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     retry: RetryPolicy,
+}
+
+/// `URL1,URL2,...` as a list, each without its trailing `/`.
+fn bases(base: &str) -> std::sync::Arc<[String]> {
+    base.split(',')
+        .map(|b| b.trim().trim_end_matches('/').to_owned())
+        .filter(|b| !b.is_empty())
+        .collect()
 }
 
 impl ControlPlane {
@@ -42,7 +55,8 @@ impl ControlPlane {
             .unwrap_or_default();
         ControlPlane {
             http,
-            base: base.trim_end_matches('/').to_owned(),
+            bases: bases(base),
+            current: Default::default(),
             retry,
         }
     }
@@ -61,13 +75,27 @@ impl ControlPlane {
             .map_err(|e| AgentError::Tls(crate::tls::TlsError::Client(e.to_string())))?;
         Ok(ControlPlane {
             http,
-            base: base.trim_end_matches('/').to_owned(),
+            bases: bases(base),
+            current: Default::default(),
             retry,
         })
     }
 
-    pub fn base(&self) -> &str {
-        &self.base
+    /// The control plane's URL in use now.
+    pub fn base(&self) -> String {
+        let i = self.current.load(std::sync::atomic::Ordering::Relaxed);
+        self.bases
+            .get(i % self.bases.len().max(1))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// After a failed call: the next URL, if there are several.
+    fn next_base(&self) {
+        if self.bases.len() > 1 {
+            self.current
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     pub async fn register(&self, body: &RegisterNode) -> Result<NodeRegistered, AgentError> {
@@ -90,7 +118,7 @@ impl ControlPlane {
     /// Opens the tunnel (`GET /api/v1/agent/tunnel`, upgraded): the connection the control
     /// plane relays tenants' SSH channels through.
     pub async fn open_tunnel(&self, token: &str) -> Result<reqwest::Upgraded, AgentError> {
-        let url = format!("{}{}", self.base, gpurent_tunnel::PATH);
+        let url = format!("{}{}", self.base(), gpurent_tunnel::PATH);
         let failed = |detail: String| AgentError::Tunnel(detail);
         let response = self
             .http
@@ -101,7 +129,11 @@ impl ControlPlane {
             .timeout(Duration::from_secs(30))
             .send()
             .await
-            .map_err(|e| failed(e.to_string()))?;
+            .map_err(|e| {
+                // The next try opens it on the next URL.
+                self.next_base();
+                failed(e.to_string())
+            })?;
         if response.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
             let status = response.status();
             let body = response.text().await.unwrap_or_default();
@@ -120,10 +152,10 @@ impl ControlPlane {
         body: &B,
         timeout: Duration,
     ) -> Result<T, AgentError> {
-        let url = format!("{}{path}", self.base);
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let url = format!("{}{path}", self.base());
             let mut request = self.http.post(&url).json(body).timeout(timeout);
             if let Some(token) = token {
                 request = request.bearer_auth(token);
@@ -175,6 +207,7 @@ impl ControlPlane {
                 });
             }
             tracing::warn!(%url, attempt, error = %retryable, "control plane call failed; retrying");
+            self.next_base();
             tokio::time::sleep(self.retry.delay).await;
         }
     }

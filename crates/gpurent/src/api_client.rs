@@ -1,4 +1,5 @@
-//! The CLI's client of the HTTP API: bearer token, JSON, and the API's error shape.
+//! The CLI's client of the HTTP API: bearer token, JSON, the API's error shape, and retries of
+//! what is safe to send twice (GETs, writes with an `Idempotency-Key`) through a failover.
 
 use gpurent_agent::tls::ClientTls;
 use gpurent_types::api::ErrorBody;
@@ -23,6 +24,59 @@ impl CliError {
     }
 }
 
+/// How often and how far apart a safe request is sent again: `GPURENT_RETRIES` (default 3
+/// retries after the first try) and `GPURENT_RETRY_DELAY` (seconds, default 5), the seed's
+/// "3 tries, 5 s apart" that ride through a replica's loss or a database failover.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Retry {
+    pub retries: u32,
+    pub delay: std::time::Duration,
+}
+
+impl Retry {
+    pub const DEFAULT: Retry = Retry {
+        retries: 3,
+        delay: std::time::Duration::from_secs(5),
+    };
+
+    /// The defaults, overridden by `GPURENT_RETRIES` and `GPURENT_RETRY_DELAY`.
+    pub fn from_env() -> Result<Retry, CliError> {
+        let mut retry = Retry::DEFAULT;
+        if let Ok(v) = std::env::var("GPURENT_RETRIES") {
+            retry.retries = v.trim().parse().map_err(|_| {
+                CliError::new(
+                    "invalid_value",
+                    format!("GPURENT_RETRIES={v:?}: a whole number of retries (0 for none)"),
+                )
+            })?;
+        }
+        if let Ok(v) = std::env::var("GPURENT_RETRY_DELAY") {
+            retry.delay = v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+                .ok_or_else(|| {
+                    CliError::new(
+                        "invalid_value",
+                        format!(
+                            "GPURENT_RETRY_DELAY={v:?}: seconds between retries, like 5 or 0.5"
+                        ),
+                    )
+                })?;
+        }
+        Ok(retry)
+    }
+}
+
+/// The statuses a load balancer or a replica gives while it fails over.
+fn is_failover_status(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+    )
+}
+
 #[derive(Debug)]
 pub struct ApiClient {
     http: reqwest::Client,
@@ -30,15 +84,20 @@ pub struct ApiClient {
     token: Option<String>,
     /// Why no token was sent, said when the server asks for one (401).
     unauthorized_hint: Option<String>,
+    retry: Retry,
 }
 
 impl ApiClient {
     pub fn new(base: &str, token: Option<String>) -> Self {
         ApiClient {
-            http: reqwest::Client::new(),
+            http: reqwest::Client::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .build()
+                .unwrap_or_default(),
             base: base.trim_end_matches('/').to_owned(),
             token,
             unauthorized_hint: None,
+            retry: Retry::DEFAULT,
         }
     }
 
@@ -52,6 +111,7 @@ impl ApiClient {
         let http = tls
             .reqwest_builder()
             .map_err(|e| bad(&e))?
+            .connect_timeout(CONNECT_TIMEOUT)
             .build()
             .map_err(|e| bad(&e))?;
         Ok(ApiClient {
@@ -59,7 +119,14 @@ impl ApiClient {
             base: base.trim_end_matches('/').to_owned(),
             token,
             unauthorized_hint: None,
+            retry: Retry::DEFAULT,
         })
+    }
+
+    /// Retries safe requests as `retry` says (`Retry::from_env` for the CLI).
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
     }
 
     /// What a 401 answer says instead of the server's message: why no token was sent.
@@ -68,6 +135,9 @@ impl ApiClient {
         self
     }
 
+    /// Sends a request; a GET, or a write with an `Idempotency-Key`, is sent again (with the
+    /// same key) after a connection error or a 502/503/504, `retry.retries` times at most,
+    /// saying so on stderr. Other writes are sent once: a lost answer may hide a done write.
     async fn send(
         &self,
         method: Method,
@@ -75,6 +145,42 @@ impl ApiClient {
         body: Option<&serde_json::Value>,
         idempotency_key: Option<&str>,
     ) -> Result<reqwest::Response, CliError> {
+        let safe = method == Method::GET || idempotency_key.is_some();
+        let mut retried = 0;
+        loop {
+            let why = match self
+                .send_once(method.clone(), path, body, idempotency_key)
+                .await
+            {
+                Ok(response) => return Ok(response),
+                Err(Failure::Answered(e)) => return Err(e),
+                Err(Failure::Transient { error, .. }) if !safe || retried >= self.retry.retries => {
+                    return Err(error)
+                }
+                // Our own earlier try, its answer lost, still runs: ask again.
+                Err(Failure::InProgress(e)) if retried == 0 || retried >= self.retry.retries => {
+                    return Err(e)
+                }
+                Err(Failure::Transient { why, .. }) => why,
+                Err(Failure::InProgress(e)) => e.message,
+            };
+            retried += 1;
+            eprintln!(
+                "gpurent: {why}; retrying in {}s ({retried} of {})",
+                self.retry.delay.as_secs_f64(),
+                self.retry.retries
+            );
+            tokio::time::sleep(self.retry.delay).await;
+        }
+    }
+
+    async fn send_once(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        idempotency_key: Option<&str>,
+    ) -> Result<reqwest::Response, Failure> {
         let url = format!("{}{path}", self.base);
         let mut request = self.http.request(method, &url);
         if let Some(token) = &self.token {
@@ -87,23 +193,30 @@ impl ApiClient {
             request = request.header("Idempotency-Key", key);
         }
         let response = request.send().await.map_err(|e| {
-            CliError::new(
+            let error = CliError::new(
                 "unreachable",
                 format!(
                     "cannot reach the control plane at {}: {}",
                     self.base,
                     chain(&e)
                 ),
-            )
+            );
+            Failure::Transient {
+                why: error.message.clone(),
+                error,
+            }
         })?;
         if response.status().is_success() {
             return Ok(response);
         }
         let status = response.status();
         if let (StatusCode::UNAUTHORIZED, Some(hint)) = (status, &self.unauthorized_hint) {
-            return Err(CliError::new("unauthorized", hint.clone()));
+            return Err(Failure::Answered(CliError::new(
+                "unauthorized",
+                hint.clone(),
+            )));
         }
-        Err(match response.json::<ErrorBody>().await {
+        let error = match response.json::<ErrorBody>().await {
             Ok(body) => CliError {
                 code: body.error.code,
                 message: body.error.message,
@@ -113,6 +226,16 @@ impl ApiClient {
                 "no or bad token: pass --token or set GPURENT_TOKEN",
             ),
             Err(_) => CliError::new("http_error", format!("the control plane answered {status}")),
+        };
+        Err(if is_failover_status(status) {
+            Failure::Transient {
+                why: format!("the control plane answered {status} ({})", error.message),
+                error,
+            }
+        } else if status == StatusCode::CONFLICT && error.message.contains("still in progress") {
+            Failure::InProgress(error)
+        } else {
+            Failure::Answered(error)
         })
     }
 
@@ -220,6 +343,21 @@ impl ApiClient {
         self.send(Method::POST, path, Some(&body), None).await?;
         Ok(())
     }
+}
+
+/// No answer within this: the replica is gone (a blackholed address), try again.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How one try failed: an answer to give the user, or a failover's symptom worth a retry.
+enum Failure {
+    Answered(CliError),
+    /// `why` is the retry line's reason; `error` what the user sees when no retry is left.
+    Transient {
+        error: CliError,
+        why: String,
+    },
+    /// 409: a request with this `Idempotency-Key` still runs (a retry's earlier try).
+    InProgress(CliError),
 }
 
 async fn decode<T: DeserializeOwned>(response: reqwest::Response) -> Result<T, CliError> {

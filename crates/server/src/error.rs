@@ -86,7 +86,10 @@ impl ApiError {
                 StoreError::InvalidJoinToken => (StatusCode::UNAUTHORIZED, "invalid_join_token"),
                 // Every store connection stayed busy for the whole acquire timeout: overload.
                 e if e.is_overloaded() => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-                StoreError::UnsupportedUrl(_)
+                // The database is lost or read-only (a failover): clients retry.
+                e if e.is_unavailable() => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+                StoreError::Unavailable(_)
+                | StoreError::UnsupportedUrl(_)
                 | StoreError::Migration { .. }
                 | StoreError::Corrupt(_)
                 | StoreError::Database(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

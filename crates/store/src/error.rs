@@ -36,6 +36,9 @@ pub enum StoreError {
     },
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
+    /// No database host takes writes now (lost, a standby, read-only): retry later.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
     #[error("database error")]
     Database(#[from] sqlx::Error),
 }
@@ -49,6 +52,29 @@ impl StoreError {
     /// overloaded, and the request may be retried later.
     pub fn is_overloaded(&self) -> bool {
         matches!(self, StoreError::Database(sqlx::Error::PoolTimedOut))
+    }
+
+    /// The database is lost or takes no writes (a failover under way): nothing of the failed
+    /// statement was written, or its transaction's outcome is for an idempotent retry to find
+    /// out; the request may be retried later (503).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) => true,
+            StoreError::Database(sqlx::Error::Io(_) | sqlx::Error::PoolClosed) => true,
+            StoreError::Database(sqlx::Error::Database(e)) => e.code().is_some_and(|c| {
+                // read_only_sql_transaction, admin/crash shutdown, cannot connect now, and the
+                // connection exceptions.
+                matches!(c.as_ref(), "25006" | "57P01" | "57P02" | "57P03") || c.starts_with("08")
+            }),
+            _ => false,
+        }
+    }
+
+    /// The server refused a write because it is read-only (a standby, or demoted): nothing was
+    /// written, and the transaction may run again once the store found the writable host.
+    pub(crate) fn is_read_only(&self) -> bool {
+        matches!(self, StoreError::Database(sqlx::Error::Database(e))
+            if e.code().as_deref() == Some("25006"))
     }
 
     /// A deadlock or serialization failure (PostgreSQL), or a busy database (SQLite): the

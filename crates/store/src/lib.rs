@@ -134,7 +134,8 @@ pub trait AuditStore: Send + Sync {
 pub trait UserStore: Send + Sync {
     fn backend(&self) -> Backend;
 
-    /// A trivial query, for readiness.
+    /// Readiness: the store answers and can write (PostgreSQL: not a standby, not read-only;
+    /// SQLite: the file is writable). Checked at most once a second.
     async fn ping(&self) -> Result<()>;
 
     /// Creates the `admin` user with this token hash unless an admin exists. True if created.

@@ -56,7 +56,9 @@ pub async fn run(
             DefaultToken::None => (None, None),
         },
     };
-    let api = ApiClient::with_tls(server, token, tls)?.unauthorized_hint(withheld);
+    let api = ApiClient::with_tls(server, token, tls)?
+        .unauthorized_hint(withheld)
+        .retry(crate::api_client::Retry::from_env()?);
     match command {
         Command::Users(UsersCommand::Create { name, role, credit }) => {
             admin::create_user(&api, name, role, credit, json).await?

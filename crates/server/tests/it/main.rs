@@ -39,6 +39,7 @@ mod proxy;
 mod proxy_support;
 mod proxy_websockets;
 mod queue;
+mod readiness;
 mod reports;
 mod revoke;
 mod roles;

@@ -12,6 +12,7 @@ mod create;
 mod drain;
 mod endings;
 mod events;
+mod failover;
 mod fencing;
 mod fleet;
 mod fragments;
@@ -73,6 +74,9 @@ pub struct SqlStore {
     begun: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Reservations waiting to be written together (`combiner`).
     combiner: std::sync::Arc<combiner::Combiner>,
+    /// Whether the store can write now, and on PostgreSQL with several hosts the monitor that
+    /// follows a failover (`failover`).
+    ready: std::sync::Arc<failover::Ready>,
 }
 
 impl SqlStore {
@@ -90,9 +94,30 @@ impl SqlStore {
         };
         // Every statement at trace level only (`RUST_LOG=sqlx::query=trace` shows them; the
         // tests count them), none as slow.
-        let options = AnyConnectOptions::from_str(&url)?
-            .log_statements(tracing::log::LevelFilter::Trace)
-            .log_slow_statements(tracing::log::LevelFilter::Off, Duration::MAX);
+        let quiet = |options: AnyConnectOptions| {
+            options
+                .log_statements(tracing::log::LevelFilter::Trace)
+                .log_slow_statements(tracing::log::LevelFilter::Off, Duration::MAX)
+        };
+        // PostgreSQL with several hosts (or `target_session_attrs=read-write`): the pool
+        // connects to the one that takes writes, and a monitor moves it on a failover.
+        let follow = match backend {
+            Backend::Postgres => {
+                let targets = failover::targets(&url)?;
+                if targets.follow {
+                    Some(std::sync::Arc::new(failover::Failover::new(
+                        &targets, quiet,
+                    )?))
+                } else {
+                    None
+                }
+            }
+            Backend::Sqlite => None,
+        };
+        let options = match &follow {
+            Some(failover) => failover.pick_first().await?,
+            None => quiet(AnyConnectOptions::from_str(&url)?),
+        };
         let pool = match backend {
             // One connection serialises writers, which SQLite does anyway; it avoids
             // SQLITE_BUSY between pooled connections and keeps transactions short.
@@ -123,14 +148,55 @@ impl SqlStore {
                     .await?
             }
             Backend::Postgres => {
-                AnyPoolOptions::new()
+                let pool = AnyPoolOptions::new()
                     .max_connections(16)
-                    .acquire_timeout(Duration::from_secs(30))
-                    // Still pinged when taken: a connection the server dropped (a restart,
-                    // a failover) is replaced then instead of failing a request.
-                    .connect_with(options.clone())
-                    .await?
+                    .acquire_timeout(Duration::from_secs(30));
+                // Still pinged when taken: a connection the server dropped (a restart,
+                // a failover) is replaced then instead of failing a request.
+                match &follow {
+                    None => pool.connect_with(options.clone()).await?,
+                    Some(failover) => {
+                        let (on_connect, on_acquire) = (failover.clone(), failover.clone());
+                        pool
+                            // A new connection to a host that turned read-only is refused
+                            // (the pool tries again, by then on the monitor's new host).
+                            .after_connect(move |conn, _| {
+                                let failover = on_connect.clone();
+                                Box::pin(async move {
+                                    match failover::writable(conn).await {
+                                        Ok(()) => Ok(()),
+                                        Err(why) => {
+                                            failover.nudge();
+                                            Err(sqlx::Error::Protocol(why))
+                                        }
+                                    }
+                                })
+                            })
+                            // One opened before the last switch points at the old host.
+                            .before_acquire(move |_, meta| {
+                                let fresh = !on_acquire.is_stale(meta.age);
+                                Box::pin(async move { Ok(fresh) })
+                            })
+                            .connect_with(options.clone())
+                            .await?
+                    }
+                }
             }
+        };
+        let readiness = match (&follow, backend) {
+            (Some(failover), _) => failover::Readiness::Follow {
+                failover: failover.clone(),
+                _monitor: failover::Monitor::start(failover.clone(), pool.clone()),
+            },
+            (None, Backend::Postgres) => failover::Readiness::Postgres,
+            (None, Backend::Sqlite) => failover::Readiness::Sqlite {
+                path: std::path::PathBuf::from(
+                    url.trim_start_matches("sqlite://")
+                        .split('?')
+                        .next()
+                        .unwrap_or_default(),
+                ),
+            },
         };
         let store = SqlStore {
             pool,
@@ -139,6 +205,7 @@ impl SqlStore {
             checkpointer: None,
             begun: Default::default(),
             combiner: Default::default(),
+            ready: std::sync::Arc::new(failover::Ready::new(readiness)),
         };
         migrate::run(&store.pool, backend).await?;
         let checkpointer = match backend {
@@ -151,16 +218,54 @@ impl SqlStore {
         })
     }
 
+    /// Whether the store can write now: SQLite's file is writable, PostgreSQL answers and is
+    /// neither a standby nor read-only. Checked at most once a second (health checks ask often).
+    pub async fn ready(&self) -> Result<()> {
+        self.ready.check(&self.pool).await
+    }
+
     /// A transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`), waiting
     /// for it under the busy timeout: a deferred transaction that reads and then writes fails
     /// outright when another process (a second replica or tool) wrote in between.
     pub(crate) async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
         self.begun
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.pool.begin().await?,
-        })
+        // A connection lost between transactions (a failover, a restart) fails here before
+        // anything was sent: trying again, on the connection the pool opens next (by then on
+        // the new host), doubles nothing.
+        let mut attempt = 1;
+        loop {
+            let begun = match self.backend {
+                Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+                Backend::Postgres => self.pool.begin().await,
+            };
+            match begun {
+                Ok(tx) => return Ok(tx),
+                Err(e) => {
+                    let e = StoreError::from(e);
+                    if self.backend == Backend::Sqlite
+                        || !e.is_unavailable()
+                        || attempt >= BEGIN_ATTEMPTS
+                    {
+                        return Err(e);
+                    }
+                    tracing::debug!(attempt, error = ?e, "database connection lost at BEGIN; trying again");
+                    tokio::time::sleep(FAILOVER_BACKOFF * attempt).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// The PostgreSQL host (`host:port`) the store writes to now, where it follows a failover
+    /// among several; `None` otherwise.
+    pub fn database_host(&self) -> Option<String> {
+        match &self.ready.kind {
+            failover::Readiness::Follow { failover, .. } => {
+                Some(failover.current_host().to_owned())
+            }
+            _ => None,
+        }
     }
 
     /// How many transactions this store has begun: what a path costs in the write lock
@@ -201,8 +306,18 @@ pub(crate) fn gib(mb: i64) -> u32 {
     u32::try_from((mb + 512) / 1024).unwrap_or(u32::MAX)
 }
 
+/// How often `begin` tries when the connection is lost before the transaction started.
+const BEGIN_ATTEMPTS: u32 = 5;
+/// The wait before another try after a failover-class error, times the attempt: 0.25 s up to
+/// 1 s, about as long as the failover monitor takes to find the new host.
+const FAILOVER_BACKOFF: Duration = Duration::from_millis(250);
+
 /// Runs a transaction again when the database aborted it to break a deadlock or a
-/// serialization conflict; such an abort leaves nothing behind.
+/// serialization conflict, or refused its first write as read-only (the host was demoted;
+/// the monitor moves the pool meanwhile); such an abort leaves nothing behind. A connection
+/// lost during the transaction is not retried here: its COMMIT may have been applied with the
+/// answer lost, so the error goes back to the client (503), whose retry with the same
+/// `Idempotency-Key` finds what was committed instead of doing it twice.
 pub(crate) async fn retry_transient<T, F, Fut>(what: &'static str, mut run: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -214,6 +329,11 @@ where
         match run().await {
             Err(e) if e.is_transient() && attempt < ATTEMPTS => {
                 tracing::debug!(what, attempt, error = ?e, "transient database conflict; retrying");
+                attempt += 1;
+            }
+            Err(e) if e.is_read_only() && attempt < ATTEMPTS => {
+                tracing::debug!(what, attempt, error = ?e, "database turned read-only; retrying");
+                tokio::time::sleep(FAILOVER_BACKOFF * attempt).await;
                 attempt += 1;
             }
             result => return result,

@@ -44,8 +44,7 @@ impl UserStore for SqlStore {
     }
 
     async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
+        self.ready().await
     }
 
     async fn ensure_admin(&self, token_hash: &str, now: DateTime<Utc>) -> Result<bool> {

@@ -99,13 +99,12 @@ pub(super) async fn reserve(
             })
             .collect::<Result<_, _>>()?,
     };
-    let r: Reservation = api
-        .post(
-            "/api/v1/reservations",
-            &body,
-            args.idempotency_key.as_deref(),
-        )
-        .await?;
+    // Always keyed, so that a retry through a failover (its first answer lost) reserves once.
+    let key = args
+        .idempotency_key
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let r: Reservation = api.post("/api/v1/reservations", &body, Some(&key)).await?;
     if json {
         return print_json(&r);
     }

@@ -376,6 +376,11 @@ impl TestApp {
         self.server = Some(server);
     }
 
+    /// The URL of the server's database.
+    pub fn database_url(&self) -> &str {
+        &self._db.url
+    }
+
     /// Runs SQL on the database behind the server's back (as an attacker with access would).
     pub async fn raw_sql(&self, sql: &str) {
         let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&self._db.url)
