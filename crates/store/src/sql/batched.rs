@@ -298,7 +298,17 @@ impl SqlStore {
                 at: ts(jobs[a.job].now),
             })
             .collect();
-        let holds = ledger::push_holds(&mut batch, backend, &holds);
+        if one {
+            // Locked in order before the statement that moves the money, whose parts run in
+            // no set order (two writers may hold batches of the same tenants).
+            let mut locks = Batch::default();
+            ledger::push_account_locks(
+                &mut locks,
+                holds.iter().filter(|h| h.amount > 0).map(|h| h.tenant_id),
+            );
+            locks.run(&mut tx, backend).await?;
+        }
+        let holds = ledger::push_holds(&mut batch, &holds);
         let written = if one {
             batch.run_as_one(&mut tx, row_part).await
         } else {

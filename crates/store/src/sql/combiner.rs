@@ -27,7 +27,19 @@ pub(super) struct Combiner {
 #[derive(Default)]
 struct Pending {
     jobs: Vec<(Job, oneshot::Sender<Batched>)>,
-    writing: bool,
+    /// Writer tasks running.
+    writers: usize,
+}
+
+/// Writers at once. SQLite has one connection and one writer anyway. On PostgreSQL a second
+/// writer would read and plan while the first waits for its round trips (their candidates are
+/// read `FOR UPDATE SKIP LOCKED`, so two batches take different GPUs), but measured it halved
+/// the batches and lost more than it overlapped (`bench reserve`, 2026-12-02: 407-505/s with
+/// two, 467-599/s with one); other replicas' writers still run beside this one.
+fn most_writers(backend: crate::Backend) -> usize {
+    match backend {
+        crate::Backend::Sqlite | crate::Backend::Postgres => 1,
+    }
 }
 
 impl std::fmt::Debug for Combiner {
@@ -43,11 +55,12 @@ impl Combiner {
     }
 }
 
-/// The writer's mark: when its task ends early (a panic), the requests still waiting are
-/// dropped, so that their callers place them alone, and the next request starts a writer.
+/// A writer's mark: when its task ends early (a panic), it leaves the writers, and when it was
+/// the last the requests still waiting are dropped, so that their callers place them alone and
+/// the next request starts a writer.
 struct Writing<'a> {
     combiner: &'a Combiner,
-    /// Ended normally: `writing` was cleared with the last batch taken.
+    /// Ended normally: it left `writers` when it found nothing to take.
     done: bool,
 }
 
@@ -57,8 +70,10 @@ impl Drop for Writing<'_> {
             return;
         }
         let mut pending = self.combiner.lock();
-        pending.writing = false;
-        pending.jobs.clear();
+        pending.writers = pending.writers.saturating_sub(1);
+        if pending.writers == 0 {
+            pending.jobs.clear();
+        }
     }
 }
 
@@ -85,7 +100,11 @@ impl SqlStore {
         let start = {
             let mut pending = self.combiner.lock();
             pending.jobs.push((job, reply));
-            !std::mem::replace(&mut pending.writing, true)
+            let start = pending.writers < most_writers(self.backend);
+            if start {
+                pending.writers += 1;
+            }
+            start
         };
         if start {
             // A task of its own: a caller that goes away (its client hung up) does not take a
@@ -112,7 +131,7 @@ impl SqlStore {
             let (jobs, replies): (Vec<Job>, Vec<oneshot::Sender<Batched>>) = {
                 let mut pending = self.combiner.lock();
                 if pending.jobs.is_empty() {
-                    pending.writing = false;
+                    pending.writers -= 1;
                     mark.done = true;
                     break;
                 }

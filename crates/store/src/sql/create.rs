@@ -76,7 +76,6 @@ pub(super) async fn take_hold(
         let mut batch = Batch::default();
         let holds = ledger::push_holds(
             &mut batch,
-            backend,
             &[ledger::Hold {
                 tenant_id: &new.tenant_id,
                 reservation_id: id,

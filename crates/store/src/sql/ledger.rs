@@ -140,6 +140,33 @@ pub(crate) struct Hold<'a> {
     pub at: i64,
 }
 
+/// Adds to `batch` the lock of the accounts the holds of `tenants` move (PostgreSQL), in id
+/// order as every transfer takes them, so that transactions moving money between overlapping
+/// accounts cannot deadlock.
+pub(crate) fn push_account_locks<'a>(
+    batch: &mut super::batch::Batch,
+    tenants: impl IntoIterator<Item = &'a str>,
+) {
+    use super::batch::Arg;
+    let mut accounts: Vec<String> = tenants
+        .into_iter()
+        .flat_map(|t| [hold_account(t), user_account(t)])
+        .collect();
+    accounts.sort();
+    accounts.dedup();
+    if accounts.is_empty() {
+        return;
+    }
+    let ids: Vec<String> = (1..=accounts.len()).map(|i| format!("${i}")).collect();
+    batch.push(
+        format!(
+            "SELECT id FROM accounts WHERE id IN ({}) ORDER BY id FOR UPDATE",
+            ids.join(", ")
+        ),
+        accounts.into_iter().map(Arg::from).collect(),
+    );
+}
+
 /// The holds [`push_holds`] added to a batch.
 pub(crate) struct Holds {
     /// The answers of the credit and the guarded debit; `None`: nothing to move.
@@ -166,12 +193,10 @@ impl Holds {
 /// Adds to `batch` the moving of each hold's amount from its tenant's balance to its hold
 /// account, only where the balance covers all of that tenant's holds (the guard is in the
 /// UPDATE itself, so two transactions cannot both spend the same money), with a transfer row
-/// each. Holds of nothing move nothing.
-pub(crate) fn push_holds(
-    batch: &mut super::batch::Batch,
-    backend: crate::Backend,
-    holds: &[Hold<'_>],
-) -> Holds {
+/// each. Holds of nothing move nothing. The credits come before the debits, in account id
+/// order as every transfer takes them; where the statements may run as one
+/// (`Batch::run_as_one`), the caller locks the accounts first ([`push_account_locks`]).
+pub(crate) fn push_holds(batch: &mut super::batch::Batch, holds: &[Hold<'_>]) -> Holds {
     use super::batch::Arg;
     let mut per_tenant: std::collections::BTreeMap<&str, i64> = Default::default();
     for h in holds.iter().filter(|h| h.amount > 0) {
@@ -195,25 +220,6 @@ pub(crate) fn push_holds(
         }
         (rows.join(", "), args)
     };
-    if backend == crate::Backend::Postgres {
-        // Accounts are locked in id order, as every transfer takes them, so that transactions
-        // moving money between overlapping accounts cannot deadlock.
-        let mut ids = Vec::new();
-        let mut args = Vec::new();
-        for tenant in per_tenant.keys() {
-            for account in [hold_account(tenant), user_account(tenant)] {
-                args.push(Arg::from(account));
-                ids.push(format!("${}", args.len()));
-            }
-        }
-        batch.push(
-            format!(
-                "SELECT id FROM accounts WHERE id IN ({}) ORDER BY id FOR UPDATE",
-                ids.join(", ")
-            ),
-            args,
-        );
-    }
     let (rows, args) = values(hold_account);
     let credit = batch.push(
         format!(
