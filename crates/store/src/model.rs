@@ -53,6 +53,23 @@ pub struct NodeCertificate {
     pub revoked: bool,
 }
 
+/// What a sync leaves for its answer, read back by the statement that recorded it: the node's
+/// desired-state version and its health as last recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Synced {
+    pub desired_version: i64,
+    /// The recorded issues as `record_health` writes them (`None`: healthy).
+    pub(crate) health: Option<String>,
+}
+
+impl Synced {
+    /// Whether `issues` are those recorded already: then `record_health` would change nothing
+    /// and need not be asked.
+    pub fn health_is(&self, issues: &[gpurent_types::api::HealthIssue]) -> bool {
+        crate::sql::health_json(issues).ok() == Some(self.health.clone())
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct NewNode {
     pub join_token_hash: String,

@@ -20,6 +20,7 @@ mod placement;
 mod queue;
 mod settlement_rule;
 mod support;
+mod sync_cost;
 mod token_cache;
 mod tunnels;
 mod wal;
