@@ -224,6 +224,8 @@ pub(crate) async fn sync(
     if freed {
         state.wake.wake_scheduler();
     }
+    // The version the answer must be of, and whether it must be read again anyway.
+    let (mut last, mut fresh) = (synced.desired_version, false);
     if let (Some(known), Some(notify), Some(mut notified)) = (held, &notify, notified) {
         let deadline = tokio::time::Instant::now() + wait;
         // On SQLite this is the only replica: every change wakes the sync, none needs a
@@ -232,29 +234,34 @@ pub(crate) async fn sync(
             Backend::Sqlite => wait,
             Backend::Postgres => VERSION_RECHECK,
         };
-        // The version as the sync left it, then as read again after each wake or recheck.
-        let mut version = synced.desired_version;
-        while version == known && !state.wake.is_shutting_down() {
+        // `last`: the version as the sync left it, then as read again after each wake or
+        // recheck.
+        while last == known && !state.wake.is_shutting_down() {
             let now = tokio::time::Instant::now();
             if now >= deadline {
                 break;
             }
             let step = (deadline - now).min(recheck);
-            tokio::select! {
-                _ = notified.as_mut() => {}
-                _ = tokio::time::sleep(step) => {}
-            }
-            // The wait is over: the answer reads the version anyway (one query less per
-            // held sync).
+            let woken = tokio::select! {
+                _ = notified.as_mut() => true,
+                _ = tokio::time::sleep(step) => false,
+            };
+            // The wait is over: the answer is read again if woken, else it is what the sync
+            // read (one query less per held sync).
             if tokio::time::Instant::now() >= deadline {
+                fresh = woken;
                 break;
             }
             notified = Box::pin(notify.notified());
             notified.as_mut().enable();
-            version = state.store.desired_version(&node_id).await?;
+            last = state.store.desired_version(&node_id).await?;
         }
     }
-    let (version, mut assignments) = state.store.desired_state(&node_id).await?;
+    // What the sync read beside its write is the answer while the version is the same.
+    let (version, mut assignments) = match synced.desired_state {
+        Some((v, assignments)) if v == last && !fresh => (v, assignments),
+        _ => state.store.desired_state(&node_id).await?,
+    };
     // Secrets are opened for this answer only (it goes over TLS beyond loopback).
     for a in &mut assignments {
         if let Some(sealed) = a.sealed_secrets.take() {

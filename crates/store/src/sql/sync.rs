@@ -18,6 +18,23 @@ use super::nodes::insert_gpus;
 use super::{retry_transient, ts, SqlStore};
 use crate::{Backend, Result, StoreError, Synced};
 
+/// The node's (parameter `$node`) version and health and its live reservations beside them
+/// (none: one row of NULLs), in one statement, so one snapshot.
+macro_rules! desired_select {
+    ($node:literal) => {
+        concat!(
+            "SELECT n.desired_version, n.health, r.id, r.status, r.epoch, r.gpus, r.vram_mb,
+                    r.image, r.command, r.env, r.log_read, r.ports, r.stop_grace_s, r.checkpoint,
+                    r.secrets
+             FROM nodes n LEFT JOIN reservations r ON r.node_id = n.id AND r.status IN ",
+            live_statuses!(),
+            " WHERE n.id = ",
+            $node,
+            " ORDER BY r.created_at, r.id"
+        )
+    };
+}
+
 pub(super) async fn sync_node(
     store: &SqlStore,
     node_id: &str,
@@ -45,10 +62,9 @@ fn heartbeat_only(report: &SyncRequest) -> bool {
             .is_none_or(|t| busy(&t.gpus).is_empty())
 }
 
-/// The node's row and its GPUs' hour of telemetry in one statement (the rollup's upsert as a
-/// CTE, which PostgreSQL runs to completion whether or not it is read), with no transaction
-/// to begin or commit: what `sync_once` does for such a sync, in one round trip instead of
-/// five.
+/// The node's row, its GPUs' hour of telemetry and the answer's desired state in one
+/// statement, with no transaction to begin or commit: what `sync_once` and `desired_state` do
+/// for such a sync, in one round trip instead of six.
 async fn heartbeat(
     store: &SqlStore,
     node_id: &str,
@@ -61,15 +77,22 @@ async fn heartbeat(
         .as_ref()
         .map(|t| gpu_hours::samples(&t.gpus))
         .unwrap_or_default();
+    // The write as CTEs, which PostgreSQL runs to completion though nothing reads them, and
+    // the answer's read in the statement's snapshot: the version it says is the one of the
+    // assignments beside it (the write's RETURNING could see a placement committed since).
     // The samples' hour is `$5` and they follow it, after `NODE_SEEN`'s own.
-    let sql = if samples.is_empty() {
-        NODE_SEEN.to_owned()
+    let hours = if samples.is_empty() {
+        String::new()
     } else {
         format!(
-            "WITH hours AS ({}) {NODE_SEEN}",
+            "hours AS ({}), ",
             gpu_hours::upsert_sql(samples.len(), 5, 3, 6)
         )
     };
+    let sql = format!(
+        "WITH {hours}seen AS ({NODE_SEEN}) {}",
+        desired_select!("$3")
+    );
     let q = sqlx::query(&sql)
         .bind(at)
         .bind(0_i64)
@@ -80,8 +103,13 @@ async fn heartbeat(
     } else {
         gpu_hours::bind_samples(q.bind(gpu_hours::hour_of(at)), &samples)
     };
-    let row = q.fetch_optional(&store.pool).await?;
-    synced(row, node_id)
+    let rows = q.fetch_all(&store.pool).await?;
+    let (desired_version, health, assignments) = desired_of(&rows, node_id)?;
+    Ok(Synced {
+        desired_version,
+        health,
+        desired_state: Some((desired_version, assignments)),
+    })
 }
 
 /// Rows are locked in one order in every transaction (reservations, accounts, gpus,
@@ -198,6 +226,7 @@ fn synced(row: Option<sqlx::any::AnyRow>, node_id: &str) -> Result<Synced> {
     Ok(Synced {
         desired_version: row.try_get("desired_version")?,
         health: row.try_get("health")?,
+        desired_state: None,
     })
 }
 
@@ -340,24 +369,27 @@ pub(super) async fn desired_state(
     store: &SqlStore,
     node_id: &str,
 ) -> Result<(i64, Vec<Assignment>)> {
-    // One statement, so one snapshot: the node's version and its live reservations beside it
-    // (none: one row of NULLs), with no transaction to begin.
-    let rows = sqlx::query(concat!(
-        "SELECT n.desired_version, r.id, r.status, r.epoch, r.gpus, r.vram_mb, r.image,
-                r.command, r.env, r.log_read, r.ports, r.stop_grace_s, r.checkpoint, r.secrets
-         FROM nodes n LEFT JOIN reservations r ON r.node_id = n.id AND r.status IN ",
-        live_statuses!(),
-        " WHERE n.id = $1 ORDER BY r.created_at, r.id"
-    ))
-    .bind(node_id)
-    .fetch_all(&store.pool)
-    .await?;
-    let version: i64 = rows
+    // No transaction to begin: one statement is one snapshot.
+    let rows = sqlx::query(desired_select!("$1"))
+        .bind(node_id)
+        .fetch_all(&store.pool)
+        .await?;
+    let (version, _, assignments) = desired_of(&rows, node_id)?;
+    Ok((version, assignments))
+}
+
+/// The version, health and assignments of `desired_select!`'s rows.
+fn desired_of(
+    rows: &[sqlx::any::AnyRow],
+    node_id: &str,
+) -> Result<(i64, Option<String>, Vec<Assignment>)> {
+    let first = rows
         .first()
-        .ok_or_else(|| StoreError::not_found("node", node_id))?
-        .try_get("desired_version")?;
+        .ok_or_else(|| StoreError::not_found("node", node_id))?;
+    let version: i64 = first.try_get("desired_version")?;
+    let health: Option<String> = first.try_get("health")?;
     let mut live = Vec::with_capacity(rows.len());
-    for r in &rows {
+    for r in rows {
         if r.try_get::<Option<String>, _>("id")?.is_some() {
             live.push(r);
         }
@@ -392,7 +424,7 @@ pub(super) async fn desired_state(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok((version, assignments))
+    Ok((version, health, assignments))
 }
 
 pub(super) async fn log_rooms(store: &SqlStore, node_id: &str) -> Result<BTreeMap<String, u64>> {
