@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::tls::PeerCert;
 
 /// A new random token with a prefix that says what it is for (`gpr_` user, `gpn_` node,
 /// `gpj_` join).
@@ -92,7 +93,9 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
-/// The node whose agent makes a request, by its node credential.
+/// The node whose agent makes a request, by its node credential, with its certificate checked
+/// (`routes::agent::cert_agrees`: not revoked, and over TLS the connection's own), all from
+/// one read of the node.
 #[derive(Debug, Clone)]
 pub struct AgentNode(pub String);
 
@@ -101,14 +104,17 @@ impl FromRequestParts<AppState> for AgentNode {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let token = bearer(&parts.headers)?;
-        state
+        let (node, cert) = state
             .store
             .authenticate_node(&hash_token(token))
             .await?
-            .map(AgentNode)
-            .inspect(|node| {
-                crate::audit::note_caller(&parts.extensions, &format!("node:{}", node.0))
-            })
-            .ok_or_else(|| ApiError::Unauthorized("unknown node credential".into()))
+            .ok_or_else(|| ApiError::Unauthorized("unknown node credential".into()))?;
+        crate::audit::note_caller(&parts.extensions, &format!("node:{node}"));
+        let peer = match PeerCert::from_request_parts(parts, state).await {
+            Ok(peer) => peer,
+            Err(never) => match never {},
+        };
+        crate::routes::agent::cert_agrees(state, &node, &cert, &peer)?;
+        Ok(AgentNode(node))
     }
 }

@@ -31,7 +31,7 @@ pub use error::StoreError;
 pub use model::{
     AuthUser, Backend, Drained, Fenced, FleetView, GpuCounts, IdempotencyClaim, LedgerCheck,
     LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction, NodeCertificate, QueueView,
-    QueuedReservation, Scope, Want,
+    QueuedReservation, Scope, Synced, Want,
 };
 pub use proxy::{ProxyGrant, ProxyStore, ProxyTokenKind};
 pub use shared_keys::SharedKeyStore;
@@ -250,7 +250,12 @@ pub trait NodeStore: Send + Sync {
         memory_mb: Option<u64>,
     ) -> Result<()>;
 
-    async fn authenticate_node(&self, token_hash: &str) -> Result<Option<String>>;
+    /// The node whose credential hashes to `token_hash`, and its client certificate (what
+    /// every agent request checks next, read in the same statement).
+    async fn authenticate_node(
+        &self,
+        token_hash: &str,
+    ) -> Result<Option<(String, NodeCertificate)>>;
 
     /// Records the SHA-256 of the client certificate signed for a node at registration.
     async fn set_node_certificate(&self, node_id: &str, sha256: &str) -> Result<()>;
@@ -266,13 +271,14 @@ pub trait NodeStore: Send + Sync {
     async fn revoke_node(&self, node: &str, now: DateTime<Utc>) -> Result<String>;
 
     /// Records a heartbeat: new GPUs, the state of each instance the agent reports, and the
-    /// latest telemetry.
+    /// latest telemetry. Returns the node's desired-state version and health as they are
+    /// after it (what the answer and the health check would otherwise read again).
     async fn sync_node(
         &self,
         node_id: &str,
         report: &SyncRequest,
         now: DateTime<Utc>,
-    ) -> Result<()>;
+    ) -> Result<Synced>;
 
     async fn desired_version(&self, node_id: &str) -> Result<i64>;
 

@@ -53,6 +53,26 @@ pub struct NodeCertificate {
     pub revoked: bool,
 }
 
+/// What a sync leaves for its answer, read back by the statement that recorded it: the node's
+/// desired-state version and its health as last recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Synced {
+    pub desired_version: i64,
+    /// The recorded issues as `record_health` writes them (`None`: healthy).
+    pub(crate) health: Option<String>,
+    /// The desired state (`NodeStore::desired_state`) at `desired_version`, where the sync
+    /// read it in the same statement (an idle node's heartbeat on PostgreSQL); else `None`.
+    pub desired_state: Option<(i64, Vec<gpurent_types::agent::Assignment>)>,
+}
+
+impl Synced {
+    /// Whether `issues` are those recorded already: then `record_health` would change nothing
+    /// and need not be asked.
+    pub fn health_is(&self, issues: &[gpurent_types::api::HealthIssue]) -> bool {
+        crate::sql::health_json(issues).ok() == Some(self.health.clone())
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct NewNode {
     pub join_token_hash: String,

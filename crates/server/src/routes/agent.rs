@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use gpurent_store::{Backend, NewNode};
+use gpurent_store::{Backend, NewNode, NodeCertificate};
 use gpurent_types::agent::{
     InstanceState, NodeRegistered, RegisterNode, SyncRequest, SyncResponse, AGENT_EVENT_DETAIL_MAX,
 };
@@ -127,10 +127,8 @@ pub(crate) async fn register(
 pub(crate) async fn sync(
     State(state): State<AppState>,
     AgentNode(node_id): AgentNode,
-    peer: PeerCert,
     AgentJson(body): AgentJson<SyncRequest>,
 ) -> Result<Json<SyncResponse>, ApiError> {
-    check_node_cert(&state, &node_id, &peer).await?;
     validate::inventory(&body.gpus)?;
     if body.instances.len() > MAX_REPORTS {
         return Err(ApiError::Invalid(format!(
@@ -164,18 +162,28 @@ pub(crate) async fn sync(
             e.kind.as_str()
         )));
     }
-    state.store.sync_node(&node_id, &body, state.now()).await?;
-    // The GPUs' health, from this sample: a breach keeps the node out of placement.
+    let wait = Duration::from_millis(body.wait_ms.unwrap_or(0)).min(state.config.max_sync_wait);
+    let held = body.known_version.filter(|_| !wait.is_zero());
+    // Listening before the sync writes: a change after the version it reads back wakes it.
+    let notify = held.map(|_| state.wake.for_node(&node_id));
+    let mut notified = notify.as_ref().map(|n| Box::pin(n.notified()));
+    if let Some(n) = &mut notified {
+        n.as_mut().enable();
+    }
+    let synced = state.store.sync_node(&node_id, &body, state.now()).await?;
+    // The GPUs' health, from this sample: a breach keeps the node out of placement. The sync
+    // read what is recorded: the same issues again need no more.
     if let Some(telemetry) = &body.telemetry {
         let mut issues = breaches(&state.config.health_rules, &telemetry.gpus);
         issues.extend(burn_in_issue(telemetry.burn_in.as_ref()));
         if !issues.is_empty() {
             tracing::warn!(%node_id, ?issues, "GPU health rules breached");
         }
-        if state
-            .store
-            .record_health(&node_id, &issues, state.now())
-            .await?
+        if !synced.health_is(&issues)
+            && state
+                .store
+                .record_health(&node_id, &issues, state.now())
+                .await?
         {
             state.wake.wake_scheduler();
         }
@@ -216,40 +224,44 @@ pub(crate) async fn sync(
     if freed {
         state.wake.wake_scheduler();
     }
-    let wait = Duration::from_millis(body.wait_ms.unwrap_or(0)).min(state.config.max_sync_wait);
-    if let (Some(known), false) = (body.known_version, wait.is_zero()) {
+    // The version the answer must be of, and whether it must be read again anyway.
+    let (mut last, mut fresh) = (synced.desired_version, false);
+    if let (Some(known), Some(notify), Some(mut notified)) = (held, &notify, notified) {
         let deadline = tokio::time::Instant::now() + wait;
-        let notify = state.wake.for_node(&node_id);
         // On SQLite this is the only replica: every change wakes the sync, none needs a
         // recheck (a query per second per node held).
         let recheck = match state.store.backend() {
             Backend::Sqlite => wait,
             Backend::Postgres => VERSION_RECHECK,
         };
-        while !state.wake.is_shutting_down() {
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if state.store.desired_version(&node_id).await? != known {
-                break;
-            }
+        // `last`: the version as the sync left it, then as read again after each wake or
+        // recheck.
+        while last == known && !state.wake.is_shutting_down() {
             let now = tokio::time::Instant::now();
             if now >= deadline {
                 break;
             }
             let step = (deadline - now).min(recheck);
-            tokio::select! {
-                _ = notified => {}
-                _ = tokio::time::sleep(step) => {}
-            }
-            // The wait is over: the answer reads the version anyway (one query less per
-            // held sync).
+            let woken = tokio::select! {
+                _ = notified.as_mut() => true,
+                _ = tokio::time::sleep(step) => false,
+            };
+            // The wait is over: the answer is read again if woken, else it is what the sync
+            // read (one query less per held sync).
             if tokio::time::Instant::now() >= deadline {
+                fresh = woken;
                 break;
             }
+            notified = Box::pin(notify.notified());
+            notified.as_mut().enable();
+            last = state.store.desired_version(&node_id).await?;
         }
     }
-    let (version, mut assignments) = state.store.desired_state(&node_id).await?;
+    // What the sync read beside its write is the answer while the version is the same.
+    let (version, mut assignments) = match synced.desired_state {
+        Some((v, assignments)) if v == last && !fresh => (v, assignments),
+        _ => state.store.desired_state(&node_id).await?,
+    };
     // Secrets are opened for this answer only (it goes over TLS beyond loopback).
     for a in &mut assignments {
         if let Some(sealed) = a.sealed_secrets.take() {
@@ -278,13 +290,24 @@ pub(crate) async fn sync(
 }
 
 /// The node token names the node; its certificate must agree (defense in depth: a stolen
-/// token alone is not enough over TLS), and must not be revoked.
+/// token alone is not enough over TLS), and must not be revoked. `AgentNode` checks it on
+/// every agent request.
 pub(crate) async fn check_node_cert(
     state: &AppState,
     node_id: &str,
     peer: &PeerCert,
 ) -> Result<(), ApiError> {
     let cert = state.store.node_certificate(node_id).await?;
+    cert_agrees(state, node_id, &cert, peer)
+}
+
+/// `check_node_cert` on a certificate read already.
+pub(crate) fn cert_agrees(
+    state: &AppState,
+    node_id: &str,
+    cert: &NodeCertificate,
+    peer: &PeerCert,
+) -> Result<(), ApiError> {
     if cert.revoked {
         tracing::warn!(%node_id, "sync of a revoked node refused");
         return Err(ApiError::Forbidden(

@@ -17,31 +17,32 @@ pub(crate) fn hour_of(at: i64) -> i64 {
     at - at.rem_euclid(HOUR_MICROS)
 }
 
-/// Adds one sync's samples to their GPUs' rows of the hour of `at`, in one statement. Rows are
-/// written in uuid order, so that two syncs naming the same GPUs lock them in the same order.
-/// Samples of GPUs that fell off the bus say nothing about use and are left out.
-pub(crate) async fn record(
-    conn: &mut AnyConnection,
-    node_id: &str,
-    samples: &[GpuSample],
-    at: i64,
-) -> Result<()> {
-    // One sample per GPU: a report naming a GPU twice keeps its last sample.
-    let by_uuid: BTreeMap<&str, &GpuSample> = samples
+/// One sample per GPU (a report naming a GPU twice keeps its last), in uuid order; samples of
+/// GPUs that fell off the bus say nothing about use and are left out.
+pub(crate) fn samples(samples: &[GpuSample]) -> BTreeMap<&str, &GpuSample> {
+    samples
         .iter()
         .filter(|s| !s.lost)
         .map(|s| (s.uuid.as_str(), s))
-        .collect();
-    if by_uuid.is_empty() {
-        return Ok(());
-    }
-    let rows: Vec<String> = (0..by_uuid.len())
+        .collect()
+}
+
+/// The upsert of `rows` samples into their GPUs' rows of an hour: the hour is parameter
+/// `$hour`, the node `$node`, and each row's uuid, utilisation and memory three parameters from
+/// `$first` on (bound by `bind_samples`).
+pub(crate) fn upsert_sql(rows: usize, hour: usize, node: usize, first: usize) -> String {
+    let values: Vec<String> = (0..rows)
         .map(|i| {
-            let p = 3 + i * 3;
-            format!("($1, ${}, $2, 1, ${}, ${}, ${})", p, p + 1, p + 2, p + 2)
+            let p = first + i * 3;
+            format!(
+                "(${hour}, ${p}, ${node}, 1, ${}, ${}, ${})",
+                p + 1,
+                p + 2,
+                p + 2
+            )
         })
         .collect();
-    let sql = format!(
+    format!(
         "INSERT INTO gpu_hours (hour, gpu_uuid, node_id, samples, util_sum, mem_used_mb_sum,
             mem_max_mb)
          VALUES {}
@@ -52,16 +53,39 @@ pub(crate) async fn record(
             mem_used_mb_sum = gpu_hours.mem_used_mb_sum + excluded.mem_used_mb_sum,
             mem_max_mb = CASE WHEN excluded.mem_max_mb > gpu_hours.mem_max_mb
                 THEN excluded.mem_max_mb ELSE gpu_hours.mem_max_mb END",
-        rows.join(", ")
-    );
-    let mut q = sqlx::query(&sql).bind(hour_of(at)).bind(node_id);
-    for (uuid, s) in by_uuid {
+        values.join(", ")
+    )
+}
+
+/// Binds each sample's three parameters of `upsert_sql`, in its order.
+pub(crate) fn bind_samples<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    samples: &BTreeMap<&'q str, &GpuSample>,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    for (uuid, s) in samples {
         q = q
-            .bind(uuid)
+            .bind(*uuid)
             .bind(i64::from(s.utilization_pct.min(100)))
             .bind(i64::try_from(s.memory_used_mb).unwrap_or(i64::MAX));
     }
-    q.execute(&mut *conn).await?;
+    q
+}
+
+/// Adds one sync's samples to their GPUs' rows of the hour of `at`, in one statement. Rows are
+/// written in uuid order, so that two syncs naming the same GPUs lock them in the same order.
+pub(crate) async fn record(
+    conn: &mut AnyConnection,
+    node_id: &str,
+    samples: &[GpuSample],
+    at: i64,
+) -> Result<()> {
+    let by_uuid = self::samples(samples);
+    if by_uuid.is_empty() {
+        return Ok(());
+    }
+    let sql = upsert_sql(by_uuid.len(), 1, 2, 3);
+    let q = sqlx::query(&sql).bind(hour_of(at)).bind(node_id);
+    bind_samples(q, &by_uuid).execute(&mut *conn).await?;
     Ok(())
 }
 

@@ -5,6 +5,16 @@ use chrono::{DateTime, Utc};
 use super::{ts, SqlStore};
 use crate::{Result, StoreError};
 
+/// A node's issues as its `health` column holds them: none is NULL, never an empty string.
+pub(crate) fn health_json(issues: &[gpurent_types::api::HealthIssue]) -> Result<Option<String>> {
+    if issues.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(issues)
+        .map(Some)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
 /// Records a node's health issues (see `NodeStore::record_health`): written, with its event,
 /// only when they changed.
 pub(super) async fn record_health(
@@ -13,13 +23,10 @@ pub(super) async fn record_health(
     issues: &[gpurent_types::api::HealthIssue],
     now: DateTime<Utc>,
 ) -> Result<bool> {
-    let json = if issues.is_empty() {
-        None
-    } else {
-        Some(serde_json::to_string(issues).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-    };
-    // Every sync with telemetry comes here, and health seldom changes: a sample like the last
-    // is one read, with no transaction and no write.
+    let json = health_json(issues)?;
+    // Health seldom changes, and a sync reads what is recorded (`Synced::health_is`): a sync
+    // comes here when it changed, and a sample like the last is one read, with no
+    // transaction and no write.
     let before: Option<Option<String>> =
         sqlx::query_scalar("SELECT health FROM nodes WHERE id = $1")
             .bind(node_id)

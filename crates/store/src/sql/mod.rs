@@ -50,6 +50,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, ConnectOptions, Executor};
 
 pub use audit::CheckpointPolicy;
+pub(crate) use health::health_json;
 pub use settlement::Settled;
 
 use crate::{Backend, Result, StoreError};

@@ -9,7 +9,9 @@ use gpurent_types::agent::{Assignment, SyncRequest};
 use gpurent_types::api::{Event, HealthIssue, HostVerification, Node};
 
 use super::{drain, events, fencing, fleet, gpu_hours, health, nodes, sync, ts, SqlStore};
-use crate::{Drained, Fenced, FleetView, NewNode, NodeAction, NodeCertificate, NodeStore, Result};
+use crate::{
+    Drained, Fenced, FleetView, NewNode, NodeAction, NodeCertificate, NodeStore, Result, Synced,
+};
 
 #[async_trait]
 impl NodeStore for SqlStore {
@@ -61,7 +63,10 @@ impl NodeStore for SqlStore {
         nodes::set_capacity(self, node_id, cpus, memory_mb).await
     }
 
-    async fn authenticate_node(&self, token_hash: &str) -> Result<Option<String>> {
+    async fn authenticate_node(
+        &self,
+        token_hash: &str,
+    ) -> Result<Option<(String, NodeCertificate)>> {
         nodes::authenticate_node(self, token_hash).await
     }
 
@@ -86,7 +91,7 @@ impl NodeStore for SqlStore {
         node_id: &str,
         report: &SyncRequest,
         now: DateTime<Utc>,
-    ) -> Result<()> {
+    ) -> Result<Synced> {
         sync::sync_node(self, node_id, report, now).await
     }
 

@@ -183,13 +183,21 @@ pub(super) async fn register_node(
 pub(super) async fn authenticate_node(
     store: &SqlStore,
     token_hash: &str,
-) -> Result<Option<String>> {
-    Ok(
-        sqlx::query_scalar("SELECT id FROM nodes WHERE token_hash = $1")
+) -> Result<Option<(String, NodeCertificate)>> {
+    let row: Option<(String, Option<String>, Option<i64>)> =
+        sqlx::query_as("SELECT id, cert_sha256, cert_revoked_at FROM nodes WHERE token_hash = $1")
             .bind(token_hash)
             .fetch_optional(&store.pool)
-            .await?,
-    )
+            .await?;
+    Ok(row.map(|(id, sha256, revoked_at)| {
+        (
+            id,
+            NodeCertificate {
+                sha256,
+                revoked: revoked_at.is_some(),
+            },
+        )
+    }))
 }
 
 pub(super) async fn set_node_certificate(

@@ -23,6 +23,7 @@ mod queue;
 mod settlement_rule;
 mod shared_keys;
 mod support;
+mod sync_cost;
 mod token_cache;
 mod tunnels;
 mod wal;
