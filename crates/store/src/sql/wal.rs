@@ -65,7 +65,13 @@ pub(crate) const NO_AUTOCHECKPOINT: &str = "PRAGMA wal_autocheckpoint = 0";
 /// [`EVERY`], passively: frames a reader still needs are left for the next time, and writers
 /// go on meanwhile.
 pub(crate) async fn start(options: &AnyConnectOptions) -> Result<Checkpointer> {
-    let mut conn = options.connect().await?;
+    // Its statements are not the store's work: they are not logged, so that what the tests
+    // count of a path's statements is the path's alone.
+    let mut conn = options
+        .clone()
+        .log_statements(tracing::log::LevelFilter::Off)
+        .connect()
+        .await?;
     conn.execute("PRAGMA busy_timeout = 10000").await?;
     let (stop, mut stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
