@@ -28,6 +28,14 @@ impl Drop for TempDir {
 }
 
 impl TestDatabase {
+    /// A fresh SQLite database and the store opened on it (the database lives as long as the
+    /// first value).
+    pub async fn sqlite_store() -> Result<(Self, crate::SqlStore)> {
+        let db = TestDatabase::new(Backend::Sqlite).await?;
+        let store = crate::SqlStore::connect(&db.url).await?;
+        Ok((db, store))
+    }
+
     pub async fn new(backend: Backend) -> Result<Self> {
         let name = format!("gpurent_test_{}", uuid::Uuid::new_v4().simple());
         match backend {

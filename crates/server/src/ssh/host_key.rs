@@ -117,20 +117,11 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    async fn database() -> (
-        gpurent_store::testing::TestDatabase,
-        gpurent_store::SqlStore,
-    ) {
-        let db = gpurent_store::testing::TestDatabase::new(gpurent_store::Backend::Sqlite)
-            .await
-            .unwrap();
-        let store = gpurent_store::SqlStore::connect(&db.url).await.unwrap();
-        (db, store)
-    }
-
     #[tokio::test]
     async fn the_key_is_made_once_and_kept() {
-        let (_db, store) = database().await;
+        let (_db, store) = gpurent_store::testing::TestDatabase::sqlite_store()
+            .await
+            .unwrap();
         let master = crate::secrets::LocalKey::from_bytes(&[3; 32]);
         let dir = tempfile::tempdir().unwrap();
         let first = load_or_create(&store, &master, dir.path(), Utc::now())
@@ -158,7 +149,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_data_dir_key_is_imported_and_a_different_one_refused() {
-        let (_db, store) = database().await;
+        let (_db, store) = gpurent_store::testing::TestDatabase::sqlite_store()
+            .await
+            .unwrap();
         let master = crate::secrets::LocalKey::from_bytes(&[3; 32]);
         let old = generate().unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -182,7 +175,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_broken_key_file_is_an_error_not_a_new_key() {
-        let (_db, store) = database().await;
+        let (_db, store) = gpurent_store::testing::TestDatabase::sqlite_store()
+            .await
+            .unwrap();
         let master = crate::secrets::LocalKey::from_bytes(&[3; 32]);
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(HOST_KEY_FILE), "garbage").unwrap();

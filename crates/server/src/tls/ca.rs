@@ -268,20 +268,11 @@ mod tests {
         params.serialize_request(&key).unwrap().pem().unwrap()
     }
 
-    async fn database() -> (
-        gpurent_store::testing::TestDatabase,
-        gpurent_store::SqlStore,
-    ) {
-        let db = gpurent_store::testing::TestDatabase::new(gpurent_store::Backend::Sqlite)
-            .await
-            .unwrap();
-        let store = gpurent_store::SqlStore::connect(&db.url).await.unwrap();
-        (db, store)
-    }
-
     #[tokio::test]
     async fn a_node_certificate_chains_to_the_ca_and_names_the_node_only() {
-        let (_db, store) = database().await;
+        let (_db, store) = gpurent_store::testing::TestDatabase::sqlite_store()
+            .await
+            .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let master = crate::secrets::LocalKey::from_bytes(&[5; 32]);
         let ca = NodeCa::load_or_create(&store, &master, dir.path(), Utc::now())
@@ -349,7 +340,9 @@ mod tests {
             .expect("a node certificate the CA signed is accepted");
 
         // Another CA's certificate is not.
-        let (_other_db, other_store) = database().await;
+        let (_other_db, other_store) = gpurent_store::testing::TestDatabase::sqlite_store()
+            .await
+            .unwrap();
         let other = tempfile::tempdir().unwrap();
         let stranger = NodeCa::load_or_create(&other_store, &master, other.path(), Utc::now())
             .await
@@ -369,7 +362,9 @@ mod tests {
     /// in `ca.key`): imported into the database; another data dir's CA is then refused.
     #[tokio::test]
     async fn a_data_dir_ca_is_imported_and_a_different_one_refused() {
-        let (_db, store) = database().await;
+        let (_db, store) = gpurent_store::testing::TestDatabase::sqlite_store()
+            .await
+            .unwrap();
         let master = crate::secrets::LocalKey::from_bytes(&[5; 32]);
         let old = Stored::from_bytes(&generate().unwrap()).unwrap();
         let dir = tempfile::tempdir().unwrap();

@@ -129,6 +129,17 @@ impl Cluster {
                 "--locale=C",
             ],
         );
+        let cluster = Self::started(dir);
+        let mut conn = cluster.connect("postgres").await;
+        sqlx::query("CREATE DATABASE gpurent")
+            .execute(&mut conn)
+            .await
+            .expect("create database");
+        cluster
+    }
+
+    /// A cluster on a free port over the data prepared in `dir`, configured and started.
+    fn started(dir: tempfile::TempDir) -> Cluster {
         let port = free_port();
         Self::configure(dir.path(), port);
         let mut cluster = Cluster {
@@ -137,11 +148,6 @@ impl Cluster {
             running: false,
         };
         cluster.start();
-        let mut conn = cluster.connect("postgres").await;
-        sqlx::query("CREATE DATABASE gpurent")
-            .execute(&mut conn)
-            .await
-            .expect("create database");
         cluster
     }
 
@@ -168,15 +174,7 @@ impl Cluster {
                 "fast",
             ],
         );
-        let port = free_port();
-        Self::configure(dir.path(), port);
-        let mut cluster = Cluster {
-            port,
-            dir,
-            running: false,
-        };
-        cluster.start();
-        cluster
+        Self::started(dir)
     }
 
     pub async fn connect(&self, db: &str) -> sqlx::PgConnection {

@@ -12,7 +12,7 @@ use gpurent_store::prelude::*;
 use gpurent_store::{Backend, NewReservation, Scope, StoreError};
 use gpurent_types::{Money, ReservationStatus, Tier};
 
-use crate::support::{one_gpu, t0, Fixture};
+use crate::support::{one_gpu, t0, Fixture, Statements};
 
 async fn assert_consistent(f: &Fixture) {
     let problems = f.store.allocation_problems().await.expect("check");
@@ -155,26 +155,6 @@ async fn concurrent_reservations_take_every_gpu_once_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_reservations_take_every_gpu_once_postgres() {
     concurrent_reservations_take_every_gpu_once(Backend::Postgres).await;
-}
-
-/// Counts the queries the store sends, each a round trip to the database (sqlx logs each at
-/// trace level as `sqlx::query`; a batch of statements sent together counts once).
-struct Statements(AtomicU64);
-
-impl tracing::Subscriber for Statements {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        metadata.target() == "sqlx::query"
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, _: &tracing::Event<'_>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// The queries a reservation like `bench reserve`'s sends (one whole GPU, on demand, no

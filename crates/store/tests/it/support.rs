@@ -140,3 +140,24 @@ impl Fixture {
 }
 
 pub fn assert_send_sync<T: Store + Send + Sync>(_: &T) {}
+
+/// Counts the queries the store sends, each a round trip to the database (sqlx logs each at
+/// trace level as `sqlx::query`; a batch of statements sent together counts once). Installed
+/// as the global subscriber by a test that runs in a process of its own (nextest).
+pub struct Statements(pub std::sync::atomic::AtomicU64);
+
+impl tracing::Subscriber for Statements {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.target() == "sqlx::query"
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}

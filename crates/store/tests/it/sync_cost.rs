@@ -14,26 +14,7 @@ use gpurent_store::Backend;
 use gpurent_types::agent::{GpuSample, NodeTelemetry, SyncRequest};
 use gpurent_types::api::HealthIssue;
 
-use crate::support::{one_gpu, t0, Fixture};
-
-/// Counts the statements the store sends (sqlx logs each at trace level as `sqlx::query`).
-struct Statements(AtomicU64);
-
-impl tracing::Subscriber for Statements {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        metadata.target() == "sqlx::query"
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, _: &tracing::Event<'_>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
+use crate::support::{one_gpu, t0, Fixture, Statements};
 
 /// Eight idle GPUs' samples, as a held sync of `bench fleet`'s agents sends them.
 fn heartbeat(node: &str, known: i64) -> SyncRequest {
