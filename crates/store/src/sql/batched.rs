@@ -353,7 +353,8 @@ impl SqlStore {
             let balance: Option<i64> = row.try_get("balance")?;
             let Some(balance) = balance else { continue };
             if caps.is_some() {
-                counted.push((t, caps, caps::push_usage(&mut usage, self.backend, t, "")));
+                let usage = caps::push_usage(&mut usage, self.backend, t, "");
+                counted.push((t, caps, job.new.limits, usage));
             }
             tenants.insert(
                 t,
@@ -369,9 +370,8 @@ impl SqlStore {
             return Ok(tenants);
         }
         let answers = usage.run(conn, self.backend).await?;
-        for (t, caps, part) in counted {
-            let (caps_now, live, spend) =
-                caps::usage_in(&answers, &part, caps, t, &jobs_limits(jobs, t))?;
+        for (t, caps, limits, part) in counted {
+            let (caps_now, live, spend) = caps::usage_in(&answers, &part, caps, t, &limits)?;
             if let Some(tenant) = tenants.get_mut(t) {
                 tenant.caps = caps_now;
                 tenant.live = live;
@@ -380,10 +380,4 @@ impl SqlStore {
         }
         Ok(tenants)
     }
-}
-
-fn jobs_limits(jobs: &[Job], tenant: &str) -> crate::TenantLimits {
-    jobs.iter()
-        .find(|j| j.new.tenant_id == tenant)
-        .map_or(crate::TenantLimits::UNLIMITED, |j| j.new.limits)
 }

@@ -24,22 +24,15 @@ pub(super) struct Combiner {
     pending: Mutex<Pending>,
 }
 
+/// One writer at a time, for each replica. On PostgreSQL a second one would read and plan while
+/// the first waits for its round trips, but measured it halved the batches and lost more than it
+/// overlapped (`bench reserve`, 2026-12-02: 407-505/s with two, 467-599/s with one); other
+/// replicas' writers run beside this one (their candidates are read `FOR UPDATE SKIP LOCKED`).
 #[derive(Default)]
 struct Pending {
     jobs: Vec<(Job, oneshot::Sender<Batched>)>,
-    /// Writer tasks running.
-    writers: usize,
-}
-
-/// Writers at once. SQLite has one connection and one writer anyway. On PostgreSQL a second
-/// writer would read and plan while the first waits for its round trips (their candidates are
-/// read `FOR UPDATE SKIP LOCKED`, so two batches take different GPUs), but measured it halved
-/// the batches and lost more than it overlapped (`bench reserve`, 2026-12-02: 407-505/s with
-/// two, 467-599/s with one); other replicas' writers still run beside this one.
-fn most_writers(backend: crate::Backend) -> usize {
-    match backend {
-        crate::Backend::Sqlite | crate::Backend::Postgres => 1,
-    }
+    /// A writer task runs.
+    writing: bool,
 }
 
 impl std::fmt::Debug for Combiner {
@@ -55,12 +48,11 @@ impl Combiner {
     }
 }
 
-/// A writer's mark: when its task ends early (a panic), it leaves the writers, and when it was
-/// the last the requests still waiting are dropped, so that their callers place them alone and
-/// the next request starts a writer.
+/// The writer's mark: when its task ends early (a panic), the requests still waiting are
+/// dropped, so that their callers place them alone, and the next request starts a writer.
 struct Writing<'a> {
     combiner: &'a Combiner,
-    /// Ended normally: it left `writers` when it found nothing to take.
+    /// Ended normally: `writing` was cleared with the last batch taken.
     done: bool,
 }
 
@@ -70,10 +62,8 @@ impl Drop for Writing<'_> {
             return;
         }
         let mut pending = self.combiner.lock();
-        pending.writers = pending.writers.saturating_sub(1);
-        if pending.writers == 0 {
-            pending.jobs.clear();
-        }
+        pending.writing = false;
+        pending.jobs.clear();
     }
 }
 
@@ -100,11 +90,7 @@ impl SqlStore {
         let start = {
             let mut pending = self.combiner.lock();
             pending.jobs.push((job, reply));
-            let start = pending.writers < most_writers(self.backend);
-            if start {
-                pending.writers += 1;
-            }
-            start
+            !std::mem::replace(&mut pending.writing, true)
         };
         if start {
             // A task of its own: a caller that goes away (its client hung up) does not take a
@@ -131,7 +117,7 @@ impl SqlStore {
             let (jobs, replies): (Vec<Job>, Vec<oneshot::Sender<Batched>>) = {
                 let mut pending = self.combiner.lock();
                 if pending.jobs.is_empty() {
-                    pending.writers -= 1;
+                    pending.writing = false;
                     mark.done = true;
                     break;
                 }
