@@ -19,6 +19,7 @@ use super::{
     session_env, CloseOnShutdown, Entered, EntryControl, EntryError, EntryKind, EntryRequest,
     ExitStatus, Input, Output,
 };
+use crate::executor::process_uid;
 
 /// Where an instance runs on the node, as the process executor found it.
 #[derive(Debug, Clone)]
@@ -184,18 +185,6 @@ pub fn spawn(target: &LocalTarget, request: &EntryRequest) -> Result<Entered, En
             ended: false,
         }),
     })
-}
-
-/// The real uid of a process, from `/proc/PID/status`.
-fn process_uid(pid: i32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// Runs the SFTP helper for the target: `HELPER instance-sftp ARGS`, which confines itself,

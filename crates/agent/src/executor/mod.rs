@@ -7,6 +7,8 @@ mod cgroup;
 pub mod docker;
 mod limits;
 mod process;
+/// A process's real uid (`/proc`), for the entry sessions that check whose process they join.
+pub(crate) use process::process_uid;
 pub mod resources;
 mod sandbox;
 mod sim;

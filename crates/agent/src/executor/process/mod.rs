@@ -40,7 +40,8 @@ mod output;
 mod procfs;
 mod start;
 
-use procfs::{group_runs, process_group_of, process_state, process_uid};
+pub(crate) use procfs::process_uid;
+use procfs::{group_runs, process_group_of, process_state};
 
 /// The default first uid of the range instances run as (`--instance-uid-base`): above the
 /// ranges distributions and `/etc/subuid` usually hand out (100000 + 65536).

@@ -8,7 +8,7 @@ use nix::sys::signal::killpg;
 use nix::unistd::Pid;
 
 /// The real uid of a process, from `/proc/PID/status`.
-pub(super) fn process_uid(pid: i32) -> Option<u32> {
+pub(crate) fn process_uid(pid: i32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
