@@ -245,9 +245,13 @@ fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
     ]
 }
 
-/// The one reservation of a [`reservations_of`].
-pub(super) fn first_of(mut reservations: Vec<Reservation>) -> Result<Reservation> {
-    reservations
+/// The one reservation a [`push_inserts`] of `row` wrote, its answer at `row_part`.
+pub(super) fn reservation_of(
+    answers: &Answers,
+    row_part: usize,
+    row: &NewRow<'_>,
+) -> Result<Reservation> {
+    reservations_of(answers, row_part, std::slice::from_ref(row))?
         .pop()
         .ok_or_else(|| StoreError::Corrupt("an insert returned no row".to_owned()))
 }
@@ -389,11 +393,7 @@ impl SqlStore {
         let Some(answers) = unless_replayed(batch.run(&mut tx, self.backend).await)? else {
             return Ok(Attempt::LostRace);
         };
-        let reservation = first_of(reservations_of(
-            &answers,
-            row_part,
-            std::slice::from_ref(&row),
-        )?)?;
+        let reservation = reservation_of(&answers, row_part, &row)?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, tenant_id = %new.tenant_id, tier = %new.tier, %reason, "queued");
         Ok(Attempt::Done(Box::new(reservation), Vec::new()))

@@ -14,8 +14,8 @@ use sqlx::AnyConnection;
 
 use super::batch::{Arg, Batch};
 use super::create::{
-    admit, earlier_reservation, first_of, no_capacity_reason, push_inserts, quote_of,
-    reservations_of, to_json, unless_replayed, Destination, NewRow,
+    admit, earlier_reservation, no_capacity_reason, push_inserts, quote_of, reservation_of,
+    to_json, unless_replayed, Destination, NewRow,
 };
 use super::gpus::{self, Claims, Lock};
 use super::queue::preempt_reservation;
@@ -295,11 +295,7 @@ impl SqlStore {
         if !claims.held(&answers) {
             return Ok(Attempt::LostRace);
         }
-        let reservation = first_of(reservations_of(
-            &answers,
-            row_part,
-            std::slice::from_ref(&row),
-        )?)?;
+        let reservation = reservation_of(&answers, row_part, &row)?;
         admit(&mut tx, self.backend, &answers, caps, new, &quote, &id, at).await?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, node_id = %plan.node_id, tenant_id = %new.tenant_id, tier = %new.tier, "reserved");
