@@ -15,6 +15,15 @@
 #   GPURENT_HA_PG_PORT    pg_auto_failover's monitor (default 15440); the two PostgreSQL
 #                         nodes take the next two
 #   GPURENT_HA_PG_MAJOR   PostgreSQL's major version (default 15, Debian 12's)
+#   GPURENT_HA_MISSED_HEARTBEATS
+#                         heartbeats (of 2 s) a node may miss before the replicas fence it
+#                         (default 10: a node TTL of 20 s, its agent's lease 19 s, longer than
+#                         a database failover, which would otherwise stop and reschedule every
+#                         node's work; a lost node's work then moves after 20 s, not 6 s)
+#   GPURENT_HA_REPLICA_DB_URL_1, _2, _3
+#                         the database URL of one replica (default: both PostgreSQL nodes,
+#                         read-write; `gpurent bench chaos` routes each through a proxy of its
+#                         own to cut one replica from the database)
 #   GPURENT_HA_SIM_AGENT  also start one agent with these simulated GPUs (e.g. 4xRTX4090, the
 #                         sim executor: nothing runs), joined through HAProxy (default: none)
 #   GPURENT_BIN           the gpurent binary (default: gpurent on PATH, else this checkout's
@@ -27,6 +36,8 @@ PORT="${GPURENT_HA_PORT:-18080}"
 PG_PORT="${GPURENT_HA_PG_PORT:-15440}"
 PG_MAJOR="${GPURENT_HA_PG_MAJOR:-15}"
 SIM_AGENT="${GPURENT_HA_SIM_AGENT:-}"
+MISSED="${GPURENT_HA_MISSED_HEARTBEATS:-10}"
+case "$MISSED" in ''|*[!0-9]*|0) echo "ha-up: error: GPURENT_HA_MISSED_HEARTBEATS=$MISSED: a whole number of heartbeats, at least 1" >&2; exit 1 ;; esac
 PG_USER=postgres
 
 say() { printf 'ha-up: %s\n' "$*" >&2; }
@@ -174,7 +185,8 @@ wait_for "a primary and a synchronous secondary" 180 pair_ready
 DB_URL="postgres://postgres@127.0.0.1:$((PG_PORT + 1)),127.0.0.1:$((PG_PORT + 2))/gpurent?target_session_attrs=read-write"
 
 # ---------------------------------------------------------------------------------------------
-# The replicas share the master key (made here once) and the audit key (made by the first)
+# The replicas share the master key (made here once); the keys it seals (node CA, audit
+# signing key, SSH host key) are made by the first replica, in the database
 # ---------------------------------------------------------------------------------------------
 if [ ! -s "$DIR/shared/master.key" ]; then
   (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$DIR/shared/master.key")
@@ -183,13 +195,14 @@ fi
 for n in 1 2 3; do
   rport=$((PORT + n))
   mkdir -p "$DIR/replicas/r$n"
+  url_var="GPURENT_HA_REPLICA_DB_URL_$n"
   start "replica-$n" "$GPURENT" server \
     --data-dir "$DIR/replicas/r$n" \
     --listen "127.0.0.1:$rport" \
     --advertise-url "http://127.0.0.1:$rport" \
-    --database-url "$DB_URL" \
+    --database-url "${!url_var:-$DB_URL}" \
+    --missed-heartbeats "$MISSED" \
     --master-key-file "$DIR/shared/master.key" \
-    --audit-key "$DIR/shared/audit.key" \
     --rate-limit-per-address 0
   if [ "$n" = 1 ]; then
     wait_for "replica 1 to be ready" 120 replica_ready replica-1 "$rport"
@@ -220,7 +233,7 @@ if [ -n "$SIM_AGENT" ]; then
       nodes join-token | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')"
     [ -n "$join" ] || die "could not get a join token for the simulated agent"
     start agent "$GPURENT" --server "$URL" agent --data-dir "$DIR/agent" --name ha-sim \
-      --sim-gpus "$SIM_AGENT" --executor sim --join-token "$join"
+      --sim-gpus "$SIM_AGENT" --executor sim --join-token "$join" --missed-heartbeats "$MISSED"
   fi
 fi
 

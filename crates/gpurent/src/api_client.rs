@@ -77,6 +77,20 @@ fn is_failover_status(status: StatusCode) -> bool {
     )
 }
 
+/// Told of every try's outcome instead of the retry lines on stderr: `None` when the try
+/// was answered, the reason when it failed over (`gpurent bench chaos` counts them).
+#[derive(Clone)]
+pub struct TryObserver(pub std::sync::Arc<TryFn>);
+
+/// See [`TryObserver`].
+pub type TryFn = dyn Fn(Option<&str>) + Send + Sync;
+
+impl std::fmt::Debug for TryObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TryObserver(..)")
+    }
+}
+
 #[derive(Debug)]
 pub struct ApiClient {
     http: reqwest::Client,
@@ -85,6 +99,7 @@ pub struct ApiClient {
     /// Why no token was sent, said when the server asks for one (401).
     unauthorized_hint: Option<String>,
     retry: Retry,
+    observer: Option<TryObserver>,
 }
 
 impl ApiClient {
@@ -98,6 +113,7 @@ impl ApiClient {
             token,
             unauthorized_hint: None,
             retry: Retry::DEFAULT,
+            observer: None,
         }
     }
 
@@ -120,6 +136,7 @@ impl ApiClient {
             token,
             unauthorized_hint: None,
             retry: Retry::DEFAULT,
+            observer: None,
         })
     }
 
@@ -129,29 +146,44 @@ impl ApiClient {
         self
     }
 
+    /// Tells `observer` of every try instead of printing the retry lines.
+    pub fn observe(mut self, observer: TryObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// What a 401 answer says instead of the server's message: why no token was sent.
     pub fn unauthorized_hint(mut self, hint: Option<String>) -> Self {
         self.unauthorized_hint = hint;
         self
     }
 
-    /// Sends a request; a GET, or a write with an `Idempotency-Key`, is sent again (with the
-    /// same key) after a connection error or a 502/503/504, `retry.retries` times at most,
-    /// saying so on stderr. Other writes are sent once: a lost answer may hide a done write.
+    /// Sends a request; a GET, a write with an `Idempotency-Key`, or one that is `Resend::Safe`
+    /// by its nature, is sent again (with the same key) after a connection error or a
+    /// 502/503/504, `retry.retries` times at most, saying so on stderr. Other writes are sent
+    /// once: a lost answer may hide a done write.
     async fn send(
         &self,
         method: Method,
         path: &str,
         body: Option<&serde_json::Value>,
         idempotency_key: Option<&str>,
+        resend: Resend,
     ) -> Result<reqwest::Response, CliError> {
-        let safe = method == Method::GET || idempotency_key.is_some();
+        let safe = method == Method::GET || idempotency_key.is_some() || resend == Resend::Safe;
         let mut retried = 0;
         loop {
-            let why = match self
+            let sent = self
                 .send_once(method.clone(), path, body, idempotency_key)
-                .await
-            {
+                .await;
+            if let Some(observer) = &self.observer {
+                match &sent {
+                    Err(Failure::Transient { why, .. }) => (observer.0)(Some(why)),
+                    Err(Failure::InProgress(e)) => (observer.0)(Some(&e.message)),
+                    Ok(_) | Err(Failure::Answered(_)) => (observer.0)(None),
+                }
+            }
+            let why = match sent {
                 Ok(response) => return Ok(response),
                 Err(Failure::Answered(e)) => return Err(e),
                 Err(Failure::Transient { error, .. }) if !safe || retried >= self.retry.retries => {
@@ -165,11 +197,13 @@ impl ApiClient {
                 Err(Failure::InProgress(e)) => e.message,
             };
             retried += 1;
-            eprintln!(
-                "gpurent: {why}; retrying in {}s ({retried} of {})",
-                self.retry.delay.as_secs_f64(),
-                self.retry.retries
-            );
+            if self.observer.is_none() {
+                eprintln!(
+                    "gpurent: {why}; retrying in {}s ({retried} of {})",
+                    self.retry.delay.as_secs_f64(),
+                    self.retry.retries
+                );
+            }
             tokio::time::sleep(self.retry.delay).await;
         }
     }
@@ -240,7 +274,11 @@ impl ApiClient {
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
-        decode(self.send(Method::GET, path, None, None).await?).await
+        decode(
+            self.send(Method::GET, path, None, None, Resend::Unsafe)
+                .await?,
+        )
+        .await
     }
 
     /// A text answer and the value of one of its headers.
@@ -262,7 +300,9 @@ impl ApiClient {
         path: &str,
         header: &str,
     ) -> Result<(Vec<u8>, Option<String>), CliError> {
-        let response = self.send(Method::GET, path, None, None).await?;
+        let response = self
+            .send(Method::GET, path, None, None, Resend::Unsafe)
+            .await?;
         let value = response
             .headers()
             .get(header)
@@ -284,8 +324,14 @@ impl ApiClient {
         let body =
             serde_json::to_value(body).map_err(|e| CliError::new("bad_request", e.to_string()))?;
         decode(
-            self.send(Method::POST, path, Some(&body), idempotency_key)
-                .await?,
+            self.send(
+                Method::POST,
+                path,
+                Some(&body),
+                idempotency_key,
+                Resend::Unsafe,
+            )
+            .await?,
         )
         .await
     }
@@ -302,7 +348,9 @@ impl ApiClient {
                 Some(a) => format!("{path}{sep}limit=1000&after={a}"),
                 None => format!("{path}{sep}limit=1000"),
             };
-            let response = self.send(Method::GET, &url, None, None).await?;
+            let response = self
+                .send(Method::GET, &url, None, None, Resend::Unsafe)
+                .await?;
             let next = response
                 .headers()
                 .get("x-next-after")
@@ -319,7 +367,11 @@ impl ApiClient {
     }
 
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
-        decode(self.send(Method::DELETE, path, None, None).await?).await
+        decode(
+            self.send(Method::DELETE, path, None, None, Resend::Unsafe)
+                .await?,
+        )
+        .await
     }
 
     pub async fn patch<B: Serialize, T: DeserializeOwned>(
@@ -329,7 +381,11 @@ impl ApiClient {
     ) -> Result<T, CliError> {
         let body =
             serde_json::to_value(body).map_err(|e| CliError::new("bad_request", e.to_string()))?;
-        decode(self.send(Method::PATCH, path, Some(&body), None).await?).await
+        decode(
+            self.send(Method::PATCH, path, Some(&body), None, Resend::Unsafe)
+                .await?,
+        )
+        .await
     }
 
     /// A POST whose success has no body (204).
@@ -340,9 +396,36 @@ impl ApiClient {
     ) -> Result<(), CliError> {
         let body =
             serde_json::to_value(body).map_err(|e| CliError::new("bad_request", e.to_string()))?;
-        self.send(Method::POST, path, Some(&body), None).await?;
+        self.send(Method::POST, path, Some(&body), None, Resend::Unsafe)
+            .await?;
         Ok(())
     }
+
+    /// A POST that changes nothing when sent twice (a stop: stopping an ended reservation
+    /// changes nothing), retried through a failover like a GET.
+    pub async fn post_idempotent<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, CliError> {
+        let body =
+            serde_json::to_value(body).map_err(|e| CliError::new("bad_request", e.to_string()))?;
+        decode(
+            self.send(Method::POST, path, Some(&body), None, Resend::Safe)
+                .await?,
+        )
+        .await
+    }
+}
+
+/// Whether a write without an `Idempotency-Key` may be sent again after a failover's symptom.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    /// Sending it twice does what sending it once does.
+    Safe,
+    /// A lost answer may hide a done write: sent once (GETs and keyed writes are retried
+    /// anyway).
+    Unsafe,
 }
 
 /// No answer within this: the replica is gone (a blackholed address), try again.

@@ -132,6 +132,9 @@ fn run_daemon(
         DaemonCommand::Bench(BenchCommand::Fleet(args)) => {
             report_daemon(runtime.block_on(cmd::bench_fleet::run(args, json)))
         }
+        DaemonCommand::Bench(BenchCommand::Chaos(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_chaos::run(args, json)))
+        }
         DaemonCommand::Sim(args) => report_daemon(cmd::sim::run(&args, json)),
     }
 }

@@ -29,6 +29,88 @@ pub enum BenchCommand {
     /// Fleet scale: many simulated agents syncing with telemetry against one control plane,
     /// with reservations arriving; sync latency and the control plane's CPU and memory.
     Fleet(BenchFleetArgs),
+    /// Availability through faults: the HA stack of scripts/ha-up.sh (needs root), simulated
+    /// agents and a steady mix of clients through its load balancer, while a fault is
+    /// injected every 30-60 s; what the clients saw and whether anything was lost or run twice.
+    Chaos(BenchChaosArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchChaosArgs {
+    /// Minutes of load and faults, after the stack is up (about 2 minutes the first time).
+    #[arg(long, default_value_t = 2.0)]
+    pub minutes: f64,
+    /// Seed of the faults' order, targets and times: the same seed, the same faults.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The kinds of fault, each injected once (in the seed's order) before any twice.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = FaultKind::ALL)]
+    pub faults: Vec<FaultKind>,
+    /// Fewest seconds from one fault to the next.
+    #[arg(long, default_value_t = 30.0)]
+    pub fault_every_min: f64,
+    /// Most seconds from one fault to the next.
+    #[arg(long, default_value_t = 60.0)]
+    pub fault_every_max: f64,
+    /// Simulated agents of 4 GPUs each, syncing through the load balancer.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub agents: u32,
+    /// Tenants sending requests.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub tenants: u32,
+    /// Client requests a second, all tenants together.
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
+    /// Heartbeats (of 2 s) a node may miss before it is fenced, for the replicas and the
+    /// agents' leases (ha-up.sh's GPURENT_HA_MISSED_HEARTBEATS).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub missed_heartbeats: u32,
+}
+
+/// A fault of `bench chaos`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// kill -9 of a replica, started again 3 s later.
+    KillReplica,
+    /// kill -9 of the PostgreSQL primary (its keeper and server, as a machine's death); the
+    /// standby is promoted and the old primary rejoins as the standby.
+    KillPrimary,
+    /// SIGSTOP of a replica for 10 s.
+    StopReplica,
+    /// A simulated agent down for 3 s, its instances running on.
+    RestartAgent,
+    /// A replica cut from the database for 10 s (its connections dropped, new ones refused).
+    CutReplica,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 5] = [
+        FaultKind::KillReplica,
+        FaultKind::KillPrimary,
+        FaultKind::StopReplica,
+        FaultKind::RestartAgent,
+        FaultKind::CutReplica,
+    ];
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            FaultKind::KillReplica => "kill -9 of a replica",
+            FaultKind::KillPrimary => "kill -9 of the PostgreSQL primary",
+            FaultKind::StopReplica => "SIGSTOP of a replica for 10 s",
+            FaultKind::RestartAgent => "an agent restarted",
+            FaultKind::CutReplica => "a replica cut from the database for 10 s",
+        }
+    }
+}
+
+impl std::fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.to_possible_value() {
+            Some(v) => f.write_str(v.get_name()),
+            None => write!(f, "{self:?}"),
+        }
+    }
 }
 
 #[derive(Debug, Args)]

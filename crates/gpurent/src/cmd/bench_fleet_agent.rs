@@ -36,7 +36,7 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    fn error(&self, what: String) {
+    pub fn error(&self, what: String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
         if first.is_none() {
@@ -60,7 +60,7 @@ pub struct AgentStats {
 }
 
 /// A node's inventory: `gpus` simulated RTX 4090s.
-fn inventory(n: u32, gpus: u32) -> Vec<GpuInfo> {
+pub fn inventory(n: u32, gpus: u32) -> Vec<GpuInfo> {
     (0..gpus)
         .map(|i| {
             let mut g = GpuInfo::basic(
@@ -79,7 +79,7 @@ fn inventory(n: u32, gpus: u32) -> Vec<GpuInfo> {
         .collect()
 }
 
-fn host_facts() -> HostFacts {
+pub fn host_facts() -> HostFacts {
     HostFacts {
         driver_version: Some("550.54.15".into()),
         cuda_version: Some("12.4".into()),
@@ -93,7 +93,10 @@ fn host_facts() -> HostFacts {
 
 /// A sample of every GPU as the fake NVML backend gives it: busy with a process of its
 /// instance where one runs, idle otherwise.
-fn telemetry(gpus: &[GpuInfo], running: &BTreeMap<String, (i64, Vec<String>)>) -> NodeTelemetry {
+pub fn telemetry(
+    gpus: &[GpuInfo],
+    running: &BTreeMap<String, (i64, Vec<String>)>,
+) -> NodeTelemetry {
     let holder = |uuid: &str| {
         running
             .iter()
@@ -301,7 +304,7 @@ pub async fn run(
     stats
 }
 
-fn report(id: &str, epoch: i64, state: InstanceState) -> InstanceReport {
+pub fn report(id: &str, epoch: i64, state: InstanceState) -> InstanceReport {
     InstanceReport {
         reservation_id: id.to_owned(),
         epoch,

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod bench;
 pub mod bench_agent;
 pub mod bench_audit;
+pub mod bench_chaos;
 pub mod bench_common;
 pub mod bench_console;
 pub mod bench_failover;

@@ -12,6 +12,7 @@ mod bench_fleet;
 mod bench_reserve;
 mod browser;
 mod browser_selftest;
+mod chaos;
 mod cli_flow;
 mod cli_safety;
 mod console_host_admin;

@@ -9,10 +9,26 @@ use tokio::sync::watch;
 use crate::jobs::JobError;
 use crate::state::AppState;
 
+/// One whole pass, fencing included (tests call this after moving the clock).
 pub(crate) async fn tick(state: &AppState) -> Result<(), JobError> {
+    pass(state, Fence::Now).await
+}
+
+/// Whether a pass fences the nodes not heard from for the node TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fence {
+    Now,
+    /// The store has not answered every pass for a node TTL yet: heartbeats may have gone
+    /// unwritten for want of it, not of the nodes.
+    NotYet,
+}
+
+async fn pass(state: &AppState, fence: Fence) -> Result<(), JobError> {
     let now = state.now();
     // Before settlement, so that no period is charged past a lost node's fence time.
-    fence_lost_nodes(state, now).await?;
+    if fence == Fence::Now {
+        fence_lost_nodes(state, now).await?;
+    }
     let settled = state
         .store
         .settle_due(now, state.config.settlement_period)
@@ -97,9 +113,15 @@ async fn fence_lost_nodes(
     Ok(())
 }
 
+/// The loop: a pass every maintenance interval, the scheduling pass alone when woken. Nodes
+/// are fenced only once this replica's store has answered every pass for a node TTL (and so
+/// also a node TTL after it starts): while the database fails over no heartbeat can be
+/// written, and fencing every node the moment it answers again would stop and reschedule the
+/// whole fleet's work for the database's fault, not the nodes'.
 pub(crate) async fn run(state: AppState, mut stopped: watch::Receiver<bool>) {
     let mut interval = tokio::time::interval(state.config.maintenance_interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut answering_since = std::time::Instant::now();
     loop {
         let woken = tokio::select! {
             _ = interval.tick() => false,
@@ -117,11 +139,14 @@ pub(crate) async fn run(state: AppState, mut stopped: watch::Receiver<bool>) {
         // Woken by freed capacity: only the scheduling pass, not a whole tick.
         let done = if woken {
             crate::jobs::scheduler::pass(&state).await
+        } else if answering_since.elapsed() >= state.config.node_ttl() {
+            pass(&state, Fence::Now).await
         } else {
-            tick(&state).await
+            pass(&state, Fence::NotYet).await
         };
         if let Err(e) = done {
             tracing::warn!(error = %e, "maintenance pass failed; retrying next tick");
+            answering_since = std::time::Instant::now();
         }
     }
 }

@@ -235,7 +235,8 @@ pub(super) async fn ls(api: &ApiClient, json: bool) -> Result<(), CliError> {
 /// `gpurent stop`.
 pub(super) async fn stop(api: &ApiClient, id: String, json: bool) -> Result<(), CliError> {
     let path = format!("/api/v1/reservations/{}/stop", segment(&id));
-    let s: ReservationStopped = api.post(&path, &serde_json::json!({}), None).await?;
+    // Stopping twice stops once: retried through a failover like a read.
+    let s: ReservationStopped = api.post_idempotent(&path, &serde_json::json!({})).await?;
     if json {
         return print_json(&s);
     }
