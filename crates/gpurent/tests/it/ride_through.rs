@@ -1,6 +1,7 @@
 //! Clients ride through a failover (issue 19): the CLI sends a GET or a keyed write again on a
 //! connection error or a 502/503/504, saying so on stderr; `reserve` is always keyed, so the
-//! reservation whose first answer was lost is made once. A write without a key is sent once.
+//! reservation whose first answer was lost is made once; `stop` (stopping twice stops once) is
+//! retried too. Another write without a key is sent once.
 //! An agent given several `--server` URLs joins through the one that answers.
 
 use std::collections::VecDeque;
@@ -185,6 +186,19 @@ fn a_reservation_whose_answer_was_lost_is_retried_and_made_once() {
     let got = cli(&proxy.url, &tenant, &["get", &id]);
     assert_eq!(got.code, 0, "{got:?}");
     assert_eq!(retry_lines(&got), 1, "{}", got.stderr);
+
+    // So does a stop, keyless: its first answer lost, the retry stops what is stopped already.
+    proxy.inject(&[Fault::LoseAnswer, Fault::Unavailable]);
+    let stopped = cli(&proxy.url, &tenant, &["stop", &id]);
+    assert_eq!(stopped.code, 0, "{stopped:?}");
+    assert_eq!(proxy.pending(), 0, "every fault was met: {stopped:?}");
+    assert_eq!(retry_lines(&stopped), 2, "{}", stopped.stderr);
+    assert_eq!(stopped.json()["id"], id.as_str(), "{stopped:?}");
+    let status = cluster.cli(Some(&tenant), true, &["get", &id]).json()["status"].clone();
+    assert!(
+        status == "stopping" || status == "stopped",
+        "stopped once: {status}"
+    );
 }
 
 #[test]

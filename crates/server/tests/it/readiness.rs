@@ -108,3 +108,56 @@ async fn readyz_answers_503_when_the_sqlite_file_is_gone() {
     std::fs::rename(&moved, &path).expect("move it back");
     wait_readyz(&app, StatusCode::OK).await;
 }
+
+/// What `/metrics` says of the nodes this control plane fenced.
+async fn nodes_lost(app: &TestApp) -> u64 {
+    let (status, text, _) = app.admin().get_text("/metrics", "content-type").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    text.lines()
+        .find_map(|l| l.strip_prefix("gpurent_nodes_lost_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no gpurent_nodes_lost_total in {text}"))
+}
+
+/// A database outage longer than the node TTL (a failover) fences no node: no heartbeat could
+/// be written for the database's fault, not the nodes'. The replica fences only once its store
+/// has answered for a TTL, and the agents have synced again by then. Without that rule the
+/// first pass after the outage fences every node and reschedules all their work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_longer_than_the_node_ttl_fences_no_node() {
+    let app = TestApp::with(gpurent_store::Backend::Postgres)
+        .with_sim_gpus("1xRTX4090")
+        .with_sim_gpus("1xRTX4090")
+        // A TTL of 1.5 s; the agents keep their work through the outage (a long lease).
+        .with_liveness(Duration::from_millis(500), 3)
+        .with_agent_lease(Duration::from_secs(60))
+        .start()
+        .await;
+    app.wait_nodes_ready().await;
+    let tenant = app.tenant("alice", "100").await.client;
+    let (status, r) = tenant
+        .post(
+            "/api/v1/reservations",
+            &json!({"gpu_type": "rtx4090", "hours": 1, "command": ["sleep", "600"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{r}");
+    let id = r["id"].as_str().expect("id").to_owned();
+    app.wait_status(&tenant, &id, "running").await;
+
+    read_only(&app, true).await;
+    wait_readyz(&app, StatusCode::SERVICE_UNAVAILABLE).await;
+    // Two TTLs and more without a heartbeat written.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    read_only(&app, false).await;
+    wait_readyz(&app, StatusCode::OK).await;
+    // Three TTLs after the store answers again: the agents synced, nothing was fenced.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert_eq!(nodes_lost(&app).await, 0);
+    for node in ["node-0", "node-1"] {
+        assert_eq!(app.node_status(node).await, "ready", "{node}");
+    }
+    let (_, r) = tenant.get(&format!("/api/v1/reservations/{id}")).await;
+    assert_eq!(r["status"], "running", "{r}");
+    assert_eq!(r["epoch"], 1, "it never moved: {r}");
+}
