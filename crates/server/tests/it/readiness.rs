@@ -128,8 +128,9 @@ async fn a_database_outage_longer_than_the_node_ttl_fences_no_node() {
     let app = TestApp::with(gpurent_store::Backend::Postgres)
         .with_sim_gpus("1xRTX4090")
         .with_sim_gpus("1xRTX4090")
-        // A TTL of 1.5 s; the agents keep their work through the outage (a long lease).
-        .with_liveness(Duration::from_millis(500), 3)
+        // A TTL of 8 s, longer than an agent's wait between its retries (5 s); the agents keep
+        // their work through the outage (a long lease).
+        .with_liveness(Duration::from_secs(1), 8)
         .with_agent_lease(Duration::from_secs(60))
         .start()
         .await;
@@ -147,12 +148,12 @@ async fn a_database_outage_longer_than_the_node_ttl_fences_no_node() {
 
     read_only(&app, true).await;
     wait_readyz(&app, StatusCode::SERVICE_UNAVAILABLE).await;
-    // Two TTLs and more without a heartbeat written.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // More than a TTL without a heartbeat written.
+    tokio::time::sleep(Duration::from_secs(10)).await;
     read_only(&app, false).await;
     wait_readyz(&app, StatusCode::OK).await;
-    // Three TTLs after the store answers again: the agents synced, nothing was fenced.
-    tokio::time::sleep(Duration::from_millis(4500)).await;
+    // A TTL and more after the store answers again: the agents synced, nothing was fenced.
+    tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(nodes_lost(&app).await, 0);
     for node in ["node-0", "node-1"] {
         assert_eq!(app.node_status(node).await, "ready", "{node}");

@@ -11,7 +11,7 @@ use sqlx::{AnyConnection, Row};
 use super::endings::{finish, requeue_lost, Gone, NODE_LOST};
 use super::fragments::live_statuses;
 use super::nodes::adjust_pool;
-use super::{retry_transient, ts, SqlStore};
+use super::{retry_conflicts, ts, SqlStore};
 use crate::{Fenced, Result, StoreError};
 
 pub(super) async fn fence_lost_nodes(
@@ -37,7 +37,10 @@ pub(super) async fn fence_lost_nodes(
     for n in due {
         let id: String = n.try_get("id")?;
         let seen: i64 = n.try_get("last_seen_at")?;
-        let done = retry_transient("fence_node", || {
+        // Not waited through a failover (a read-only host): the heartbeats that could not be
+        // written meanwhile would fence every node the moment a new primary answers. The
+        // maintenance loop fences again once its store has answered for a node TTL.
+        let done = retry_conflicts("fence_node", || {
             fence_node_once(store, &id, seen, ttl_us, at)
         })
         .await?;

@@ -342,6 +342,27 @@ where
     }
 }
 
+/// Runs `run` again on a deadlock or serialization failure only (at most 5 times): for work
+/// that must not wait through a failover, such as fencing, whose caller tries again once the
+/// store has answered for a while.
+pub(crate) async fn retry_conflicts<T, F, Fut>(what: &'static str, mut run: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    const ATTEMPTS: u32 = 5;
+    let mut attempt = 1;
+    loop {
+        match run().await {
+            Err(e) if e.is_transient() && attempt < ATTEMPTS => {
+                tracing::debug!(what, attempt, error = ?e, "transient database conflict; retrying");
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Rows per multi-row statement (SQLite allows 32,766 parameters, PostgreSQL 65,535).
 const ROWS_PER_STATEMENT: usize = 500;
 

@@ -15,7 +15,10 @@ use super::rows::{
     fetch_reservation, reservation_from_row, scope_param, stop_meter, RESERVATION_COLUMNS,
 };
 use super::{gib, retry_transient, ts, SqlStore};
-use crate::{NewReservation, ReservationStore, Result, Scope};
+use crate::{NewReservation, ReservationStore, Result, Scope, StoreError};
+
+/// Times a stop is tried when the reservation's status moves under it.
+const STOP_TRIES: usize = 5;
 
 #[async_trait]
 impl ReservationStore for SqlStore {
@@ -164,45 +167,58 @@ impl ReservationStore for SqlStore {
         scope: &Scope,
         now: DateTime<Utc>,
     ) -> Result<(Reservation, Option<String>)> {
-        let mut tx = self.begin().await?;
-        let current = fetch_reservation(&mut tx, id, scope).await?;
-        let stoppable = matches!(
-            current.status,
-            ReservationStatus::Pending | ReservationStatus::Starting | ReservationStatus::Running
-        );
-        if !stoppable {
-            return Ok((current, None));
-        }
-        // A queued reservation has nothing to stop: it ends here, its hold released.
-        if current.status == ReservationStatus::Pending && current.node.is_none() {
-            if let Some(ended) = self.stop_queued(&mut tx, id, scope, ts(now)).await? {
-                tx.commit().await?;
-                return Ok((ended, None));
+        // The stop is a compare-and-set on the status it read: when the status moved in
+        // between (its agent reported it running), it is read and tried again, never answered
+        // with a stop that did nothing.
+        for _ in 0..STOP_TRIES {
+            let mut tx = self.begin().await?;
+            let current = fetch_reservation(&mut tx, id, scope).await?;
+            let stoppable = matches!(
+                current.status,
+                ReservationStatus::Pending
+                    | ReservationStatus::Starting
+                    | ReservationStatus::Running
+            );
+            if !stoppable {
+                return Ok((current, None));
             }
+            // A queued reservation has nothing to stop: it ends here, its hold released.
+            if current.status == ReservationStatus::Pending && current.node.is_none() {
+                if let Some(ended) = self.stop_queued(&mut tx, id, scope, ts(now)).await? {
+                    tx.commit().await?;
+                    return Ok((ended, None));
+                }
+            }
+            // A stop asked after the reservation's hours were up (before the expiry pass got
+            // to it) is its expiry.
+            let stopped: Option<Option<String>> = sqlx::query_scalar::<_, Option<String>>(
+                "UPDATE reservations SET status = 'stopping',
+                    end_reason = CASE WHEN started_at + duration_s * 1000000 <= $1
+                        THEN 'expired' ELSE 'stopped_by_user' END,
+                    stop_requested_at = CASE WHEN started_at + duration_s * 1000000 <= $1
+                        THEN started_at + duration_s * 1000000 ELSE $1 END
+                 WHERE id = $2 AND status = $3 RETURNING node_id",
+            )
+            .bind(ts(now))
+            .bind(id)
+            .bind(current.status.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(node_id) = stopped else {
+                // Its status changed since it was read: nothing was written; read it again.
+                continue;
+            };
+            stop_meter(&mut tx, id).await?;
+            if let Some(node) = &node_id {
+                bump_version(&mut tx, node).await?;
+            }
+            let updated = fetch_reservation(&mut tx, id, scope).await?;
+            tx.commit().await?;
+            return Ok((updated, node_id));
         }
-        // A stop asked after the reservation's hours were up (before the expiry pass got to
-        // it) is its expiry.
-        let node_id: Option<String> = sqlx::query_scalar::<_, Option<String>>(
-            "UPDATE reservations SET status = 'stopping',
-                end_reason = CASE WHEN started_at + duration_s * 1000000 <= $1
-                    THEN 'expired' ELSE 'stopped_by_user' END,
-                stop_requested_at = CASE WHEN started_at + duration_s * 1000000 <= $1
-                    THEN started_at + duration_s * 1000000 ELSE $1 END
-             WHERE id = $2 AND status = $3 RETURNING node_id",
-        )
-        .bind(ts(now))
-        .bind(id)
-        .bind(current.status.as_str())
-        .fetch_optional(&mut *tx)
-        .await?
-        .flatten();
-        stop_meter(&mut tx, id).await?;
-        if let Some(node) = &node_id {
-            bump_version(&mut tx, node).await?;
-        }
-        let updated = fetch_reservation(&mut tx, id, scope).await?;
-        tx.commit().await?;
-        Ok((updated, node_id))
+        Err(StoreError::Conflict(format!(
+            "reservation {id} kept changing while it was being stopped; try again"
+        )))
     }
 
     async fn expire_due(&self, now: DateTime<Utc>) -> Result<Vec<String>> {

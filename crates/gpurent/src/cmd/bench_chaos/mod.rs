@@ -74,6 +74,8 @@ struct ChaosResult {
     faults: Vec<Fault>,
     /// Seconds ha-up.sh took to bring the stack up from nothing.
     stack_up_s: f64,
+    /// Each minute of the load: requests sent, left unanswered, and their p99 (ms).
+    minutes_seen: Vec<Minute>,
     /// Requests left unanswered, by what they did.
     unanswered: std::collections::BTreeMap<clients::Op, u64>,
     /// The first error a client was left with (answered or not).
@@ -81,6 +83,40 @@ struct ChaosResult {
     first_error: Option<String>,
     /// Availability of at least 99.95%, nothing lost or run twice, ledger and trail clean.
     targets_met: bool,
+}
+
+/// One minute of a run, by when its requests were sent.
+#[derive(Debug, Serialize)]
+struct Minute {
+    minute: u64,
+    requests: u64,
+    unanswered: u64,
+    p99_ms: f64,
+}
+
+/// The requests of each minute of the load.
+fn by_minute(outcomes: &[clients::Outcome], start: Instant) -> Vec<Minute> {
+    let mut minutes: std::collections::BTreeMap<u64, (u64, u64, Vec<Duration>)> =
+        std::collections::BTreeMap::new();
+    for o in outcomes {
+        let m = (o.sent - start).as_secs() / 60;
+        let e = minutes.entry(m).or_default();
+        e.0 += 1;
+        e.1 += u64::from(!o.answered);
+        e.2.push(o.took);
+    }
+    minutes
+        .into_iter()
+        .map(|(minute, (requests, unanswered, mut took))| {
+            took.sort();
+            Minute {
+                minute,
+                requests,
+                unanswered,
+                p99_ms: percentile_ms(&took, 0.99),
+            }
+        })
+        .collect()
 }
 
 pub async fn run(args: BenchChaosArgs, json: bool) -> anyhow::Result<()> {
@@ -92,7 +128,8 @@ pub async fn run(args: BenchChaosArgs, json: bool) -> anyhow::Result<()> {
         r = measure(&args, &mut stack) => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
     };
-    if result.is_err() {
+    // A run that failed or missed a target keeps the stack's logs to look into.
+    if !result.as_ref().is_ok_and(|r| r.targets_met) {
         stack.keep_logs();
     }
     drop(stack);
@@ -404,6 +441,7 @@ async fn measure(args: &BenchChaosArgs, stack: &mut Stack) -> anyhow::Result<Cha
         agent_fences: counts.fences,
         faults,
         stack_up_s,
+        minutes_seen: by_minute(&outcomes, start),
         unanswered,
         first_error,
         targets_met,
