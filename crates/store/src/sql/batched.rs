@@ -14,6 +14,7 @@ use gpurent_types::api::Reservation;
 use gpurent_types::Money;
 use sqlx::Row;
 
+use super::audit::{push_chain, run_chain, Head, HEAD};
 use super::batch::{Answers, Arg, Batch};
 use super::create::{
     push_inserts, quote_of, reservations_of, unless_replayed, Destination, NewRow,
@@ -21,7 +22,7 @@ use super::create::{
 use super::gpus::{self, Candidates, Lock};
 use super::placement::push_bumps;
 use super::{caps, ledger, new_id, retry_transient, ts, Backend, SqlStore};
-use crate::{NewReservation, Result, Want};
+use crate::{NewReservation, RecordWithin, Result, Want};
 
 /// Batches written again after a plan went stale (another writer took its GPUs or money).
 const BATCH_ATTEMPTS: usize = 3;
@@ -33,12 +34,19 @@ pub(super) struct Job {
     pub live_since: i64,
     pub now: DateTime<Utc>,
     pub expected: Vec<Request>,
+    /// The request's audit record, written with its reservation.
+    pub record: Option<RecordWithin>,
 }
 
 /// What the batch did with a job.
 pub(super) enum Batched {
-    /// Placed and committed: the reservation and the node to wake.
-    Placed(Box<Reservation>, Vec<String>),
+    /// Placed and committed: the reservation, the node to wake, and whether the job's audit
+    /// record was committed with it.
+    Placed {
+        reservation: Box<Reservation>,
+        nodes: Vec<String>,
+        recorded: bool,
+    },
     /// Not decided here: the one-reservation path takes it.
     Alone,
 }
@@ -156,7 +164,14 @@ impl SqlStore {
             );
             group_parts.insert(key, part);
         }
+        // The audit trail's head: on SQLite with the reads (the transaction holds the write
+        // lock already); on PostgreSQL its row lock is taken last, just before the records are
+        // written, so that other writers of the trail wait for this batch's commit only.
+        let recording = jobs.iter().any(|j| j.record.is_some());
+        let head_part =
+            (recording && backend == Backend::Sqlite).then(|| reads.push(HEAD, Vec::new()));
         let answers = reads.run(&mut tx, backend).await?;
+        let read_head = head_part.map(|p| Head::of(&answers, p)).transpose()?;
         let mut tenants = self
             .tenants_of(&mut tx, jobs, &answers, &tenant_parts)
             .await?;
@@ -322,12 +337,62 @@ impl SqlStore {
             return Ok(Written::Stale);
         }
         let reservations = reservations_of(&answers, row_part, &rows)?;
+        let head = match read_head {
+            Some(head) => Some(head),
+            None if recording => {
+                let mut lock = Batch::default();
+                let part = lock.push(HEAD, Vec::new());
+                Some(Head::of(&lock.run(&mut tx, backend).await?, part)?)
+            }
+            None => None,
+        };
+        if let Some(head) = head {
+            self.record_placed(&mut tx, jobs, &accepted, &reservations, head)
+                .await?;
+        }
         tx.commit().await?;
         for (a, r) in accepted.iter().zip(reservations) {
             tracing::info!(reservation_id = %a.id, node_id = %a.plan.node_id, tenant_id = %r.tenant_id, tier = %r.tier, batch = accepted.len(), "reserved");
-            out[a.job] = Batched::Placed(Box::new(r), vec![a.plan.node_id.clone()]);
+            out[a.job] = Batched::Placed {
+                reservation: Box::new(r),
+                nodes: vec![a.plan.node_id.clone()],
+                recorded: jobs[a.job].record.is_some(),
+            };
         }
         Ok(Written::Done(out))
+    }
+
+    /// Chains the audit records of the placed jobs that carry one after `head`, in the
+    /// batch's transaction: outcome 201 (what the handler answers a placement) and the
+    /// reservation's allocation, as the request's middleware would have written them.
+    async fn record_placed(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        jobs: &[Job],
+        accepted: &[Accepted],
+        reservations: &[Reservation],
+        head: Head,
+    ) -> Result<()> {
+        let mut entries = Vec::new();
+        let mut trail = None;
+        for (a, r) in accepted.iter().zip(reservations) {
+            let Some(record) = &jobs[a.job].record else {
+                continue;
+            };
+            let mut entry = record.entry.clone();
+            entry.outcome = 201;
+            entry.allocation = Some(crate::allocation_of(r));
+            entries.push(entry);
+            // Every job of a replica carries the same signer and policy.
+            trail.get_or_insert(record);
+        }
+        let Some(trail) = trail else {
+            return Ok(());
+        };
+        let now = jobs.iter().map(|j| j.now).max().unwrap_or_default();
+        let mut batch = Batch::default();
+        let (_, part) = push_chain(&mut batch, head, entries, &trail.signer, trail.policy, now);
+        run_chain(conn, self.backend, batch, part).await
     }
 
     /// The tenants of `jobs` as [`TENANT`] read them; a capped tenant's live reservations are
