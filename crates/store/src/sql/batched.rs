@@ -1,6 +1,6 @@
 //! Reservations placed together: the requests that arrived while the last batch was written are
 //! read once, planned one after another on what that read gave, and written in one transaction
-//! of a dozen statements however many they are. A request the batch does not decide alone (the
+//! of a dozen statements however many they are, with their requests' audit records. A request the batch does not decide alone (the
 //! replay of an Idempotency-Key, no free fit, a cap or the balance in the way) is left to the
 //! one-reservation path, which answers it as it always did.
 
@@ -86,6 +86,37 @@ fn group_of(new: &NewReservation) -> GroupKey {
     }
 }
 
+/// Adds to `reads` the one read of the reservations that earlier requests with the jobs'
+/// Idempotency-Keys made (one statement for the batch, not one a key: on PostgreSQL each is a
+/// round trip); returns its index, or `None` when no job has a key.
+fn push_earlier(reads: &mut Batch, jobs: &[Job]) -> Option<usize> {
+    let mut terms = Vec::new();
+    let mut args = Vec::new();
+    for j in jobs {
+        let Some(key) = &j.new.idempotency_key else {
+            continue;
+        };
+        args.push(Arg::from(&j.new.tenant_id));
+        args.push(Arg::from(key));
+        // Each term answered by the unique index on (tenant_id, idempotency_key).
+        terms.push(format!(
+            "(tenant_id = ${} AND idempotency_key = ${})",
+            args.len() - 1,
+            args.len()
+        ));
+    }
+    if terms.is_empty() {
+        return None;
+    }
+    Some(reads.push(
+        format!(
+            "SELECT tenant_id, idempotency_key FROM reservations WHERE {}",
+            terms.join(" OR ")
+        ),
+        args,
+    ))
+}
+
 /// A tenant's caps and balance in one row (`caps::caps_of` reads the caps columns).
 const TENANT: &str = "SELECT u.max_reservations, u.max_spend_per_hour, a.balance
      FROM users u LEFT JOIN accounts a ON a.id = $2 WHERE u.id = $1";
@@ -113,17 +144,7 @@ impl SqlStore {
         // One batch of reads: earlier requests with the jobs' keys, the tenants, and the
         // candidates of each group (room for all of the group's jobs).
         let mut reads = Batch::default();
-        let earlier: Vec<Option<usize>> = jobs
-            .iter()
-            .map(|j| {
-                j.new.idempotency_key.as_ref().map(|key| {
-                    reads.push(
-                        super::create::EARLIER,
-                        vec![Arg::from(&j.new.tenant_id), Arg::from(key)],
-                    )
-                })
-            })
-            .collect();
+        let earlier = push_earlier(&mut reads, jobs);
         let mut tenant_parts: BTreeMap<&str, usize> = BTreeMap::new();
         for j in jobs {
             let t = j.new.tenant_id.as_str();
@@ -182,15 +203,20 @@ impl SqlStore {
 
         // Plan each job in order on what the earlier ones left.
         let mut free: HashMap<String, u64> = HashMap::new();
-        let mut keys: HashSet<(&str, &str)> = HashSet::new();
+        // A key already used (or used twice in the batch) is a replay, answered alone.
+        let mut keys: HashSet<(String, String)> = match earlier {
+            Some(part) => answers
+                .rows(part)
+                .iter()
+                .map(|r| Ok((r.try_get("tenant_id")?, r.try_get("idempotency_key")?)))
+                .collect::<Result<_>>()?,
+            None => HashSet::new(),
+        };
         let mut accepted: Vec<Accepted> = Vec::new();
         for (i, job) in jobs.iter().enumerate() {
             let new = &job.new;
-            if earlier[i].is_some_and(|p| !answers.rows(p).is_empty()) {
-                continue;
-            }
             if let Some(key) = &new.idempotency_key {
-                if !keys.insert((new.tenant_id.as_str(), key.as_str())) {
+                if !keys.insert((new.tenant_id.clone(), key.clone())) {
                     continue;
                 }
             }
