@@ -1,8 +1,8 @@
 //! Reservations placed together: the requests that arrived while the last batch was written are
 //! read once, planned one after another on what that read gave, and written in one transaction
-//! of a dozen statements however many they are, with their requests' audit records. A request the batch does not decide alone (the
-//! replay of an Idempotency-Key, no free fit, a cap or the balance in the way) is left to the
-//! one-reservation path, which answers it as it always did.
+//! of a dozen statements however many they are, with their requests' audit records. A request
+//! the batch does not decide alone (the replay of an Idempotency-Key, no free fit, a cap or the
+//! balance in the way) is left to the one-reservation path, which answers it as it always did.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -365,7 +365,7 @@ impl SqlStore {
         let reservations = reservations_of(&answers, row_part, &rows)?;
         let head = match read_head {
             Some(head) => Some(head),
-            None if recording => {
+            None if accepted.iter().any(|a| jobs[a.job].record.is_some()) => {
                 let mut lock = Batch::default();
                 let part = lock.push(HEAD, Vec::new());
                 Some(Head::of(&lock.run(&mut tx, backend).await?, part)?)
