@@ -13,12 +13,6 @@ use clap::Parser;
 use crate::api_client::CliError;
 use crate::cli::{BenchCommand, Cli, Command, DaemonCommand};
 
-/// mimalloc instead of glibc's malloc: on the reservation path glibc's `malloc`, `free` and
-/// their consolidation of freed chunks were 15 % of all samples, the tokio workers and
-/// SQLite's thread allocating and freeing each other's buffers (`perf`, 2026-12-02).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("GPURENT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_http=warn"));
