@@ -1,5 +1,6 @@
 //! The audit trail's writer: every API request, allowed or refused, becomes one record
-//! (`gpurent-audit`), written in batches by one task before the request's answer goes out.
+//! (`gpurent-audit`), written before the request's answer goes out: in batches by one task, or
+//! by the store in the transaction of a reservation it places at once (`AuditNote::within`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -11,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
 use gpurent_audit::{Entry, Signer};
-use gpurent_store::{CheckpointPolicy, Store, StoreError};
+use gpurent_store::{CheckpointPolicy, RecordWithin, Store, StoreError};
 use gpurent_types::api::Reservation;
 use gpurent_types::Clock;
 use tokio::sync::{mpsc, oneshot};
@@ -161,8 +162,12 @@ pub struct AuditNote(Arc<Mutex<Noted>>);
 
 #[derive(Debug, Default)]
 struct Noted {
+    /// The record as begun before the handler (none on a detached note).
+    begun: Option<Entry>,
     user_id: Option<String>,
     allocation: Option<String>,
+    /// The store wrote the record with what the request changed: the middleware must not.
+    recorded: bool,
 }
 
 impl AuditNote {
@@ -177,17 +182,29 @@ impl AuditNote {
 
     /// The GPUs of the reservation the request was about.
     pub fn reservation(&self, r: &Reservation) {
-        let node = r.node.as_deref().unwrap_or("no node yet");
-        let gpus = if r.gpus.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", r.gpus.join(", "))
-        };
-        let size = match r.vram_gb {
-            Some(gb) => format!("{gb} GB of 1x {}", r.gpu_type),
-            None => format!("{}x {}", r.gpu_count, r.gpu_type),
-        };
-        self.with(|n| n.allocation = Some(format!("{} {size} on {node}{gpus}", r.id)));
+        let allocation = gpurent_store::allocation_of(r);
+        self.with(|n| n.allocation = Some(allocation));
+    }
+
+    /// The request's record for the store to write in its own transaction (its outcome and
+    /// allocation are the store's to fill in); `None` where the trail is off.
+    pub(crate) fn within(&self, state: &AppState) -> Option<RecordWithin> {
+        state.audit.as_ref()?;
+        let entry = self.with(|n| {
+            let mut entry = n.begun.clone()?;
+            entry.user_id.clone_from(&n.user_id);
+            Some(entry)
+        })?;
+        Some(RecordWithin {
+            entry,
+            signer: Arc::clone(&state.config.audit.signer),
+            policy: state.config.audit.checkpoints,
+        })
+    }
+
+    /// The store wrote the request's record (`within`) with what it changed.
+    pub(crate) fn recorded(&self) {
+        self.with(|n| n.recorded = true);
     }
 }
 
@@ -254,25 +271,36 @@ pub(crate) async fn record(
         .extensions()
         .get::<ConnectInfo<crate::tls::Peer>>()
         .map_or_else(|| "unknown".to_owned(), |c| c.0.addr.to_string());
-    let note = AuditNote::default();
+    let note = AuditNote(Arc::new(Mutex::new(Noted {
+        begun: Some(Entry {
+            request_id: request_id.clone(),
+            at,
+            user_id: None,
+            action: format!("{method} {route}"),
+            resource: path,
+            allocation: None,
+            // Until the handler answers.
+            outcome: 0,
+            client,
+        }),
+        ..Noted::default()
+    })));
     let mut request = request;
     request.extensions_mut().insert(note.clone());
     let mut response = next.run(request).await;
     let status = response.status().as_u16();
-    if !exempt(&route, &method, status) {
-        let noted = note.with(std::mem::take);
-        trail
-            .record(Entry {
-                request_id: request_id.clone(),
-                at,
-                user_id: noted.user_id,
-                action: format!("{method} {route}"),
-                resource: path,
-                allocation: noted.allocation,
-                outcome: status,
-                client,
-            })
-            .await;
+    let noted = note.with(std::mem::take);
+    if let (Some(begun), false) = (noted.begun, noted.recorded) {
+        if !exempt(&route, &method, status) {
+            trail
+                .record(Entry {
+                    user_id: noted.user_id,
+                    allocation: noted.allocation,
+                    outcome: status,
+                    ..begun
+                })
+                .await;
+        }
     }
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert("x-request-id", value);

@@ -1,8 +1,41 @@
-//! Verifies the whole retained audit trail, page by page, against the server's public key.
+//! Verifies the whole retained audit trail, page by page, against the server's public key;
+//! and what a record written in another transaction's commit carries.
 
-use gpurent_audit::{Verdict, Verifier};
+use std::sync::Arc;
 
-use crate::{AuditFilter, AuditStore, Result};
+use gpurent_audit::{Entry, Signer, Verdict, Verifier};
+use gpurent_types::api::Reservation;
+
+use crate::{AuditFilter, AuditStore, CheckpointPolicy, Result};
+
+/// A request's audit record, written by the store in the transaction of what the request
+/// changed instead of afterwards by the trail's writer (`ReservationStore::reserve_recorded`):
+/// one wait and one commit for both, and no moment in which one is kept without the other.
+#[derive(Debug, Clone)]
+pub struct RecordWithin {
+    /// The record as the request's middleware began it; the store fills in the outcome and
+    /// the allocation.
+    pub entry: Entry,
+    /// Signs a checkpoint when `policy` says one is due, as the writer's appends do.
+    pub signer: Arc<Signer>,
+    pub policy: CheckpointPolicy,
+}
+
+/// What a record names of a reservation: `ID 2x RTX4090 on box-1: GPU-a, GPU-b`, or
+/// `ID 12 GB of 1x RTX4090 on ...` for a share.
+pub fn allocation_of(r: &Reservation) -> String {
+    let node = r.node.as_deref().unwrap_or("no node yet");
+    let gpus = if r.gpus.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", r.gpus.join(", "))
+    };
+    let size = match r.vram_gb {
+        Some(gb) => format!("{gb} GB of 1x {}", r.gpu_type),
+        None => format!("{}x {}", r.gpu_count, r.gpu_type),
+    };
+    format!("{} {size} on {node}{gpus}", r.id)
+}
 
 /// Records read per page.
 const PAGE: u32 = 10_000;

@@ -26,12 +26,12 @@ use gpurent_types::api::{
 use gpurent_types::Money;
 
 pub use access::{AccessStore, LoginFacts, NewToken, TenantLimits, TokenCheck, TokenFacts};
-pub use audit_trail::verify_audit;
+pub use audit_trail::{allocation_of, verify_audit, RecordWithin};
 pub use error::StoreError;
 pub use model::{
     AuthUser, Backend, Drained, Fenced, FleetView, GpuCounts, IdempotencyClaim, LedgerCheck,
     LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction, NodeCertificate, QueueView,
-    QueuedReservation, Scope, Synced, Want,
+    QueuedReservation, Reserved, Scope, Synced, Want,
 };
 pub use proxy::{ProxyGrant, ProxyStore, ProxyTokenKind};
 pub use shared_keys::SharedKeyStore;
@@ -347,6 +347,20 @@ pub trait ReservationStore: Send + Sync {
         now: DateTime<Utc>,
         expected: &[Want],
     ) -> Result<(Reservation, Vec<String>)>;
+
+    /// `reserve`, with the request's audit record: where a batch places the reservation at
+    /// once (`sql/combiner.rs`), `record` (outcome 201, the reservation's allocation) is
+    /// chained into the trail in the batch's own transaction and `Reserved::recorded` says so;
+    /// otherwise nothing is recorded and the caller records the request as any other.
+    async fn reserve_recorded(
+        &self,
+        new: NewReservation,
+        prices: &PriceList,
+        live_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+        expected: &[Want],
+        record: RecordWithin,
+    ) -> Result<Reserved>;
 
     async fn get_reservation(&self, id: &str, scope: &Scope) -> Result<Reservation>;
 

@@ -126,6 +126,17 @@ pub struct NewReservation {
     pub limits: crate::TenantLimits,
 }
 
+/// What `ReservationStore::reserve_recorded` did.
+#[derive(Debug, Clone)]
+pub struct Reserved {
+    /// Placed, queued, or the earlier one of its Idempotency-Key.
+    pub reservation: gpurent_types::api::Reservation,
+    /// The nodes whose desired state changed.
+    pub nodes: Vec<String>,
+    /// The request's audit record was written with it.
+    pub recorded: bool,
+}
+
 /// A reservation waiting in the queue, as the scheduling pass reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedReservation {

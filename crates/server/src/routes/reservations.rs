@@ -59,16 +59,37 @@ pub(crate) async fn create(
     }
     let now = state.now();
     let expected = state.expected.note(new.gpu_type.key(), new.want);
-    let (reservation, nodes) = state
-        .store
-        .reserve(
-            new,
-            &state.config.prices,
-            state.live_since(),
-            now,
-            &expected,
-        )
-        .await?;
+    let (reservation, nodes) = match note.within(&state) {
+        Some(record) => {
+            let reserved = state
+                .store
+                .reserve_recorded(
+                    new,
+                    &state.config.prices,
+                    state.live_since(),
+                    now,
+                    &expected,
+                    record,
+                )
+                .await?;
+            if reserved.recorded {
+                note.recorded();
+            }
+            (reserved.reservation, reserved.nodes)
+        }
+        None => {
+            state
+                .store
+                .reserve(
+                    new,
+                    &state.config.prices,
+                    state.live_since(),
+                    now,
+                    &expected,
+                )
+                .await?
+        }
+    };
     // Placed at once, and not the replay of an earlier request with its Idempotency-Key.
     if reservation.node.is_some()
         && reservation.created_at.timestamp_micros() == now.timestamp_micros()

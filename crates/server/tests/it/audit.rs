@@ -133,3 +133,90 @@ async fn every_request_is_recorded(backend: gpurent_store::Backend) {
 }
 
 crate::both_stores!(every_request_is_recorded_test, every_request_is_recorded);
+
+/// A burst of reservations is written in batches, each with its requests' records in its own
+/// transaction; replays and refusals are recorded by the middleware. Every request is one
+/// record, whichever wrote it, and the trail verifies.
+async fn a_burst_is_recorded_once_per_request(backend: gpurent_store::Backend) {
+    let app = TestApp::with(backend)
+        .with_sim_gpus("8xRTX4090")
+        .with_sim_gpus("8xRTX4090")
+        .start()
+        .await;
+    let mut tenants = Vec::new();
+    for i in 0..3 {
+        tenants.push(app.tenant(&format!("t{i}"), "1000").await);
+    }
+    let body = json!({"gpu_type": "rtx4090", "hours": 1});
+    // 24 requests for 16 GPUs, and each of the first tenant's first 4 keys sent twice.
+    let requests = (0..28).map(|i| {
+        let client = tenants[i % tenants.len()].client.clone();
+        let body = body.clone();
+        async move {
+            if i < 8 {
+                let key = format!("burst-{}", i / 2);
+                client
+                    .post_with_key("/api/v1/reservations", &body, &key)
+                    .await
+            } else {
+                client.post("/api/v1/reservations", &body).await
+            }
+        }
+    });
+    let results = futures::future::join_all(requests).await;
+    let placed: std::collections::BTreeSet<String> = results
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CREATED)
+        .map(|(_, r)| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    let refused = results
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CONFLICT)
+        .count();
+    assert_eq!(placed.len(), 16, "{results:?}");
+    assert_eq!(
+        refused,
+        28 - results
+            .iter()
+            .filter(|(s, _)| *s == StatusCode::CREATED)
+            .count()
+    );
+
+    let all = records(&app, "limit=1000").await;
+    let posts: Vec<&Value> = all
+        .iter()
+        .filter(|r| r["action"] == "POST /api/v1/reservations")
+        .collect();
+    assert_eq!(posts.len(), 28, "{posts:#?}");
+    let ids: std::collections::BTreeSet<&str> = posts
+        .iter()
+        .map(|r| r["request_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 28, "one record per request");
+    assert_eq!(
+        posts.iter().filter(|r| r["outcome"] == 409).count(),
+        refused
+    );
+    for id in &placed {
+        let about: Vec<&&Value> = posts
+            .iter()
+            .filter(|r| {
+                r["allocation"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with(id.as_str()))
+            })
+            .collect();
+        // A keyed request's replay names the same reservation.
+        assert!(!about.is_empty() && about.len() <= 2, "{id}: {about:#?}");
+        assert!(about.iter().all(|r| r["outcome"] == 201));
+    }
+    let (status, verdict) = app.admin().get("/api/v1/audit/verify").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(verdict["ok"], true, "{verdict}");
+    app.shutdown().await;
+}
+
+crate::both_stores!(
+    a_burst_is_recorded_once_per_request_test,
+    a_burst_is_recorded_once_per_request
+);

@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 use gpurent_audit::{Checkpoint, Entry, Record, Signer};
 use sqlx::Row;
 
-use super::{from_ts, multi_row, ts, SqlStore};
-use crate::{AuditFilter, AuditStore, Result, StoreError};
+use super::batch::{Answers, Arg, Batch};
+use super::{from_ts, ts, SqlStore};
+use crate::{AuditFilter, AuditStore, Backend, Result, StoreError};
 
 /// When a checkpoint is signed: after this many records, or this long after the last one.
 #[derive(Debug, Clone, Copy)]
@@ -66,23 +67,137 @@ fn checkpoint_from_row(row: &sqlx::any::AnyRow) -> Result<Checkpoint> {
     })
 }
 
-async fn insert_checkpoint(
+/// The trail's head, read under its row lock: the lock serialises appends (several control
+/// planes; on SQLite the write lock of `BEGIN IMMEDIATE` already does).
+pub(super) const HEAD: &str = "UPDATE audit_head SET id = id WHERE id = 1
+     RETURNING seq, hash, checkpoint_seq, checkpoint_at";
+
+/// The head as [`HEAD`] read it.
+pub(super) struct Head {
+    seq: u64,
+    hash: String,
+    checkpoint_seq: u64,
+    checkpoint_at: i64,
+}
+
+impl Head {
+    pub(super) fn of(answers: &Answers, part: usize) -> Result<Head> {
+        let row = answers
+            .rows(part)
+            .first()
+            .ok_or_else(|| StoreError::Corrupt("the audit trail has no head row".to_owned()))?;
+        Ok(Head {
+            seq: seq_of(row.try_get("seq")?),
+            hash: row.try_get("hash")?,
+            checkpoint_seq: seq_of(row.try_get("checkpoint_seq")?),
+            checkpoint_at: row.try_get("checkpoint_at")?,
+        })
+    }
+}
+
+/// The columns of one record.
+const WIDTH: usize = 11;
+
+/// Pushes `entries` chained after `head`: their rows, a checkpoint of the new head signed when
+/// `policy` says one is due, and the new head (its part returns its `seq`). Returns the new
+/// head's position and the head's part.
+pub(super) fn push_chain(
+    batch: &mut Batch,
+    head: Head,
+    entries: impl IntoIterator<Item = Entry>,
+    signer: &Signer,
+    policy: CheckpointPolicy,
+    now: DateTime<Utc>,
+) -> (u64, usize) {
+    let Head {
+        mut seq,
+        mut hash,
+        mut checkpoint_seq,
+        mut checkpoint_at,
+    } = head;
+    let records: Vec<Record> = entries
+        .into_iter()
+        .map(|e| {
+            seq += 1;
+            let r = Record::chain(seq, e, &hash);
+            hash.clone_from(&r.hash);
+            r
+        })
+        .collect();
+    for chunk in records.chunks(super::ROWS_PER_STATEMENT) {
+        let mut sql = String::from(
+            "INSERT INTO audit_log (seq, at, request_id, user_id, action, resource, allocation,
+                outcome, client, prev_hash, hash) VALUES ",
+        );
+        let mut args = Vec::with_capacity(chunk.len() * WIDTH);
+        for (n, r) in chunk.iter().enumerate() {
+            sql.push_str(if n == 0 { "(" } else { ", (" });
+            let params: Vec<String> = (1..=WIDTH).map(|c| format!("${}", n * WIDTH + c)).collect();
+            sql.push_str(&params.join(", "));
+            sql.push(')');
+            args.extend([
+                Arg::from(db_seq(r.seq)),
+                Arg::from(ts(r.entry.at)),
+                Arg::from(&r.entry.request_id),
+                Arg::from(&r.entry.user_id),
+                Arg::from(&r.entry.action),
+                Arg::from(&r.entry.resource),
+                Arg::from(&r.entry.allocation),
+                Arg::from(i64::from(r.entry.outcome)),
+                Arg::from(&r.entry.client),
+                Arg::from(&r.prev_hash),
+                Arg::from(&r.hash),
+            ]);
+        }
+        batch.push(sql, args);
+    }
+    let since = now.timestamp_micros().saturating_sub(checkpoint_at);
+    let every = i64::try_from(policy.every.as_micros()).unwrap_or(i64::MAX);
+    if seq > checkpoint_seq && (seq - checkpoint_seq >= policy.every_records || since >= every) {
+        let c = signer.sign(seq, &hash, now);
+        batch.push(
+            "INSERT INTO audit_checkpoints (seq, hash, at, signature, public_key, anchor)
+             VALUES ($1, $2, $3, $4, $5, 0)",
+            vec![
+                Arg::from(db_seq(c.seq)),
+                Arg::from(c.hash),
+                Arg::from(ts(c.at)),
+                Arg::from(c.signature),
+                Arg::from(c.public_key),
+            ],
+        );
+        checkpoint_seq = seq;
+        checkpoint_at = ts(now);
+    }
+    let part = batch.push(
+        "UPDATE audit_head SET seq = $1, hash = $2, checkpoint_seq = $3, checkpoint_at = $4
+         WHERE id = 1 RETURNING seq",
+        vec![
+            Arg::from(db_seq(seq)),
+            Arg::from(hash),
+            Arg::from(db_seq(checkpoint_seq)),
+            Arg::from(checkpoint_at),
+        ],
+    );
+    (seq, part)
+}
+
+/// Runs what [`push_chain`] pushed: on PostgreSQL as one statement.
+pub(super) async fn run_chain(
     conn: &mut sqlx::AnyConnection,
-    c: &Checkpoint,
-    anchor: bool,
+    backend: Backend,
+    batch: Batch,
+    head_part: usize,
 ) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO audit_checkpoints (seq, hash, at, signature, public_key, anchor)
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(db_seq(c.seq))
-    .bind(&c.hash)
-    .bind(ts(c.at))
-    .bind(&c.signature)
-    .bind(&c.public_key)
-    .bind(i64::from(anchor))
-    .execute(&mut *conn)
-    .await?;
+    let answers = match backend {
+        Backend::Postgres => batch.run_as_one(conn, head_part).await?,
+        Backend::Sqlite => batch.run(conn, backend).await?,
+    };
+    if answers.affected(head_part) != 1 {
+        return Err(StoreError::Corrupt(
+            "the audit trail's head was not moved".to_owned(),
+        ));
+    }
     Ok(())
 }
 
@@ -96,67 +211,19 @@ impl AuditStore for SqlStore {
         now: DateTime<Utc>,
     ) -> Result<u64> {
         let mut tx = self.begin().await?;
-        // Taking the head's row lock first serialises appends (several control planes).
-        let head = sqlx::query(
-            "UPDATE audit_head SET id = id WHERE id = 1
-             RETURNING seq, hash, checkpoint_seq, checkpoint_at",
-        )
-        .fetch_one(&mut *tx)
-        .await?;
-        let mut seq = seq_of(head.try_get("seq")?);
-        let mut hash: String = head.try_get("hash")?;
-        let mut checkpoint_seq = seq_of(head.try_get("checkpoint_seq")?);
-        let mut checkpoint_at: i64 = head.try_get("checkpoint_at")?;
-        let records: Vec<Record> = entries
-            .iter()
-            .map(|e| {
-                seq += 1;
-                let r = Record::chain(seq, e.clone(), &hash);
-                hash.clone_from(&r.hash);
-                r
-            })
-            .collect();
-        multi_row(
-            &mut tx,
-            records.len(),
-            11,
-            "INSERT INTO audit_log (seq, at, request_id, user_id, action, resource, allocation,
-                outcome, client, prev_hash, hash) VALUES ",
-            "",
-            |i, q| {
-                let r = &records[i];
-                q.bind(db_seq(r.seq))
-                    .bind(ts(r.entry.at))
-                    .bind(r.entry.request_id.clone())
-                    .bind(r.entry.user_id.clone())
-                    .bind(r.entry.action.clone())
-                    .bind(r.entry.resource.clone())
-                    .bind(r.entry.allocation.clone())
-                    .bind(i64::from(r.entry.outcome))
-                    .bind(r.entry.client.clone())
-                    .bind(r.prev_hash.clone())
-                    .bind(r.hash.clone())
-            },
-        )
-        .await?;
-        let since = now.timestamp_micros().saturating_sub(checkpoint_at);
-        let every = i64::try_from(policy.every.as_micros()).unwrap_or(i64::MAX);
-        if seq > checkpoint_seq && (seq - checkpoint_seq >= policy.every_records || since >= every)
-        {
-            insert_checkpoint(&mut tx, &signer.sign(seq, &hash, now), false).await?;
-            checkpoint_seq = seq;
-            checkpoint_at = ts(now);
-        }
-        sqlx::query(
-            "UPDATE audit_head SET seq = $1, hash = $2, checkpoint_seq = $3, checkpoint_at = $4
-             WHERE id = 1",
-        )
-        .bind(db_seq(seq))
-        .bind(&hash)
-        .bind(db_seq(checkpoint_seq))
-        .bind(checkpoint_at)
-        .execute(&mut *tx)
-        .await?;
+        let mut read = Batch::default();
+        let part = read.push(HEAD, Vec::new());
+        let head = Head::of(&read.run(&mut tx, self.backend).await?, part)?;
+        let mut batch = Batch::default();
+        let (seq, part) = push_chain(
+            &mut batch,
+            head,
+            entries.iter().cloned(),
+            signer,
+            policy,
+            now,
+        );
+        run_chain(&mut tx, self.backend, batch, part).await?;
         tx.commit().await?;
         Ok(seq)
     }

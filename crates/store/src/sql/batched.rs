@@ -1,8 +1,8 @@
 //! Reservations placed together: the requests that arrived while the last batch was written are
 //! read once, planned one after another on what that read gave, and written in one transaction
-//! of a dozen statements however many they are. A request the batch does not decide alone (the
-//! replay of an Idempotency-Key, no free fit, a cap or the balance in the way) is left to the
-//! one-reservation path, which answers it as it always did.
+//! of a dozen statements however many they are, with their requests' audit records. A request
+//! the batch does not decide alone (the replay of an Idempotency-Key, no free fit, a cap or the
+//! balance in the way) is left to the one-reservation path, which answers it as it always did.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -14,6 +14,7 @@ use gpurent_types::api::Reservation;
 use gpurent_types::Money;
 use sqlx::Row;
 
+use super::audit::{push_chain, run_chain, Head, HEAD};
 use super::batch::{Answers, Arg, Batch};
 use super::create::{
     push_inserts, quote_of, reservations_of, unless_replayed, Destination, NewRow,
@@ -21,7 +22,7 @@ use super::create::{
 use super::gpus::{self, Candidates, Lock};
 use super::placement::push_bumps;
 use super::{caps, ledger, new_id, retry_transient, ts, Backend, SqlStore};
-use crate::{NewReservation, Result, Want};
+use crate::{NewReservation, RecordWithin, Result, Want};
 
 /// Batches written again after a plan went stale (another writer took its GPUs or money).
 const BATCH_ATTEMPTS: usize = 3;
@@ -33,12 +34,19 @@ pub(super) struct Job {
     pub live_since: i64,
     pub now: DateTime<Utc>,
     pub expected: Vec<Request>,
+    /// The request's audit record, written with its reservation.
+    pub record: Option<RecordWithin>,
 }
 
 /// What the batch did with a job.
 pub(super) enum Batched {
-    /// Placed and committed: the reservation and the node to wake.
-    Placed(Box<Reservation>, Vec<String>),
+    /// Placed and committed: the reservation, the node to wake, and whether the job's audit
+    /// record was committed with it.
+    Placed {
+        reservation: Box<Reservation>,
+        nodes: Vec<String>,
+        recorded: bool,
+    },
     /// Not decided here: the one-reservation path takes it.
     Alone,
 }
@@ -78,6 +86,37 @@ fn group_of(new: &NewReservation) -> GroupKey {
     }
 }
 
+/// Adds to `reads` the one read of the reservations that earlier requests with the jobs'
+/// Idempotency-Keys made (one statement for the batch, not one a key: on PostgreSQL each is a
+/// round trip); returns its index, or `None` when no job has a key.
+fn push_earlier(reads: &mut Batch, jobs: &[Job]) -> Option<usize> {
+    let mut terms = Vec::new();
+    let mut args = Vec::new();
+    for j in jobs {
+        let Some(key) = &j.new.idempotency_key else {
+            continue;
+        };
+        args.push(Arg::from(&j.new.tenant_id));
+        args.push(Arg::from(key));
+        // Each term answered by the unique index on (tenant_id, idempotency_key).
+        terms.push(format!(
+            "(tenant_id = ${} AND idempotency_key = ${})",
+            args.len() - 1,
+            args.len()
+        ));
+    }
+    if terms.is_empty() {
+        return None;
+    }
+    Some(reads.push(
+        format!(
+            "SELECT tenant_id, idempotency_key FROM reservations WHERE {}",
+            terms.join(" OR ")
+        ),
+        args,
+    ))
+}
+
 /// A tenant's caps and balance in one row (`caps::caps_of` reads the caps columns).
 const TENANT: &str = "SELECT u.max_reservations, u.max_spend_per_hour, a.balance
      FROM users u LEFT JOIN accounts a ON a.id = $2 WHERE u.id = $1";
@@ -105,17 +144,7 @@ impl SqlStore {
         // One batch of reads: earlier requests with the jobs' keys, the tenants, and the
         // candidates of each group (room for all of the group's jobs).
         let mut reads = Batch::default();
-        let earlier: Vec<Option<usize>> = jobs
-            .iter()
-            .map(|j| {
-                j.new.idempotency_key.as_ref().map(|key| {
-                    reads.push(
-                        super::create::EARLIER,
-                        vec![Arg::from(&j.new.tenant_id), Arg::from(key)],
-                    )
-                })
-            })
-            .collect();
+        let earlier = push_earlier(&mut reads, jobs);
         let mut tenant_parts: BTreeMap<&str, usize> = BTreeMap::new();
         for j in jobs {
             let t = j.new.tenant_id.as_str();
@@ -156,7 +185,14 @@ impl SqlStore {
             );
             group_parts.insert(key, part);
         }
+        // The audit trail's head: on SQLite with the reads (the transaction holds the write
+        // lock already); on PostgreSQL its row lock is taken last, just before the records are
+        // written, so that other writers of the trail wait for this batch's commit only.
+        let recording = jobs.iter().any(|j| j.record.is_some());
+        let head_part =
+            (recording && backend == Backend::Sqlite).then(|| reads.push(HEAD, Vec::new()));
         let answers = reads.run(&mut tx, backend).await?;
+        let read_head = head_part.map(|p| Head::of(&answers, p)).transpose()?;
         let mut tenants = self
             .tenants_of(&mut tx, jobs, &answers, &tenant_parts)
             .await?;
@@ -167,15 +203,20 @@ impl SqlStore {
 
         // Plan each job in order on what the earlier ones left.
         let mut free: HashMap<String, u64> = HashMap::new();
-        let mut keys: HashSet<(&str, &str)> = HashSet::new();
+        // A key already used (or used twice in the batch) is a replay, answered alone.
+        let mut keys: HashSet<(String, String)> = match earlier {
+            Some(part) => answers
+                .rows(part)
+                .iter()
+                .map(|r| Ok((r.try_get("tenant_id")?, r.try_get("idempotency_key")?)))
+                .collect::<Result<_>>()?,
+            None => HashSet::new(),
+        };
         let mut accepted: Vec<Accepted> = Vec::new();
         for (i, job) in jobs.iter().enumerate() {
             let new = &job.new;
-            if earlier[i].is_some_and(|p| !answers.rows(p).is_empty()) {
-                continue;
-            }
             if let Some(key) = &new.idempotency_key {
-                if !keys.insert((new.tenant_id.as_str(), key.as_str())) {
+                if !keys.insert((new.tenant_id.clone(), key.clone())) {
                     continue;
                 }
             }
@@ -322,12 +363,62 @@ impl SqlStore {
             return Ok(Written::Stale);
         }
         let reservations = reservations_of(&answers, row_part, &rows)?;
+        let head = match read_head {
+            Some(head) => Some(head),
+            None if accepted.iter().any(|a| jobs[a.job].record.is_some()) => {
+                let mut lock = Batch::default();
+                let part = lock.push(HEAD, Vec::new());
+                Some(Head::of(&lock.run(&mut tx, backend).await?, part)?)
+            }
+            None => None,
+        };
+        if let Some(head) = head {
+            self.record_placed(&mut tx, jobs, &accepted, &reservations, head)
+                .await?;
+        }
         tx.commit().await?;
         for (a, r) in accepted.iter().zip(reservations) {
             tracing::info!(reservation_id = %a.id, node_id = %a.plan.node_id, tenant_id = %r.tenant_id, tier = %r.tier, batch = accepted.len(), "reserved");
-            out[a.job] = Batched::Placed(Box::new(r), vec![a.plan.node_id.clone()]);
+            out[a.job] = Batched::Placed {
+                reservation: Box::new(r),
+                nodes: vec![a.plan.node_id.clone()],
+                recorded: jobs[a.job].record.is_some(),
+            };
         }
         Ok(Written::Done(out))
+    }
+
+    /// Chains the audit records of the placed jobs that carry one after `head`, in the
+    /// batch's transaction: outcome 201 (what the handler answers a placement) and the
+    /// reservation's allocation, as the request's middleware would have written them.
+    async fn record_placed(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        jobs: &[Job],
+        accepted: &[Accepted],
+        reservations: &[Reservation],
+        head: Head,
+    ) -> Result<()> {
+        let mut entries = Vec::new();
+        let mut trail = None;
+        for (a, r) in accepted.iter().zip(reservations) {
+            let Some(record) = &jobs[a.job].record else {
+                continue;
+            };
+            let mut entry = record.entry.clone();
+            entry.outcome = 201;
+            entry.allocation = Some(crate::allocation_of(r));
+            entries.push(entry);
+            // Every job of a replica carries the same signer and policy.
+            trail.get_or_insert(record);
+        }
+        let Some(trail) = trail else {
+            return Ok(());
+        };
+        let now = jobs.iter().map(|j| j.now).max().unwrap_or_default();
+        let mut batch = Batch::default();
+        let (_, part) = push_chain(&mut batch, head, entries, &trail.signer, trail.policy, now);
+        run_chain(conn, self.backend, batch, part).await
     }
 
     /// The tenants of `jobs` as [`TENANT`] read them; a capped tenant's live reservations are

@@ -8,12 +8,11 @@ use std::sync::{Mutex, MutexGuard};
 use chrono::{DateTime, Utc};
 use gpurent_billing::PriceList;
 use gpurent_sched::Request;
-use gpurent_types::api::Reservation;
 use tokio::sync::oneshot;
 
 use super::batched::{Batched, Job};
 use super::SqlStore;
-use crate::{NewReservation, Result};
+use crate::{NewReservation, RecordWithin, Reserved, Result};
 
 /// The most reservations written in one batch.
 const MOST: usize = 64;
@@ -68,9 +67,10 @@ impl Drop for Writing<'_> {
 }
 
 impl SqlStore {
-    /// `reserve`, written in a batch with the requests that arrive meanwhile; what the batch
-    /// does not decide alone (or every request, if its writer went away before answering) is
-    /// placed by the one-reservation path.
+    /// `reserve`, written in a batch with the requests that arrive meanwhile (with `record`,
+    /// the request's audit record, where the batch places it); what the batch does not decide
+    /// alone (or every request, if its writer went away before answering) is placed by the
+    /// one-reservation path, which records nothing.
     pub(super) async fn reserve_combined(
         &self,
         new: NewReservation,
@@ -78,7 +78,8 @@ impl SqlStore {
         live_since: i64,
         now: DateTime<Utc>,
         expected: &[Request],
-    ) -> Result<(Reservation, Vec<String>)> {
+        record: Option<RecordWithin>,
+    ) -> Result<Reserved> {
         let (reply, answer) = oneshot::channel();
         let job = Job {
             new: new.clone(),
@@ -86,6 +87,7 @@ impl SqlStore {
             live_since,
             now,
             expected: expected.to_vec(),
+            record,
         };
         let start = {
             let mut pending = self.combiner.lock();
@@ -99,10 +101,24 @@ impl SqlStore {
             tokio::spawn(async move { store.write_combined().await });
         }
         match answer.await {
-            Ok(Batched::Placed(reservation, nodes)) => Ok((*reservation, nodes)),
+            Ok(Batched::Placed {
+                reservation,
+                nodes,
+                recorded,
+            }) => Ok(Reserved {
+                reservation: *reservation,
+                nodes,
+                recorded,
+            }),
             Ok(Batched::Alone) | Err(_) => {
-                self.reserve_planned(&new, prices, live_since, now, expected)
-                    .await
+                let (reservation, nodes) = self
+                    .reserve_planned(&new, prices, live_since, now, expected)
+                    .await?;
+                Ok(Reserved {
+                    reservation,
+                    nodes,
+                    recorded: false,
+                })
             }
         }
     }

@@ -19,7 +19,7 @@ use crate::{NewReservation, Result, Scope, StoreError, Want};
 use chrono::{DateTime, Utc};
 
 /// The reservation of a tenant's earlier request with an `Idempotency-Key`, and its hash.
-pub(super) const EARLIER: &str =
+const EARLIER: &str =
     "SELECT id, request_hash FROM reservations WHERE tenant_id = $1 AND idempotency_key = $2";
 
 /// The reservation an earlier request with the same `Idempotency-Key` made, if any.

@@ -364,7 +364,7 @@ where
 }
 
 /// Rows per multi-row statement (SQLite allows 32,766 parameters, PostgreSQL 65,535).
-const ROWS_PER_STATEMENT: usize = 500;
+pub(super) const ROWS_PER_STATEMENT: usize = 500;
 
 /// Runs `head`, then `(…), (…)` rows of `width` parameters each, then `tail`, in chunks small
 /// enough for either database's parameter limit; returns the rows affected.

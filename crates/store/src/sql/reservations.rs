@@ -15,7 +15,7 @@ use super::rows::{
     fetch_reservation, reservation_from_row, scope_param, stop_meter, RESERVATION_COLUMNS,
 };
 use super::{gib, retry_transient, ts, SqlStore};
-use crate::{NewReservation, ReservationStore, Result, Scope, StoreError};
+use crate::{NewReservation, RecordWithin, ReservationStore, Reserved, Result, Scope, StoreError};
 
 /// Times a stop is tried when the reservation's status moves under it.
 const STOP_TRIES: usize = 5;
@@ -98,7 +98,22 @@ impl ReservationStore for SqlStore {
         now: DateTime<Utc>,
         expected: &[Request],
     ) -> Result<(Reservation, Vec<String>)> {
-        self.reserve_combined(new, prices, ts(live_since), now, expected)
+        let reserved = self
+            .reserve_combined(new, prices, ts(live_since), now, expected, None)
+            .await?;
+        Ok((reserved.reservation, reserved.nodes))
+    }
+
+    async fn reserve_recorded(
+        &self,
+        new: NewReservation,
+        prices: &PriceList,
+        live_since: DateTime<Utc>,
+        now: DateTime<Utc>,
+        expected: &[Request],
+        record: RecordWithin,
+    ) -> Result<Reserved> {
+        self.reserve_combined(new, prices, ts(live_since), now, expected, Some(record))
             .await
     }
 
