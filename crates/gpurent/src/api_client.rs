@@ -321,17 +321,24 @@ impl ApiClient {
         body: &B,
         idempotency_key: Option<&str>,
     ) -> Result<T, CliError> {
+        self.send_json(Method::POST, path, body, idempotency_key, Resend::Unsafe)
+            .await
+    }
+
+    /// Sends `body` as JSON and decodes the JSON answer.
+    async fn send_json<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &B,
+        idempotency_key: Option<&str>,
+        resend: Resend,
+    ) -> Result<T, CliError> {
         let body =
             serde_json::to_value(body).map_err(|e| CliError::new("bad_request", e.to_string()))?;
         decode(
-            self.send(
-                Method::POST,
-                path,
-                Some(&body),
-                idempotency_key,
-                Resend::Unsafe,
-            )
-            .await?,
+            self.send(method, path, Some(&body), idempotency_key, resend)
+                .await?,
         )
         .await
     }
@@ -379,13 +386,8 @@ impl ApiClient {
         path: &str,
         body: &B,
     ) -> Result<T, CliError> {
-        let body =
-            serde_json::to_value(body).map_err(|e| CliError::new("bad_request", e.to_string()))?;
-        decode(
-            self.send(Method::PATCH, path, Some(&body), None, Resend::Unsafe)
-                .await?,
-        )
-        .await
+        self.send_json(Method::PATCH, path, body, None, Resend::Unsafe)
+            .await
     }
 
     /// A POST whose success has no body (204).
@@ -408,13 +410,8 @@ impl ApiClient {
         path: &str,
         body: &B,
     ) -> Result<T, CliError> {
-        let body =
-            serde_json::to_value(body).map_err(|e| CliError::new("bad_request", e.to_string()))?;
-        decode(
-            self.send(Method::POST, path, Some(&body), None, Resend::Safe)
-                .await?,
-        )
-        .await
+        self.send_json(Method::POST, path, body, None, Resend::Safe)
+            .await
     }
 }
 

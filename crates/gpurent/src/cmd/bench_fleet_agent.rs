@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 /// The agent's default heartbeat, and its long poll (three quarters of it).
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
-const WAIT: Duration = Duration::from_millis(1500);
+pub const WAIT: Duration = Duration::from_millis(1500);
 
 /// What every simulated agent shares: where to sync, what is measured, and the reservations
 /// posted and not yet seen by their node (to time placement to the agent's answer).
@@ -184,7 +184,6 @@ pub async fn run(
     let url = format!("{}/api/v1/agent/sync", fleet.base);
     let gpus = inventory(n, fleet.gpus_per_node);
     let host = host_facts();
-    let wait_ms = u64::try_from(WAIT.as_millis()).unwrap_or(1500);
     // Instances running (by reservation: epoch and GPUs) and being stopped (reported stopped).
     let mut running: BTreeMap<String, (i64, Vec<String>)> = BTreeMap::new();
     let mut stopping: BTreeMap<String, i64> = BTreeMap::new();
@@ -194,29 +193,7 @@ pub async fn run(
         let payload = match &body {
             Some(b) => b.clone(),
             None => {
-                let mut instances: Vec<InstanceReport> = running
-                    .iter()
-                    .map(|(id, (epoch, _))| report(id, *epoch, InstanceState::Running))
-                    .collect();
-                instances.extend(
-                    stopping
-                        .iter()
-                        .map(|(id, epoch)| report(id, *epoch, InstanceState::Stopped)),
-                );
-                let request = SyncRequest {
-                    gpus: if known_version.is_none() {
-                        gpus.clone()
-                    } else {
-                        Vec::new()
-                    },
-                    instances,
-                    known_version,
-                    wait_ms: Some(wait_ms),
-                    telemetry: Some(telemetry(&gpus, &running)),
-                    logs: Vec::new(),
-                    host: known_version.is_none().then(|| host.clone()),
-                    events: Vec::new(),
-                };
+                let request = sync_request(&gpus, &host, &running, &stopping, known_version);
                 let bytes = serde_json::to_vec(&request).unwrap_or_default();
                 body = Some(bytes.clone());
                 bytes
@@ -304,7 +281,41 @@ pub async fn run(
     stats
 }
 
-pub fn report(id: &str, epoch: i64, state: InstanceState) -> InstanceReport {
+/// A sync's request as the agent sends it: what runs and what is being stopped, telemetry every
+/// time, the inventory and host facts until the control plane has them (no known version).
+pub fn sync_request(
+    gpus: &[GpuInfo],
+    host: &HostFacts,
+    running: &BTreeMap<String, (i64, Vec<String>)>,
+    stopping: &BTreeMap<String, i64>,
+    known_version: Option<i64>,
+) -> SyncRequest {
+    let mut instances: Vec<InstanceReport> = running
+        .iter()
+        .map(|(id, (epoch, _))| report(id, *epoch, InstanceState::Running))
+        .collect();
+    instances.extend(
+        stopping
+            .iter()
+            .map(|(id, epoch)| report(id, *epoch, InstanceState::Stopped)),
+    );
+    SyncRequest {
+        gpus: if known_version.is_none() {
+            gpus.to_vec()
+        } else {
+            Vec::new()
+        },
+        instances,
+        known_version,
+        wait_ms: Some(u64::try_from(WAIT.as_millis()).unwrap_or(1500)),
+        telemetry: Some(telemetry(gpus, running)),
+        logs: Vec::new(),
+        host: known_version.is_none().then(|| host.clone()),
+        events: Vec::new(),
+    }
+}
+
+fn report(id: &str, epoch: i64, state: InstanceState) -> InstanceReport {
     InstanceReport {
         reservation_id: id.to_owned(),
         epoch,

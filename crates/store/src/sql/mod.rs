@@ -319,33 +319,33 @@ const FAILOVER_BACKOFF: Duration = Duration::from_millis(250);
 /// lost during the transaction is not retried here: its COMMIT may have been applied with the
 /// answer lost, so the error goes back to the client (503), whose retry with the same
 /// `Idempotency-Key` finds what was committed instead of doing it twice.
-pub(crate) async fn retry_transient<T, F, Fut>(what: &'static str, mut run: F) -> Result<T>
+pub(crate) async fn retry_transient<T, F, Fut>(what: &'static str, run: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    const ATTEMPTS: u32 = 5;
-    let mut attempt = 1;
-    loop {
-        match run().await {
-            Err(e) if e.is_transient() && attempt < ATTEMPTS => {
-                tracing::debug!(what, attempt, error = ?e, "transient database conflict; retrying");
-                attempt += 1;
-            }
-            Err(e) if e.is_read_only() && attempt < ATTEMPTS => {
-                tracing::debug!(what, attempt, error = ?e, "database turned read-only; retrying");
-                tokio::time::sleep(FAILOVER_BACKOFF * attempt).await;
-                attempt += 1;
-            }
-            result => return result,
-        }
-    }
+    retry(what, ThroughFailover::Yes, run).await
 }
 
-/// Runs `run` again on a deadlock or serialization failure only (at most 5 times): for work
-/// that must not wait through a failover, such as fencing, whose caller tries again once the
-/// store has answered for a while.
-pub(crate) async fn retry_conflicts<T, F, Fut>(what: &'static str, mut run: F) -> Result<T>
+/// Runs `run` again on a deadlock or serialization failure only: for work that must not wait
+/// through a failover, such as fencing, whose caller tries again once the store has answered
+/// for a while.
+pub(crate) async fn retry_conflicts<T, F, Fut>(what: &'static str, run: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    retry(what, ThroughFailover::No, run).await
+}
+
+/// Whether a write refused as read-only is tried again after a pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ThroughFailover {
+    Yes,
+    No,
+}
+
+async fn retry<T, F, Fut>(what: &'static str, failover: ThroughFailover, mut run: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
@@ -356,6 +356,13 @@ where
         match run().await {
             Err(e) if e.is_transient() && attempt < ATTEMPTS => {
                 tracing::debug!(what, attempt, error = ?e, "transient database conflict; retrying");
+                attempt += 1;
+            }
+            Err(e)
+                if failover == ThroughFailover::Yes && e.is_read_only() && attempt < ATTEMPTS =>
+            {
+                tracing::debug!(what, attempt, error = ?e, "database turned read-only; retrying");
+                tokio::time::sleep(FAILOVER_BACKOFF * attempt).await;
                 attempt += 1;
             }
             result => return result,

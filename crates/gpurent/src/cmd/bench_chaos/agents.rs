@@ -10,11 +10,8 @@ use std::time::{Duration, Instant};
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use tokio::sync::{watch, Notify};
 
-use crate::cmd::bench_fleet_agent::{host_facts, inventory, report, telemetry, Fleet, HEARTBEAT};
-use gpurent_types::agent::{InstanceState, SyncRequest, SyncResponse};
-
-/// The long poll the agent asks for (three quarters of a heartbeat, as the real agent).
-const WAIT: Duration = Duration::from_millis(1500);
+use crate::cmd::bench_fleet_agent::{host_facts, inventory, sync_request, Fleet, HEARTBEAT, WAIT};
+use gpurent_types::agent::SyncResponse;
 /// How long a restarted agent is down.
 pub const RESTART_DOWN: Duration = Duration::from_secs(3);
 
@@ -121,7 +118,6 @@ pub async fn run(
     let url = format!("{}/api/v1/agent/sync", fleet.base);
     let gpus = inventory(n, fleet.gpus_per_node);
     let host = host_facts();
-    let wait_ms = u64::try_from(WAIT.as_millis()).unwrap_or(1500);
     // What runs here (epoch, GPUs, index of its run), and what is being reported stopped.
     let mut running: BTreeMap<String, (i64, Vec<String>, usize)> = BTreeMap::new();
     let mut stopping: BTreeMap<String, i64> = BTreeMap::new();
@@ -129,33 +125,11 @@ pub async fn run(
     let mut last_contact = Instant::now();
     let mut fenced = false;
     while !*stop.borrow() {
-        let mut instances: Vec<_> = running
-            .iter()
-            .map(|(id, (epoch, _, _))| report(id, *epoch, InstanceState::Running))
-            .collect();
-        instances.extend(
-            stopping
-                .iter()
-                .map(|(id, epoch)| report(id, *epoch, InstanceState::Stopped)),
-        );
-        let by_gpu: BTreeMap<String, (i64, Vec<String>)> = running
+        let by_reservation: BTreeMap<String, (i64, Vec<String>)> = running
             .iter()
             .map(|(id, (e, g, _))| (id.clone(), (*e, g.clone())))
             .collect();
-        let request = SyncRequest {
-            gpus: if known_version.is_none() {
-                gpus.clone()
-            } else {
-                Vec::new()
-            },
-            instances,
-            known_version,
-            wait_ms: Some(wait_ms),
-            telemetry: Some(telemetry(&gpus, &by_gpu)),
-            logs: Vec::new(),
-            host: known_version.is_none().then(|| host.clone()),
-            events: Vec::new(),
-        };
+        let request = sync_request(&gpus, &host, &by_reservation, &stopping, known_version);
         let body = serde_json::to_vec(&request).unwrap_or_default();
         let sent = Instant::now();
         // The lease counts from when the last sync that succeeded was sent.
