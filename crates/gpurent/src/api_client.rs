@@ -26,22 +26,45 @@ impl CliError {
 
 /// How often and how far apart a safe request is sent again: `GPURENT_RETRIES` (default 3
 /// retries after the first try) and `GPURENT_RETRY_DELAY` (seconds, default 5), the seed's
-/// "3 tries, 5 s apart" that ride through a replica's loss or a database failover.
+/// "3 tries, 5 s apart" that ride through a replica's loss or a database failover; and how
+/// long one try waits for an answer (`GPURENT_TRY_TIMEOUT`, seconds, default 30) before it
+/// counts as lost (a frozen replica behind the load balancer).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Retry {
     pub retries: u32,
     pub delay: std::time::Duration,
+    /// The longest a try waits for the answer's head (the body of a large log may take longer).
+    pub try_timeout: std::time::Duration,
 }
 
 impl Retry {
     pub const DEFAULT: Retry = Retry {
         retries: 3,
         delay: std::time::Duration::from_secs(5),
+        try_timeout: std::time::Duration::from_secs(30),
     };
 
-    /// The defaults, overridden by `GPURENT_RETRIES` and `GPURENT_RETRY_DELAY`.
+    /// The defaults, overridden by `GPURENT_RETRIES`, `GPURENT_RETRY_DELAY` and
+    /// `GPURENT_TRY_TIMEOUT`.
     pub fn from_env() -> Result<Retry, CliError> {
         let mut retry = Retry::DEFAULT;
+        if let Ok(v) = std::env::var("GPURENT_TRY_TIMEOUT") {
+            retry.try_timeout = v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| *s > 0.0)
+                .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+                .ok_or_else(|| {
+                    CliError::new(
+                        "invalid_value",
+                        format!(
+                            "GPURENT_TRY_TIMEOUT={v:?}: seconds one try waits for an answer, \
+                             more than 0, like 30"
+                        ),
+                    )
+                })?;
+        }
         if let Ok(v) = std::env::var("GPURENT_RETRIES") {
             retry.retries = v.trim().parse().map_err(|_| {
                 CliError::new(
@@ -226,20 +249,25 @@ impl ApiClient {
         if let Some(key) = idempotency_key {
             request = request.header("Idempotency-Key", key);
         }
-        let response = request.send().await.map_err(|e| {
+        let unreachable = |why: String| {
             let error = CliError::new(
                 "unreachable",
-                format!(
-                    "cannot reach the control plane at {}: {}",
-                    self.base,
-                    chain(&e)
-                ),
+                format!("cannot reach the control plane at {}: {why}", self.base),
             );
             Failure::Transient {
                 why: error.message.clone(),
                 error,
             }
-        })?;
+        };
+        let response = tokio::time::timeout(self.retry.try_timeout, request.send())
+            .await
+            .map_err(|_| {
+                unreachable(format!(
+                    "no answer within {}s (GPURENT_TRY_TIMEOUT)",
+                    self.retry.try_timeout.as_secs_f64()
+                ))
+            })?
+            .map_err(|e| unreachable(chain(&e)))?;
         if response.status().is_success() {
             return Ok(response);
         }

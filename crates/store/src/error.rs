@@ -48,10 +48,12 @@ impl StoreError {
         matches!(self, StoreError::Database(sqlx::Error::Database(e)) if e.is_unique_violation())
     }
 
-    /// Every database connection stayed busy for the whole acquire timeout: the store is
-    /// overloaded, and the request may be retried later.
+    /// Every database connection stayed busy for the whole acquire timeout, or the database
+    /// kept aborting the transaction on lock conflicts (deadlocks, lock waits past
+    /// `lock_timeout`) after its retries: the store is overloaded, nothing was written, and the
+    /// request may be retried later (503).
     pub fn is_overloaded(&self) -> bool {
-        matches!(self, StoreError::Database(sqlx::Error::PoolTimedOut))
+        matches!(self, StoreError::Database(sqlx::Error::PoolTimedOut)) || self.is_transient()
     }
 
     /// The database is lost or takes no writes (a failover under way): nothing of the failed
@@ -62,9 +64,11 @@ impl StoreError {
             StoreError::Unavailable(_) => true,
             StoreError::Database(sqlx::Error::Io(_) | sqlx::Error::PoolClosed) => true,
             StoreError::Database(sqlx::Error::Database(e)) => e.code().is_some_and(|c| {
-                // read_only_sql_transaction, admin/crash shutdown, cannot connect now, and the
+                // read_only_sql_transaction, the session ended as idle in a transaction (a
+                // frozen client: `session`), admin/crash shutdown, cannot connect now, and the
                 // connection exceptions.
-                matches!(c.as_ref(), "25006" | "57P01" | "57P02" | "57P03") || c.starts_with("08")
+                matches!(c.as_ref(), "25006" | "25P03" | "57P01" | "57P02" | "57P03")
+                    || c.starts_with("08")
             }),
             _ => false,
         }
@@ -77,16 +81,23 @@ impl StoreError {
             if e.code().as_deref() == Some("25006"))
     }
 
-    /// A deadlock or serialization failure (PostgreSQL), or a busy database (SQLite): the
-    /// transaction was rolled back and may simply be run again.
+    /// A deadlock, serialization failure or lock wait past `lock_timeout` (PostgreSQL), or a
+    /// busy database (SQLite): the transaction was rolled back and may simply be run again.
     pub(crate) fn is_transient(&self) -> bool {
         let StoreError::Database(sqlx::Error::Database(e)) = self else {
             return false;
         };
         matches!(
             e.code().as_deref(),
-            Some("40P01" | "40001" | "5" | "6" | "517" | "262")
+            Some("40P01" | "40001" | "55P03" | "5" | "6" | "517" | "262")
         )
+    }
+
+    /// A statement waited on a lock past `lock_timeout` (`session`): the holder is busy or
+    /// stuck; worth one more try, not five.
+    pub(crate) fn is_lock_timeout(&self) -> bool {
+        matches!(self, StoreError::Database(sqlx::Error::Database(e))
+            if e.code().as_deref() == Some("55P03"))
     }
 
     pub(crate) fn not_found(what: &'static str, id: &str) -> Self {

@@ -23,6 +23,8 @@ enum Fault {
     /// Forward a POST, let the server do it, and close before its answer reaches the client
     /// (a connection that is not a POST passes, and the fault waits for the next one).
     LoseAnswer,
+    /// Read the request and never answer, as a frozen replica behind a load balancer.
+    Hang,
 }
 
 /// A loopback TCP proxy in front of the server that applies `faults`, one per connection,
@@ -72,6 +74,11 @@ fn serve(
             let _ = client.shutdown(Shutdown::Both);
             return;
         }
+        Some(Fault::Hang) => {
+            // Until the client gives up and closes.
+            let _ = std::io::copy(&mut client, &mut std::io::sink());
+            return;
+        }
         Some(Fault::Unavailable) => {
             let mut request = [0u8; 4096];
             let _ = client.read(&mut request);
@@ -117,6 +124,11 @@ fn serve(
 
 /// `gpurent --server URL --token TOKEN --json ARGS`, retrying 0.2 s apart.
 fn cli(url: &str, token: &str, args: &[&str]) -> Run {
+    cli_with(url, token, args, &[])
+}
+
+/// `cli` with more environment.
+fn cli_with(url: &str, token: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     let out = Command::new(BIN)
         .args(["--server", url, "--token", token, "--json"])
         .args(args)
@@ -124,6 +136,8 @@ fn cli(url: &str, token: &str, args: &[&str]) -> Run {
         .env("GPURENT_DATA_DIR", "/nonexistent")
         .env("GPURENT_RETRY_DELAY", "0.2")
         .env_remove("GPURENT_RETRIES")
+        .env_remove("GPURENT_TRY_TIMEOUT")
+        .envs(env.iter().copied())
         .output()
         .expect("run gpurent");
     Run {
@@ -221,6 +235,38 @@ fn a_write_without_a_key_is_sent_once_and_retries_give_up() {
     let run = cli(&proxy.url, &cluster.admin, &["users", "ls"]);
     assert_ne!(run.code, 0, "{run:?}");
     assert_eq!(retry_lines(&run), 3, "{}", run.stderr);
+}
+
+#[test]
+fn a_try_that_gets_no_answer_is_abandoned_and_retried() {
+    let cluster = Cluster::start("127.0.0.1:0");
+    let proxy = Proxy::start(&cluster.url);
+
+    // A frozen replica: the first try would wait forever; it is given up after 1 s.
+    proxy.inject(&[Fault::Hang]);
+    let run = cli_with(
+        &proxy.url,
+        &cluster.admin,
+        &["users", "ls"],
+        &[("GPURENT_TRY_TIMEOUT", "1")],
+    );
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(proxy.pending(), 0, "the hanging try was sent");
+    assert_eq!(retry_lines(&run), 1, "{}", run.stderr);
+    assert!(run.stderr.contains("no answer within 1s"), "{}", run.stderr);
+
+    // A bad setting is refused with the reason.
+    let run = cli_with(
+        &proxy.url,
+        &cluster.admin,
+        &["users", "ls"],
+        &[("GPURENT_TRY_TIMEOUT", "0")],
+    );
+    assert_ne!(run.code, 0, "{run:?}");
+    assert!(
+        format!("{}{}", run.stdout, run.stderr).contains("GPURENT_TRY_TIMEOUT"),
+        "{run:?}"
+    );
 }
 
 #[test]

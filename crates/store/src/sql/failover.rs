@@ -221,12 +221,28 @@ impl Failover {
         verdict.map_err(StoreError::Unavailable)
     }
 
-    /// Checks the pool's host; when it is lost or read-only, moves the pool to the first host
-    /// (current one first) that takes writes.
-    async fn tick(&self, pool: &AnyPool) {
+    /// Checks the pool's host on the monitor's own connection (`own`: the host's index and
+    /// the connection, opened when missing), never one of the pool's, which may all be busy
+    /// under load or waiting on locks while the host is fine. When the host is lost or
+    /// read-only, moves the pool to the first host (current one first) that takes writes.
+    async fn tick(&self, pool: &AnyPool, own: &mut Option<(usize, AnyConnection)>) {
+        let current = self.current.load(Ordering::Relaxed);
+        if own.as_ref().is_some_and(|(host, _)| *host != current) {
+            *own = None;
+        }
         let checked = tokio::time::timeout(CHECK_TIMEOUT, async {
-            let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
-            writable(&mut conn).await
+            if own.is_none() {
+                let conn = self.hosts[current]
+                    .options
+                    .connect()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                *own = Some((current, conn));
+            }
+            match own.as_mut() {
+                Some((_, conn)) => writable(conn).await,
+                None => Err("no connection to check on".to_owned()),
+            }
         })
         .await
         .unwrap_or_else(|_| Err("no answer within the check timeout".to_owned()));
@@ -234,9 +250,10 @@ impl Failover {
             self.record(Ok(()));
             return;
         };
-        let current = self.current.load(Ordering::Relaxed);
-        // The pool's check can also fail on the pool (every connection busy under load): the
-        // host is asked directly, first, before anything is moved or reported.
+        // The connection failed or is suspect: the next check opens another.
+        *own = None;
+        // The check's connection alone may have been lost (the host restarted and is back):
+        // the host is asked again, first, on a fresh connection, before anything is moved.
         let order = std::iter::once(current).chain((0..self.hosts.len()).filter(|&i| i != current));
         let mut tried = Vec::new();
         for i in order {
@@ -304,6 +321,7 @@ pub(crate) struct Monitor(tokio::task::JoinHandle<()>);
 impl Monitor {
     pub(crate) fn start(failover: Arc<Failover>, pool: AnyPool) -> Self {
         Monitor(tokio::spawn(async move {
+            let mut own = None;
             loop {
                 tokio::select! {
                     () = tokio::time::sleep(MONITOR_INTERVAL) => {}
@@ -312,7 +330,7 @@ impl Monitor {
                 if pool.is_closed() {
                     return;
                 }
-                failover.tick(&pool).await;
+                failover.tick(&pool, &mut own).await;
             }
         }))
     }

@@ -168,6 +168,10 @@ pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<()> {
     // (two replicas starting at once on a fresh database: one fails on pg_type's unique index).
     let mut tx = pool.begin().await?;
     if backend == Backend::Postgres {
+        // Another replica's migration may hold the lock for longer than `lock_timeout`.
+        sqlx::query("SET LOCAL lock_timeout = 0")
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(PG_MIGRATION_LOCK)
             .execute(&mut *tx)
@@ -188,6 +192,10 @@ pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<()> {
         };
         let mut tx = pool.begin().await?;
         if backend == Backend::Postgres {
+            sqlx::query("SET LOCAL lock_timeout = 0")
+                .execute(&mut *tx)
+                .await
+                .map_err(fail)?;
             sqlx::query("SELECT pg_advisory_xact_lock($1)")
                 .bind(PG_MIGRATION_LOCK)
                 .execute(&mut *tx)

@@ -32,6 +32,7 @@ mod queue;
 mod reports;
 mod reservations;
 mod rows;
+mod session;
 mod settlement;
 mod shared_keys;
 mod ssh_keys;
@@ -155,7 +156,13 @@ impl SqlStore {
                 // Still pinged when taken: a connection the server dropped (a restart,
                 // a failover) is replaced then instead of failing a request.
                 match &follow {
-                    None => pool.connect_with(options.clone()).await?,
+                    None => {
+                        pool.after_connect(|conn, _| {
+                            Box::pin(async move { session::configure(conn).await })
+                        })
+                        .connect_with(options.clone())
+                        .await?
+                    }
                     Some(failover) => {
                         let (on_connect, on_acquire) = (failover.clone(), failover.clone());
                         pool
@@ -164,13 +171,11 @@ impl SqlStore {
                             .after_connect(move |conn, _| {
                                 let failover = on_connect.clone();
                                 Box::pin(async move {
-                                    match failover::writable(conn).await {
-                                        Ok(()) => Ok(()),
-                                        Err(why) => {
-                                            failover.nudge();
-                                            Err(sqlx::Error::Protocol(why))
-                                        }
+                                    if let Err(why) = failover::writable(conn).await {
+                                        failover.nudge();
+                                        return Err(sqlx::Error::Protocol(why));
                                     }
+                                    session::configure(conn).await
                                 })
                             })
                             // One opened before the last switch points at the old host.
@@ -314,7 +319,8 @@ const BEGIN_ATTEMPTS: u32 = 5;
 const FAILOVER_BACKOFF: Duration = Duration::from_millis(250);
 
 /// Runs a transaction again when the database aborted it to break a deadlock or a
-/// serialization conflict, or refused its first write as read-only (the host was demoted;
+/// serialization conflict or a lock wait past `lock_timeout` (`session`; once), or refused its
+/// first write as read-only (the host was demoted;
 /// the monitor moves the pool meanwhile); such an abort leaves nothing behind. A connection
 /// lost during the transaction is not retried here: its COMMIT may have been applied with the
 /// answer lost, so the error goes back to the client (503), whose retry with the same
@@ -351,9 +357,19 @@ where
     Fut: std::future::Future<Output = Result<T>>,
 {
     const ATTEMPTS: u32 = 5;
-    let mut attempt = 1;
+    // A lock wait past `lock_timeout` already took seconds: one more try, not five.
+    const LOCK_WAITS: u32 = 2;
+    let (mut attempt, mut lock_waits) = (1, 0);
     loop {
         match run().await {
+            Err(e) if e.is_lock_timeout() => {
+                lock_waits += 1;
+                if lock_waits >= LOCK_WAITS || attempt >= ATTEMPTS {
+                    return Err(e);
+                }
+                tracing::warn!(what, error = ?e, "a lock wait timed out; trying once more");
+                attempt += 1;
+            }
             Err(e) if e.is_transient() && attempt < ATTEMPTS => {
                 tracing::debug!(what, attempt, error = ?e, "transient database conflict; retrying");
                 attempt += 1;

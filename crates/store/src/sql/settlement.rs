@@ -190,6 +190,11 @@ impl SqlStore {
         let clock = std::time::Instant::now();
         let mut tx = self.begin().await?;
         if self.backend == Backend::Postgres {
+            // Another replica's settlement of a large period may hold the lock for longer
+            // than `lock_timeout`: this one waits for it, then finds little left to do.
+            sqlx::query("SET LOCAL lock_timeout = 0")
+                .execute(&mut *tx)
+                .await?;
             sqlx::query("SELECT pg_advisory_xact_lock($1)")
                 .bind(PG_SETTLEMENT_LOCK)
                 .execute(&mut *tx)
