@@ -32,7 +32,9 @@ fn token_from_row(row: &sqlx::any::AnyRow) -> Result<Token> {
 #[async_trait]
 impl AccessStore for SqlStore {
     async fn check_token(&self, token_hash: &str, now: DateTime<Utc>) -> Result<TokenCheck> {
-        let generation = match self.tokens.get(token_hash, now) {
+        let unexpired =
+            |(_, token): &(AuthUser, TokenFacts)| token.expires_at.is_none_or(|at| now < at);
+        let generation = match self.tokens.get(token_hash, unexpired) {
             Ok((user, token)) => return Ok(TokenCheck::Valid(user, token)),
             Err(generation) => generation,
         };
@@ -68,8 +70,12 @@ impl AccessStore for SqlStore {
             id: row.try_get("token_id")?,
             expires_at: expires_at.map(from_ts).transpose()?,
         };
-        self.tokens
-            .put(token_hash, generation, read_at, &user, &token);
+        self.tokens.put(
+            token_hash,
+            generation,
+            read_at,
+            (user.clone(), token.clone()),
+        );
         Ok(TokenCheck::Valid(user, token))
     }
 

@@ -29,6 +29,7 @@ mod nodes;
 mod placement;
 mod proxy;
 mod queue;
+mod read_cache;
 mod reports;
 mod reservations;
 mod rows;
@@ -38,7 +39,6 @@ mod shared_keys;
 mod ssh_keys;
 mod statements;
 mod sync;
-mod token_cache;
 mod tunnels;
 mod users;
 mod wal;
@@ -68,8 +68,10 @@ pub(crate) fn switch_of(row: &sqlx::any::AnyRow) -> Result<Option<u32>> {
 pub struct SqlStore {
     pool: AnyPool,
     backend: Backend,
-    /// Tokens found valid lately (`token_cache`), shared by the store's clones.
-    tokens: std::sync::Arc<token_cache::TokenCache>,
+    /// API tokens found valid lately (`read_cache`), shared by the store's clones.
+    tokens: std::sync::Arc<read_cache::ReadCache<(crate::AuthUser, crate::TokenFacts)>>,
+    /// Node credentials found valid lately: the node and its certificate (`read_cache`).
+    node_credentials: std::sync::Arc<read_cache::ReadCache<(String, crate::NodeCertificate)>>,
     /// SQLite's WAL checkpoints, off the store's one connection (`wal`).
     checkpointer: Option<std::sync::Arc<wal::Checkpointer>>,
     /// Transactions begun (`begin`), for the tests and benchmarks that count them.
@@ -207,7 +209,8 @@ impl SqlStore {
         let store = SqlStore {
             pool,
             backend,
-            tokens: std::sync::Arc::default(),
+            tokens: std::sync::Arc::new(read_cache::ReadCache::new(read_cache::TOKEN_TTL)),
+            node_credentials: std::sync::Arc::new(read_cache::ReadCache::new(read_cache::NODE_TTL)),
             checkpointer: None,
             begun: Default::default(),
             combiner: Default::default(),

@@ -180,16 +180,23 @@ pub(super) async fn register_node(
     Ok(id)
 }
 
+/// The node of a credential and its certificate; one that is not revoked is remembered for
+/// `read_cache::NODE_TTL` (every agent sync asks).
 pub(super) async fn authenticate_node(
     store: &SqlStore,
     token_hash: &str,
 ) -> Result<Option<(String, NodeCertificate)>> {
+    let generation = match store.node_credentials.get(token_hash, |_| true) {
+        Ok(found) => return Ok(Some(found)),
+        Err(generation) => generation,
+    };
+    let read_at = std::time::Instant::now();
     let row: Option<(String, Option<String>, Option<i64>)> =
         sqlx::query_as("SELECT id, cert_sha256, cert_revoked_at FROM nodes WHERE token_hash = $1")
             .bind(token_hash)
             .fetch_optional(&store.pool)
             .await?;
-    Ok(row.map(|(id, sha256, revoked_at)| {
+    let found = row.map(|(id, sha256, revoked_at)| {
         (
             id,
             NodeCertificate {
@@ -197,7 +204,13 @@ pub(super) async fn authenticate_node(
                 revoked: revoked_at.is_some(),
             },
         )
-    }))
+    });
+    if let Some(found) = found.as_ref().filter(|(_, cert)| !cert.revoked) {
+        store
+            .node_credentials
+            .put(token_hash, generation, read_at, found.clone());
+    }
+    Ok(found)
 }
 
 pub(super) async fn set_node_certificate(
@@ -211,6 +224,7 @@ pub(super) async fn set_node_certificate(
         .execute(&store.pool)
         .await?
         .rows_affected();
+    store.node_credentials.clear();
     found(updated, node_id)
 }
 
@@ -274,6 +288,7 @@ pub(super) async fn revoke_node(
     .await?
     .rows_affected();
     found(updated, &node_id)?;
+    store.node_credentials.clear();
     tracing::warn!(%node_id, "node certificate revoked");
     Ok(node_id)
 }

@@ -1,6 +1,8 @@
-//! The cache of valid tokens (`check_token`): a revocation, a role change or an expiry takes
-//! effect at once through the same store, and within the cache's second through another
-//! store on the same database (a second control plane).
+//! The caches of valid credentials: of API tokens (`check_token`), where a revocation, a role
+//! change or an expiry takes effect at once through the same store, and within the cache's
+//! second through another store on the same database (a second control plane); and of node
+//! credentials (`authenticate_node`, every agent sync), where a revocation takes effect at once
+//! through the same store and within the cache's 5 s through another.
 
 use std::time::{Duration, Instant};
 
@@ -106,4 +108,57 @@ async fn another_stores_revocation_takes_effect_sqlite() {
 #[tokio::test]
 async fn another_stores_revocation_takes_effect_postgres() {
     another_stores_revocation_takes_effect(Backend::Postgres).await;
+}
+
+async fn a_revoked_node_is_refused(backend: Backend) {
+    let f = Fixture::new(backend).await;
+    let other = SqlStore::connect(&f.url()).await.unwrap();
+    let (a, b) = (
+        f.node("a", "RTX4090", 1).await,
+        f.node("b", "RTX4090", 1).await,
+    );
+    let node = |store: &SqlStore, hash: &'static str| {
+        let store = store.clone();
+        async move { store.authenticate_node(hash).await.unwrap() }
+    };
+    // Asked twice, so that the second answer may come from the cache.
+    for _ in 0..2 {
+        let (id, cert) = node(&f.store, "node-a").await.expect("a's credential");
+        assert_eq!(id, a);
+        assert!(!cert.revoked);
+        assert!(node(&f.store, "node-unknown").await.is_none());
+    }
+    f.store.revoke_node(&a, t0()).await.unwrap();
+    let (_, cert) = node(&f.store, "node-a").await.expect("still known");
+    assert!(
+        cert.revoked,
+        "revoked through this store: refused at the next sync"
+    );
+
+    // Through another store: within its cache's TTL.
+    node(&f.store, "node-b").await.expect("b's credential");
+    other.revoke_node(&b, t0()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, cert) = node(&f.store, "node-b").await.expect("still known");
+        if cert.revoked {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the node revoked by another store is still accepted"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    other.close().await;
+}
+
+#[tokio::test]
+async fn a_revoked_node_is_refused_sqlite() {
+    a_revoked_node_is_refused(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_revoked_node_is_refused_postgres() {
+    a_revoked_node_is_refused(Backend::Postgres).await;
 }
