@@ -49,6 +49,10 @@ pub(super) enum Batched {
     },
     /// Not decided here: the one-reservation path takes it.
     Alone,
+    /// The connection failed while the batch was written: its COMMIT may have been applied
+    /// with only the answer lost. Answered unavailable (503), never placed again here: a
+    /// retry with the request's Idempotency-Key finds what was committed.
+    Unknown(String),
 }
 
 /// A batch written, or found stale (nothing kept: plan again from a fresh read).
@@ -122,13 +126,24 @@ const TENANT: &str = "SELECT u.max_reservations, u.max_spend_per_hour, a.balance
      FROM users u LEFT JOIN accounts a ON a.id = $2 WHERE u.id = $1";
 
 impl SqlStore {
-    /// Places `jobs` together; a job the batch leaves (or every job, when the batch fails)
-    /// is answered [`Batched::Alone`].
+    /// Places `jobs` together; a job the batch leaves (or every job, when the batch fails on
+    /// the database's verdict) is answered [`Batched::Alone`], every job of a batch that lost
+    /// its connection [`Batched::Unknown`].
     pub(super) async fn reserve_batch(&self, jobs: &[Job]) -> Vec<Batched> {
         for _ in 0..BATCH_ATTEMPTS {
             match retry_transient("reserve_batch", || self.try_batch(jobs)).await {
                 Ok(Written::Done(out)) => return out,
                 Ok(Written::Stale) => continue,
+                Err(e) if e.is_unavailable() => {
+                    tracing::warn!(error = ?e, jobs = jobs.len(), "a batch of reservations lost its database connection; its outcome is for the clients' retries to find");
+                    let why = "the database connection was lost while the reservation was \
+                               written: retry with the same Idempotency-Key to learn whether it \
+                               was made";
+                    return jobs
+                        .iter()
+                        .map(|_| Batched::Unknown(why.to_owned()))
+                        .collect();
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, jobs = jobs.len(), "a batch of reservations failed; each goes alone");
                     break;

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 
 use super::batched::{Batched, Job};
 use super::SqlStore;
-use crate::{NewReservation, RecordWithin, Reserved, Result};
+use crate::{NewReservation, RecordWithin, Reserved, Result, StoreError};
 
 /// The most reservations written in one batch.
 const MOST: usize = 64;
@@ -110,6 +110,7 @@ impl SqlStore {
                 nodes,
                 recorded,
             }),
+            Ok(Batched::Unknown(why)) => Err(StoreError::Unavailable(why)),
             Ok(Batched::Alone) | Err(_) => {
                 let (reservation, nodes) = self
                     .reserve_planned(&new, prices, live_since, now, expected)

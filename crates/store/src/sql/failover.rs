@@ -145,7 +145,9 @@ impl Failover {
                 .to_owned();
             hosts.push(Host {
                 label,
-                options: log(AnyConnectOptions::from_str(url)?),
+                options: log(AnyConnectOptions::from_str(
+                    &super::session::with_settings(url),
+                )?),
             });
         }
         Ok(Failover {

@@ -1,14 +1,21 @@
-//! The hourly rollup of GPU telemetry (`gpu_hours`): one upsert per agent sync for all the
-//! node's GPUs, read back by the usage reports.
+//! The hourly rollup of GPU telemetry (`gpu_hours`): every agent sync's samples added up in
+//! memory (`Pending`), written in one statement a minute for the whole fleet (`flush`) instead
+//! of one upsert per sync, and read back by the usage reports (after a flush).
 
 use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use gpurent_types::agent::GpuSample;
-use sqlx::{AnyConnection, AnyPool, Row};
+use sqlx::{AnyPool, Row};
 
 use super::from_ts;
 use crate::usage_facts::GpuHour;
-use crate::Result;
+use crate::{Backend, Result};
+
+/// How often the samples added up in memory are written. A replica that crashes loses at most
+/// this much of its syncs' samples (utilisation statistics; nothing billed depends on them).
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(60);
 
 const HOUR_MICROS: i64 = 3_600_000_000;
 
@@ -27,66 +34,170 @@ pub(crate) fn samples(samples: &[GpuSample]) -> BTreeMap<&str, &GpuSample> {
         .collect()
 }
 
-/// The upsert of `rows` samples into their GPUs' rows of an hour: the hour is parameter
-/// `$hour`, the node `$node`, and each row's uuid, utilisation and memory three parameters from
-/// `$first` on (bound by `bind_samples`).
-pub(crate) fn upsert_sql(rows: usize, hour: usize, node: usize, first: usize) -> String {
-    let values: Vec<String> = (0..rows)
-        .map(|i| {
-            let p = first + i * 3;
-            format!(
-                "(${hour}, ${p}, ${node}, 1, ${}, ${}, ${})",
-                p + 1,
-                p + 2,
-                p + 2
-            )
-        })
-        .collect();
-    format!(
-        "INSERT INTO gpu_hours (hour, gpu_uuid, node_id, samples, util_sum, mem_used_mb_sum,
-            mem_max_mb)
-         VALUES {}
-         ON CONFLICT (hour, gpu_uuid) DO UPDATE SET
-            node_id = excluded.node_id,
-            samples = gpu_hours.samples + 1,
-            util_sum = gpu_hours.util_sum + excluded.util_sum,
-            mem_used_mb_sum = gpu_hours.mem_used_mb_sum + excluded.mem_used_mb_sum,
-            mem_max_mb = CASE WHEN excluded.mem_max_mb > gpu_hours.mem_max_mb
-                THEN excluded.mem_max_mb ELSE gpu_hours.mem_max_mb END",
-        values.join(", ")
-    )
+/// One GPU's sums over an hour's samples, as `gpu_hours` keeps them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sums {
+    /// The node that reported the GPU last.
+    node_id: String,
+    samples: i64,
+    util_sum: i64,
+    mem_used_mb_sum: i64,
+    mem_max_mb: i64,
 }
 
-/// Binds each sample's three parameters of `upsert_sql`, in its order.
-pub(crate) fn bind_samples<'q>(
-    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
-    samples: &BTreeMap<&'q str, &GpuSample>,
-) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
-    for (uuid, s) in samples {
-        q = q
-            .bind(*uuid)
-            .bind(i64::from(s.utilization_pct.min(100)))
-            .bind(i64::try_from(s.memory_used_mb).unwrap_or(i64::MAX));
+impl Sums {
+    fn merge(&mut self, other: &Sums) {
+        self.node_id.clone_from(&other.node_id);
+        self.samples += other.samples;
+        self.util_sum += other.util_sum;
+        self.mem_used_mb_sum += other.mem_used_mb_sum;
+        self.mem_max_mb = self.mem_max_mb.max(other.mem_max_mb);
     }
-    q
 }
 
-/// Adds one sync's samples to their GPUs' rows of the hour of `at`, in one statement. Rows are
-/// written in uuid order, so that two syncs naming the same GPUs lock them in the same order.
-pub(crate) async fn record(
-    conn: &mut AnyConnection,
-    node_id: &str,
-    samples: &[GpuSample],
-    at: i64,
-) -> Result<()> {
-    let by_uuid = self::samples(samples);
-    if by_uuid.is_empty() {
+/// Samples not written yet, by hour and GPU uuid (in the order `flush` writes and locks them).
+type Rollup = BTreeMap<(i64, String), Sums>;
+
+/// The samples of this store's syncs since the last flush.
+#[derive(Debug, Default)]
+pub(crate) struct Pending(Mutex<Rollup>);
+
+impl Pending {
+    fn with<R>(&self, f: impl FnOnce(&mut Rollup) -> R) -> R {
+        f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Adds one sync's samples (taken at `at`, unix microseconds) to their GPUs' hour.
+    pub(crate) fn add(&self, node_id: &str, samples: &[GpuSample], at: i64) {
+        let hour = hour_of(at);
+        let by_uuid = self::samples(samples);
+        if by_uuid.is_empty() {
+            return;
+        }
+        self.with(|rollup| {
+            for (uuid, s) in by_uuid {
+                let used = i64::try_from(s.memory_used_mb).unwrap_or(i64::MAX);
+                let one = Sums {
+                    node_id: node_id.to_owned(),
+                    samples: 1,
+                    util_sum: i64::from(s.utilization_pct.min(100)),
+                    mem_used_mb_sum: used,
+                    mem_max_mb: used,
+                };
+                match rollup.get_mut(&(hour, uuid.to_owned())) {
+                    Some(sums) => sums.merge(&one),
+                    None => {
+                        rollup.insert((hour, uuid.to_owned()), one);
+                    }
+                }
+            }
+        });
+    }
+
+    fn take(&self) -> Rollup {
+        self.with(std::mem::take)
+    }
+
+    /// Puts back what a failed flush took, merged with what came since.
+    fn put_back(&self, taken: Rollup) {
+        self.with(|rollup| {
+            for (key, sums) in taken {
+                match rollup.get_mut(&key) {
+                    Some(newer) => {
+                        let mut merged = sums;
+                        merged.merge(newer);
+                        *newer = merged;
+                    }
+                    None => {
+                        rollup.insert(key, sums);
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Writes the samples added up since the last flush, in one transaction. What fails before the
+/// commit is kept for the next flush; a commit whose answer is lost is not written again
+/// (counting a minute twice would be worse than missing it; it is logged).
+pub(crate) async fn flush(pool: &AnyPool, backend: Backend, pending: &Pending) -> Result<()> {
+    let taken = pending.take();
+    if taken.is_empty() {
         return Ok(());
     }
-    let sql = upsert_sql(by_uuid.len(), 1, 2, 3);
-    let q = sqlx::query(&sql).bind(hour_of(at)).bind(node_id);
-    bind_samples(q, &by_uuid).execute(&mut *conn).await?;
+    let rows: Vec<(&(i64, String), &Sums)> = taken.iter().collect();
+    let written = async {
+        // SQLite's write lock at once, as `SqlStore::begin` takes it.
+        let mut tx = match backend {
+            Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => pool.begin().await?,
+        };
+        super::multi_row(
+            &mut tx,
+            rows.len(),
+            7,
+            "INSERT INTO gpu_hours (hour, gpu_uuid, node_id, samples, util_sum, mem_used_mb_sum,
+                mem_max_mb) VALUES ",
+            " ON CONFLICT (hour, gpu_uuid) DO UPDATE SET
+                node_id = excluded.node_id,
+                samples = gpu_hours.samples + excluded.samples,
+                util_sum = gpu_hours.util_sum + excluded.util_sum,
+                mem_used_mb_sum = gpu_hours.mem_used_mb_sum + excluded.mem_used_mb_sum,
+                mem_max_mb = CASE WHEN excluded.mem_max_mb > gpu_hours.mem_max_mb
+                    THEN excluded.mem_max_mb ELSE gpu_hours.mem_max_mb END",
+            |i, q| {
+                let ((hour, uuid), sums) = rows[i];
+                q.bind(*hour)
+                    .bind(uuid.clone())
+                    .bind(sums.node_id.clone())
+                    .bind(sums.samples)
+                    .bind(sums.util_sum)
+                    .bind(sums.mem_used_mb_sum)
+                    .bind(sums.mem_max_mb)
+            },
+        )
+        .await?;
+        Ok::<_, crate::StoreError>(tx)
+    }
+    .await;
+    let tx = match written {
+        Ok(tx) => tx,
+        Err(e) => {
+            pending.put_back(taken);
+            return Err(e);
+        }
+    };
+    if let Err(e) = tx.commit().await {
+        tracing::warn!(error = %e, rows = taken.len(), "the GPU-hour rollup's commit failed; its samples may be missing");
+        return Err(e.into());
+    }
     Ok(())
+}
+
+/// The task that flushes every `FLUSH_EVERY`; stopped when the last store clone drops it.
+#[derive(Debug)]
+pub(crate) struct Flusher(tokio::task::JoinHandle<()>);
+
+impl Flusher {
+    pub(crate) fn start(pool: AnyPool, backend: Backend, pending: std::sync::Arc<Pending>) -> Self {
+        Flusher(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(FLUSH_EVERY).await;
+                if pool.is_closed() {
+                    return;
+                }
+                if let Err(e) = flush(&pool, backend, &pending).await {
+                    tracing::warn!(error = %e, "cannot write the GPU-hour rollup; trying again in a minute");
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The rows of the hours starting in [from, to) (unix microseconds), by hour and GPU.
@@ -125,6 +236,50 @@ pub(crate) async fn prune(pool: &AnyPool, before: i64) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sample(uuid: &str, util: u32, used_mb: u64) -> GpuSample {
+        GpuSample {
+            uuid: uuid.to_owned(),
+            utilization_pct: util,
+            memory_used_mb: used_mb,
+            temperature_c: 40,
+            power_mw: 100_000,
+            ecc_uncorrected: 0,
+            memory_total_mb: 24_576,
+            xid_errors: vec![],
+            lost: false,
+            processes: vec![],
+        }
+    }
+
+    #[test]
+    fn a_failed_flush_puts_back_what_it_took_beside_what_came_since() {
+        let pending = Pending::default();
+        pending.add("n1", &[sample("g0", 100, 10), sample("g1", 150, 5)], 0);
+        let taken = pending.take();
+        pending.add("n2", &[sample("g0", 20, 30)], 1);
+        pending.put_back(taken);
+        let rollup = pending.take();
+        let g0 = &rollup[&(0, "g0".to_owned())];
+        assert_eq!(
+            (
+                g0.node_id.as_str(),
+                g0.samples,
+                g0.util_sum,
+                g0.mem_used_mb_sum,
+                g0.mem_max_mb
+            ),
+            ("n2", 2, 120, 40, 30),
+            "the later sample's node, both samples"
+        );
+        let g1 = &rollup[&(0, "g1".to_owned())];
+        assert_eq!(
+            (g1.samples, g1.util_sum),
+            (1, 100),
+            "utilisation capped at 100"
+        );
+        assert!(pending.take().is_empty());
+    }
 
     #[test]
     fn hours_start_on_the_hour() {

@@ -81,6 +81,9 @@ pub struct SqlStore {
     /// Whether the store can write now, and on PostgreSQL with several hosts the monitor that
     /// follows a failover (`failover`).
     ready: std::sync::Arc<failover::Ready>,
+    /// The syncs' GPU samples not written yet, and the task that writes them (`gpu_hours`).
+    gpu_hours: std::sync::Arc<gpu_hours::Pending>,
+    _flusher: std::sync::Arc<gpu_hours::Flusher>,
 }
 
 impl SqlStore {
@@ -120,7 +123,10 @@ impl SqlStore {
         };
         let options = match &follow {
             Some(failover) => failover.pick_first().await?,
-            None => quiet(AnyConnectOptions::from_str(&url)?),
+            None => quiet(AnyConnectOptions::from_str(&match backend {
+                Backend::Postgres => session::with_settings(&url),
+                Backend::Sqlite => url.clone(),
+            })?),
         };
         let pool = match backend {
             // One connection serialises writers, which SQLite does anyway; it avoids
@@ -158,13 +164,7 @@ impl SqlStore {
                 // Still pinged when taken: a connection the server dropped (a restart,
                 // a failover) is replaced then instead of failing a request.
                 match &follow {
-                    None => {
-                        pool.after_connect(|conn, _| {
-                            Box::pin(async move { session::configure(conn).await })
-                        })
-                        .connect_with(options.clone())
-                        .await?
-                    }
+                    None => pool.connect_with(options.clone()).await?,
                     Some(failover) => {
                         let (on_connect, on_acquire) = (failover.clone(), failover.clone());
                         pool
@@ -173,11 +173,13 @@ impl SqlStore {
                             .after_connect(move |conn, _| {
                                 let failover = on_connect.clone();
                                 Box::pin(async move {
-                                    if let Err(why) = failover::writable(conn).await {
-                                        failover.nudge();
-                                        return Err(sqlx::Error::Protocol(why));
+                                    match failover::writable(conn).await {
+                                        Ok(()) => Ok(()),
+                                        Err(why) => {
+                                            failover.nudge();
+                                            Err(sqlx::Error::Protocol(why))
+                                        }
                                     }
-                                    session::configure(conn).await
                                 })
                             })
                             // One opened before the last switch points at the old host.
@@ -206,7 +208,14 @@ impl SqlStore {
                 ),
             },
         };
+        let pending = std::sync::Arc::new(gpu_hours::Pending::default());
         let store = SqlStore {
+            _flusher: std::sync::Arc::new(gpu_hours::Flusher::start(
+                pool.clone(),
+                backend,
+                pending.clone(),
+            )),
+            gpu_hours: pending,
             pool,
             backend,
             tokens: std::sync::Arc::new(read_cache::ReadCache::new(read_cache::TOKEN_TTL)),
@@ -283,8 +292,17 @@ impl SqlStore {
         self.begun.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Closes the pool, waiting for connections in use.
+    /// Writes the GPU samples added up in memory (`gpu_hours`): before a report reads them, and
+    /// at close.
+    pub(crate) async fn flush_gpu_hours(&self) -> Result<()> {
+        gpu_hours::flush(&self.pool, self.backend, &self.gpu_hours).await
+    }
+
+    /// Writes what is kept in memory, then closes the pool, waiting for connections in use.
     pub async fn close(&self) {
+        if let Err(e) = self.flush_gpu_hours().await {
+            tracing::warn!(error = %e, "closing: cannot write the GPU-hour rollup");
+        }
         if let Some(checkpointer) = &self.checkpointer {
             checkpointer.stop().await;
         }

@@ -122,6 +122,7 @@ impl SqlStore {
         })
         .collect::<Result<Vec<_>>>()?;
         let hours = if telemetry {
+            self.flush_gpu_hours().await?;
             gpu_hours::read(&self.pool, gpu_hours::hour_of(from), to).await?
         } else {
             Vec::new()

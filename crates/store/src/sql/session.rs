@@ -2,24 +2,33 @@
 //! transaction (a frozen or cut-off replica) has its session ended and its row locks given back,
 //! and no statement waits on a lock without bound.
 
-use sqlx::{AnyConnection, Executor};
+/// Each a PostgreSQL setting and its value, given in the connection's startup packet (no
+/// statement, no round trip):
+/// - `idle_in_transaction_session_timeout`: a session idle inside a transaction this long is
+///   ended by the server, so a replica that froze (SIGSTOP, a stalled VM) or lost its network
+///   holds its row locks no longer than this. Our transactions never wait on anything but the
+///   database, so a live one is never idle this long.
+/// - `lock_timeout`: the longest one statement waits for a lock; longer than the idle timeout,
+///   so that a frozen holder's session is ended first and its waiters go on. What outlasts it
+///   fails with `lock_not_available`, is tried once more (`retry`) and is then answered 503.
+const SETTINGS: [(&str, &str); 2] = [
+    ("idle_in_transaction_session_timeout", "4s"),
+    ("lock_timeout", "6s"),
+];
 
-/// A session idle inside a transaction this long is ended by the server: a replica that froze
-/// (SIGSTOP, a stalled VM) or lost its network holds its row locks no longer than this. Our
-/// transactions never wait on anything but the database, so a live one is never idle this long.
-const SET_IDLE_IN_TRANSACTION: &str = "SET idle_in_transaction_session_timeout = '4s'";
-
-/// The longest one statement waits for a lock; longer than the idle timeout above, so that a
-/// frozen holder's session is ended first and its waiters go on. What outlasts it fails with
-/// `lock_not_available`, is tried once more (`retry`) and is then answered 503.
-const SET_LOCK_TIMEOUT: &str = "SET lock_timeout = '6s'";
-
-/// Applies the settings to a new connection (when the pool opens it).
-pub(crate) async fn configure(conn: &mut AnyConnection) -> Result<(), sqlx::Error> {
-    for setting in [SET_LOCK_TIMEOUT, SET_IDLE_IN_TRANSACTION] {
-        conn.execute(setting).await?;
+/// `url` (one PostgreSQL host) with the settings as startup options
+/// (`options[name]=value`), placed before the URL's own parameters so that the operator's win.
+pub(crate) fn with_settings(url: &str) -> String {
+    let ours = SETTINGS
+        .iter()
+        .map(|(name, value)| format!("options%5B{name}%5D={value}"))
+        .collect::<Vec<_>>()
+        .join("&");
+    match url.split_once('?') {
+        Some((base, query)) if !query.is_empty() => format!("{base}?{ours}&{query}"),
+        Some((base, _)) => format!("{base}?{ours}"),
+        None => format!("{url}?{ours}"),
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -41,19 +50,35 @@ mod tests {
         (db, store)
     }
 
-    /// The value a `SET name = 'Ns'` statement gives, and its seconds.
-    fn value(set: &str) -> (&str, u64) {
-        let value = set
-            .rsplit('=')
-            .next()
-            .expect("a value")
-            .trim()
-            .trim_matches('\'');
+    /// The value given for `name`, and its whole seconds.
+    fn value(name: &str) -> (&'static str, u64) {
+        let (_, value) = super::SETTINGS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("a setting");
         let seconds = value
             .trim_end_matches('s')
             .parse()
             .expect("a whole number of seconds");
         (value, seconds)
+    }
+
+    #[test]
+    fn the_settings_go_before_the_urls_own_parameters() {
+        let ours =
+            "options%5Bidle_in_transaction_session_timeout%5D=4s&options%5Block_timeout%5D=6s";
+        assert_eq!(
+            super::with_settings("postgres://u@h:1/db"),
+            format!("postgres://u@h:1/db?{ours}")
+        );
+        assert_eq!(
+            super::with_settings("postgres://u@h:1/db?sslmode=require"),
+            format!("postgres://u@h:1/db?{ours}&sslmode=require")
+        );
+        assert_eq!(
+            super::with_settings("postgres://u@h:1/db?"),
+            format!("postgres://u@h:1/db?{ours}")
+        );
     }
 
     #[tokio::test]
@@ -66,10 +91,10 @@ mod tests {
             .expect("show")
             .try_get(0)
             .expect("text");
-        let (idle, seconds) = value(super::SET_IDLE_IN_TRANSACTION);
+        let (idle, seconds) = value("idle_in_transaction_session_timeout");
         assert_eq!(set, idle);
         assert!(
-            value(super::SET_LOCK_TIMEOUT).1 > seconds,
+            value("lock_timeout").1 > seconds,
             "a frozen holder is ended before its waiters give up"
         );
         // A frozen replica: nothing sent for longer than the timeout.

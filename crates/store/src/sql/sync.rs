@@ -13,7 +13,6 @@ use sqlx::{AnyConnection, Row};
 use super::endings::{finish, Gone};
 use super::fencing::reconcile_inventory;
 use super::fragments::live_statuses;
-use super::gpu_hours;
 use super::nodes::insert_gpus;
 use super::{retry_transient, ts, SqlStore};
 use crate::{Backend, Result, StoreError, Synced};
@@ -42,10 +41,17 @@ pub(super) async fn sync_node(
     now: DateTime<Utc>,
 ) -> Result<Synced> {
     // Most syncs of a fleet are an idle node's heartbeat: on PostgreSQL one statement.
-    if store.backend == Backend::Postgres && heartbeat_only(report) {
-        return retry_transient("sync_node", || heartbeat(store, node_id, report, now)).await;
+    let synced = if store.backend == Backend::Postgres && heartbeat_only(report) {
+        retry_transient("sync_node", || heartbeat(store, node_id, report, now)).await?
+    } else {
+        retry_transient("sync_node", || sync_once(store, node_id, report, now)).await?
+    };
+    // The samples go to the hour's rollup once the sync is recorded (written a minute at a
+    // time for the whole fleet, `gpu_hours`).
+    if let Some(t) = &report.telemetry {
+        store.gpu_hours.add(node_id, &t.gpus, ts(now));
     }
-    retry_transient("sync_node", || sync_once(store, node_id, report, now)).await
+    Ok(synced)
 }
 
 /// A sync that says only that the node is alive and how its GPUs are: no reports, logs,
@@ -62,9 +68,9 @@ fn heartbeat_only(report: &SyncRequest) -> bool {
             .is_none_or(|t| busy(&t.gpus).is_empty())
 }
 
-/// The node's row, its GPUs' hour of telemetry and the answer's desired state in one
-/// statement, with no transaction to begin or commit: what `sync_once` and `desired_state` do
-/// for such a sync, in one round trip instead of six.
+/// The node's row and the answer's desired state in one statement, with no transaction to
+/// begin or commit: what `sync_once` and `desired_state` do for such a sync, in one round trip
+/// instead of five.
 async fn heartbeat(
     store: &SqlStore,
     node_id: &str,
@@ -72,37 +78,15 @@ async fn heartbeat(
     now: DateTime<Utc>,
 ) -> Result<Synced> {
     let at = ts(now);
-    let samples = report
-        .telemetry
-        .as_ref()
-        .map(|t| gpu_hours::samples(&t.gpus))
-        .unwrap_or_default();
-    // The write as CTEs, which PostgreSQL runs to completion though nothing reads them, and
-    // the answer's read in the statement's snapshot: the version it says is the one of the
+    // The write as a CTE, which PostgreSQL runs to completion though nothing reads it, and the
+    // answer's read in the statement's snapshot: the version it says is the one of the
     // assignments beside it (the write's RETURNING could see a placement committed since).
-    // The samples' hour is `$5` and they follow it, after `NODE_SEEN`'s own.
-    let hours = if samples.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "hours AS ({}), ",
-            gpu_hours::upsert_sql(samples.len(), 5, 3, 6)
-        )
-    };
-    let sql = format!(
-        "WITH {hours}seen AS ({NODE_SEEN}) {}",
-        desired_select!("$3")
-    );
+    let sql = format!("WITH seen AS ({NODE_SEEN}) {}", desired_select!("$3"));
     let q = sqlx::query(&sql)
         .bind(at)
         .bind(0_i64)
         .bind(node_id)
         .bind(telemetry_json(report));
-    let q = if samples.is_empty() {
-        q
-    } else {
-        gpu_hours::bind_samples(q.bind(gpu_hours::hour_of(at)), &samples)
-    };
     let rows = q.fetch_all(&store.pool).await?;
     let (desired_version, health, assignments) = desired_of(&rows, node_id)?;
     Ok(Synced {
@@ -169,7 +153,6 @@ async fn sync_once(
     }
     if let Some(t) = &report.telemetry {
         mark_active(&mut tx, node_id, &t.gpus, at).await?;
-        gpu_hours::record(&mut tx, node_id, &t.gpus, at).await?;
     }
     // The whole inventory comes with the first sync after the agent starts (with its host
     // facts); later syncs leave it out.

@@ -1,10 +1,11 @@
 //! The hourly telemetry rollup: each sync adds its samples to the hour's row of each GPU (a
-//! lost GPU's sample is left out), the usage facts of a window read them back, and old hours
-//! are pruned.
+//! lost GPU's sample is left out), added up in memory and written a minute at a time, before a
+//! report reads them and when the store closes; the usage facts of a window read them back, and
+//! old hours are pruned.
 
 use chrono::Duration;
 use gpurent_store::prelude::*;
-use gpurent_store::Backend;
+use gpurent_store::{Backend, SqlStore};
 use gpurent_types::agent::{GpuSample, NodeTelemetry, SyncRequest};
 
 use crate::support::{t0, Fixture};
@@ -97,11 +98,30 @@ async fn syncs_roll_up_per_gpu_and_hour(backend: Backend) {
         .expect("facts");
     assert!(without.hours.is_empty());
 
+    // Samples are added up in memory and written a minute at a time: the next write adds to
+    // the rows written before, and closing the store writes what it holds.
+    f.store
+        .sync_node(&node, &sync(vec![sample(g0, 10, 3_000, false)]), at(75))
+        .await
+        .expect("sync");
+    f.store.close().await;
+    let store = SqlStore::connect(&f.url()).await.expect("reopen");
+    let facts = store
+        .usage_facts(t0(), t0() + Duration::days(1), true)
+        .await
+        .expect("facts");
+    let later: Vec<_> = facts
+        .hours
+        .iter()
+        .filter(|h| h.hour == at(60))
+        .map(|h| (h.samples, h.util_sum, h.mem_used_mb_sum, h.mem_max_mb))
+        .collect();
+    assert_eq!(later, [(2, 100, 4_000, 3_000)]);
+
     // Pruning forgets the hours that started before the instant given.
-    assert_eq!(f.store.prune_gpu_hours(t0()).await.expect("prune"), 0);
-    assert_eq!(f.store.prune_gpu_hours(at(60)).await.expect("prune"), 2);
-    let left = f
-        .store
+    assert_eq!(store.prune_gpu_hours(t0()).await.expect("prune"), 0);
+    assert_eq!(store.prune_gpu_hours(at(60)).await.expect("prune"), 2);
+    let left = store
         .usage_facts(t0(), t0() + Duration::days(1), true)
         .await
         .expect("facts");

@@ -16,6 +16,7 @@ mod idempotency;
 mod lifecycle;
 mod liveness;
 mod logs;
+mod lost_commit;
 mod metrics;
 mod node_certs;
 mod pg_cluster;
