@@ -84,12 +84,10 @@ impl Pending {
                     mem_used_mb_sum: used,
                     mem_max_mb: used,
                 };
-                match rollup.get_mut(&(hour, uuid.to_owned())) {
-                    Some(sums) => sums.merge(&one),
-                    None => {
-                        rollup.insert((hour, uuid.to_owned()), one);
-                    }
-                }
+                rollup
+                    .entry((hour, uuid.to_owned()))
+                    .and_modify(|sums| sums.merge(&one))
+                    .or_insert(one);
             }
         });
     }
@@ -101,17 +99,12 @@ impl Pending {
     /// Puts back what a failed flush took, merged with what came since.
     fn put_back(&self, taken: Rollup) {
         self.with(|rollup| {
-            for (key, sums) in taken {
-                match rollup.get_mut(&key) {
-                    Some(newer) => {
-                        let mut merged = sums;
-                        merged.merge(newer);
-                        *newer = merged;
-                    }
-                    None => {
-                        rollup.insert(key, sums);
-                    }
+            for (key, mut sums) in taken {
+                // What came since is newer: it is merged into the older sums (its node wins).
+                if let Some(newer) = rollup.get(&key) {
+                    sums.merge(newer);
                 }
+                rollup.insert(key, sums);
             }
         });
     }
@@ -127,11 +120,7 @@ pub(crate) async fn flush(pool: &AnyPool, backend: Backend, pending: &Pending) -
     }
     let rows: Vec<(&(i64, String), &Sums)> = taken.iter().collect();
     let written = async {
-        // SQLite's write lock at once, as `SqlStore::begin` takes it.
-        let mut tx = match backend {
-            Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => pool.begin().await?,
-        };
+        let mut tx = super::begin_on(pool, backend).await?;
         super::multi_row(
             &mut tx,
             rows.len(),

@@ -253,11 +253,7 @@ impl SqlStore {
         // the new host), doubles nothing.
         let mut attempt = 1;
         loop {
-            let begun = match self.backend {
-                Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
-                Backend::Postgres => self.pool.begin().await,
-            };
-            match begun {
+            match begin_on(&self.pool, self.backend).await {
                 Ok(tx) => return Ok(tx),
                 Err(e) => {
                     let e = StoreError::from(e);
@@ -307,6 +303,18 @@ impl SqlStore {
             checkpointer.stop().await;
         }
         self.pool.close().await;
+    }
+}
+
+/// One `BEGIN` on `pool`: on SQLite `BEGIN IMMEDIATE`, the write lock at once (`SqlStore::begin`
+/// says why), for the store and for tasks that hold only its pool.
+pub(crate) async fn begin_on(
+    pool: &AnyPool,
+    backend: Backend,
+) -> std::result::Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+    match backend {
+        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+        Backend::Postgres => pool.begin().await,
     }
 }
 

@@ -81,8 +81,7 @@ async fn heartbeat(
     // The write as a CTE, which PostgreSQL runs to completion though nothing reads it, and the
     // answer's read in the statement's snapshot: the version it says is the one of the
     // assignments beside it (the write's RETURNING could see a placement committed since).
-    let sql = format!("WITH seen AS ({NODE_SEEN}) {}", desired_select!("$3"));
-    let q = sqlx::query(&sql)
+    let q = sqlx::query(&HEARTBEAT)
         .bind(at)
         .bind(0_i64)
         .bind(node_id)
@@ -187,6 +186,10 @@ async fn sync_once(
     tx.commit().await?;
     synced(row, node_id)
 }
+
+/// `heartbeat`'s statement: `NODE_SEEN` as a CTE, then the answer's read.
+static HEARTBEAT: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("WITH seen AS ({NODE_SEEN}) {}", desired_select!("$3")));
 
 /// A sync's write of the node's row (`$1` the time, `$2` 1 when the desired state changed,
 /// `$3` the node, `$4` its telemetry), reading back what the answer needs.
