@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpurent_billing::PriceList;
-use gpurent_store::Store;
+use gpurent_store::{Backend, Store};
 use gpurent_types::Clock;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -193,7 +193,7 @@ pub enum ServeError {
 /// Where other replicas reach this one: `--advertise-url`, else the bound address when it
 /// is a specific one; none on SQLite (one replica only).
 fn advertise_url(state: &AppState, addr: SocketAddr) -> Option<String> {
-    if state.store.backend() != gpurent_store::Backend::Postgres {
+    if state.store.backend() != Backend::Postgres {
         return None;
     }
     if let Some(url) = &state.config.advertise_url {
@@ -237,6 +237,8 @@ pub struct RunningServer {
     stop: watch::Sender<bool>,
     http: JoinHandle<()>,
     maintenance: JoinHandle<()>,
+    /// On PostgreSQL, the watch of other replicas' changes (`jobs/versions.rs`).
+    versions: Option<JoinHandle<()>>,
 }
 
 impl RunningServer {
@@ -287,6 +289,8 @@ impl RunningServer {
         if let Some(url) = advertise_url(&state, addr) {
             state.tunnels.advertise(url, relay_client(&state.config)?);
         }
+        let versions = (state.store.backend() == Backend::Postgres)
+            .then(|| tokio::spawn(jobs::versions::run(state.clone(), stopped.clone())));
         let maintenance = tokio::spawn(jobs::maintenance::run(state.clone(), stopped));
         tracing::info!(%addr, backend = ?state.store.backend(), "control plane listening");
         let scale = &state.config.scale;
@@ -304,6 +308,7 @@ impl RunningServer {
             stop,
             http,
             maintenance,
+            versions,
         })
     }
 
@@ -317,6 +322,9 @@ impl RunningServer {
         let _ = self.stop.send(true);
         self.state.wake.wake_all();
         let _ = self.maintenance.await;
+        if let Some(versions) = self.versions {
+            let _ = versions.await;
+        }
         self.http
             .await
             .map_err(|e| ServeError::Serve(std::io::Error::other(e)))

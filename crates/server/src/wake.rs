@@ -1,6 +1,6 @@
 //! Wakes agents' long-polls when their node's desired state changes in this replica, and the
 //! scheduling pass when capacity may have been freed. Changes made by another replica are seen
-//! at the next periodic version check (and the next maintenance tick).
+//! by the version watch (`jobs/versions.rs`, within a second) and the next maintenance tick.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -282,6 +282,10 @@ pub trait NodeStore: Send + Sync {
 
     async fn desired_version(&self, node_id: &str) -> Result<i64>;
 
+    /// Every node's desired-state version, in one read: how a replica sees the changes other
+    /// replicas made (`server/src/jobs/versions.rs`).
+    async fn desired_versions(&self) -> Result<Vec<(String, i64)>>;
+
     /// What the node should run now, with the version it has.
     async fn desired_state(&self, node_id: &str) -> Result<(i64, Vec<Assignment>)>;
 

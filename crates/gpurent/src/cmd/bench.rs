@@ -14,6 +14,9 @@ use super::bench_common::percentile_ms;
 use crate::cli::{AuditMode, BenchArgs};
 use crate::output::{print_json, print_table};
 
+/// Nodes registered beyond `--nodes`, with as many GPUs as the warm-up reserves before the measured rounds.
+const WARM_NODES: u32 = 50;
+
 #[derive(Debug, Serialize)]
 struct BenchResult {
     backend: String,
@@ -30,6 +33,10 @@ struct BenchResult {
     idempotency_keys: bool,
     nodes: u32,
     gpus: u32,
+    /// Reservations placed before the measured rounds, for which 50 nodes beyond `nodes` are
+    /// registered; then the planner's statistics are gathered (PostgreSQL), as in a database
+    /// in service.
+    warm_up: u32,
     requests: u32,
     concurrency: u32,
     created: u32,
@@ -59,11 +66,11 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
     let now = chrono::Utc::now();
 
     eprintln!(
-        "bench: registering {} nodes x {} GPUs",
+        "bench: registering {} nodes x {} GPUs, and {WARM_NODES} more for the warm-up",
         args.nodes, args.gpus_per_node
     );
     super::bench_common::bench_admin(&store, now).await?;
-    for n in 0..args.nodes {
+    for n in 0..args.nodes + WARM_NODES {
         super::bench_common::bench_node(&store, usize::try_from(n)?, args.gpus_per_node, now)
             .await?;
     }
@@ -84,6 +91,29 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         AuditMode::Off => &[false],
         AuditMode::Both => &[false, true, false, true],
     };
+    // A database in service has reservations and statistics: a warm-up reserves as many GPUs
+    // as the extra nodes have, and the statistics are gathered.
+    let warm = WARM_NODES * args.gpus_per_node;
+    eprintln!("bench: warm-up, {warm} reservations (not measured)");
+    let warmed = round(
+        store.clone(),
+        clock.clone(),
+        config.clone(),
+        warm,
+        args.concurrency,
+        tenant_token,
+    )
+    .await?;
+    if warmed.errors > 0 {
+        bail!(
+            "{} of the warm-up's {warm} reservations failed",
+            warmed.errors
+        );
+    }
+    store
+        .refresh_statistics()
+        .await
+        .context("gather the planner's statistics")?;
     let rounds = u32::try_from(modes.len()).unwrap_or(1);
     let mut by_mode: Vec<(bool, Round)> = Vec::new();
     for (i, &audit) in modes.iter().enumerate() {
@@ -132,6 +162,7 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
             idempotency_keys: true,
             nodes: args.nodes,
             gpus: args.nodes * args.gpus_per_node,
+            warm_up: warm,
             requests: sent,
             concurrency: args.concurrency,
             created,

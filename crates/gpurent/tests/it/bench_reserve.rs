@@ -38,6 +38,8 @@ fn bench_reserve_prints_its_figures_and_what_was_on() {
     // 8 nodes of 8 GPUs: room for all 40.
     assert_eq!(r["created"], 40, "every reservation was placed: {r}");
     assert_eq!(r["errors"], 0, "{r}");
+    // 50 more nodes' worth reserved before the measured round.
+    assert_eq!(r["warm_up"], 400, "{r}");
     assert_eq!(r["audit"], true, "{r}");
     assert_eq!(r["access_control"], true, "{r}");
     assert_eq!(r["metrics"], true, "{r}");

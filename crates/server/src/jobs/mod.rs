@@ -1,6 +1,7 @@
 //! The control plane's background jobs, run by the maintenance loop rather than by a request:
 //! the loop itself (`maintenance`), the scheduling pass over queued reservations (`scheduler`),
-//! elastic capacity (`elastic`) and the alert webhook (`alerts`).
+//! elastic capacity (`elastic`) and the alert webhook (`alerts`); beside it, on PostgreSQL, the
+//! watch of other replicas' changes to the nodes' desired state (`versions`).
 //! They fail with `JobError`, not the HTTP error: nobody is answered, the loop logs it and
 //! tries again at the next tick.
 
@@ -8,6 +9,7 @@ pub(crate) mod alerts;
 pub(crate) mod elastic;
 pub(crate) mod maintenance;
 pub(crate) mod scheduler;
+pub(crate) mod versions;
 
 use gpurent_store::StoreError;
 

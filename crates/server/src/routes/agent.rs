@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use gpurent_store::{Backend, NewNode, NodeCertificate};
+use gpurent_store::{NewNode, NodeCertificate};
 use gpurent_types::agent::{
     InstanceState, NodeRegistered, RegisterNode, SyncRequest, SyncResponse, AGENT_EVENT_DETAIL_MAX,
 };
@@ -25,9 +25,6 @@ use crate::verification::verify;
 const MAX_REPORTS: usize = 4096;
 /// An agent's events per sync.
 const MAX_EVENTS: usize = 1000;
-/// A replica on PostgreSQL re-reads the version this often while holding a sync, to see other
-/// replicas' changes.
-const VERSION_RECHECK: Duration = Duration::from_secs(1);
 
 /// Trade a join token for a node identity and credential.
 #[utoipa::path(post, path = "/api/v1/agent/register", tag = "agent", request_body = RegisterNode,
@@ -228,28 +225,20 @@ pub(crate) async fn sync(
     let (mut last, mut fresh) = (synced.desired_version, false);
     if let (Some(known), Some(notify), Some(mut notified)) = (held, &notify, notified) {
         let deadline = tokio::time::Instant::now() + wait;
-        // On SQLite this is the only replica: every change wakes the sync, none needs a
-        // recheck (a query per second per node held).
-        let recheck = match state.store.backend() {
-            Backend::Sqlite => wait,
-            Backend::Postgres => VERSION_RECHECK,
-        };
-        // `last`: the version as the sync left it, then as read again after each wake or
-        // recheck.
+        // Woken by a change made here, or by one made at another replica (on PostgreSQL
+        // `jobs/versions.rs` reads every node's version once a second); `last` is the version
+        // read again after each wake.
         while last == known && !state.wake.is_shutting_down() {
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                break;
-            }
-            let step = (deadline - now).min(recheck);
             let woken = tokio::select! {
                 _ = notified.as_mut() => true,
-                _ = tokio::time::sleep(step) => false,
+                _ = tokio::time::sleep_until(deadline) => false,
             };
-            // The wait is over: the answer is read again if woken, else it is what the sync
-            // read (one query less per held sync).
+            if !woken {
+                // Nothing changed: the answer is what the sync read (no query).
+                break;
+            }
             if tokio::time::Instant::now() >= deadline {
-                fresh = woken;
+                fresh = true;
                 break;
             }
             notified = Box::pin(notify.notified());

@@ -23,6 +23,7 @@ mod elastic;
 mod failover;
 mod fencing;
 mod health;
+mod held_sync;
 mod hostile;
 mod idempotency;
 mod idle;

@@ -92,33 +92,42 @@ fn group_of(new: &NewReservation) -> GroupKey {
 
 /// Adds to `reads` the one read of the reservations that earlier requests with the jobs'
 /// Idempotency-Keys made (one statement for the batch, not one a key: on PostgreSQL each is a
-/// round trip); returns its index, or `None` when no job has a key.
+/// round trip); returns its index, or `None` when no job has a key. Both columns of the unique
+/// index on (tenant_id, idempotency_key) are given as lists, so that the index is probed for
+/// each pair: a condition on the tenant alone would walk all of a busy tenant's reservations.
+/// A pair that no job asked (one tenant's key with another tenant) is not a replay for anyone,
+/// and the caller looks up only the pairs its jobs carry.
 fn push_earlier(reads: &mut Batch, jobs: &[Job]) -> Option<usize> {
-    let mut terms = Vec::new();
-    let mut args = Vec::new();
+    let mut tenants: Vec<&str> = Vec::new();
+    let mut keys: Vec<&str> = Vec::new();
     for j in jobs {
         let Some(key) = &j.new.idempotency_key else {
             continue;
         };
-        args.push(Arg::from(&j.new.tenant_id));
-        args.push(Arg::from(key));
-        // Each term answered by the unique index on (tenant_id, idempotency_key).
-        terms.push(format!(
-            "(tenant_id = ${} AND idempotency_key = ${})",
-            args.len() - 1,
-            args.len()
-        ));
+        if !tenants.contains(&j.new.tenant_id.as_str()) {
+            tenants.push(&j.new.tenant_id);
+        }
+        if !keys.contains(&key.as_str()) {
+            keys.push(key);
+        }
     }
-    if terms.is_empty() {
+    if keys.is_empty() {
         return None;
     }
-    Some(reads.push(
-        format!(
-            "SELECT tenant_id, idempotency_key FROM reservations WHERE {}",
-            terms.join(" OR ")
-        ),
-        args,
-    ))
+    let list = |from: usize, n: usize| {
+        (from..from + n)
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let sql = format!(
+        "SELECT tenant_id, idempotency_key FROM reservations
+         WHERE tenant_id IN ({}) AND idempotency_key IN ({})",
+        list(1, tenants.len()),
+        list(tenants.len() + 1, keys.len())
+    );
+    let args = tenants.into_iter().chain(keys).map(Arg::from).collect();
+    Some(reads.push(sql, args))
 }
 
 /// A tenant's caps and balance in one row (`caps::caps_of` reads the caps columns).
@@ -153,9 +162,58 @@ impl SqlStore {
         jobs.iter().map(|_| Batched::Alone).collect()
     }
 
+    /// One batch in one transaction: on SQLite the store's connection, on PostgreSQL the
+    /// writer's own (`held`).
     async fn try_batch(&self, jobs: &[Job]) -> Result<Written> {
+        let (written, commit) = match self.backend {
+            Backend::Sqlite => {
+                let mut tx = self.begin().await?;
+                let staged = self.stage(&mut tx, jobs).await?;
+                if staged.1 {
+                    tx.commit().await?;
+                }
+                staged
+            }
+            Backend::Postgres => {
+                let mut tx = self.combiner.held.begin(self).await?;
+                let staged = match self.stage(tx.conn()?, jobs).await {
+                    Ok(staged) => staged,
+                    Err(e) => {
+                        // The connection stays for the next batch when it can still end
+                        // the transaction (a lost race, a refused row); else it is closed.
+                        let _ = tx.rollback().await;
+                        return Err(e);
+                    }
+                };
+                if staged.1 {
+                    tx.commit().await?;
+                } else {
+                    tx.rollback().await?;
+                }
+                staged
+            }
+        };
+        if let (Written::Done(out), true) = (&written, commit) {
+            let batch = out
+                .iter()
+                .filter(|b| matches!(b, Batched::Placed { .. }))
+                .count();
+            for b in out {
+                if let Batched::Placed {
+                    reservation, nodes, ..
+                } = b
+                {
+                    tracing::info!(reservation_id = %reservation.id, node_id = %nodes.join(","), tenant_id = %reservation.tenant_id, tier = %reservation.tier, batch, "reserved");
+                }
+            }
+        }
+        Ok(written)
+    }
+
+    /// Reads, plans and writes `jobs` in the transaction open on `tx`; answers what was
+    /// decided and whether it is to be committed.
+    async fn stage(&self, tx: &mut sqlx::AnyConnection, jobs: &[Job]) -> Result<(Written, bool)> {
         let backend = self.backend;
-        let mut tx = self.begin().await?;
         // One batch of reads: earlier requests with the jobs' keys, the tenants, and the
         // candidates of each group (room for all of the group's jobs).
         let mut reads = Batch::default();
@@ -206,11 +264,9 @@ impl SqlStore {
         let recording = jobs.iter().any(|j| j.record.is_some());
         let head_part =
             (recording && backend == Backend::Sqlite).then(|| reads.push(HEAD, Vec::new()));
-        let answers = reads.run(&mut tx, backend).await?;
+        let answers = reads.run(tx, backend).await?;
         let read_head = head_part.map(|p| Head::of(&answers, p)).transpose()?;
-        let mut tenants = self
-            .tenants_of(&mut tx, jobs, &answers, &tenant_parts)
-            .await?;
+        let mut tenants = self.tenants_of(tx, jobs, &answers, &tenant_parts).await?;
         let mut candidates: HashMap<&GroupKey, Candidates> = HashMap::new();
         for (key, &part) in &group_parts {
             candidates.insert(key, gpus::candidates_in(&answers, part, &key.0)?);
@@ -310,7 +366,7 @@ impl SqlStore {
         }
         let mut out: Vec<Batched> = jobs.iter().map(|_| Batched::Alone).collect();
         if accepted.is_empty() {
-            return Ok(Written::Done(out));
+            return Ok((Written::Done(out), false));
         }
 
         // One batch of writes: the rows and meters, the claims, the nodes' versions, the holds.
@@ -362,20 +418,20 @@ impl SqlStore {
                 &mut locks,
                 holds.iter().filter(|h| h.amount > 0).map(|h| h.tenant_id),
             );
-            locks.run(&mut tx, backend).await?;
+            locks.run(tx, backend).await?;
         }
         let holds = ledger::push_holds(&mut batch, &holds);
         let written = if one {
-            batch.run_as_one(&mut tx, row_part).await
+            batch.run_as_one(tx, row_part).await
         } else {
-            batch.run(&mut tx, backend).await
+            batch.run(tx, backend).await
         };
         let Some(answers) = unless_replayed(written)? else {
             // A key committed by another writer meanwhile: each finds its replay alone.
-            return Ok(Written::Done(out));
+            return Ok((Written::Done(out), false));
         };
         if !claims.held(&answers) || !holds.covered(&answers)? {
-            return Ok(Written::Stale);
+            return Ok((Written::Stale, false));
         }
         let reservations = reservations_of(&answers, row_part, &rows)?;
         let head = match read_head {
@@ -383,24 +439,22 @@ impl SqlStore {
             None if accepted.iter().any(|a| jobs[a.job].record.is_some()) => {
                 let mut lock = Batch::default();
                 let part = lock.push(HEAD, Vec::new());
-                Some(Head::of(&lock.run(&mut tx, backend).await?, part)?)
+                Some(Head::of(&lock.run(tx, backend).await?, part)?)
             }
             None => None,
         };
         if let Some(head) = head {
-            self.record_placed(&mut tx, jobs, &accepted, &reservations, head)
+            self.record_placed(tx, jobs, &accepted, &reservations, head)
                 .await?;
         }
-        tx.commit().await?;
         for (a, r) in accepted.iter().zip(reservations) {
-            tracing::info!(reservation_id = %a.id, node_id = %a.plan.node_id, tenant_id = %r.tenant_id, tier = %r.tier, batch = accepted.len(), "reserved");
             out[a.job] = Batched::Placed {
                 reservation: Box::new(r),
                 nodes: vec![a.plan.node_id.clone()],
                 recorded: jobs[a.job].record.is_some(),
             };
         }
-        Ok(Written::Done(out))
+        Ok((Written::Done(out), true))
     }
 
     /// Chains the audit records of the placed jobs that carry one after `head`, in the

@@ -11,6 +11,7 @@ use gpurent_sched::Request;
 use tokio::sync::oneshot;
 
 use super::batched::{Batched, Job};
+use super::held::Held;
 use super::SqlStore;
 use crate::{NewReservation, RecordWithin, Reserved, Result, StoreError};
 
@@ -21,6 +22,8 @@ const MOST: usize = 64;
 #[derive(Default)]
 pub(super) struct Combiner {
     pending: Mutex<Pending>,
+    /// On PostgreSQL, the connection the writer keeps between batches (`held`).
+    pub(super) held: Held,
 }
 
 /// One writer at a time, for each replica. On PostgreSQL a second one would read and plan while
@@ -41,6 +44,11 @@ impl std::fmt::Debug for Combiner {
 }
 
 impl Combiner {
+    /// Closes the writer's connection (the store is closing).
+    pub(super) async fn release(&self) {
+        self.held.release().await;
+    }
+
     fn lock(&self) -> MutexGuard<'_, Pending> {
         // Nothing panics while the lock is held; a poisoned one holds consistent data.
         self.pending.lock().unwrap_or_else(|e| e.into_inner())

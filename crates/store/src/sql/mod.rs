@@ -19,6 +19,7 @@ mod fragments;
 mod gpu_hours;
 mod gpus;
 mod health;
+mod held;
 mod idempotency;
 mod ledger;
 mod logs;
@@ -160,11 +161,19 @@ impl SqlStore {
             Backend::Postgres => {
                 let pool = AnyPoolOptions::new()
                     .max_connections(16)
-                    .acquire_timeout(Duration::from_secs(30));
-                // Still pinged when taken: a connection the server dropped (a restart,
-                // a failover) is replaced then instead of failing a request.
+                    .acquire_timeout(Duration::from_secs(30))
+                    // sqlx pings a connection when it is given back; when it is taken, only
+                    // one that sat idle a while is pinged again (`fresh_enough`), not one of a
+                    // busy pool: a round trip on every statement, a third of a sync's.
+                    .test_before_acquire(false);
                 match &follow {
-                    None => pool.connect_with(options.clone()).await?,
+                    None => {
+                        pool.before_acquire(|conn, meta| {
+                            Box::pin(async move { Ok(fresh_enough(conn, meta.idle_for).await) })
+                        })
+                        .connect_with(options.clone())
+                        .await?
+                    }
                     Some(failover) => {
                         let (on_connect, on_acquire) = (failover.clone(), failover.clone());
                         pool
@@ -183,9 +192,11 @@ impl SqlStore {
                                 })
                             })
                             // One opened before the last switch points at the old host.
-                            .before_acquire(move |_, meta| {
-                                let fresh = !on_acquire.is_stale(meta.age);
-                                Box::pin(async move { Ok(fresh) })
+                            .before_acquire(move |conn, meta| {
+                                let stale = on_acquire.is_stale(meta.age);
+                                Box::pin(async move {
+                                    Ok(!stale && fresh_enough(conn, meta.idle_for).await)
+                                })
                             })
                             .connect_with(options.clone())
                             .await?
@@ -236,6 +247,18 @@ impl SqlStore {
         })
     }
 
+    /// Brings the planner's statistics up to date on PostgreSQL (`ANALYZE`), as autovacuum does
+    /// within a minute of a burst of writes; nothing on SQLite, whose plans need none. The
+    /// benchmarks run it after their warm-up, so that they measure a database in service:
+    /// plans made while a table was empty (a foreign key's check, the Idempotency-Keys' read)
+    /// scan it whole as it grows, until its statistics are gathered again.
+    pub async fn refresh_statistics(&self) -> Result<()> {
+        if self.backend == Backend::Postgres {
+            self.pool.execute("ANALYZE").await?;
+        }
+        Ok(())
+    }
+
     /// Whether the store can write now: SQLite's file is writable, PostgreSQL answers and is
     /// neither a standby nor read-only. Checked at most once a second (health checks ask often).
     pub async fn ready(&self) -> Result<()> {
@@ -246,8 +269,7 @@ impl SqlStore {
     /// for it under the busy timeout: a deferred transaction that reads and then writes fails
     /// outright when another process (a second replica or tool) wrote in between.
     pub(crate) async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
-        self.begun
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.count_begun();
         // A connection lost between transactions (a failover, a restart) fails here before
         // anything was sent: trying again, on the connection the pool opens next (by then on
         // the new host), doubles nothing.
@@ -268,6 +290,20 @@ impl SqlStore {
                     attempt += 1;
                 }
             }
+        }
+    }
+
+    fn count_begun(&self) {
+        self.begun
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a connection taken from the pool `age` ago points at a host from before the
+    /// last failover (`failover`); never without one.
+    fn connection_is_stale(&self, age: Duration) -> bool {
+        match &self.ready.kind {
+            failover::Readiness::Follow { failover, .. } => failover.is_stale(age),
+            _ => false,
         }
     }
 
@@ -302,6 +338,7 @@ impl SqlStore {
         if let Some(checkpointer) = &self.checkpointer {
             checkpointer.stop().await;
         }
+        self.combiner.release().await;
         self.pool.close().await;
     }
 }
@@ -343,6 +380,17 @@ pub(crate) fn gib(mb: i64) -> u32 {
 
 /// How often `begin` tries when the connection is lost before the transaction started.
 const BEGIN_ATTEMPTS: u32 = 5;
+
+/// A pooled PostgreSQL connection idle this long is pinged before it is used: the server may
+/// have ended it meanwhile (a restart, a failover), and a dead one is then replaced instead of
+/// failing a request. One busier than that was answered by the server moments ago.
+const PING_IF_IDLE: Duration = Duration::from_secs(1);
+
+/// Whether a connection taken from the pool after `idle` may be used as it is (see
+/// [`PING_IF_IDLE`]).
+async fn fresh_enough(conn: &mut sqlx::AnyConnection, idle: Duration) -> bool {
+    idle < PING_IF_IDLE || sqlx::Connection::ping(conn).await.is_ok()
+}
 /// The wait before another try after a failover-class error, times the attempt: 0.25 s up to
 /// 1 s, about as long as the failover monitor takes to find the new host.
 const FAILOVER_BACKOFF: Duration = Duration::from_millis(250);

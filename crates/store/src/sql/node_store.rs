@@ -99,6 +99,10 @@ impl NodeStore for SqlStore {
         sync::desired_version(self, node_id).await
     }
 
+    async fn desired_versions(&self) -> Result<Vec<(String, i64)>> {
+        sync::desired_versions(self).await
+    }
+
     async fn desired_state(&self, node_id: &str) -> Result<(i64, Vec<Assignment>)> {
         sync::desired_state(self, node_id).await
     }

@@ -351,6 +351,12 @@ pub(super) async fn desired_version(store: &SqlStore, node_id: &str) -> Result<i
         .ok_or_else(|| StoreError::not_found("node", node_id))
 }
 
+pub(super) async fn desired_versions(store: &SqlStore) -> Result<Vec<(String, i64)>> {
+    Ok(sqlx::query_as("SELECT id, desired_version FROM nodes")
+        .fetch_all(&store.pool)
+        .await?)
+}
+
 pub(super) async fn desired_state(
     store: &SqlStore,
     node_id: &str,

@@ -28,3 +28,4 @@ mod support;
 mod sync_cost;
 mod tunnels;
 mod wal;
+mod writer_connection;

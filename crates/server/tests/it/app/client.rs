@@ -19,6 +19,14 @@ pub struct Client {
 }
 
 impl Client {
+    /// The same user at another replica (`base`: its `http://host:port`).
+    pub fn at(&self, base: &str) -> Client {
+        Client {
+            base: base.to_owned(),
+            ..self.clone()
+        }
+    }
+
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let r = self.http.request(method, format!("{}{path}", self.base));
         match &self.token {
