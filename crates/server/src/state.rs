@@ -10,8 +10,13 @@ use crate::jobs::elastic::ElasticState;
 use crate::wake::NodeWakers;
 use crate::ServerConfig;
 
+/// Cloned for every extractor of every request: one reference count, not one per part.
 #[derive(Debug, Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+/// The parts of [`AppState`].
+#[derive(Debug)]
+pub struct Shared {
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
     pub config: Arc<ServerConfig>,
@@ -42,6 +47,14 @@ pub struct AppState {
     pub expected: Arc<crate::expected::Expected>,
 }
 
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
 impl AppState {
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: ServerConfig) -> Self {
         let audit = config.audit.enabled.then(|| {
@@ -54,7 +67,7 @@ impl AppState {
             Arc::clone(&metrics),
         ));
         let sessions = crate::ssh::Sessions::new(Default::default(), Arc::clone(&metrics));
-        AppState {
+        AppState(Arc::new(Shared {
             audit,
             sessions,
             elastic: Arc::new(ElasticState::new(&config.scale)),
@@ -71,7 +84,7 @@ impl AppState {
             console_api: Arc::default(),
             console_reports: Arc::default(),
             expected: Arc::default(),
-        }
+        }))
     }
 
     pub fn now(&self) -> DateTime<Utc> {

@@ -34,6 +34,7 @@ mod read_cache;
 mod reports;
 mod reservations;
 mod rows;
+mod samples;
 mod session;
 mod settlement;
 mod shared_keys;
@@ -85,6 +86,8 @@ pub struct SqlStore {
     /// The syncs' GPU samples not written yet, and the task that writes them (`gpu_hours`).
     gpu_hours: std::sync::Arc<gpu_hours::Pending>,
     _flusher: std::sync::Arc<gpu_hours::Flusher>,
+    /// What each node's last written telemetry said (`samples`).
+    samples: std::sync::Arc<samples::LatestSamples>,
 }
 
 impl SqlStore {
@@ -227,6 +230,7 @@ impl SqlStore {
                 pending.clone(),
             )),
             gpu_hours: pending,
+            samples: Default::default(),
             pool,
             backend,
             tokens: std::sync::Arc::new(read_cache::ReadCache::new(read_cache::TOKEN_TTL)),

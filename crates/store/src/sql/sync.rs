@@ -81,12 +81,16 @@ async fn heartbeat(
     // The write as a CTE, which PostgreSQL runs to completion though nothing reads it, and the
     // answer's read in the statement's snapshot: the version it says is the one of the
     // assignments beside it (the write's RETURNING could see a placement committed since).
+    let due = store.samples.due(node_id, report.telemetry.as_ref(), at);
     let q = sqlx::query(&HEARTBEAT)
         .bind(at)
         .bind(0_i64)
         .bind(node_id)
-        .bind(telemetry_json(report));
+        .bind(due.as_ref().map(|d| d.json.as_str()));
     let rows = q.fetch_all(&store.pool).await?;
+    if let Some(due) = &due {
+        store.samples.written(node_id, due, at);
+    }
     let (desired_version, health, assignments) = desired_of(&rows, node_id)?;
     Ok(Synced {
         desired_version,
@@ -176,14 +180,18 @@ async fn sync_once(
             insert_gpus(&mut tx, node_id, &new).await?;
         }
     }
+    let due = store.samples.due(node_id, report.telemetry.as_ref(), at);
     let row = sqlx::query(NODE_SEEN)
         .bind(at)
         .bind(i64::from(changed))
         .bind(node_id)
-        .bind(telemetry_json(report))
+        .bind(due.as_ref().map(|d| d.json.as_str()))
         .fetch_optional(&mut *tx)
         .await?;
     tx.commit().await?;
+    if let Some(due) = &due {
+        store.samples.written(node_id, due, at);
+    }
     synced(row, node_id)
 }
 
@@ -192,20 +200,14 @@ static HEARTBEAT: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| format!("WITH seen AS ({NODE_SEEN}) {}", desired_select!("$3")));
 
 /// A sync's write of the node's row (`$1` the time, `$2` 1 when the desired state changed,
-/// `$3` the node, `$4` its telemetry), reading back what the answer needs.
+/// `$3` the node, `$4` its telemetry when it is to be written, `samples.rs`), reading back what
+/// the answer needs.
 const NODE_SEEN: &str =
     "UPDATE nodes SET last_seen_at = $1, desired_version = desired_version + $2,
         telemetry = COALESCE($4, telemetry),
         status = CASE WHEN status = 'lost' THEN 'ready' ELSE status END, lost_at = NULL
      WHERE id = $3
      RETURNING desired_version, health";
-
-fn telemetry_json(report: &SyncRequest) -> Option<String> {
-    report
-        .telemetry
-        .as_ref()
-        .and_then(|t| serde_json::to_string(t).ok())
-}
 
 fn synced(row: Option<sqlx::any::AnyRow>, node_id: &str) -> Result<Synced> {
     let row = row.ok_or_else(|| StoreError::not_found("node", node_id))?;
