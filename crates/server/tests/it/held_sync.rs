@@ -16,24 +16,7 @@ use crate::app::TestApp;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_sync_answers_a_change_made_at_another_replica() {
     let app = TestApp::with(Backend::Postgres).start().await;
-    let admin = app.admin();
-    let (status, join) = admin.post("/api/v1/nodes/join-token", &json!({})).await;
-    assert_eq!(status, StatusCode::CREATED, "{join}");
-    let register = json!({
-        "join_token": join["token"],
-        "name": "poller",
-        "executor": "sim",
-        "gpu_backend": "sim",
-        "gpus": [{"index": 0, "uuid": "GPU-held-0", "model": "NVIDIA GeForce RTX 4090",
-                  "vram_mb": 24564}],
-    });
-    let (status, node) = app
-        .anonymous()
-        .post("/api/v1/agent/register", &register)
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{node}");
-    let agent = app.client(node["node_token"].as_str());
-    let sync = json!({"gpus": register["gpus"], "instances": []});
+    let (agent, sync) = app.node_by_hand("poller").await;
     let (status, first) = agent.post("/api/v1/agent/sync", &sync).await;
     assert_eq!(status, StatusCode::OK, "{first}");
     let known = first["version"].as_i64().expect("a version");

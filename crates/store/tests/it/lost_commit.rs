@@ -13,7 +13,7 @@ use gpurent_store::{Backend, SqlStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::support::{one_gpu, t0, Fixture};
+use crate::support::{one_gpu, reservations_of, t0, Fixture};
 
 /// A loopback proxy to PostgreSQL that, once armed, forwards the next `COMMIT` and then drops
 /// the connection instead of passing the database's answer back.
@@ -96,18 +96,6 @@ async fn relay(
             }
         }
     }
-}
-
-async fn reservations_of(f: &Fixture, tenant: &str) -> i64 {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(&f.url())
-        .await
-        .expect("connect");
-    sqlx::query_scalar("SELECT count(*) FROM reservations WHERE tenant_id = $1")
-        .bind(tenant)
-        .fetch_one(&mut conn)
-        .await
-        .expect("count")
 }
 
 #[tokio::test]

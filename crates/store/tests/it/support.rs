@@ -161,3 +161,16 @@ impl tracing::Subscriber for Statements {
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
 }
+
+/// How many reservations the tenant has, read on a connection of its own (PostgreSQL).
+pub async fn reservations_of(f: &Fixture, tenant: &str) -> i64 {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&f.url())
+        .await
+        .expect("connect");
+    sqlx::query_scalar("SELECT count(*) FROM reservations WHERE tenant_id = $1")
+        .bind(tenant)
+        .fetch_one(&mut conn)
+        .await
+        .expect("count")
+}

@@ -9,7 +9,7 @@ use gpurent_store::prelude::*;
 use gpurent_store::Backend;
 use sqlx::Connection;
 
-use crate::support::{one_gpu, t0, Fixture};
+use crate::support::{one_gpu, reservations_of, t0, Fixture};
 
 /// Ends every other session on the fixture's database, waiting until each is gone; returns
 /// how many there were.
@@ -24,16 +24,6 @@ async fn terminate_sessions(f: &Fixture) -> i64 {
     .fetch_one(&mut conn)
     .await
     .expect("terminate")
-}
-
-async fn reservations(f: &Fixture) -> i64 {
-    let mut conn = sqlx::PgConnection::connect(&f.url())
-        .await
-        .expect("connect");
-    sqlx::query_scalar("SELECT count(*) FROM reservations")
-        .fetch_one(&mut conn)
-        .await
-        .expect("count")
 }
 
 #[tokio::test]
@@ -56,7 +46,7 @@ async fn the_writers_connection_ended_by_the_server_is_replaced_at_the_next_batc
             .await
             .unwrap_or_else(|e| panic!("reservation {n} placed on a new connection: {e:?}"));
     }
-    assert_eq!(reservations(&f).await, 3);
+    assert_eq!(reservations_of(&f, &tenant).await, 3);
 
     // The pool waits for every connection to come back before it closes: the writer's too.
     tokio::time::timeout(Duration::from_secs(60), f.store.close())

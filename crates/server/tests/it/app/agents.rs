@@ -33,6 +33,35 @@ pub(super) struct AgentParts {
 }
 
 impl TestApp {
+    /// A node joined through the agent protocol by hand, with no agent running for it: one
+    /// RTX 4090, `GPU-<name>-0`. Returns its agent's client and the body of a sync that
+    /// reports nothing new.
+    pub async fn node_by_hand(&self, name: &str) -> (Client, serde_json::Value) {
+        let (status, join) = self
+            .admin()
+            .post("/api/v1/nodes/join-token", &json!({}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{join}");
+        let gpus = json!([{"index": 0, "uuid": format!("GPU-{name}-0"),
+                           "model": "NVIDIA GeForce RTX 4090", "vram_mb": 24564}]);
+        let register = json!({
+            "join_token": join["token"],
+            "name": name,
+            "executor": "sim",
+            "gpu_backend": "sim",
+            "gpus": gpus,
+        });
+        let (status, node) = self
+            .anonymous()
+            .post("/api/v1/agent/register", &register)
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{node}");
+        (
+            self.client(node["node_token"].as_str()),
+            json!({"gpus": gpus, "instances": []}),
+        )
+    }
+
     /// Joins a simulated agent, exactly as a remote one would, and waits until it is ready.
     pub async fn add_node(&mut self, name: &str, spec: &str) {
         let gpus = Arc::new(SimGpus::parse(spec, name).expect("spec"));
