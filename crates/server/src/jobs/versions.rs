@@ -12,30 +12,28 @@ use crate::state::AppState;
 
 /// How often the versions are read: the longest another replica's change waits before a held
 /// sync of this one answers it.
-pub(crate) const EVERY: Duration = Duration::from_secs(1);
+const EVERY: Duration = Duration::from_secs(1);
 
 /// The versions as last read; wakes the held syncs of the nodes whose version is not the one
 /// seen before (a node seen for the first time too: a sync may hold on it already).
 #[derive(Debug, Default)]
-pub(crate) struct Watcher {
+struct Watcher {
     seen: HashMap<String, i64>,
 }
 
 impl Watcher {
-    /// Reads every node's version once and wakes the nodes that changed; returns how many.
-    pub(crate) async fn pass(&mut self, state: &AppState) -> Result<usize, JobError> {
+    /// Reads every node's version once and wakes the nodes that changed.
+    async fn pass(&mut self, state: &AppState) -> Result<(), JobError> {
         let versions = state.store.desired_versions().await?;
-        let mut moved = 0;
         let mut seen = HashMap::with_capacity(versions.len());
         for (node_id, version) in versions {
             if self.seen.get(&node_id) != Some(&version) {
                 state.wake.wake(&node_id);
-                moved += 1;
             }
             seen.insert(node_id, version);
         }
         self.seen = seen;
-        Ok(moved)
+        Ok(())
     }
 }
 

@@ -9,7 +9,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{AnyConnection, Executor};
 use tokio::sync::{Mutex, MutexGuard};
 
-use super::{SqlStore, BEGIN_ATTEMPTS, FAILOVER_BACKOFF};
+use super::{begin_again, SqlStore};
 use crate::{Result, StoreError};
 
 /// The connection, and when it was taken from the pool (a failover makes older ones stale).
@@ -42,6 +42,7 @@ impl Held {
         {
             *slot = None;
         }
+        store.count_begun();
         let mut attempt = 1;
         loop {
             if slot.is_none() {
@@ -50,7 +51,6 @@ impl Held {
                 conn.close_on_drop();
                 *slot = Some((conn, Instant::now()));
             }
-            store.count_begun();
             let began = match slot.as_mut() {
                 Some((conn, _)) => conn.execute("BEGIN").await.map(|_| ()),
                 None => Ok(()),
@@ -60,11 +60,9 @@ impl Held {
                 Err(e) => {
                     *slot = None;
                     let e = StoreError::from(e);
-                    if !e.is_unavailable() || attempt >= BEGIN_ATTEMPTS {
+                    if !begin_again(&e, attempt).await {
                         return Err(e);
                     }
-                    tracing::debug!(attempt, error = ?e, "the writer's connection was lost at BEGIN; trying another");
-                    tokio::time::sleep(FAILOVER_BACKOFF * attempt).await;
                     attempt += 1;
                 }
             }

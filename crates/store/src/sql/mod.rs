@@ -167,7 +167,8 @@ impl SqlStore {
                     .acquire_timeout(Duration::from_secs(30))
                     // sqlx pings a connection when it is given back; when it is taken, only
                     // one that sat idle a while is pinged again (`fresh_enough`), not one of a
-                    // busy pool: a round trip on every statement, a third of a sync's.
+                    // busy pool: a round trip on every statement (a heartbeat's statement was
+                    // three: the two pings and itself).
                     .test_before_acquire(false);
                 match &follow {
                     None => {
@@ -283,14 +284,9 @@ impl SqlStore {
                 Ok(tx) => return Ok(tx),
                 Err(e) => {
                     let e = StoreError::from(e);
-                    if self.backend == Backend::Sqlite
-                        || !e.is_unavailable()
-                        || attempt >= BEGIN_ATTEMPTS
-                    {
+                    if self.backend == Backend::Sqlite || !begin_again(&e, attempt).await {
                         return Err(e);
                     }
-                    tracing::debug!(attempt, error = ?e, "database connection lost at BEGIN; trying again");
-                    tokio::time::sleep(FAILOVER_BACKOFF * attempt).await;
                     attempt += 1;
                 }
             }
@@ -384,6 +380,17 @@ pub(crate) fn gib(mb: i64) -> u32 {
 
 /// How often `begin` tries when the connection is lost before the transaction started.
 const BEGIN_ATTEMPTS: u32 = 5;
+
+/// After try `attempt` at `BEGIN` failed with `e`: whether to try again (on another
+/// connection), after the failover backoff. Only a lost connection is, since nothing was sent.
+pub(super) async fn begin_again(e: &StoreError, attempt: u32) -> bool {
+    if !e.is_unavailable() || attempt >= BEGIN_ATTEMPTS {
+        return false;
+    }
+    tracing::debug!(attempt, error = ?e, "database connection lost at BEGIN; trying again");
+    tokio::time::sleep(FAILOVER_BACKOFF * attempt).await;
+    true
+}
 
 /// A pooled PostgreSQL connection idle this long is pinged before it is used: the server may
 /// have ended it meanwhile (a restart, a failover), and a dead one is then replaced instead of

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use gpurent_types::agent::NodeTelemetry;
 
 /// The longest a node's stored sample goes without being written again, in microseconds.
-pub(super) const REFRESH_MICROS: i64 = 30_000_000;
+const REFRESH_MICROS: i64 = 30_000_000;
 
 /// What each node's last written sample said, and when it was written.
 #[derive(Debug, Default)]
