@@ -1,9 +1,9 @@
 //! Reservations that arrive together are written together: each request waits in a queue and
-//! one writer task at a time takes every request waiting and places them in one transaction
-//! (`batched`), so the write lock, the round trips and the commit are paid once a batch, not
+//! one writer at a time, on a thread of its own (`writer_thread`), takes every request waiting
+//! and places them in one transaction (`batched`), so the write lock, the round trips and the commit are paid once a batch, not
 //! once a reservation. Under no load a batch is one reservation, written at once.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use chrono::{DateTime, Utc};
 use gpurent_billing::PriceList;
@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 
 use super::batched::{Batched, Job};
 use super::held::Held;
+use super::writer_thread::WriterThread;
 use super::SqlStore;
 use crate::{NewReservation, RecordWithin, Reserved, Result, StoreError};
 
@@ -24,6 +25,8 @@ pub(super) struct Combiner {
     pending: Mutex<Pending>,
     /// On PostgreSQL, the connection the writer keeps between batches (`held`).
     pub(super) held: Held,
+    /// The thread the writer runs on (`writer_thread`), started with the first reservation.
+    thread: OnceLock<Option<WriterThread>>,
 }
 
 /// One writer at a time, for each replica. On PostgreSQL a second one would read and plan while
@@ -106,7 +109,12 @@ impl SqlStore {
             // A task of its own: a caller that goes away (its client hung up) does not take a
             // batch of others' reservations, half written, with it.
             let store = self.clone();
-            tokio::spawn(async move { store.write_combined().await });
+            match self.combiner.thread.get_or_init(WriterThread::start) {
+                Some(thread) => thread.run(store),
+                None => {
+                    tokio::spawn(store.write_combined());
+                }
+            }
         }
         match answer.await {
             Ok(Batched::Placed {
@@ -133,7 +141,7 @@ impl SqlStore {
     }
 
     /// Writes batches until no request waits.
-    async fn write_combined(self) {
+    pub(super) async fn write_combined(self) {
         let mut mark = Writing {
             combiner: &self.combiner,
             done: false,

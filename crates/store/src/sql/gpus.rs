@@ -376,29 +376,18 @@ pub(super) fn push_claims(batch: &mut Batch, takes: &[(&str, &Plan)]) -> Claims 
     let values = values.join(", ");
     // A GPU whole and free until now leaves its node's pool of whole free GPUs: counted
     // before the claims below change it (and in the same snapshot, should the statements run
-    // as one). Guarded so that the count never goes below zero when a claim fails (that
-    // transaction rolls back anyway).
-    let became_used = format!(
-        "(SELECT COUNT(*) FROM gpus g JOIN (VALUES {values}) AS v ON g.uuid = v.column1
-          WHERE g.node_id = gpu_pools.node_id AND g.type_key = gpu_pools.type_key
-            AND g.free_mb = g.vram_mb)"
-    );
-    let mut pool_args = args.clone();
-    let mut nodes: Vec<&str> = on_gpu.values().map(|t| t.node_id).collect();
-    nodes.sort_unstable();
-    nodes.dedup();
-    let mut ids = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        pool_args.push(Arg::from(node));
-        ids.push(format!("${}", pool_args.len()));
-    }
+    // as one), once per pool. Guarded so that the count never goes below zero when a claim
+    // fails (that transaction rolls back anyway).
     batch.push(
         format!(
-            "UPDATE gpu_pools SET whole_free = whole_free - {became_used}
-             WHERE node_id IN ({}) AND {became_used} > 0 AND whole_free >= {became_used}",
-            ids.join(", ")
+            "UPDATE gpu_pools SET whole_free = whole_free - c.n
+             FROM (SELECT g.node_id, g.type_key, COUNT(*) AS n
+                   FROM gpus g JOIN (VALUES {values}) AS v ON g.uuid = v.column1
+                   WHERE g.free_mb = g.vram_mb GROUP BY g.node_id, g.type_key) AS c
+             WHERE gpu_pools.node_id = c.node_id AND gpu_pools.type_key = c.type_key
+               AND gpu_pools.whole_free >= c.n"
         ),
-        pool_args,
+        args.clone(),
     );
     let part = batch.push(
         format!(

@@ -44,6 +44,7 @@ mod sync;
 mod tunnels;
 mod users;
 mod wal;
+mod writer_thread;
 
 use std::str::FromStr;
 use std::time::Duration;
