@@ -13,6 +13,12 @@ use clap::Parser;
 use crate::api_client::CliError;
 use crate::cli::{BenchCommand, Cli, Command, DaemonCommand};
 
+/// mimalloc: with glibc's allocator, `malloc` and `free` took a fifth of the busy CPU of the
+/// reservation path and a sixth of the control plane's under `bench fleet`, contended between
+/// the runtime's workers, the reservation writer and SQLite's thread (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("GPURENT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_http=warn"));
