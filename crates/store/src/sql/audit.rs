@@ -80,17 +80,35 @@ pub(super) struct Head {
     checkpoint_at: i64,
 }
 
+/// The columns [`HEAD`] returns.
+pub(super) const HEAD_COLUMNS: &[&str] = &["seq", "hash", "checkpoint_seq", "checkpoint_at"];
+
 impl Head {
+    /// The head as part `part` of `answers` read it.
     pub(super) fn of(answers: &Answers, part: usize) -> Result<Head> {
-        let row = answers
-            .rows(part)
-            .first()
+        Head::in_row(answers.rows(part).first(), "")
+    }
+
+    /// The head as a statement's part `part` returned it beside its rows
+    /// (`Batch::run_as_one` with [`HEAD_COLUMNS`]).
+    pub(super) fn beside(answers: &Answers, rows_of: usize, part: usize) -> Result<Head> {
+        Head::in_row(answers.rows(rows_of).first(), &format!("p{part}_"))
+    }
+
+    /// The head in `row`, its columns named with `prefix`.
+    fn in_row(row: Option<&sqlx::any::AnyRow>, prefix: &str) -> Result<Head> {
+        let row =
+            row.ok_or_else(|| StoreError::Corrupt("the audit trail has no head row".to_owned()))?;
+        let column = |c: &str| format!("{prefix}{c}");
+        // Beside other rows, a missing head comes back as NULLs.
+        let hash: String = row
+            .try_get::<Option<String>, _>(column("hash").as_str())?
             .ok_or_else(|| StoreError::Corrupt("the audit trail has no head row".to_owned()))?;
         Ok(Head {
-            seq: seq_of(row.try_get("seq")?),
-            hash: row.try_get("hash")?,
-            checkpoint_seq: seq_of(row.try_get("checkpoint_seq")?),
-            checkpoint_at: row.try_get("checkpoint_at")?,
+            seq: seq_of(row.try_get(column("seq").as_str())?),
+            hash,
+            checkpoint_seq: seq_of(row.try_get(column("checkpoint_seq").as_str())?),
+            checkpoint_at: row.try_get(column("checkpoint_at").as_str())?,
         })
     }
 }
@@ -190,7 +208,7 @@ pub(super) async fn run_chain(
     head_part: usize,
 ) -> Result<()> {
     let answers = match backend {
-        Backend::Postgres => batch.run_as_one(conn, head_part).await?,
+        Backend::Postgres => batch.run_as_one(conn, head_part, None).await?,
         Backend::Sqlite => batch.run(conn, backend).await?,
     };
     if answers.affected(head_part) != 1 {

@@ -226,8 +226,15 @@ impl Batch {
     /// (a later one may read an earlier one's `RETURNING` by that name; all see the snapshot
     /// the statement began with), so that the batch costs one round trip instead of one per
     /// statement. The answer of part `rows_of`, which must return at least one row, comes
-    /// back whole; every part's count comes back as its affected rows.
-    pub async fn run_as_one(self, conn: &mut AnyConnection, rows_of: usize) -> Result<Answers> {
+    /// back whole; every part's count comes back as its affected rows. `beside`: a part that
+    /// returns one row, and the columns of it that come back on each of `rows_of`'s rows as
+    /// `p{part}_{column}`.
+    pub async fn run_as_one(
+        self,
+        conn: &mut AnyConnection,
+        rows_of: usize,
+        beside: Option<(usize, &[&str])>,
+    ) -> Result<Answers> {
         let mut sql = String::from("WITH ");
         let mut args = Vec::new();
         for (i, part) in self.parts.iter().enumerate() {
@@ -242,9 +249,16 @@ impl Batch {
             ));
             args.extend(part.args.iter().cloned());
         }
-        let counts: Vec<String> = (0..self.parts.len())
+        let mut counts: Vec<String> = (0..self.parts.len())
             .map(|i| format!("(SELECT COUNT(*) FROM p{i}) AS batch_count_{i}"))
             .collect();
+        if let Some((part, columns)) = beside {
+            counts.extend(
+                columns
+                    .iter()
+                    .map(|c| format!("(SELECT {c} FROM p{part}) AS p{part}_{c}")),
+            );
+        }
         sql.push_str(&format!(
             " SELECT p{rows_of}.*, {} FROM p{rows_of}",
             counts.join(", ")

@@ -4,7 +4,7 @@
 //! the batch does not decide alone (the replay of an Idempotency-Key, no free fit, a cap or the
 //! balance in the way) is left to the one-reservation path, which answers it as it always did.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use gpurent_billing::{PriceList, Quote};
@@ -12,10 +12,10 @@ use gpurent_sched::plan::{tier_priority, Ask, View};
 use gpurent_sched::{Plan, Request};
 use gpurent_types::api::Reservation;
 use gpurent_types::Money;
-use sqlx::Row;
 
-use super::audit::{push_chain, run_chain, Head, HEAD};
-use super::batch::{Answers, Arg, Batch};
+use super::audit::{push_chain, run_chain, Head, HEAD, HEAD_COLUMNS};
+use super::batch::Batch;
+use super::batch_tenants::{earlier_keys, push_tenants};
 use super::create::{
     push_inserts, quote_of, reservations_of, unless_replayed, Destination, NewRow,
 };
@@ -71,15 +71,6 @@ struct Accepted {
     node_name: String,
 }
 
-/// The reads of one tenant: its caps and balance, and (when capped) what it has live.
-struct Tenant {
-    caps: Option<(i64, Money)>,
-    balance: i64,
-    /// Live reservations and their spend per hour, counting the batch's own.
-    live: i64,
-    spend: i64,
-}
-
 /// The candidates of one GPU type and request, read once for every job asking them.
 type GroupKey = (String, bool, u64);
 
@@ -89,50 +80,6 @@ fn group_of(new: &NewReservation) -> GroupKey {
         Want::Share { vram_mb } => (new.gpu_type.key().to_owned(), false, vram_mb),
     }
 }
-
-/// Adds to `reads` the one read of the reservations that earlier requests with the jobs'
-/// Idempotency-Keys made (one statement for the batch, not one a key: on PostgreSQL each is a
-/// round trip); returns its index, or `None` when no job has a key. Both columns of the unique
-/// index on (tenant_id, idempotency_key) are given as lists, so that the index is probed for
-/// each pair: a condition on the tenant alone would walk all of a busy tenant's reservations.
-/// A pair that no job asked (one tenant's key with another tenant) is not a replay for anyone,
-/// and the caller looks up only the pairs its jobs carry.
-fn push_earlier(reads: &mut Batch, jobs: &[Job]) -> Option<usize> {
-    let mut tenants: Vec<&str> = Vec::new();
-    let mut keys: Vec<&str> = Vec::new();
-    for j in jobs {
-        let Some(key) = &j.new.idempotency_key else {
-            continue;
-        };
-        if !tenants.contains(&j.new.tenant_id.as_str()) {
-            tenants.push(&j.new.tenant_id);
-        }
-        if !keys.contains(&key.as_str()) {
-            keys.push(key);
-        }
-    }
-    if keys.is_empty() {
-        return None;
-    }
-    let list = |from: usize, n: usize| {
-        (from..from + n)
-            .map(|i| format!("${i}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let sql = format!(
-        "SELECT tenant_id, idempotency_key FROM reservations
-         WHERE tenant_id IN ({}) AND idempotency_key IN ({})",
-        list(1, tenants.len()),
-        list(tenants.len() + 1, keys.len())
-    );
-    let args = tenants.into_iter().chain(keys).map(Arg::from).collect();
-    Some(reads.push(sql, args))
-}
-
-/// A tenant's caps and balance in one row (`caps::caps_of` reads the caps columns).
-const TENANT: &str = "SELECT u.max_reservations, u.max_spend_per_hour, a.balance
-     FROM users u LEFT JOIN accounts a ON a.id = $2 WHERE u.id = $1";
 
 impl SqlStore {
     /// Places `jobs` together; a job the batch leaves (or every job, when the batch fails on
@@ -214,21 +161,10 @@ impl SqlStore {
     /// decided and whether it is to be committed.
     async fn stage(&self, tx: &mut sqlx::AnyConnection, jobs: &[Job]) -> Result<(Written, bool)> {
         let backend = self.backend;
-        // One batch of reads: earlier requests with the jobs' keys, the tenants, and the
-        // candidates of each group (room for all of the group's jobs).
+        // One batch of reads: the tenants (with the count of earlier requests with the jobs'
+        // keys) and the candidates of each group (room for all of the group's jobs).
         let mut reads = Batch::default();
-        let earlier = push_earlier(&mut reads, jobs);
-        let mut tenant_parts: BTreeMap<&str, usize> = BTreeMap::new();
-        for j in jobs {
-            let t = j.new.tenant_id.as_str();
-            if !tenant_parts.contains_key(t) {
-                let part = reads.push(
-                    TENANT,
-                    vec![Arg::from(t), Arg::from(ledger::user_account(t))],
-                );
-                tenant_parts.insert(t, part);
-            }
-        }
+        let tenant_part = push_tenants(&mut reads, jobs);
         let mut groups: HashMap<GroupKey, (usize, i64)> = HashMap::new();
         for j in jobs {
             let g = groups.entry(group_of(&j.new)).or_insert((0, j.live_since));
@@ -259,14 +195,15 @@ impl SqlStore {
             group_parts.insert(key, part);
         }
         // The audit trail's head: on SQLite with the reads (the transaction holds the write
-        // lock already); on PostgreSQL its row lock is taken last, just before the records are
-        // written, so that other writers of the trail wait for this batch's commit only.
+        // lock already); on PostgreSQL its row lock is taken last, by the write statement just
+        // before the records, so that other writers of the trail wait for this batch's commit
+        // only.
         let recording = jobs.iter().any(|j| j.record.is_some());
         let head_part =
             (recording && backend == Backend::Sqlite).then(|| reads.push(HEAD, Vec::new()));
         let answers = reads.run(tx, backend).await?;
         let read_head = head_part.map(|p| Head::of(&answers, p)).transpose()?;
-        let mut tenants = self.tenants_of(tx, jobs, &answers, &tenant_parts).await?;
+        let mut tenants = self.tenants_of(tx, jobs, &answers, tenant_part).await?;
         let mut candidates: HashMap<&GroupKey, Candidates> = HashMap::new();
         for (key, &part) in &group_parts {
             candidates.insert(key, gpus::candidates_in(&answers, part, &key.0)?);
@@ -275,14 +212,7 @@ impl SqlStore {
         // Plan each job in order on what the earlier ones left.
         let mut free: HashMap<String, u64> = HashMap::new();
         // A key already used (or used twice in the batch) is a replay, answered alone.
-        let mut keys: HashSet<(String, String)> = match earlier {
-            Some(part) => answers
-                .rows(part)
-                .iter()
-                .map(|r| Ok((r.try_get("tenant_id")?, r.try_get("idempotency_key")?)))
-                .collect::<Result<_>>()?,
-            None => HashSet::new(),
-        };
+        let mut keys = earlier_keys(tx, backend, jobs, &answers, tenant_part).await?;
         let mut accepted: Vec<Accepted> = Vec::new();
         for (i, job) in jobs.iter().enumerate() {
             let new = &job.new;
@@ -421,8 +351,15 @@ impl SqlStore {
             locks.run(tx, backend).await?;
         }
         let holds = ledger::push_holds(&mut batch, &holds);
+        // On PostgreSQL the trail's head is locked and read by the write statement itself,
+        // one round trip fewer than a statement of its own just after it.
+        let records = accepted.iter().any(|a| jobs[a.job].record.is_some());
+        let head_part =
+            (one && records && read_head.is_none()).then(|| batch.push(HEAD, Vec::new()));
         let written = if one {
-            batch.run_as_one(tx, row_part).await
+            batch
+                .run_as_one(tx, row_part, head_part.map(|p| (p, HEAD_COLUMNS)))
+                .await
         } else {
             batch.run(tx, backend).await
         };
@@ -434,14 +371,10 @@ impl SqlStore {
             return Ok((Written::Stale, false));
         }
         let reservations = reservations_of(&answers, row_part, &rows)?;
-        let head = match read_head {
-            Some(head) => Some(head),
-            None if accepted.iter().any(|a| jobs[a.job].record.is_some()) => {
-                let mut lock = Batch::default();
-                let part = lock.push(HEAD, Vec::new());
-                Some(Head::of(&lock.run(tx, backend).await?, part)?)
-            }
-            None => None,
+        let head = match (read_head, head_part) {
+            (Some(head), _) => Some(head),
+            (None, Some(part)) => Some(Head::beside(&answers, row_part, part)?),
+            (None, None) => None,
         };
         if let Some(head) = head {
             self.record_placed(tx, jobs, &accepted, &reservations, head)
@@ -488,56 +421,5 @@ impl SqlStore {
         let mut batch = Batch::default();
         let (_, part) = push_chain(&mut batch, head, entries, &trail.signer, trail.policy, now);
         run_chain(conn, self.backend, batch, part).await
-    }
-
-    /// The tenants of `jobs` as [`TENANT`] read them; a capped tenant's live reservations are
-    /// counted, under a lock of its user row on PostgreSQL (as `caps::check` takes it).
-    async fn tenants_of<'j>(
-        &self,
-        conn: &mut sqlx::AnyConnection,
-        jobs: &'j [Job],
-        answers: &Answers,
-        parts: &BTreeMap<&'j str, usize>,
-    ) -> Result<BTreeMap<&'j str, Tenant>> {
-        let mut tenants = BTreeMap::new();
-        let mut usage = Batch::default();
-        let mut counted = Vec::new();
-        for (&t, &part) in parts {
-            let Some(row) = answers.rows(part).first() else {
-                continue;
-            };
-            let Some(job) = jobs.iter().find(|j| j.new.tenant_id == t) else {
-                continue;
-            };
-            let caps = caps::caps_of(row, &job.new.limits)?;
-            let balance: Option<i64> = row.try_get("balance")?;
-            let Some(balance) = balance else { continue };
-            if caps.is_some() {
-                let usage = caps::push_usage(&mut usage, self.backend, t, "");
-                counted.push((t, caps, job.new.limits, usage));
-            }
-            tenants.insert(
-                t,
-                Tenant {
-                    caps,
-                    balance,
-                    live: 0,
-                    spend: 0,
-                },
-            );
-        }
-        if counted.is_empty() {
-            return Ok(tenants);
-        }
-        let answers = usage.run(conn, self.backend).await?;
-        for (t, caps, limits, part) in counted {
-            let (caps_now, live, spend) = caps::usage_in(&answers, &part, caps, t, &limits)?;
-            if let Some(tenant) = tenants.get_mut(t) {
-                tenant.caps = caps_now;
-                tenant.live = live;
-                tenant.spend = spend.micros();
-            }
-        }
-        Ok(tenants)
     }
 }

@@ -5,6 +5,7 @@ mod access;
 mod agent_events;
 mod audit;
 mod batch;
+mod batch_tenants;
 mod batched;
 mod caps;
 mod combiner;
