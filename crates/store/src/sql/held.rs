@@ -36,8 +36,8 @@ pub(super) struct HeldTx<'a> {
 }
 
 impl Held {
-    /// `BEGIN` on the held connection, or on one taken from the pool when there is none yet
-    /// or the last one failed or points at a host from before a failover. A connection lost
+    /// `BEGIN` on the held connection, or on a new one (`open`) when there is none yet or the
+    /// last one failed or points at a host from before a failover. A connection lost
     /// meanwhile fails at `BEGIN`, before anything was sent: it is dropped and the next tried,
     /// as `SqlStore::begin` does.
     pub(super) async fn begin<'a>(&'a self, store: &SqlStore) -> Result<HeldTx<'a>> {
