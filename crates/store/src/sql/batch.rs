@@ -160,6 +160,14 @@ fn bind<'q>(
     q
 }
 
+/// The placeholders `$from, $from + 1, …` of `n` arguments, for an `IN (…)` list.
+pub(super) fn placeholders(from: usize, n: usize) -> String {
+    (from..from + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl Batch {
     /// Adds a statement; returns its index among the answers.
     pub fn push(&mut self, sql: impl Into<String>, args: Vec<Arg>) -> usize {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use gpurent_types::Money;
 use sqlx::Row;
 
-use super::batch::{Answers, Arg, Batch};
+use super::batch::{placeholders, Answers, Arg, Batch};
 use super::batched::Job;
 use super::{caps, ledger, Backend, SqlStore};
 use crate::Result;
@@ -19,14 +19,6 @@ pub(super) struct Tenant {
     /// Live reservations and their spend per hour, counting the batch's own.
     pub live: i64,
     pub spend: i64,
-}
-
-/// The `$from`, `$from + 1`, … placeholders of `n` arguments.
-fn list(from: usize, n: usize) -> String {
-    (from..from + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The distinct tenants of `jobs` with a key, and the distinct keys.
@@ -56,8 +48,8 @@ fn keyed(jobs: &[Job]) -> (Vec<&str>, Vec<&str>) {
 fn earlier_condition(tenants: &[&str], keys: &[&str], from: usize) -> String {
     format!(
         "tenant_id IN ({}) AND idempotency_key IN ({})",
-        list(from, tenants.len()),
-        list(from + tenants.len(), keys.len())
+        placeholders(from, tenants.len()),
+        placeholders(from + tenants.len(), keys.len())
     )
 }
 

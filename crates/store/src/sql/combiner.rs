@@ -1,7 +1,8 @@
 //! Reservations that arrive together are written together: each request waits in a queue and
 //! one writer at a time, on a thread of its own (`writer_thread`), takes every request waiting
-//! and places them in one transaction (`batched`), so the write lock, the round trips and the commit are paid once a batch, not
-//! once a reservation. Under no load a batch is one reservation, written at once.
+//! and places them in one transaction (`batched`), so the write lock, the round trips and the
+//! commit are paid once a batch, not once a reservation. Under no load a batch is one
+//! reservation, written at once.
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
 

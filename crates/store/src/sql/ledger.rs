@@ -157,11 +157,10 @@ pub(crate) fn push_account_locks<'a>(
     if accounts.is_empty() {
         return;
     }
-    let ids: Vec<String> = (1..=accounts.len()).map(|i| format!("${i}")).collect();
     batch.push(
         format!(
             "SELECT id FROM accounts WHERE id IN ({}) ORDER BY id FOR UPDATE",
-            ids.join(", ")
+            super::batch::placeholders(1, accounts.len())
         ),
         accounts.into_iter().map(Arg::from).collect(),
     );

@@ -74,8 +74,7 @@ pub(super) fn push_bumps(batch: &mut Batch, backend: Backend, mut nodes: Vec<Str
     if nodes.is_empty() {
         return;
     }
-    let ids: Vec<String> = (1..=nodes.len()).map(|i| format!("${i}")).collect();
-    let ids = ids.join(", ");
+    let ids = super::batch::placeholders(1, nodes.len());
     let sql = match backend {
         Backend::Postgres => format!(
             "UPDATE nodes SET desired_version = desired_version + 1 WHERE id IN (

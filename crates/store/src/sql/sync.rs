@@ -320,12 +320,11 @@ async fn mark_active(
     if busy.is_empty() {
         return Ok(());
     }
-    let list: Vec<String> = (0..busy.len()).map(|i| format!("${}", i + 3)).collect();
     let sql = format!(
         "UPDATE reservations SET last_active_at = $1
          WHERE status = 'running' AND node_id = $2
            AND id IN (SELECT reservation_id FROM allocations WHERE gpu_uuid IN ({}))",
-        list.join(", ")
+        super::batch::placeholders(3, busy.len())
     );
     let mut q = sqlx::query(&sql).bind(at).bind(node_id);
     for uuid in busy {
