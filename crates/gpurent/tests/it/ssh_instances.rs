@@ -78,6 +78,8 @@ impl Setup {
         .map(str::to_owned)
         .to_vec();
         let agent = cluster.agent("node-1", &agent_args);
+        // A reservation made before the node registered finds no RTX 4090 in the cluster.
+        cluster.wait_ready(1);
         let dir = cluster.dir.path().to_owned();
         let (key, public) = keygen(&dir, "ada");
         let token = tenant(&cluster.url, &cluster.admin, "ada", &public);
