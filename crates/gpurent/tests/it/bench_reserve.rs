@@ -1,6 +1,7 @@
 //! `gpurent bench reserve --json`: the figures (reservations per second, p50, p99),
 //! at concurrency 16 by default, with the audit trail, access control and metrics on and the
-//! rate limits off, as its output says.
+//! rate limits off, as its output says; the opening requests and the warm-up take no GPU the
+//! measured requests need.
 
 use std::process::Command;
 
@@ -16,7 +17,7 @@ fn bench_reserve_prints_its_figures_and_what_was_on() {
             "--nodes",
             "8",
             "--requests",
-            "40",
+            "64",
         ])
         .output()
         .expect("run gpurent bench reserve");
@@ -35,11 +36,15 @@ fn bench_reserve_prints_its_figures_and_what_was_on() {
     }
     assert!(r["p50_ms"].as_f64() <= r["p99_ms"].as_f64(), "{r}");
     assert_eq!(r["concurrency"], 16, "{r}");
-    // 8 nodes of 8 GPUs: room for all 40.
-    assert_eq!(r["created"], 40, "every reservation was placed: {r}");
+    // 8 nodes of 8 GPUs: room for all 64 measured, the warm-up and the opening requests
+    // taking GPUs of nodes of their own.
+    assert_eq!(r["requests"], 64, "{r}");
+    assert_eq!(r["created"], 64, "every reservation was placed: {r}");
     assert_eq!(r["errors"], 0, "{r}");
     // 50 more nodes' worth reserved before the measured round.
     assert_eq!(r["warm_up"], 400, "{r}");
+    // One untimed request a client opens its connection with.
+    assert_eq!(r["opening_requests"], 16, "{r}");
     assert_eq!(r["audit"], true, "{r}");
     assert_eq!(r["access_control"], true, "{r}");
     assert_eq!(r["metrics"], true, "{r}");
