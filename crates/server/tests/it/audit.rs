@@ -100,7 +100,17 @@ async fn every_request_is_recorded(backend: gpurent_store::Backend) {
     assert!(!mine.is_empty() && mine.iter().all(|r| r["user_id"] == pat.id.as_str()));
     let about = records(&app, &format!("resource={id}")).await;
     assert_eq!(about.len(), 2, "{about:#?}");
-    let first_at = all[0]["at"].as_str().unwrap().to_owned();
+    // The earliest time, not the first record's: concurrent requests are stamped when they
+    // arrive and chained when they end, so the chain's order need not be the clock's.
+    let first_at = all
+        .iter()
+        .map(|r| {
+            let at = r["at"].as_str().unwrap();
+            chrono::DateTime::parse_from_rfc3339(at).unwrap_or_else(|e| panic!("{at}: {e}"))
+        })
+        .min()
+        .unwrap()
+        .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
     let before = records(&app, &format!("to={}", first_at.replace('+', "%2B"))).await;
     assert!(before.is_empty(), "{before:#?}");
     let (status, body) = app.admin().get("/api/v1/audit?from=yesterday").await;
