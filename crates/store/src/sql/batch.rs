@@ -185,18 +185,21 @@ impl Batch {
         match backend {
             Backend::Postgres => {
                 for part in &self.parts {
-                    let query = bind(sqlx::query(&part.sql), &part.args);
-                    let returns = part.sql.contains("RETURNING")
-                        || part.sql.trim_start().starts_with("SELECT");
-                    if returns {
-                        let rows = query.fetch_all(&mut *conn).await?;
-                        answers.affected.push(rows.len() as u64);
-                        answers.rows.push(rows);
-                    } else {
-                        let done = query.execute(&mut *conn).await?;
-                        answers.affected.push(done.rows_affected());
-                        answers.rows.push(Vec::new());
+                    // Rows and the count of rows affected of any statement, whatever its
+                    // first word (`WITH ... SELECT` returns rows, `WITH ... UPDATE` may not).
+                    #[allow(deprecated)]
+                    let mut stream =
+                        bind(sqlx::query(&part.sql), &part.args).fetch_many(&mut *conn);
+                    let mut rows = Vec::new();
+                    let mut affected = 0;
+                    while let Some(item) = stream.try_next().await? {
+                        match item {
+                            Either::Right(row) => rows.push(row),
+                            Either::Left(done) => affected += done.rows_affected(),
+                        }
                     }
+                    answers.affected.push(affected);
+                    answers.rows.push(rows);
                 }
             }
             Backend::Sqlite => {
@@ -290,7 +293,11 @@ impl Batch {
 
 #[cfg(test)]
 mod tests {
-    use super::{positional, renumbered, Arg};
+    use sqlx::Row;
+
+    use super::{positional, renumbered, Arg, Batch};
+    use crate::testing::TestDatabase;
+    use crate::{Backend, SqlStore};
 
     #[test]
     fn sqlite_parameters_are_anonymous_in_the_order_they_come() {
@@ -313,6 +320,53 @@ mod tests {
                 "Text(Some(\"two\"))"
             ]
         );
+    }
+
+    /// Rows and counts come back whatever a statement's first word: a `WITH ... SELECT`'s
+    /// rows, a `WITH ... UPDATE`'s count without rows, an `INSERT ... RETURNING`'s both.
+    async fn every_statement_answers_its_rows_and_count(backend: Backend) {
+        let db = TestDatabase::new(backend).await.expect("test database");
+        let store = SqlStore::connect(&db.url).await.expect("connect");
+        let mut tx = store.begin().await.expect("begin");
+        sqlx::query("CREATE TEMP TABLE batch_notes (note TEXT NOT NULL)")
+            .execute(&mut *tx)
+            .await
+            .expect("a table of the test's own");
+        let mut batch = Batch::default();
+        let made = batch.push(
+            "INSERT INTO batch_notes (note) VALUES ($1), ($2) RETURNING note",
+            vec![Arg::from("a"), Arg::from("b")],
+        );
+        let read = batch.push(
+            "WITH n AS (SELECT note FROM batch_notes) SELECT note FROM n ORDER BY note",
+            Vec::new(),
+        );
+        let moved = batch.push(
+            "WITH n AS (SELECT $1 AS note) UPDATE batch_notes SET note = note \
+             WHERE note IN (SELECT note FROM n)",
+            vec![Arg::from("a")],
+        );
+        let answers = batch.run(&mut tx, backend).await.expect("run");
+        assert_eq!((answers.rows(made).len(), answers.affected(made)), (2, 2));
+        let notes: Vec<String> = answers
+            .rows(read)
+            .iter()
+            .map(|r| r.try_get("note").expect("note"))
+            .collect();
+        assert_eq!(notes, ["a", "b"]);
+        assert_eq!((answers.rows(moved).len(), answers.affected(moved)), (0, 1));
+        tx.rollback().await.expect("rollback");
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn every_statement_answers_its_rows_and_count_sqlite() {
+        every_statement_answers_its_rows_and_count(Backend::Sqlite).await;
+    }
+
+    #[tokio::test]
+    async fn every_statement_answers_its_rows_and_count_postgres() {
+        every_statement_answers_its_rows_and_count(Backend::Postgres).await;
     }
 
     #[test]
