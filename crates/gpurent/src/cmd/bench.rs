@@ -111,7 +111,7 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
         clock.clone(),
         config.clone(),
         warm,
-        args.concurrency,
+        concurrency,
         tenant_token,
     )
     .await?;
@@ -143,7 +143,7 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
             clock.clone(),
             config,
             requests,
-            args.concurrency,
+            concurrency,
             tenant_token,
         )
         .await?;
