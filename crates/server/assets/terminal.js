@@ -6,9 +6,35 @@
 // the terminal shows the server's own message M.
 // Words come from the element's data-*-text attributes (the page's language). While
 // data-running is not "true" it waits for console.js's gpurent:status event saying running.
-// Needs xterm.js and addon-fit.js loaded before it (their globals Terminal, FitAddon).
+// Loaded before xterm.js and addon-fit.js (all deferred), it starts once the document is
+// parsed, when their globals Terminal and FitAddon are there.
+// The page's CSP has no 'unsafe-inline': styles come from stylesheets, from `<style>` elements
+// carrying the nonce of this script's own tag (new with every response), and from the CSSOM.
+// xterm.js makes `<style>` elements (its theme, the cell size): each gets the nonce as it is
+// created, before xterm.js fills and inserts it. It colours 24-bit cells with
+// setAttribute("style", ...), which the CSP refuses: that goes through the CSSOM instead.
 (function () {
   "use strict";
+
+  var nonce = document.currentScript ? document.currentScript.nonce : "";
+  if (nonce) {
+    var createElement = Document.prototype.createElement;
+    Document.prototype.createElement = function (name) {
+      var el = createElement.apply(this, arguments);
+      if (String(name).toLowerCase() === "style") {
+        el.nonce = nonce;
+      }
+      return el;
+    };
+  }
+  var setAttribute = Element.prototype.setAttribute;
+  Element.prototype.setAttribute = function (name, value) {
+    if (String(name).toLowerCase() === "style" && this.style) {
+      this.style.cssText = String(value);
+      return;
+    }
+    return setAttribute.apply(this, arguments);
+  };
 
   function start(el) {
     var path = el.getAttribute("data-socket");
@@ -178,7 +204,8 @@
     });
   }
 
-  if (document.readyState === "loading") {
+  // Deferred scripts run before DOMContentLoaded, in order: xterm.js and addon-fit.js too.
+  if (document.readyState === "loading" || typeof Terminal !== "function") {
     document.addEventListener("DOMContentLoaded", init);
   } else {
     init();

@@ -240,13 +240,19 @@ impl Browser {
             }
             Err(_) => panic!("no Chromium session within 60 s"),
         };
-        Browser {
+        let browser = Browser {
             client: Some(client),
             rt,
             lang,
             _driver: driver,
             _profile: profile,
-        }
+        };
+        // Every page records the CSP violations it hears of (`csp_violations`).
+        browser.cdp(
+            "Page.addScriptToEvaluateOnNewDocument",
+            json!({ "source": RECORD_VIOLATIONS }),
+        );
+        browser
     }
 
     pub fn lang(&self) -> Lang {
@@ -541,9 +547,26 @@ impl Browser {
             .collect()
     }
 
-    /// Panics listing the console's SEVERE entries, if any, saying on which page.
+    /// The CSP violations the page has heard of since it was loaded, as `DIRECTIVE BLOCKED
+    /// SAMPLE` lines (an inline style or script refused, say).
+    pub fn csp_violations(&self) -> Vec<String> {
+        let seen = self.execute("return window.__cspViolations || [];", vec![]);
+        seen.as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| v.as_str().unwrap_or("?").to_owned())
+            .collect()
+    }
+
+    /// Panics listing the console's SEVERE entries and the page's CSP violations, if any,
+    /// saying on which page.
     pub fn assert_no_console_errors(&self, page: &str) {
-        let errors = self.console_errors();
+        let mut errors = self.console_errors();
+        errors.extend(
+            self.csp_violations()
+                .into_iter()
+                .map(|v| format!("CSP violation: {v}")),
+        );
         assert!(
             errors.is_empty(),
             "Chromium's console has errors on {page} ({}):\n{}",
@@ -552,3 +575,10 @@ impl Browser {
         );
     }
 }
+
+/// Records each `securitypolicyviolation` a page hears of in `window.__cspViolations`; run
+/// in every new document before its own scripts.
+const RECORD_VIOLATIONS: &str = "window.__cspViolations = [];\
+document.addEventListener('securitypolicyviolation', function (e) {\
+  window.__cspViolations.push(e.effectiveDirective + ' ' + e.blockedURI + ' ' + e.sample);\
+});";

@@ -1,13 +1,15 @@
 //! The instance page's web terminal (xterm.js over a WebSocket to the relay `gpurent ssh`
 //! uses), in a real Chromium: a command typed into it runs in the instance and its output is
-//! drawn in the terminal. The process executor always; the Docker executor where a Docker
-//! Engine with the test image answers.
+//! drawn in the terminal, 24-bit colours too, under a CSP without `'unsafe-inline'` that
+//! nothing on the page violates. The process executor always; the Docker executor where a
+//! Docker Engine with the test image answers.
 
 use std::cell::OnceCell;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fantoccini::key::Key;
+use serde_json::json;
 
 use crate::browser::{self, Browser, Lang};
 use crate::console_support::{check_page, Console, SHOWN};
@@ -72,8 +74,59 @@ fn a_command_runs_in_the_web_terminal(executor: &str, reserve: &[&str]) {
         &format!("echo hello-$((6*7)){}", char::from(Key::Enter)),
     );
     browser.wait_for_text(terminal, "hello-42", Duration::from_secs(30));
+    // 24-bit colours: xterm.js sets them with setAttribute("style"), which the CSP refuses;
+    // terminal.js sends them through the CSSOM.
+    browser.type_into(
+        &input,
+        &format!(
+            "printf '\\033[38;2;255;0;0;48;2;0;0;255m%s\\033[0m\\n' truecolour{}",
+            char::from(Key::Enter)
+        ),
+    );
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let colours = browser.execute(TRUECOLOUR, vec![]);
+        if colours == json!(["rgb(255, 0, 0)", "rgb(0, 0, 255)"]) {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the 24-bit colours are not drawn: {colours}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // xterm.js's own `<style>` elements have the page's nonce and are applied.
+    let styles = browser.execute(STYLES, vec![]);
+    assert!(
+        styles["count"].as_u64().unwrap_or(0) > 0 && styles["applied"] == styles["count"],
+        "xterm.js's <style> elements: {styles}"
+    );
+    assert_eq!(
+        browser.execute("return Array.isArray(window.__cspViolations);", vec![]),
+        json!(true),
+        "the page records its CSP violations"
+    );
+    let violations = browser.csp_violations();
+    assert!(violations.is_empty(), "the terminal's page: {violations:?}");
     check_page(&browser, &format!("instance-terminal-{executor}"));
 }
+
+/// The foreground and background drawn for the span of the word `truecolour` printed alone.
+const TRUECOLOUR: &str =
+    "var spans = document.querySelectorAll('[data-field=\"terminal\"] .xterm-rows span');\
+for (var i = 0; i < spans.length; i++) {\
+  if (spans[i].textContent === 'truecolour') {\
+    var s = getComputedStyle(spans[i]);\
+    return [s.color, s.backgroundColor];\
+  }\
+}\
+return null;";
+
+/// How many `<style>` elements the page has, and how many of them apply (their sheet exists).
+const STYLES: &str = "var all = document.querySelectorAll('style');\
+var applied = 0;\
+for (var i = 0; i < all.length; i++) { if (all[i].sheet) { applied++; } }\
+return { count: all.length, applied: applied };";
 
 #[test]
 fn console_web_terminal_runs_a_command_in_a_process_instance() {

@@ -15,9 +15,39 @@ use super::lang::{query_lang, Lang, LANG_COOKIE};
 use super::session::{Viewer, CSRF_FIELD};
 use crate::state::AppState;
 
-/// No inline script, nothing from another origin, never in a frame. Inline styles are
-/// allowed: the terminal (xterm.js) sets its own.
-pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+/// No inline script and no inline style, nothing from another origin, never in a frame. The
+/// terminal's page adds a nonce for the `<style>` elements xterm.js makes ([`StyleNonce`]).
+pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// A nonce for `style-src`: 128 random bits, made for one response and never again.
+/// `assets/terminal.js` reads it from its own `<script nonce>` and gives it to the `<style>`
+/// elements xterm.js creates; a `<style>` in markup never has it.
+#[derive(Debug)]
+pub(crate) struct StyleNonce(String);
+
+impl StyleNonce {
+    pub(crate) fn new() -> StyleNonce {
+        StyleNonce(hex::encode(rand::random::<[u8; 16]>()))
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The page's CSP: [`CSP`], and the style nonce where the page has one.
+fn csp(nonce: Option<&StyleNonce>) -> HeaderValue {
+    let Some(nonce) = nonce else {
+        return HeaderValue::from_static(CSP);
+    };
+    let with = CSP.replacen(
+        "style-src 'self'",
+        &format!("style-src 'self' 'nonce-{}'", nonce.as_str()),
+        1,
+    );
+    // Hex digits and the constant's own characters: always a valid header value.
+    HeaderValue::from_str(&with).unwrap_or_else(|_| HeaderValue::from_static(CSP))
+}
 
 /// What every page handler knows about its request: the language, the viewer (none on the
 /// login page), and the path it was asked at.
@@ -108,6 +138,27 @@ impl Ctx {
         title: &str,
         body: Markup,
     ) -> Response {
+        self.render(status, title, body, None)
+    }
+
+    /// A page whose scripts make `<style>` elements (the terminal's), allowed by this nonce
+    /// alone: `body` gives it to the script that needs it.
+    pub(crate) fn page_with_style_nonce(
+        &self,
+        title: &str,
+        body: Markup,
+        nonce: &StyleNonce,
+    ) -> Response {
+        self.render(StatusCode::OK, title, body, Some(nonce))
+    }
+
+    fn render(
+        &self,
+        status: StatusCode,
+        title: &str,
+        body: Markup,
+        nonce: Option<&StyleNonce>,
+    ) -> Response {
         let l = self.lang;
         let markup = html! {
             (DOCTYPE)
@@ -131,16 +182,13 @@ impl Ctx {
             }
         };
         let mut response = (status, axum::response::Html(markup.into_string())).into_response();
-        self.secure_headers(&mut response);
+        self.secure_headers(&mut response, nonce);
         response
     }
 
-    fn secure_headers(&self, response: &mut Response) {
+    fn secure_headers(&self, response: &mut Response, nonce: Option<&StyleNonce>) {
         let h = response.headers_mut();
-        h.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(CSP),
-        );
+        h.insert(header::CONTENT_SECURITY_POLICY, csp(nonce));
         h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
         h.insert(
             header::X_CONTENT_TYPE_OPTIONS,
@@ -400,6 +448,25 @@ pub(crate) fn shell_line(args: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_inline_style_or_script_is_allowed_and_a_nonce_serves_one_response() {
+        assert!(!CSP.contains("unsafe-"), "{CSP}");
+        assert!(CSP.contains("style-src 'self';"), "{CSP}");
+        assert!(CSP.contains("script-src 'self';"), "{CSP}");
+        let (a, b) = (StyleNonce::new(), StyleNonce::new());
+        assert_ne!(a.as_str(), b.as_str());
+        assert_eq!(a.as_str().len(), 32);
+        let with = csp(Some(&a));
+        let with = with.to_str().unwrap_or_default();
+        assert!(
+            with.contains(&format!("style-src 'self' 'nonce-{}';", a.as_str())),
+            "{with}"
+        );
+        assert!(!with.contains("unsafe-"), "{with}");
+        assert!(with.contains("script-src 'self';"), "{with}");
+        assert_eq!(csp(None), CSP);
+    }
 
     #[test]
     fn a_command_is_shown_as_a_shell_would_take_it() {

@@ -14,6 +14,8 @@ mod console_account;
 mod console_admin;
 mod console_admin_books;
 mod console_billing;
+mod console_csp;
+mod console_markup;
 mod console_nodes;
 mod console_support;
 mod console_terminal;

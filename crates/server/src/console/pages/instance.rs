@@ -11,7 +11,9 @@ use serde::Deserialize;
 use super::instances::{connect, ended, gpus};
 use crate::console::api::enc;
 use crate::console::assets;
-use crate::console::layout::{maybe_time, money, raw, shell_line, status, time, Ctx, PageError};
+use crate::console::layout::{
+    maybe_time, money, raw, shell_line, status, time, Ctx, PageError, StyleNonce,
+};
 use crate::state::AppState;
 
 /// Statuses a reservation can still be stopped in.
@@ -31,6 +33,7 @@ pub(crate) async fn page(
         .await
         .map_err(|f| ctx.failed(f))?;
     let running = r.status.as_str() == "running";
+    let nonce = StyleNonce::new();
     let body = html! {
         div id="summary" data-live="1000" {
             (summary(&ctx, &r))
@@ -44,10 +47,12 @@ pub(crate) async fn page(
         section aria-labelledby="term-h" {
             h2 id="term-h" { (l.t("Terminal", "终端")) }
             // xterm.js only where the terminal is (deferred: run in order once parsed).
+            // terminal.js first: it gives the style nonce to the `<style>` elements xterm.js
+            // makes, and starts the terminal once all three have run.
             link rel="stylesheet" href=(assets::url("xterm.css"));
+            script src=(assets::url("terminal.js")) nonce=(nonce.as_str()) defer {}
             script src=(assets::url("xterm.js")) defer {}
             script src=(assets::url("addon-fit.js")) defer {}
-            script src=(assets::url("terminal.js")) defer {}
             div.terminal data-field="terminal" data-socket={ "/instances/" (enc(&r.id)) "/terminal" }
                 data-running=(if running { "true" } else { "false" })
                 data-ended-text=(l.t("The session ended.", "会话已结束。"))
@@ -69,7 +74,7 @@ pub(crate) async fn page(
         }
     };
     let title = format!("{} {}", l.t("Instance", "实例"), r.id);
-    Ok(ctx.page(&title, body))
+    Ok(ctx.page_with_style_nonce(&title, body, &nonce))
 }
 
 fn summary(ctx: &Ctx, r: &Reservation) -> Markup {
@@ -99,7 +104,7 @@ fn summary(ctx: &Ctx, r: &Reservation) -> Markup {
             @if !r.http.is_empty() {
                 dt { (l.t("Published ports", "已发布端口")) }
                 dd { ul.plain { @for e in &r.http {
-                    li { a href={ "/proxy/" (enc(&r.id)) "/" (e.port) "/" } target="_blank" rel="noopener" { (l.t("port", "端口")) " " (e.port) } }
+                    li { a href={ "/instances/" (enc(&r.id)) "/ports/" (e.port) } target="_blank" rel="noopener" { (l.t("port", "端口")) " " (e.port) } }
                 } } }
             }
         }
