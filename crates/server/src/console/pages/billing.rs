@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{Datelike, Duration, NaiveDate};
 use gpurent_types::api::{Balance, DayUsage, Invoice, Usage};
 use gpurent_types::{Money, Role};
-use maud::{html, Markup, PreEscaped};
+use maud::{html, Markup};
 use serde::Deserialize;
 
 use crate::console::api::{enc, Failure};
@@ -246,22 +246,19 @@ fn chart(l: Lang, days: &[DayUsage]) -> Markup {
     let bar = (slot * 3 / 4).max(1);
     let top_label = days.iter().map(|d| d.charged).max().unwrap_or(Money::ZERO);
     let label = l.t("Charged per day (UTC)", "每日扣费（UTC）");
-    let mut bars = String::new();
-    for (i, d) in days.iter().enumerate() {
-        let i = i64::try_from(i).unwrap_or(0);
-        let micros = i128::from(d.charged.micros().max(0));
-        let h = i64::try_from(micros * i128::from(plot_h) / i128::from(max)).unwrap_or(plot_h);
-        // A day with a charge too small to see still gets a sliver.
-        let h = if micros > 0 { h.max(1) } else { 0 };
-        let x = i * slot + (slot - bar) / 2;
-        bars.push_str(&format!(
-            "<rect class=\"bar\" x=\"{x}\" y=\"{}\" width=\"{bar}\" height=\"{h}\"><title>{}: {} {}</title></rect>",
-            CHART_H - h,
-            d.date,
-            d.charged,
-            crate::console::layout::currency()
-        ));
-    }
+    let currency = crate::console::layout::currency();
+    let bars: Vec<(i64, i64, &DayUsage)> = days
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let i = i64::try_from(i).unwrap_or(0);
+            let micros = i128::from(d.charged.micros().max(0));
+            let h = i64::try_from(micros * i128::from(plot_h) / i128::from(max)).unwrap_or(plot_h);
+            // A day with a charge too small to see still gets a sliver.
+            let h = if micros > 0 { h.max(1) } else { 0 };
+            (i * slot + (slot - bar) / 2, h, d)
+        })
+        .collect();
     let first = days.first().map(|d| d.date.as_str()).unwrap_or("");
     let last = days.last().map(|d| d.date.as_str()).unwrap_or("");
     html! {
@@ -269,8 +266,11 @@ fn chart(l: Lang, days: &[DayUsage]) -> Markup {
             svg viewBox={ "0 0 " (CHART_W) " " (CHART_H) } role="img" aria-labelledby="usage-chart-t" preserveAspectRatio="none" {
                 title id="usage-chart-t" { (label) }
                 line.axis x1="0" y1=(CHART_TOP) x2=(CHART_W) y2=(CHART_TOP) vector-effect="non-scaling-stroke" {}
-                // Built above from numbers and the API's dates (YYYY-MM-DD) only.
-                (PreEscaped(bars))
+                @for (x, h, d) in &bars {
+                    rect.bar x=(x) y=(CHART_H - h) width=(bar) height=(h) {
+                        title { (d.date) ": " (d.charged) " " (currency) }
+                    }
+                }
             }
             div.chart-scale {
                 span { (first) }
