@@ -27,7 +27,8 @@
 #                              then must run; else it is skipped. Set 0 to skip it.
 #   GPURENT_TEST_ISOLATION=0   skip the process executor's isolation tests even as root
 #                              (a root without namespaces); as root they must run
-#                              otherwise (bubblewrap is installed when missing), not
+#                              otherwise (bubblewrap, and passt for the instances'
+#                              own networks, are installed when missing), not
 #                              root they are skipped.
 #   GPURENT_TEST_SKIP_PROMTOOL=1  do not install promtool; the metrics test then
 #                              skips its promtool checks instead of failing.
@@ -343,6 +344,8 @@ ensure_bwrap() {
     return 0
   fi
   [ -x /usr/bin/bwrap ] || [ -x /bin/bwrap ] || apt_install bubblewrap
+  # Each instance's own network namespace is attached to the node's network by pasta.
+  [ -x /usr/bin/pasta ] || [ -x /bin/pasta ] || apt_install passt
 }
 
 # ---------------------------------------------------------------------------

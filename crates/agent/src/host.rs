@@ -11,12 +11,12 @@ use crate::AgentError;
 
 /// The facts, from a telemetry sample of the GPU backend and the data directory. `gpu_containers`:
 /// whether this node runs real GPUs in containers (then the toolkit is needed); `isolated`:
-/// whether its executor isolates instances.
+/// whether its executor isolates instances; `shared_network`: whether they share its network.
 pub(crate) fn host_facts(
     sample: Option<&NodeTelemetry>,
     data_dir: &Path,
     gpu_containers: bool,
-    isolated: bool,
+    (isolated, shared_network): (bool, bool),
 ) -> HostFacts {
     let capacity = crate::executor::HostCapacity::detect();
     HostFacts {
@@ -26,6 +26,7 @@ pub(crate) fn host_facts(
         gpu_containers,
         disk_free_mb: disk_free_mb(data_dir),
         isolated: Some(isolated),
+        shared_network: Some(shared_network),
         cpus: capacity.map(|c| c.cpus()),
         memory_mb: capacity.map(|c| c.memory_mb),
     }
@@ -108,6 +109,7 @@ mod tests {
             gpu_containers,
             disk_free_mb: None,
             isolated: Some(true),
+            shared_network: Some(false),
             ..HostFacts::default()
         };
         let refused = check_toolkit(&facts("1.17.7", true))
@@ -137,7 +139,7 @@ mod tests {
             cuda_version: Some("13.0".into()),
             ..NodeTelemetry::default()
         };
-        let f = host_facts(Some(&sample), dir.path(), false, true);
+        let f = host_facts(Some(&sample), dir.path(), false, (true, false));
         assert_eq!(f.driver_version.as_deref(), Some("580.95.05"));
         assert_eq!(f.cuda_version.as_deref(), Some("13.0"));
         assert!(f.disk_free_mb.is_some_and(|mb| mb > 0));
@@ -147,7 +149,7 @@ mod tests {
         assert_eq!(f.cpus, Some(u32::try_from(cores).unwrap()));
         assert!(f.memory_mb.is_some_and(|mb| mb > 0));
         assert_eq!(
-            host_facts(None, Path::new("/no/such/dir"), true, true).disk_free_mb,
+            host_facts(None, Path::new("/no/such/dir"), true, (true, false)).disk_free_mb,
             None
         );
     }

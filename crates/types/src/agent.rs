@@ -151,6 +151,11 @@ pub struct HostFacts {
     /// older agents, whose process executor did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolated: Option<bool>,
+    /// Whether its instances share the node's network (true: the process executor where no
+    /// network namespace can be made for each, or unisolated); absent from older agents,
+    /// whose process executor shared it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_network: Option<bool>,
     /// Logical cores available to the agent (its affinity and cgroup quota counted); absent
     /// from older agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -15,8 +15,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// The namespaces a session joins, the mount namespace last (after it, `/proc` is the
-/// instance's).
-const NAMESPACES: [(&str, libc::c_int); 4] = [
+/// instance's). The network's is the instance's own, or the node's where it shares it.
+const NAMESPACES: [(&str, libc::c_int); 5] = [
+    ("net", libc::CLONE_NEWNET),
     ("ipc", libc::CLONE_NEWIPC),
     ("uts", libc::CLONE_NEWUTS),
     ("pid", libc::CLONE_NEWPID),

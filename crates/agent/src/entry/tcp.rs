@@ -1,6 +1,6 @@
-//! Local port forwarding (`ssh -L`, direct-tcpip): a connection to 127.0.0.1:PORT as the
-//! instance sees it, in the node's network (processes) or the container's network
-//! namespace (Docker: the socket is made on a short-lived thread that joined it).
+//! Local port forwarding (`ssh -L`, direct-tcpip) and published ports: a connection to
+//! 127.0.0.1:PORT as the instance sees it, in its network namespace (an isolated process's
+//! own, or a container's: the socket is made on a short-lived thread that joined it).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd;

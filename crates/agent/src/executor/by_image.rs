@@ -51,6 +51,10 @@ impl Executor for ByImageExecutor {
         self.containers.isolated() && self.processes.isolated()
     }
 
+    fn shared_network(&self) -> bool {
+        self.processes.shared_network()
+    }
+
     fn runs_containers(&self) -> bool {
         self.containers.runs_containers()
     }

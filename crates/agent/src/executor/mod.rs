@@ -54,6 +54,13 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
         true
     }
 
+    /// Whether instances share the node's network (the process executor where no network
+    /// namespace with pasta can be made, or unisolated): reported to the control plane, and
+    /// `gpurent nodes ls` and the offers say `network: shared`.
+    fn shared_network(&self) -> bool {
+        false
+    }
+
     /// Whether instances may run as containers (then GPUs reach them through the NVIDIA
     /// container runtime, whose toolkit the agent checks).
     fn runs_containers(&self) -> bool {

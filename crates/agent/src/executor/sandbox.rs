@@ -4,6 +4,8 @@
 //! read-only, its own directory, its checkpoint volume, a private `/tmp` and its GPUs' device
 //! files; nothing else of the node (the agent's data dir, other instances) exists for it.
 //!
+//! With `Spec::own_network`, a network namespace of its own too (`process::network`).
+//!
 //! bwrap runs as root without a user namespace (so hosts that forbid unprivileged user
 //! namespaces work too) and `setpriv`, inside, drops to the instance's uid before the
 //! tenant's command starts.
@@ -57,6 +59,9 @@ pub struct Spec<'a> {
     pub env: &'a [(String, OsString)],
     /// Its GPUs' UUIDs: only their device files are in its `/dev`.
     pub gpus: &'a [String],
+    /// A network namespace of its own: bwrap tells the wrapper its pid on fd 4 and waits on
+    /// fd 5 until pasta has attached the namespace to the node's network.
+    pub own_network: bool,
 }
 
 /// The first of `/usr/bin/NAME`, `/bin/NAME`, `/usr/sbin/NAME`, `/sbin/NAME` that exists: the
@@ -115,6 +120,7 @@ impl Sandbox {
             volume: None,
             env: &[],
             gpus: &[],
+            own_network: false,
         };
         let probe = std::process::Command::new(&sandbox.bwrap)
             .args(sandbox.options(&spec))
@@ -203,6 +209,9 @@ impl Sandbox {
             "--die-with-parent",
             "--new-session",
         ]);
+        if spec.own_network {
+            o.add(&["--unshare-net", "--info-fd", "4", "--block-fd", "5"]);
+        }
         for dir in SYSTEM_DIRS {
             if Path::new(dir).is_dir() {
                 o.add(&["--ro-bind", dir, dir]);
@@ -345,12 +354,14 @@ mod tests {
             volume: Some(Path::new("/data/checkpoints/r")),
             env: &env,
             gpus: &[],
+            own_network: true,
         };
         let options = sandbox.options_bytes(&spec).unwrap();
         let text = String::from_utf8_lossy(&options);
         assert!(text.contains("--setenv\0TOKEN\0s3cret\0"), "{text}");
         assert!(text.contains("--bind\0/data/checkpoints/r\0/checkpoint\0"));
         assert!(text.contains("--tmpfs\0/etc/gpurent\0"), "{text}");
+        assert!(text.contains("--unshare-net\0--info-fd\x004\0--block-fd\x005\0"));
         let prefix: Vec<String> = sandbox
             .command_prefix(200_001)
             .iter()

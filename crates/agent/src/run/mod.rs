@@ -138,7 +138,7 @@ impl Agent {
             self.gpus.sample().ok().as_ref(),
             &self.config.data_dir,
             gpu_containers,
-            self.executor.isolated(),
+            (self.executor.isolated(), self.executor.shared_network()),
         )
     }
 

@@ -16,5 +16,6 @@ mod isolation;
 mod kept_output;
 mod metrics;
 mod mps;
+mod network;
 mod process;
 mod support;

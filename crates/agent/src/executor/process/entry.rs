@@ -73,8 +73,9 @@ impl ProcessExecutor {
                 reservation_id: id.to_owned(),
             })?;
         match &request.kind {
-            // Instances share the node's network.
-            EntryKind::Tcp { port } => tcp::connect(id, *port, None).await,
+            // In the workload's network namespace: its own, or the node's for an instance
+            // that shares it (isolated); the agent's for an unisolated one.
+            EntryKind::Tcp { port } => tcp::connect(id, *port, target.namespaces_of).await,
             EntryKind::Sftp => {
                 let sftp = SftpTarget {
                     root_of: target.namespaces_of,

@@ -13,7 +13,7 @@
 //! (the agent's, never the tenant's uid's), until the agent has shipped it (`forget_output`).
 //! A restarted agent adopts instances from these directories: nothing runs twice and nothing
 //! is orphaned. Starting is `start`, the output `output`, entering `entry`, what `/proc` says
-//! `procfs`.
+//! `procfs`, an instance's own network `network`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -36,10 +36,12 @@ use crate::reconcile::{Observed, ObservedState};
 use crate::AgentError;
 
 mod entry;
+mod network;
 mod output;
 mod procfs;
 mod start;
 
+use network::InstanceNetwork;
 pub(crate) use procfs::process_uid;
 use procfs::{group_runs, process_group_of, process_state};
 
@@ -73,6 +75,10 @@ struct InstanceFile {
     /// The uid its command runs as; None when it runs unisolated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     uid: Option<u32>,
+    /// Whether it has a network namespace of its own (false: the node's, as instances of
+    /// earlier agents had).
+    #[serde(default)]
+    own_network: bool,
 }
 
 #[derive(Debug)]
@@ -81,6 +87,9 @@ pub struct ProcessExecutor {
     cgroup: Option<CgroupRoot>,
     /// None: instances run unisolated, as the agent's user.
     sandbox: Option<Sandbox>,
+    /// Some: each sandboxed instance gets a network namespace of its own, attached by pasta;
+    /// None: instances share the node's network.
+    network: Option<InstanceNetwork>,
     mv: PathBuf,
     resources: ResourcesPerGpu,
     grace: Duration,
@@ -134,6 +143,7 @@ impl ProcessExecutor {
                 );
                 executor.cgroup = Some(cgroup);
                 executor.sandbox = Some(sandbox);
+                executor.give_own_network();
                 Ok(executor)
             }
             Err(why) if isolation.allow_unisolated => {
@@ -187,6 +197,7 @@ impl ProcessExecutor {
             dir,
             cgroup: None,
             sandbox: None,
+            network: None,
             mv: sandbox::system_tool("mv").unwrap_or_else(|| "/bin/mv".into()),
             resources,
             grace: Duration::from_secs(10),
@@ -223,6 +234,45 @@ impl ProcessExecutor {
 
     pub fn is_isolated(&self) -> bool {
         self.sandbox.is_some()
+    }
+
+    /// Gives each sandboxed instance a network namespace of its own where this host can
+    /// (pasta installed, and one probe instance started that way); else, with a warning,
+    /// instances share the node's network (`network: shared` in `nodes ls`).
+    fn give_own_network(&mut self) {
+        let why = match InstanceNetwork::find() {
+            Ok(net) => {
+                self.network = Some(net);
+                match self.probe_network(&self.dir.join(".netprobe")) {
+                    Ok(()) => {
+                        tracing::info!(
+                            address = %format!("{}/{}", network::ADDRESS, network::PREFIX),
+                            gateway = network::GATEWAY,
+                            "process executor gives each instance a network of its own (pasta): the node's loopback and other instances are out of its reach"
+                        );
+                        return;
+                    }
+                    Err(why) => why,
+                }
+            }
+            Err(why) => why,
+        };
+        tracing::warn!(%why, "process executor runs instances in the node's network (network: shared): they reach the node's loopback services and each other's ports");
+        self.network = None;
+    }
+
+    /// Instances in the node's network, even where they could have their own (`gpurent
+    /// agent --shared-network`; benchmarks compare the two).
+    pub fn with_shared_network(mut self) -> Self {
+        if self.network.take().is_some() {
+            tracing::warn!("process executor runs instances in the node's network (--shared-network): they reach the node's loopback services and each other's ports");
+        }
+        self
+    }
+
+    /// Whether instances share the node's network (no namespace of their own).
+    pub fn shares_network(&self) -> bool {
+        self.network.is_none()
     }
 
     /// The cgroup version instances are confined with, if any.
@@ -327,6 +377,10 @@ impl Executor for ProcessExecutor {
 
     fn isolated(&self) -> bool {
         self.is_isolated()
+    }
+
+    fn shared_network(&self) -> bool {
+        self.shares_network()
     }
 
     async fn start(&self, a: &Assignment, volume: Option<&Path>) -> Result<(), AgentError> {

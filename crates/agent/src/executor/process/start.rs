@@ -4,28 +4,62 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use gpurent_types::agent::Assignment;
 use tokio::io::AsyncWriteExt;
 
 use super::procfs::process_uids;
-use super::{exec_error, set_mode, InstanceFile, ProcessExecutor};
+use super::{exec_error, network, set_mode, InstanceFile, ProcessExecutor};
 use crate::executor::is_reserved_env;
 use crate::executor::sandbox::{self, Sandbox};
 use crate::AgentError;
 
 /// Joins the instance's cgroups (the first `$1` arguments: `cgroup.procs` files), runs the
-/// rest of its arguments (after the exit code file, `mv` and whether fd 3 gets the sandbox's
-/// options from stdin) and records its exit code. It runs outside the sandbox, as the agent's
+/// rest of its arguments (after the exit code file, `mv`, how the sandbox starts, and setpriv
+/// and pasta or `-`) and records its exit code. It runs outside the sandbox, as the agent's
 /// user, with the agent's environment: no tool it runs is found through the tenant's `PATH`.
+/// `feed`: 0 unisolated; 1 sandboxed, fd 3 of bwrap its options from stdin; 2 the same with a
+/// network of its own: bwrap writes its child's pid on fd 4 and waits for a byte on fd 5
+/// (FIFOs in the instance's directory, the agent's only) while pasta attaches that child's
+/// network namespace; pasta is killed once the sandbox ends.
 const WRAPPER: &str = r#"n=$1; shift
 while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done
-ex=$1; mv=$2; feed=$3; shift 3
-if [ "$feed" = 1 ]; then "$@" 3<&0 </dev/null; else "$@"; fi
-code=$?
+ex=$1; mv=$2; feed=$3; setpriv=$4; pasta=$5; shift 5
+if [ "$feed" = 2 ]; then
+  d=${ex%/*}; rm -f "$d/net.info" "$d/net.go" "$d/pasta.pid"
+  mkfifo -m 600 "$d/net.info" "$d/net.go" || exit 125
+  exec 3<&0 </dev/null
+  "$@" 4>"$d/net.info" 5<>"$d/net.go" &
+  sb=$!
+  exec 3<&-
+  pid=$(sed -n 's/.*"child-pid": *\([0-9][0-9]*\).*/\1/p' "$d/net.info")
+  if [ -n "$pid" ]; then
+    if "$setpriv" @SETPRIV@ -- "$pasta" @PASTA@ -P "$d/pasta.pid" --netns /proc/self/fd/6 6<"/proc/$pid/ns/net"; then
+      echo > "$d/net.go"
+    else
+      echo "gpurent: pasta could not attach the instance's network" >&2; kill -9 $sb
+    fi
+  fi
+  wait $sb; code=$?
+  if [ -s "$d/pasta.pid" ]; then
+    read pp < "$d/pasta.pid"; kill -9 "$pp" 2>/dev/null
+    while { read -r st < "/proc/$pp/stat"; } 2>/dev/null; do
+      case "$st" in *") Z "*) break;; esac; sleep 0.01
+    done
+  fi
+  rm -f "$d/net.info" "$d/net.go"
+elif [ "$feed" = 1 ]; then "$@" 3<&0 </dev/null; code=$?
+else "$@"; code=$?; fi
 echo $code > "$ex.tmp" && "$mv" "$ex.tmp" "$ex"
 exit $code"#;
+
+/// The wrapper with pasta's and setpriv's flags in it.
+fn wrapper() -> String {
+    WRAPPER
+        .replace("@SETPRIV@", network::SETPRIV_FLAGS)
+        .replace("@PASTA@", network::PASTA_FLAGS)
+}
 
 impl ProcessExecutor {
     /// The instance of an assignment, started by the wrapper shell and recorded in
@@ -85,36 +119,26 @@ impl ProcessExecutor {
             .map_err(|e| exec_error("start", id, e))?;
         let errors = output.try_clone().map_err(|e| exec_error("start", id, e))?;
         let env = self.environment(a, &home, volume);
-        let mut command = tokio::process::Command::new("/bin/sh");
-        command
-            .arg("-c")
-            .arg(WRAPPER)
-            .arg("gpurent-instance")
-            .arg(procs.len().to_string())
-            .args(&procs)
-            .arg(dir.join("exit_code"))
-            .arg(&self.mv)
-            .arg(if uid.is_some() { "1" } else { "0" })
-            // Nothing of the agent's environment (its join token, say) leaks into the workload.
-            .env_clear()
-            .stdout(output)
-            .stderr(errors)
-            .process_group(0)
-            .kill_on_drop(false);
+        let own_network = uid.is_some() && self.network.is_some();
+        let mut command = tokio::process::Command::from(self.wrapper_command(
+            &dir,
+            &procs,
+            uid.is_some(),
+            output,
+            errors,
+        ));
+        command.kill_on_drop(false);
         let options = match (&self.sandbox, uid) {
             (Some(sandbox), Some(uid)) => {
                 // The wrapper runs with a fixed environment; the tenant's goes to bwrap's
                 // options on the wrapper's stdin (fd 3 of bwrap), in no command line.
-                command
-                    .env("PATH", sandbox::SYSTEM_PATH)
-                    .args(sandbox.command_prefix(uid))
-                    .current_dir(&dir)
-                    .stdin(std::process::Stdio::piped());
+                command.args(sandbox.command_prefix(uid));
                 let spec = sandbox::Spec {
                     home: &home,
                     volume,
                     env: &env,
                     gpus: &a.gpus,
+                    own_network,
                 };
                 Some(
                     sandbox
@@ -125,8 +149,7 @@ impl ProcessExecutor {
             _ => {
                 command
                     .envs(env.iter().map(|(k, v)| (k, v)))
-                    .current_dir(&home)
-                    .stdin(std::process::Stdio::null());
+                    .current_dir(&home);
                 None
             }
         };
@@ -145,6 +168,7 @@ impl ProcessExecutor {
             epoch: a.epoch,
             pgid,
             uid,
+            own_network,
         };
         let json = serde_json::to_vec(&file).map_err(|e| exec_error("start", id, e))?;
         std::fs::write(dir.join("instance.json"), json).map_err(|e| exec_error("start", id, e))?;
@@ -152,8 +176,99 @@ impl ProcessExecutor {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.clone(), child);
-        tracing::info!(reservation_id = %id, pgid, ?uid, gpus = %a.gpus.join(","), confined = self.cgroup.is_some(), "process instance started");
+        tracing::info!(reservation_id = %id, pgid, ?uid, own_network, gpus = %a.gpus.join(","), confined = self.cgroup.is_some(), "process instance started");
         Ok(())
+    }
+
+    /// The wrapper shell of an instance whose directory is `dir` (the exit code, pasta's pid
+    /// file and FIFOs go there), joining the cgroups whose `cgroup.procs` are `procs`; the
+    /// command (the sandbox's, with the options on stdin, when `sandboxed`) follows.
+    fn wrapper_command(
+        &self,
+        dir: &Path,
+        procs: &[PathBuf],
+        sandboxed: bool,
+        output: std::fs::File,
+        errors: std::fs::File,
+    ) -> std::process::Command {
+        let network = self.network.as_ref().filter(|_| sandboxed);
+        let feed = match (sandboxed, network) {
+            (false, _) => "0",
+            (true, None) => "1",
+            (true, Some(_)) => "2",
+        };
+        let tools: [OsString; 2] = match network {
+            Some(net) => net.wrapper_args(),
+            None => ["-".into(), "-".into()],
+        };
+        use std::os::unix::process::CommandExt;
+        let mut command = std::process::Command::new("/bin/sh");
+        command
+            .arg("-c")
+            .arg(wrapper())
+            .arg("gpurent-instance")
+            .arg(procs.len().to_string())
+            .args(procs)
+            .arg(dir.join("exit_code"))
+            .arg(&self.mv)
+            .arg(feed)
+            .args(tools)
+            // Nothing of the agent's environment (its join token, say) leaks into the workload.
+            .env_clear()
+            .stdout(output)
+            .stderr(errors)
+            .process_group(0);
+        if sandboxed {
+            command
+                .env("PATH", sandbox::SYSTEM_PATH)
+                .current_dir(dir)
+                .stdin(std::process::Stdio::piped());
+        } else {
+            command.stdin(std::process::Stdio::null());
+        }
+        command
+    }
+
+    /// Runs `/bin/true` once the way instances with a network of their own run (the wrapper,
+    /// bwrap, pasta), in `dir`: Err says why this host cannot give instances their own network.
+    pub(super) fn probe_network(&self, dir: &Path) -> Result<(), String> {
+        let (Some(sandbox), Some(_)) = (&self.sandbox, &self.network) else {
+            return Err("no sandbox".into());
+        };
+        let home = dir.join("home");
+        std::fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+        let log = dir.join("output.log");
+        let output = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let errors = output.try_clone().map_err(|e| e.to_string())?;
+        let uid = sandbox.uids().start;
+        let spec = sandbox::Spec {
+            home: &home,
+            volume: None,
+            env: &[],
+            gpus: &[],
+            own_network: true,
+        };
+        let options = sandbox.options_bytes(&spec)?;
+        let mut child = self
+            .wrapper_command(dir, &[], true, output, errors)
+            .args(sandbox.command_prefix(uid))
+            .arg("/bin/true")
+            .spawn()
+            .map_err(|e| format!("cannot run the wrapper: {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = std::io::Write::write_all(&mut stdin, &options);
+        }
+        let status = child.wait().map_err(|e| e.to_string())?;
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(dir);
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "a sandbox with a network of its own did not start ({status}): {}",
+                said.trim()
+            ))
+        }
     }
 
     /// The lowest uid of the range that no instance of this executor has and no process of
