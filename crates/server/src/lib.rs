@@ -57,6 +57,7 @@ pub use jobs::elastic::{ScaleConfig, ScaleEvent};
 pub use jobs::JobError;
 pub use openapi::openapi_document;
 pub use policy::{Access, POLICY};
+pub use proxy::host::DEFAULT_APPS_DOMAIN;
 pub use rate_limit::{Rate, RateLimits};
 pub use report::plot as report_plot;
 pub use serve::{open_files_limit, raise_open_files_limit, HttpLimits, OpenFiles};
@@ -119,9 +120,11 @@ pub struct ServerConfig {
     /// (`--advertise-url`); `None`: the listen address when it is a specific one. Only on
     /// PostgreSQL, where there can be other replicas.
     pub advertise_url: Option<String>,
-    /// Published HTTP ports are also at `ID-PORT.DOMAIN` (`--proxy-domain`; needs a wildcard
-    /// DNS name and certificate for `*.DOMAIN`); `None`: only at `/proxy/ID/PORT/`.
-    pub proxy_domain: Option<String>,
+    /// The apps' site (`--apps-domain`): browsers reach each published HTTP port at
+    /// `ID-PORT.DOMAIN`, a site that shares no cookie with the console's. `localhost` (the
+    /// default) on one machine; beyond it, a registrable domain other than the console's,
+    /// with a wildcard DNS name and certificate for `*.DOMAIN`.
+    pub apps_domain: String,
 }
 
 impl Default for ServerConfig {
@@ -149,7 +152,7 @@ impl Default for ServerConfig {
             tls: None,
             master_key: Arc::new(secrets::LocalKey::from_bytes(&rand::random())),
             advertise_url: None,
-            proxy_domain: None,
+            apps_domain: proxy::host::DEFAULT_APPS_DOMAIN.to_owned(),
         }
     }
 }
@@ -283,7 +286,7 @@ impl RunningServer {
             router,
             state.config.http,
             state.metrics.clone(),
-            state.config.proxy_domain.clone(),
+            state.config.apps_domain.clone(),
             stopped.clone(),
         ));
         if let Some(url) = advertise_url(&state, addr) {

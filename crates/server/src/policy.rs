@@ -104,6 +104,8 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/instances/{id}/log", PAGE_ANY),
     // The web terminal's WebSocket: the viewer's own running reservation (an admin's: any).
     ("GET", "/instances/{id}/terminal", PAGE_ANY),
+    ("GET", "/instances/{id}/ports/{port}", PAGE_ANY),
+    ("GET", "/open/{link}", PAGE_ANY),
     // Billing, account and nodes (console/pages/billing.rs, account.rs, nodes.rs).
     ("GET", "/billing", PAGE_ANY),
     ("GET", "/billing/invoice.csv", PAGE_ANY),

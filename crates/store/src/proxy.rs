@@ -7,10 +7,12 @@ use chrono::{DateTime, Utc};
 
 use crate::Result;
 
-/// A one-time link, or the session it opened.
+/// A one-time link (opened on the console's site, by its owner only), the one-time ticket
+/// that carries the owner from there to the apps' site, or the session a ticket opened there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProxyTokenKind {
     Link,
+    Ticket,
     Session,
 }
 
@@ -18,6 +20,7 @@ impl ProxyTokenKind {
     pub fn as_str(self) -> &'static str {
         match self {
             ProxyTokenKind::Link => "link",
+            ProxyTokenKind::Ticket => "ticket",
             ProxyTokenKind::Session => "session",
         }
     }
@@ -43,10 +46,20 @@ pub trait ProxyStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> Result<()>;
 
-    /// Uses a one-time link for `reservation_id`'s `port`: its grant the first time, while
-    /// it is valid; None ever after (or for another reservation or port).
-    async fn redeem_proxy_link(
+    /// The grant of a one-time link or ticket that is still valid and unused, without using
+    /// it (to say whose it is before anything is done).
+    async fn peek_proxy_token(
         &self,
+        kind: ProxyTokenKind,
+        token_hash: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ProxyGrant>>;
+
+    /// Uses a one-time link or ticket for `reservation_id`'s `port`: its grant the first
+    /// time, while it is valid; None ever after (or for another reservation or port).
+    async fn redeem_proxy_token(
+        &self,
+        kind: ProxyTokenKind,
         token_hash: &str,
         reservation_id: &str,
         port: u16,

@@ -217,11 +217,14 @@ pub struct HttpArgs {
     /// a specific one.
     #[arg(long, value_name = "URL")]
     pub advertise_url: Option<String>,
-    /// Also serve each published HTTP port at its own host, `ID-PORT.DOMAIN` (the app at the
-    /// root of its own origin). Needs a wildcard DNS name `*.DOMAIN` pointing here and, over
-    /// TLS, a certificate for it. Default: only at `/proxy/ID/PORT/`.
-    #[arg(long, value_name = "DOMAIN")]
-    pub proxy_domain: Option<String>,
+    /// The apps' site: browsers reach each published HTTP port at `ID-PORT.DOMAIN`, an origin
+    /// of its own that shares no cookie with the console. Beyond one machine give a
+    /// registrable domain other than the console's (the console at console.example.com, the
+    /// apps under apps.example.net), with a wildcard DNS name `*.DOMAIN` pointing here and,
+    /// over TLS, a certificate for it. The default, `localhost`, works in a browser on this
+    /// machine (`ID-PORT.localhost` is the loopback; the console is then at 127.0.0.1).
+    #[arg(long, value_name = "DOMAIN", alias = "proxy-domain")]
+    pub apps_domain: Option<String>,
     /// Seconds a new connection has for its TLS handshake and first request header, and a
     /// request for its header from its first byte; then it is closed.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]

@@ -19,6 +19,11 @@ pub async fn open(
         print_json(&link)?;
     } else {
         print_line(&link.url);
+        eprintln!(
+            "Open it within 5 minutes, once, in a browser logged in to the console as you: it \
+             goes on to the app at {}. In anyone else's browser it does nothing.",
+            link.app_url
+        );
     }
     if browser {
         // The link is printed first: where no browser starts, it can still be copied.

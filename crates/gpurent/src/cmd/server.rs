@@ -221,7 +221,7 @@ pub async fn start(
             tenant_limits: tenant_limits(access),
             http: http.limits(),
             advertise_url: http.advertise_url.clone(),
-            proxy_domain: proxy_domain(http.proxy_domain.as_deref())?,
+            apps_domain: apps_domain(http.apps_domain.as_deref())?,
             tls,
             ..ServerConfig::default()
         },
@@ -402,10 +402,11 @@ fn tenant_limits(access: &crate::cli::AccessArgs) -> TenantLimits {
     }
 }
 
-/// `--proxy-domain`: a DNS name (`apps.example.com`), lowercased, without dots at its ends.
-fn proxy_domain(domain: Option<&str>) -> anyhow::Result<Option<String>> {
+/// `--apps-domain`: a DNS name (`apps.example.net`), lowercased, without dots at its ends;
+/// `localhost` when none is given.
+fn apps_domain(domain: Option<&str>) -> anyhow::Result<String> {
     let Some(domain) = domain else {
-        return Ok(None);
+        return Ok(gpurent_server::DEFAULT_APPS_DOMAIN.to_owned());
     };
     let domain = domain.trim_matches('.').to_ascii_lowercase();
     let valid = !domain.is_empty()
@@ -419,9 +420,9 @@ fn proxy_domain(domain: Option<&str>) -> anyhow::Result<Option<String>> {
         });
     if !valid {
         anyhow::bail!(
-            "--proxy-domain {domain:?} is not a DNS name (give the parent of the wildcard, \
-             e.g. apps.example.com for *.apps.example.com)"
+            "--apps-domain {domain:?} is not a DNS name (give the parent of the wildcard, \
+             e.g. apps.example.net for *.apps.example.net)"
         );
     }
-    Ok(Some(domain))
+    Ok(domain)
 }

@@ -423,6 +423,49 @@ impl Http {
         Http::with_cookie(console, None)
     }
 
+    /// Logged in as `user` through the login form, as a second browser would be.
+    pub fn login(console: &Console, user: &User) -> Http {
+        let anonymous = Http::anonymous(console);
+        let (login_cookie, html) = anonymous.rt.block_on(async {
+            let form = anonymous
+                .client
+                .get(format!("{}/login", console.url))
+                .send()
+                .await
+                .expect("the login form");
+            let cookie = set_cookie_value(form.headers(), "gpurent_login");
+            (cookie, form.text().await.unwrap_or_default())
+        });
+        let login_cookie = login_cookie.expect("the login form sets its cookie");
+        let csrf = html
+            .split("name=\"_csrf\" value=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .expect("the login form's _csrf field")
+            .to_owned();
+        let session = anonymous.rt.block_on(async {
+            let answer = anonymous
+                .client
+                .post(format!("{}/login", console.url))
+                .header(
+                    reqwest::header::COOKIE,
+                    format!("gpurent_login={login_cookie}"),
+                )
+                .header(reqwest::header::ORIGIN, &console.url)
+                .form(&[
+                    ("username", user.name.as_str()),
+                    ("password", PASSWORD),
+                    ("_csrf", csrf.as_str()),
+                ])
+                .send()
+                .await
+                .expect("the login answer");
+            set_cookie_value(answer.headers(), "gpurent_session")
+        });
+        let session = session.unwrap_or_else(|| panic!("{} could not log in", user.name));
+        Http::with_cookie(console, Some(format!("gpurent_session={session}")))
+    }
+
     fn with_cookie(console: &Console, cookie: Option<String>) -> Http {
         Http {
             rt: tokio::runtime::Builder::new_current_thread()
@@ -479,4 +522,15 @@ impl Http {
             .form(fields);
         self.send(request)
     }
+}
+
+/// The value a response's `Set-Cookie` gives the cookie `name`.
+fn set_cookie_value(headers: &reqwest::header::HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix(&format!("{name}=")))
+        .map(|v| v.split(';').next().unwrap_or_default().to_owned())
+        .filter(|v| !v.is_empty())
 }

@@ -1,6 +1,7 @@
 //! `gpurent reserve --http-port` and `gpurent open` against a real `gpurent up`: the ports in
-//! the reservation, where `get` says they are, a one-time link that sets its cookie once,
-//! and the sim executor's plain 502 (it runs nothing to reach).
+//! the reservation, where `get` says they are (the apps' site for a browser, the path form
+//! for a token), a one-time link to the console, and the sim executor's plain 502 (it runs
+//! nothing to reach).
 
 use std::io::{Read, Write};
 
@@ -27,7 +28,7 @@ fn published_ports_through_the_cli() {
     let up = Daemon::up_sim(
         &data,
         "1xRTX4090",
-        &["--proxy-domain", "Apps.Test."],
+        &["--apps-domain", "Apps.Test."],
         &dir.path().join("up.log"),
     );
     let url = up.url.clone();
@@ -89,46 +90,39 @@ fn published_ports_through_the_cli() {
         got["http"][0]["url"],
         format!("http://{host}/proxy/{id}/8888/")
     );
+    let listener_port = up.url.rsplit(':').next().unwrap().to_owned();
+    assert_eq!(
+        got["http"][0]["app_url"],
+        format!("http://{id}-8888.apps.test:{listener_port}/")
+    );
     let table = cli(&url, t, false, &["get", &id]);
     assert!(
-        table
-            .stdout
-            .contains(&format!("http 6006: http://{host}/proxy/{id}/6006/")),
+        table.stdout.contains(&format!(
+            "http 6006: http://{id}-6006.apps.test:{listener_port}/ (browser: gpurent open {id} 6006; with a token: http://{host}/proxy/{id}/6006/)"
+        )),
         "{table:?}"
     );
 
-    // `open` prints the link; the link sets the cookie once and sends the browser on.
+    // `open` prints a link to the console, which only the owner's console session turns
+    // into the app (the server suite follows it through); without one, the login page.
     let open = cli(&url, t, false, &["open", &id, "8888"]);
     assert_eq!(open.code, 0, "{open:?}");
     let link = open.stdout.trim().to_owned();
-    let prefix = format!("http://{host}/proxy/{id}/8888/?gpurent_link=gpl_");
+    let prefix = format!("http://{host}/open/gpl_");
     assert!(link.starts_with(&prefix), "{link}");
     let path = link.trim_start_matches(&format!("http://{host}"));
     let first = http(&url, path, "");
     assert!(first.starts_with("HTTP/1.1 303"), "{first}");
     assert!(
-        first.contains(&format!("location: /proxy/{id}/8888/\r\n")),
+        first.contains("location: /login?next=%2Fopen%2Fgpl_"),
         "{first}"
     );
-    assert!(first.contains("set-cookie: gpurent_proxy=gps_"), "{first}");
-    assert!(
-        first.contains(&format!(
-            "Path=/proxy/{id}/8888/; Max-Age=43200; HttpOnly; SameSite=Lax"
-        )),
-        "{first}"
-    );
-    let again = http(&url, path, "");
-    assert!(again.starts_with("HTTP/1.1 404"), "{again}");
+    assert!(!first.contains("set-cookie: gpurent_proxy"), "{first}");
     let with_json = cli(&url, t, true, &["open", &id, "6006"]).json();
     assert!(with_json["expires_at"].is_string(), "{with_json}");
-    assert!(
-        with_json["domain_url"]
-            .as_str()
-            .unwrap()
-            .starts_with(&format!(
-                "http://{id}-6006.apps.test:{}/?gpurent_link=gpl_",
-                up.url.rsplit(':').next().unwrap()
-            )),
+    assert_eq!(
+        with_json["app_url"],
+        format!("http://{id}-6006.apps.test:{listener_port}/"),
         "{with_json}"
     );
 
@@ -155,18 +149,18 @@ fn published_ports_through_the_cli() {
 }
 
 #[test]
-fn a_bad_proxy_domain_is_refused_at_start() {
+fn a_bad_apps_domain_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(crate::support::BIN)
         .args(["server", "--data-dir"])
         .arg(dir.path().join("data"))
-        .args(["--listen", "127.0.0.1:0", "--proxy-domain", "*.apps.test"])
+        .args(["--listen", "127.0.0.1:0", "--apps-domain", "*.apps.test"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("--proxy-domain") && stderr.contains("not a DNS name"),
+        stderr.contains("--apps-domain") && stderr.contains("not a DNS name"),
         "{stderr}"
     );
 }

@@ -7,6 +7,7 @@
 mod access_cli;
 mod agent_register;
 mod agent_restart;
+mod app_origin;
 mod audit;
 mod bench_fleet;
 mod bench_reserve;

@@ -215,6 +215,26 @@ fn a_self_signed_control_plane_speaks_tls13_to_pinned_and_ca_trusting_clients() 
         "{error}"
     );
 
+    // Under TLS the console's cookies are `__Host-` prefixed (no other site, an app's
+    // among them, can set or overwrite them), Secure, for the whole host only.
+    let (_, mut stream) = connect(
+        &cluster.url,
+        client_config(&[&rustls::version::TLS13], None),
+    )
+    .unwrap();
+    let login = request(&mut stream, "GET", "/login", "none", "");
+    let set_cookie = login
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .unwrap_or_else(|| panic!("the login form sets its cookie: {login}"));
+    assert!(
+        set_cookie.contains("__Host-gpurent_login=")
+            && set_cookie.contains("; Path=/;")
+            && set_cookie.contains("; Secure")
+            && !set_cookie.contains("Domain"),
+        "{set_cookie}"
+    );
+
     // Plain HTTP to the TLS port: no HTTP answer.
     let mut plain = TcpStream::connect(host_port(&cluster.url)).unwrap();
     plain

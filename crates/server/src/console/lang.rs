@@ -69,7 +69,11 @@ impl Lang {
         if let Some(lang) = query.and_then(query_lang) {
             return lang;
         }
-        if let Some(lang) = cookie(headers, LANG_COOKIE).and_then(Lang::parse) {
+        // Either name: under TLS it is `__Host-` prefixed; a language is nothing to protect.
+        let remembered = cookie(headers, LANG_COOKIE)
+            .or_else(|| cookie(headers, &format!("__Host-{LANG_COOKIE}")))
+            .and_then(Lang::parse);
+        if let Some(lang) = remembered {
             return lang;
         }
         headers
@@ -89,7 +93,7 @@ pub(crate) fn query_lang(query: &str) -> Option<Lang> {
 }
 
 /// The value of a cookie of the request (the first, where a browser sends several).
-pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &'a str) -> Option<&'a str> {
+pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     crate::proxy::access::cookie_values(headers, name)
         .into_iter()
         .next()

@@ -45,6 +45,12 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/instances/{id}/stop", post(pages::instance::stop))
         .route("/instances/{id}/log", get(pages::instance::log))
         .route("/instances/{id}/terminal", get(terminal::handler))
+        // To an app on the apps' site, for its owner only (`proxy/open.rs`).
+        .route(
+            "/instances/{id}/ports/{port}",
+            get(crate::proxy::open::port),
+        )
+        .route("/open/{link}", get(crate::proxy::open::link))
         // Billing, account and nodes (pages/billing.rs, account.rs, nodes.rs).
         .route("/billing", get(pages::billing::page))
         .route("/billing/invoice.csv", get(pages::billing::invoice_csv))

@@ -19,8 +19,19 @@ pub(crate) const SESSION_COOKIE: &str = "gpurent_session";
 /// Before a session exists: the login form's own CSRF token, as a cookie and a field.
 pub(crate) const LOGIN_COOKIE: &str = "gpurent_login";
 pub(crate) const CSRF_FIELD: &str = "_csrf";
-/// Every cookie the console sets; none of them is passed on to an instance's app.
+/// Every cookie the console sets; none of them is passed on to an instance's app. Under TLS
+/// each has the `__Host-` prefix ([`cookie_name`]): a browser takes such a cookie only from
+/// this host itself, over HTTPS, for `Path=/`, so no other site can set or overwrite it.
 pub(crate) const COOKIES: &[&str] = &[SESSION_COOKIE, LOGIN_COOKIE, super::lang::LANG_COOKIE];
+
+/// A console cookie's name as it is set and read: with the `__Host-` prefix under TLS.
+pub(crate) fn cookie_name(name: &str, secure: bool) -> std::borrow::Cow<'_, str> {
+    if secure {
+        std::borrow::Cow::Owned(format!("__Host-{name}"))
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
+}
 pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
 /// The most a console form may post (the reserve form with its env and secrets is a few KiB).
 const MAX_FORM_BYTES: usize = 256 * 1024;
@@ -69,7 +80,8 @@ pub(crate) async fn authenticate(
     state: &AppState,
     headers: &HeaderMap,
 ) -> Result<Viewer, NoSession> {
-    let token = cookie(headers, SESSION_COOKIE)
+    let name = cookie_name(SESSION_COOKIE, state.config.tls.is_some());
+    let token = cookie(headers, &name)
         .filter(|t| !t.is_empty())
         .ok_or(NoSession::Missing)?;
     match state
@@ -103,6 +115,7 @@ pub(crate) fn session_cookie(
 
 /// A cookie the console sets: never readable by scripts, never sent by another site.
 pub(crate) fn cookie_value(name: &str, value: &str, max_age: i64, secure: bool) -> HeaderValue {
+    let name = cookie_name(name, secure);
     let secure = if secure { "; Secure" } else { "" };
     let text =
         format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");

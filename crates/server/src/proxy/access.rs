@@ -1,5 +1,6 @@
-//! Who may reach a published port: the reservation's owner, by bearer token or by the proxy
-//! cookie a one-time link set; and turning a one-time link into that cookie.
+//! Who may reach a published port: the reservation's owner, by bearer token, or on the apps'
+//! site by the proxy cookie a one-time ticket set there; and turning that ticket into the
+//! cookie.
 
 use std::time::Duration;
 
@@ -8,12 +9,46 @@ use axum::response::Response;
 use gpurent_store::ProxyTokenKind;
 use gpurent_types::api::Reservation;
 
+use super::host::ViaHost;
 use super::{Target, LINK_PARAM};
 use crate::auth::{hash_token, new_token};
 use crate::state::AppState;
 
-/// The cookie holding a proxy session token.
+/// The cookie holding a proxy session token (with the `__Host-` prefix under TLS, so that no
+/// other app can set it for this one).
 pub(super) const COOKIE: &str = "gpurent_proxy";
+
+/// Which site a request for an app came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Site {
+    /// `ID-PORT.APPS-DOMAIN`: the app's own origin.
+    Apps,
+    /// `/proxy/ID/PORT/` on the console's origin: bearer tokens only.
+    Console,
+}
+
+/// The proxy cookie's name on this server.
+pub(super) fn cookie_name(secure: bool) -> &'static str {
+    if secure {
+        "__Host-gpurent_proxy"
+    } else {
+        COOKIE
+    }
+}
+
+/// A cookie's name without a `__Host-` or `__Secure-` prefix: what it is to the console.
+pub(crate) fn unprefixed(name: &str) -> &str {
+    name.strip_prefix("__Host-")
+        .or_else(|| name.strip_prefix("__Secure-"))
+        .unwrap_or(name)
+}
+
+/// Whether a cookie name is one of the control plane's own (the proxy's or the console's,
+/// prefixed or not): an app never sees, sets or clears one.
+pub(super) fn is_ours(name: &str) -> bool {
+    let name = unprefixed(name.trim());
+    name == COOKIE || crate::console::session::COOKIES.contains(&name)
+}
 /// How long a browser session a link opened lasts.
 pub(super) const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
@@ -36,13 +71,16 @@ fn query_without_link(uri: &Uri) -> String {
         .join("&")
 }
 
-/// Whether the request's bearer token is the owner's, or one of its proxy cookies opens this
-/// port of this reservation.
+/// Whether the request's bearer token is the owner's, or (on the apps' site only) one of its
+/// proxy cookies opens this port of this reservation. No console session ever opens an app:
+/// the console's cookies never reach the apps' site, and on the console's site a browser's
+/// ambient credential must not be enough to load a tenant's page there.
 pub(super) async fn allowed(
     state: &AppState,
     target: &Target,
     reservation: &Reservation,
     headers: &HeaderMap,
+    site: Site,
 ) -> bool {
     if headers.contains_key(header::AUTHORIZATION) {
         if let Ok(caller) = crate::auth::authenticate(state, headers).await {
@@ -51,14 +89,12 @@ pub(super) async fn allowed(
             }
         }
     }
-    // The owner's console session (a link on its instance page).
-    if let Ok(viewer) = crate::console::session::authenticate(state, headers).await {
-        if viewer.user.id == reservation.tenant_id {
-            return true;
-        }
+    if site == Site::Console {
+        return false;
     }
     let now = state.now();
-    for token in cookie_values(headers, COOKIE) {
+    let name = cookie_name(state.config.tls.is_some());
+    for token in cookie_values(headers, name) {
         if let Ok(Some(grant)) = state.store.proxy_session(&hash_token(token), now).await {
             if grant.reservation_id == target.reservation_id
                 && grant.port == target.port
@@ -73,7 +109,7 @@ pub(super) async fn allowed(
 
 /// Every value of the cookie `name` the request sends (a browser sends one per path that
 /// matches).
-pub(crate) fn cookie_values<'a>(headers: &'a HeaderMap, name: &'a str) -> Vec<&'a str> {
+pub(crate) fn cookie_values<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -86,8 +122,8 @@ pub(crate) fn cookie_values<'a>(headers: &'a HeaderMap, name: &'a str) -> Vec<&'
         .collect()
 }
 
-/// The `Cookie` header without the proxy's and the console's cookies (the app never sees
-/// them); None when nothing else is left.
+/// The `Cookie` header without the proxy's and the console's cookies, prefixed or not (the
+/// app never sees them); None when nothing else is left.
 pub(super) fn cookie_without_proxy(headers: &HeaderMap) -> Option<String> {
     let kept: Vec<&str> = headers
         .get_all(header::COOKIE)
@@ -97,28 +133,34 @@ pub(super) fn cookie_without_proxy(headers: &HeaderMap) -> Option<String> {
         .map(str::trim)
         .filter(|pair| {
             let name = pair.split('=').next().unwrap_or("");
-            !pair.is_empty() && name != COOKIE && !crate::console::session::COOKIES.contains(&name)
+            !pair.is_empty() && !is_ours(name)
         })
         .collect();
     (!kept.is_empty()).then(|| kept.join("; "))
 }
 
-/// Uses a one-time link: on success the browser gets a session cookie for this port and is
-/// sent on (303) to the same URL without the link; None (a 404) when the link is not valid
+/// Uses a one-time ticket on the apps' site (`open.rs` makes one for the owner's console
+/// session): on success the browser gets a session cookie for this app's whole host and is
+/// sent on (303) to the same path without the ticket; None (a 404) when the ticket is not valid
 /// for this port of this reservation, or was used already.
 pub(super) async fn redeem(
     state: &AppState,
     target: &Target,
     reservation: &Reservation,
     uri: &Uri,
-    via_host: Option<&super::host::ViaHost>,
-    link: &str,
-    cookie_path: &str,
+    via: &ViaHost,
+    ticket: &str,
 ) -> Option<Response> {
     let now = state.now();
     let grant = state
         .store
-        .redeem_proxy_link(&hash_token(link), &target.reservation_id, target.port, now)
+        .redeem_proxy_token(
+            ProxyTokenKind::Ticket,
+            &hash_token(ticket),
+            &target.reservation_id,
+            target.port,
+            now,
+        )
         .await
         .ok()??;
     if grant.user_id != reservation.tenant_id {
@@ -140,25 +182,19 @@ pub(super) async fn redeem(
         tracing::warn!(error = %e, "proxy: cannot keep a session");
         return None;
     }
-    let secure = if state.config.tls.is_some() {
-        "; Secure"
-    } else {
-        ""
-    };
+    let secure = state.config.tls.is_some();
     let cookie = format!(
-        "{COOKIE}={session}; Path={cookie_path}; Max-Age={}; HttpOnly; SameSite=Lax{secure}",
-        SESSION_TTL.as_secs()
+        "{}={session}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{}",
+        cookie_name(secure),
+        SESSION_TTL.as_secs(),
+        if secure { "; Secure" } else { "" }
     );
     let query = query_without_link(uri);
-    // On the proxy domain the path the browser sees is the app's own (the rewrite is ours).
-    let path = match via_host {
-        Some(via) => via.path.as_str(),
-        None => uri.path(),
-    };
+    // The path the browser sees is the app's own (the rewrite to /proxy/ is ours).
     let to = if query.is_empty() {
-        path.to_owned()
+        via.path.clone()
     } else {
-        format!("{path}?{query}")
+        format!("{}?{query}", via.path)
     };
     Some(super::redirect(StatusCode::SEE_OTHER, &to, Some(cookie)))
 }
@@ -184,7 +220,12 @@ mod tests {
         assert_eq!(cookie_values(&h, COOKIE), vec!["s1", "s2"]);
         assert_eq!(cookie_without_proxy(&h).as_deref(), Some("_xsrf=1"));
         let mut only = HeaderMap::new();
-        only.append(header::COOKIE, "gpurent_proxy=s1".parse().unwrap());
+        only.append(
+            header::COOKIE,
+            "gpurent_proxy=s1; __Host-gpurent_session=x; __Secure-gpurent_lang=en"
+                .parse()
+                .unwrap(),
+        );
         assert_eq!(cookie_without_proxy(&only), None);
     }
 }

@@ -51,6 +51,7 @@ pub(super) async fn forward(
     via_host: Option<ViaHost>,
 ) -> Response {
     state.metrics.proxy.requests.fetch_add(1, Ordering::Relaxed);
+    let on_apps_site = via_host.is_some();
     let upgrade = upgrade_of(request.headers());
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut request));
     let outgoing = match outgoing(state, request, via_host, upgrade.as_ref()) {
@@ -114,7 +115,11 @@ pub(super) async fn forward(
         &mut parts.headers,
         parts.status == StatusCode::SWITCHING_PROTOCOLS,
     );
-    drop_proxy_cookies(&mut parts.headers);
+    if on_apps_site {
+        drop_our_cookies(&mut parts.headers);
+    } else {
+        sandbox(&mut parts.headers);
+    }
     Response::from_parts(parts, Body::new(body))
 }
 
@@ -218,22 +223,53 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, switching: bool) {
     }
 }
 
-/// An app never sets the proxy's own cookie (it could fix another browser session's).
-fn drop_proxy_cookies(headers: &mut HeaderMap) {
+/// On the apps' site an app sets cookies for its own host only, and never one of ours (it
+/// could fix another browser session's proxy cookie, or, were the console's cookies in reach,
+/// log its visitor out or into the app owner's account): a `Set-Cookie` naming one of ours, or
+/// with a `Domain` (which would reach the other apps), is dropped.
+fn drop_our_cookies(headers: &mut HeaderMap) {
     let kept: Vec<HeaderValue> = headers
         .get_all(header::SET_COOKIE)
         .iter()
-        .filter(|v| {
-            v.to_str().map_or(true, |s| {
-                s.split('=').next().map(str::trim) != Some(access::COOKIE)
-            })
-        })
+        .filter(|v| v.to_str().is_ok_and(is_host_only_and_theirs))
         .cloned()
         .collect();
     headers.remove(header::SET_COOKIE);
     for v in kept {
         headers.append(header::SET_COOKIE, v);
     }
+}
+
+/// Whether a `Set-Cookie` value names a cookie of the app's own, for its host only.
+fn is_host_only_and_theirs(set_cookie: &str) -> bool {
+    let mut parts = set_cookie.split(';');
+    let name = parts
+        .next()
+        .and_then(|pair| pair.split_once('='))
+        .map(|(name, _)| name.trim());
+    let Some(name) = name else {
+        return false;
+    };
+    !access::is_ours(name)
+        && !parts.any(|attribute| {
+            let key = attribute.split('=').next().unwrap_or("").trim();
+            key.eq_ignore_ascii_case("domain")
+        })
+}
+
+/// On the console's site (`/proxy/ID/PORT/`, for bearer-token clients) an app's answer runs
+/// nothing with the console's origin: `Content-Security-Policy: sandbox` gives it an opaque
+/// origin with no scripts, and it may set no cookie.
+fn sandbox(headers: &mut HeaderMap) {
+    headers.remove(header::SET_COOKIE);
+    headers.remove(header::CONTENT_SECURITY_POLICY);
+    headers.remove(HeaderName::from_static(
+        "content-security-policy-report-only",
+    ));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox"),
+    );
 }
 
 /// Once both sides have switched, copies bytes between the client and the app until either
@@ -303,4 +339,46 @@ fn pump(stream: Stream) -> DuplexStream {
         }
     });
     near
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_app_sets_only_its_own_host_only_cookies() {
+        for ours in [
+            "gpurent_session=x; Path=/",
+            "__Host-gpurent_session=x; Path=/; Secure",
+            "gpurent_login=x",
+            "__Secure-gpurent_lang=zh-CN",
+            " gpurent_proxy = x",
+            "__Host-gpurent_proxy=x; Path=/",
+            "theme=dark; Path=/; Domain=localhost",
+            "theme=dark; domain=.example.net; Path=/",
+            "no-equals-sign",
+        ] {
+            assert!(!is_host_only_and_theirs(ours), "{ours}");
+        }
+        for theirs in [
+            "_xsrf=abc; Path=/; HttpOnly",
+            "theme=dark",
+            "session=1; SameSite=Lax",
+        ] {
+            assert!(is_host_only_and_theirs(theirs), "{theirs}");
+        }
+    }
+
+    #[test]
+    fn the_console_site_gets_a_sandboxed_answer_without_cookies() {
+        let mut h = HeaderMap::new();
+        h.append(header::SET_COOKIE, HeaderValue::from_static("a=1"));
+        h.append(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("script-src *"),
+        );
+        sandbox(&mut h);
+        assert!(h.get(header::SET_COOKIE).is_none());
+        assert_eq!(h[header::CONTENT_SECURITY_POLICY], "sandbox");
+    }
 }

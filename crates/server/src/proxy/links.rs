@@ -1,5 +1,6 @@
 //! `POST /api/v1/reservations/{id}/proxy-links`: a one-time link to a published HTTP port,
-//! for a browser (which cannot send a bearer token) to open it.
+//! for a browser (which cannot send a bearer token) to open it: `/open/LINK` on the console's
+//! site, which only the owner's console session turns into the app (`open.rs`).
 
 use std::time::Duration;
 
@@ -18,7 +19,9 @@ use crate::state::AppState;
 const LINK_TTL: Duration = Duration::from_secs(5 * 60);
 
 /// A one-time link to a published HTTP port of the caller's reservation: valid 5 minutes,
-/// opened once; it sets a cookie for that port (valid 12 hours) and goes on to the app.
+/// opened once, in a browser logged in to the console as the reservation's owner; it goes on
+/// to the app on the apps' site with a cookie for that port there (valid 12 hours). In anyone
+/// else's browser it says whose app it is and does nothing.
 #[utoipa::path(post, path = "/api/v1/reservations/{id}/proxy-links", tag = "reservations",
     security(("bearer" = [])), params(("id" = String, Path)), request_body = CreateProxyLink,
     responses((status = 201, body = ProxyLink), (status = 404, body = ErrorBody),
@@ -75,32 +78,16 @@ pub(crate) async fn create(
             now,
         )
         .await?;
-    let scheme = super::scheme(&state);
-    let query = format!("?{}={token}", super::LINK_PARAM);
-    let domain_url = state.config.proxy_domain.as_deref().map(|domain| {
-        let listener_port = host
-            .rsplit_once(':')
-            .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
-            .map(|(_, p)| format!(":{p}"))
-            .unwrap_or_default();
-        format!(
-            "{scheme}://{}-{}.{}{listener_port}/{query}",
-            r.id,
-            body.port,
-            domain.trim_matches('.')
-        )
-    });
     tracing::info!(reservation = %r.id, port = body.port, "proxy link made");
     Ok((
         StatusCode::CREATED,
         Json(ProxyLink {
             url: format!(
-                "{scheme}://{host}{}{}/{}/{query}",
-                super::PREFIX,
-                r.id,
-                body.port
+                "{}://{host}{}{token}",
+                super::scheme(&state),
+                super::open::PREFIX
             ),
-            domain_url,
+            app_url: super::app_url(&state, host, &r.id, body.port),
             expires_at,
         }),
     ))

@@ -1,11 +1,14 @@
-//! Published HTTP ports: `/proxy/{id}/{port}/...` (and `ID-PORT.DOMAIN` with `--proxy-domain`)
-//! forwarded to that port inside the reservation's instance, through its node's tunnel, for
-//! the reservation's owner only (bearer token, or the cookie a one-time link sets).
+//! Published HTTP ports, forwarded to that port inside the reservation's instance through its
+//! node's tunnel, for the reservation's owner only. Browsers reach an app on the apps' site
+//! (`ID-PORT.APPS-DOMAIN`, an origin of its own that shares no cookie with the console), by a
+//! cookie that a one-time ticket set there; the console's site keeps `/proxy/{id}/{port}/` for
+//! bearer-token clients only, sandboxed and without cookies.
 
 pub(crate) mod access;
 mod forward;
 pub(crate) mod host;
 pub(crate) mod links;
+pub(crate) mod open;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode, Uri};
@@ -25,8 +28,8 @@ const LINK_PARAM: &str = "gpurent_link";
 
 /// Whether a request goes to the proxy: it may stream its body as long as its app wants (an
 /// upload, a WebSocket), so the listener's body deadline does not apply.
-pub(crate) fn is_proxied(uri: &Uri, headers: &axum::http::HeaderMap, domain: Option<&str>) -> bool {
-    uri.path().starts_with(PREFIX) || domain.is_some_and(|d| host::target(headers, d).is_some())
+pub(crate) fn is_proxied(uri: &Uri, headers: &axum::http::HeaderMap, apps_domain: &str) -> bool {
+    uri.path().starts_with(PREFIX) || host::target(headers, apps_domain).is_some()
 }
 
 /// A reservation's port as a request names it.
@@ -83,7 +86,9 @@ async fn running(state: &AppState, target: &Target) -> Option<Reservation> {
     .then_some(r)
 }
 
-/// The proxy: every method, every path below a published port.
+/// The proxy: every method, every path below a published port. On the apps' site the owner
+/// gets in with a ticket (which becomes a cookie there), that cookie or a bearer token; on the
+/// console's site with a bearer token only: no cookie of that site ever opens an app.
 pub(crate) async fn handle(State(state): State<AppState>, request: Request) -> Response {
     let via_host = request.extensions().get::<host::ViaHost>().cloned();
     let path = request.uri().path().to_owned();
@@ -91,7 +96,6 @@ pub(crate) async fn handle(State(state): State<AppState>, request: Request) -> R
         return not_found(&path);
     };
     if !slash && via_host.is_none() {
-        // The cookie's path ends with a slash (`/proxy/ID/PORT/`), as apps' base URLs do.
         let mut to = target.base_path();
         if let Some(q) = request.uri().query() {
             to = format!("{to}?{q}");
@@ -101,25 +105,19 @@ pub(crate) async fn handle(State(state): State<AppState>, request: Request) -> R
     let Some(reservation) = running(&state, &target).await else {
         return not_found(&path);
     };
-    let cookie_path = match &via_host {
-        Some(_) => "/".to_owned(),
-        None => target.base_path(),
-    };
-    if let Some(link) = access::link_param(request.uri()) {
-        let uri = request.uri().clone();
-        return access::redeem(
-            &state,
-            &target,
-            &reservation,
-            &uri,
-            via_host.as_ref(),
-            &link,
-            &cookie_path,
-        )
-        .await
-        .unwrap_or_else(|| not_found(&path));
+    if let Some(via) = &via_host {
+        if let Some(ticket) = access::link_param(request.uri()) {
+            let uri = request.uri().clone();
+            return access::redeem(&state, &target, &reservation, &uri, via, &ticket)
+                .await
+                .unwrap_or_else(|| not_found(&path));
+        }
     }
-    if !access::allowed(&state, &target, &reservation, request.headers()).await {
+    let site = match via_host {
+        Some(_) => access::Site::Apps,
+        None => access::Site::Console,
+    };
+    if !access::allowed(&state, &target, &reservation, request.headers(), site).await {
         return not_found(&path);
     }
     crate::audit::note_caller(request.extensions(), &reservation.tenant_id);
@@ -141,7 +139,7 @@ fn redirect(status: StatusCode, to: &str, cookie: Option<String>) -> Response {
 }
 
 /// `http` or `https`, as the control plane's listener speaks.
-fn scheme(state: &AppState) -> &'static str {
+pub(crate) fn scheme(state: &AppState) -> &'static str {
     if state.config.tls.is_some() {
         "https"
     } else {
@@ -150,7 +148,7 @@ fn scheme(state: &AppState) -> &'static str {
 }
 
 /// The host the client reached the control plane at (its `Host` header).
-fn request_host(headers: &axum::http::HeaderMap) -> Option<&str> {
+pub(crate) fn request_host(headers: &axum::http::HeaderMap) -> Option<&str> {
     headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
@@ -175,8 +173,24 @@ pub(crate) fn endpoints(
         .map(|&port| HttpEndpoint {
             port,
             url: format!("{}://{host}{PREFIX}{}/{port}/", scheme(state), r.id),
+            app_url: app_url(state, host, &r.id, port),
         })
         .collect()
+}
+
+/// Where a browser finds a port on the apps' site: `ID-PORT.APPS-DOMAIN`, at the port of the
+/// listener the client reached (`host`, the request's `Host`).
+pub(crate) fn app_url(state: &AppState, host: &str, id: &str, port: u16) -> String {
+    let listener_port = host
+        .rsplit_once(':')
+        .filter(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        .map(|(_, p)| format!(":{p}"))
+        .unwrap_or_default();
+    format!(
+        "{}://{id}-{port}.{}{listener_port}/",
+        scheme(state),
+        state.config.apps_domain.trim_matches('.')
+    )
 }
 
 #[cfg(test)]

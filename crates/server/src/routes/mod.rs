@@ -137,10 +137,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .with_state(state.clone());
     // The console's pages call the API through this same router (with all its layers).
     let _ = state.console_api.set(router.clone());
-    if state.config.proxy_domain.is_none() {
-        return router;
-    }
-    // Before routing: a request on the proxy domain is routed as `/proxy/ID/PORT/...`.
+    // Before routing: a request on the apps' site is routed as `/proxy/ID/PORT/...`, and the
+    // console is kept off that site.
     // (The outer router's layer runs before the inner one routes.)
     Router::new()
         .fallback_service(router)

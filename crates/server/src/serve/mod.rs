@@ -46,11 +46,11 @@ pub(crate) async fn serve(
     router: Router,
     limits: HttpLimits,
     metrics: Arc<Metrics>,
-    proxy_domain: Option<String>,
+    apps_domain: String,
     stop: watch::Receiver<bool>,
 ) {
     let limits = limits.bounded();
-    let proxy_domain: Option<Arc<str>> = proxy_domain.map(Arc::from);
+    let apps_domain: Arc<str> = Arc::from(apps_domain);
     let cap = limits.connection_cap();
     if let Some(files) = open_files_limit() {
         if cap as u64 >= files {
@@ -104,7 +104,7 @@ pub(crate) async fn serve(
             router.clone(),
             limits,
             metrics.clone(),
-            proxy_domain.clone(),
+            apps_domain.clone(),
             stop.clone(),
             closed_rx.clone(),
         ));
@@ -142,7 +142,7 @@ async fn connection(
     router: Router,
     limits: HttpLimits,
     metrics: Arc<Metrics>,
-    proxy_domain: Option<Arc<str>>,
+    apps_domain: Arc<str>,
     stop: watch::Receiver<bool>,
     _closed: watch::Receiver<()>,
 ) {
@@ -160,7 +160,7 @@ async fn connection(
             router,
             limits,
             metrics.clone(),
-            proxy_domain,
+            apps_domain,
             stop,
         )
         .await;
@@ -184,7 +184,7 @@ async fn connection(
                 router,
                 limits,
                 metrics.clone(),
-                proxy_domain,
+                apps_domain,
                 stop,
             )
             .await;
@@ -207,7 +207,7 @@ async fn http<IO>(
     router: Router,
     limits: HttpLimits,
     metrics: Arc<Metrics>,
-    proxy_domain: Option<Arc<str>>,
+    apps_domain: Arc<str>,
     mut stop: watch::Receiver<bool>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -226,7 +226,7 @@ async fn http<IO>(
         // open: no body deadline (its peer is a replica with the tunnel's token). Nor for
         // the HTTP proxy: an upload to an app or a WebSocket takes as long as it takes.
         let streams = request.uri().path().starts_with(crate::tunnel::relay::PATH)
-            || crate::proxy::is_proxied(request.uri(), request.headers(), proxy_domain.as_deref());
+            || crate::proxy::is_proxied(request.uri(), request.headers(), &apps_domain);
         let mut request = if streams {
             request.map(Body::new)
         } else {

@@ -39,6 +39,7 @@ mod metrics;
 mod mig_health;
 mod openapi;
 mod proxy;
+mod proxy_sites;
 mod proxy_support;
 mod proxy_websockets;
 mod queue;

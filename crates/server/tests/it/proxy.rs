@@ -1,7 +1,7 @@
 //! Published HTTP ports (`/proxy/ID/PORT/`): requests, downloads and uploads reach a real HTTP
 //! server standing in for the app inside the instance, through the real agent's tunnel (an
 //! executor of this test enters the "instance" by connecting to that server); only the owner
-//! gets in, by bearer token or by the cookie of a one-time link. WebSockets are
+//! gets in, here by bearer token. The apps' site and its links are `proxy_sites`, WebSockets
 //! `proxy_websockets`, what the tests share `proxy_support`.
 
 use std::time::Duration;
@@ -16,9 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::app::TestApp;
 use crate::both_stores;
-use crate::proxy_support::{
-    cookie_pair, download_byte, setup, setup_with, user, APP_PORT, DEAD_PORT, DOWNLOAD,
-};
+use crate::proxy_support::{download_byte, setup, setup_with, user, APP_PORT, DEAD_PORT, DOWNLOAD};
 
 /// The owner's bearer token gets through: the path as sent (prefix included, query kept),
 /// the credential kept from the app, X-Forwarded-*, a 10 MiB download and a 3 MiB upload
@@ -36,6 +34,7 @@ async fn the_owner_reaches_the_app_with_a_bearer_token(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-security-policy"], "sandbox");
     let echo: Value = r.json().await.unwrap();
     assert_eq!(echo["method"], "GET");
     assert_eq!(
@@ -105,7 +104,11 @@ async fn the_owner_reaches_the_app_with_a_bearer_token(backend: Backend) {
     assert_eq!(got["http_ports"], json!([APP_PORT, DEAD_PORT]));
     assert_eq!(
         got["http"][0],
-        json!({"port": APP_PORT, "url": format!("http://{host}/proxy/{rid}/{APP_PORT}/")})
+        json!({
+            "port": APP_PORT,
+            "url": format!("http://{host}/proxy/{rid}/{APP_PORT}/"),
+            "app_url": format!("http://{rid}-{APP_PORT}.localhost:{}/", s.server_addr().port()),
+        })
     );
     // Use through the proxy counts as activity (idle reclaim leaves it running).
     let active = format!(
@@ -253,89 +256,6 @@ async fn bad_http_ports_are_refused() {
     app.shutdown().await;
 }
 
-/// A one-time link sets a cookie for its port (HttpOnly, SameSite=Lax, the port's path) and
-/// sends the browser on without the link; it works once; the cookie opens that port of that
-/// reservation only, and the app never sees it.
-async fn a_link_opens_its_port_once(backend: Backend) {
-    let s = setup(backend, None).await;
-    let rid = &s.rid;
-    let link = s.link(APP_PORT).await;
-    let url = link["url"].as_str().unwrap();
-    let base = format!("/proxy/{rid}/{APP_PORT}/");
-    assert!(
-        url.starts_with(&format!(
-            "http://{}{base}?gpurent_link=gpl_",
-            s.server_addr()
-        )),
-        "{url}"
-    );
-    let (status, location, cookie) = s.visit(&format!("{url}&then=1")).await;
-    assert_eq!(status, StatusCode::SEE_OTHER);
-    assert_eq!(location.as_deref(), Some(format!("{base}?then=1").as_str()));
-    let cookie = cookie.expect("a cookie");
-    for attribute in [
-        format!("Path={base}"),
-        "HttpOnly".into(),
-        "SameSite=Lax".into(),
-    ] {
-        assert!(cookie.contains(&attribute), "{cookie} lacks {attribute}");
-    }
-    assert!(!cookie.contains("Secure"), "no TLS here: {cookie}");
-    assert!(cookie.contains("Max-Age=43200"), "{cookie}");
-    let pair = cookie_pair(&cookie);
-    assert!(pair.starts_with("gpurent_proxy=gps_"), "{pair}");
-    // Once only.
-    let (status, _, again) = s.visit(url).await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    assert!(again.is_none());
-    // The cookie gets in, and stays between the browser and the proxy.
-    let r = s
-        .http
-        .get(s.url(&format!("{base}echo")))
-        .header("cookie", format!("theme=dark; {pair}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let echo: Value = r.json().await.unwrap();
-    assert_eq!(echo["headers"]["cookie"], "theme=dark", "{echo}");
-    // ... for that port of that reservation only.
-    for other in [
-        format!("/proxy/{rid}/{DEAD_PORT}/"),
-        format!("/proxy/00000000-0000-0000-0000-000000000000/{APP_PORT}/"),
-    ] {
-        let r = s
-            .http
-            .get(s.url(&other))
-            .header("cookie", &pair)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{other}");
-    }
-    // Never an API token.
-    let token = pair.trim_start_matches("gpurent_proxy=");
-    let r = s
-        .http
-        .get(s.url("/api/v1/reservations"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-    // A link for one port does not open another.
-    let link = s.link(APP_PORT).await;
-    let url = link["url"]
-        .as_str()
-        .unwrap()
-        .replace(&format!("/{APP_PORT}/"), &format!("/{DEAD_PORT}/"));
-    let (status, _, cookie) = s.visit(&url).await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    assert!(cookie.is_none());
-    s.app.shutdown().await;
-}
-both_stores!(link, a_link_opens_its_port_once);
-
 /// 502 with a message that says why: nothing listens on the port; the agent is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_port_is_a_bad_gateway() {
@@ -372,75 +292,6 @@ async fn an_unreachable_port_is_a_bad_gateway() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert!(last.contains("agent is not connected"), "{last}");
-    s.app.shutdown().await;
-}
-
-/// `--proxy-domain`: `ID-PORT.DOMAIN` reaches the app with the path at its root (API paths
-/// too are the app's there), and a link there sets its cookie for the whole host.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_proxy_domain_puts_the_app_at_the_root() {
-    let s = setup(
-        Backend::Sqlite,
-        Some(|c: &mut ServerConfig| c.proxy_domain = Some("apps.test".into())),
-    )
-    .await;
-    let rid = &s.rid;
-    let listener_port = s.server_addr().port();
-    let host = format!("{rid}-{APP_PORT}.apps.test:{listener_port}");
-    let r = s
-        .http
-        .get(s.url("/api/v1/reservations?x=1"))
-        .header("host", &host)
-        .bearer_auth(&s.owner)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let echo: Value = r.json().await.unwrap();
-    assert_eq!(echo["uri"], "/api/v1/reservations?x=1", "{echo}");
-    assert_eq!(echo["headers"]["host"], host.as_str());
-    // A stranger there: not found, as anywhere.
-    let r = s
-        .http
-        .get(s.url("/"))
-        .header("host", &host)
-        .bearer_auth(&s.stranger)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    let link = s.link(APP_PORT).await;
-    let domain_url = link["domain_url"].as_str().unwrap();
-    assert_eq!(
-        domain_url.split("?gpurent_link=").next().unwrap(),
-        format!("http://{host}/")
-    );
-    let query = domain_url.split_once('?').unwrap().1;
-    let r = s
-        .http
-        .get(s.url(&format!("/lab?{query}")))
-        .header("host", &host)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert_eq!(r.headers()["location"], "/lab");
-    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_owned();
-    assert!(cookie.contains("Path=/;"), "{cookie}");
-    let r = s
-        .http
-        .get(s.url("/lab"))
-        .header("host", &host)
-        .header("cookie", cookie_pair(&cookie))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let echo: Value = r.json().await.unwrap();
-    assert_eq!(echo["uri"], "/lab");
-    // Other hosts still get the API.
-    let (status, _) = s.owner_client().get("/api/v1/reservations").await;
-    assert_eq!(status, StatusCode::OK);
     s.app.shutdown().await;
 }
 
@@ -522,45 +373,4 @@ async fn an_http_server_in_a_process_instance() {
         .await;
     app.shutdown().await;
     gpurent_agent::testing::kill_processes_naming(&dir);
-}
-
-/// The owner's console session opens its ports (the links on its instance page); the app
-/// sees none of the console's cookies; another tenant's session gets the 404.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_owners_console_session_gets_in() {
-    let s = setup(Backend::Sqlite, None).await;
-    let base = format!("/proxy/{}/{APP_PORT}/", s.rid);
-    let as_user = |token: &str| crate::app::Tenant {
-        id: String::new(),
-        client: s.app.client(Some(token)),
-    };
-    let owner = as_user(&s.owner);
-    let console = crate::console_support::login(&s.app, &owner, "olga").await;
-    let r = s
-        .http
-        .get(s.url(&format!("{base}echo")))
-        .header(
-            "cookie",
-            format!(
-                "theme=dark; gpurent_session={}; gpurent_lang=zh-CN",
-                console.cookie
-            ),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let echo: Value = r.json().await.unwrap();
-    assert_eq!(echo["headers"]["cookie"], "theme=dark", "{echo}");
-    let stranger = as_user(&s.stranger);
-    let theirs = crate::console_support::login(&s.app, &stranger, "sam").await;
-    let r = s
-        .http
-        .get(s.url(&format!("{base}echo")))
-        .header("cookie", format!("gpurent_session={}", theirs.cookie))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    s.app.shutdown().await;
 }

@@ -135,6 +135,17 @@ async fn app(
         let body = StreamBody::new(futures::stream::iter(chunks)).boxed();
         return Ok(hyper::Response::new(body));
     }
+    if path.ends_with("/set-cookies") {
+        // A hostile app: every cookie name of the control plane's, prefixed or not, one for
+        // a whole domain, and one of its own.
+        let mut response = hyper::Response::builder().header("content-type", "text/html");
+        for cookie in HOSTILE_COOKIES.iter().chain([&OWN_COOKIE]) {
+            response = response.header("set-cookie", *cookie);
+        }
+        return Ok(response
+            .body(full("<script>document.title='app'</script>"))
+            .unwrap());
+    }
     if path.ends_with("/upload") {
         let Ok(body) = request.into_body().collect().await else {
             return Ok(hyper::Response::new(full("the body was cut")));
@@ -177,6 +188,21 @@ async fn app(
     });
     Ok(hyper::Response::new(full(answer.to_string())))
 }
+
+/// What the hostile app's `/set-cookies` sets that no browser may be given.
+pub(crate) const HOSTILE_COOKIES: [&str; 9] = [
+    "gpurent_session=gpr_attacker; Path=/",
+    "__Host-gpurent_session=gpr_attacker; Path=/; Secure",
+    "gpurent_login=x; Path=/",
+    "__Host-gpurent_login=x; Path=/; Secure",
+    "gpurent_lang=zh-CN; Path=/",
+    "__Host-gpurent_lang=zh-CN; Path=/; Secure",
+    "gpurent_proxy=gps_attacker; Path=/",
+    "__Host-gpurent_proxy=gps_attacker; Path=/; Secure",
+    "everywhere=1; Path=/; Domain=localhost",
+];
+/// The app's own cookie, which it may set on its own host.
+pub(crate) const OWN_COOKIE: &str = "theme=dark; Path=/; HttpOnly";
 
 /// A server for `app` on loopback; aborted when dropped.
 pub(crate) struct AppServer {
@@ -321,7 +347,17 @@ pub(crate) async fn ws_roundtrip(
     path: &str,
     credential: &str,
 ) -> Result<(), String> {
-    let mut s = ws_open(server, &server.to_string(), path, credential).await?;
+    ws_roundtrip_on(server, &server.to_string(), path, credential).await
+}
+
+/// `ws_roundtrip` with `Host: host` (an app's host on the apps' site).
+pub(crate) async fn ws_roundtrip_on(
+    server: SocketAddr,
+    host: &str,
+    path: &str,
+    credential: &str,
+) -> Result<(), String> {
+    let mut s = ws_open(server, host, path, credential).await?;
     let big: Vec<u8> = (0..300_000).map(download_byte).collect();
     for (opcode, message) in [(1u8, b"hello".to_vec()), (2, big), (1, b"again".to_vec())] {
         write_frame(&mut s, opcode, &message, true).await;
@@ -450,6 +486,44 @@ impl Setup {
             .await;
         assert_eq!(status, StatusCode::CREATED, "{link}");
         link
+    }
+
+    /// The app's host on the apps' site (`ID-PORT.localhost:PORT`).
+    pub(crate) fn app_host(&self, port: u16) -> String {
+        format!(
+            "{}-{port}.localhost:{}",
+            self.rid,
+            self.server_addr().port()
+        )
+    }
+
+    /// What a browser of the owner's gets by following the instance page's link to the app:
+    /// the proxy cookie (`name=value`) of the app's host.
+    pub(crate) async fn app_cookie(&self) -> String {
+        let owner = crate::app::Tenant {
+            id: String::new(),
+            client: self.app.client(Some(&self.owner)),
+        };
+        let console = crate::console_support::login(&self.app, &owner, "olga").await;
+        let r = self
+            .http
+            .get(self.url(&format!("/instances/{}/ports/{APP_PORT}", self.rid)))
+            .header("cookie", format!("gpurent_session={}", console.cookie))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        let to = r.headers()["location"].to_str().unwrap().to_owned();
+        let ticket = to.split_once('?').unwrap().1;
+        let r = self
+            .http
+            .get(self.url(&format!("/?{ticket}")))
+            .header("host", self.app_host(APP_PORT))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        cookie_pair(r.headers()["set-cookie"].to_str().unwrap())
     }
 
     /// Opens a link: its answer's status, `Location` and `Set-Cookie`.

@@ -10,11 +10,12 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use crate::proxy_support::{
-    cookie_pair, read_frame, setup, write_frame, ws_open, ws_roundtrip, APP_PORT,
+    cookie_pair, read_frame, setup, write_frame, ws_open, ws_roundtrip, ws_roundtrip_on, APP_PORT,
 };
 
 /// A WebSocket through the proxy: text and a 300 KB binary message echoed, and the close,
-/// with the bearer token and with the link's cookie; a stranger's gets no upgrade.
+/// with the bearer token and, on the apps' site, with the cookie a browser got there; a
+/// stranger's gets no upgrade.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websockets_are_spliced_through() {
     let s = setup(Backend::Sqlite, None).await;
@@ -24,12 +25,16 @@ async fn websockets_are_spliced_through() {
     ws_roundtrip(addr, &path, &format!("Authorization: Bearer {}", s.owner))
         .await
         .unwrap();
-    let link = s.link(APP_PORT).await;
-    let (_, _, cookie) = s.visit(link["url"].as_str().unwrap()).await;
-    let pair = cookie_pair(&cookie.unwrap());
-    ws_roundtrip(addr, &path, &format!("Cookie: {pair}"))
-        .await
-        .unwrap();
+    // On the apps' site, with the cookie the owner's browser got there.
+    let pair = s.app_cookie().await;
+    ws_roundtrip_on(
+        addr,
+        &s.app_host(APP_PORT),
+        "/api/kernels/k1/channels?session_id=1",
+        &format!("Cookie: {pair}"),
+    )
+    .await
+    .unwrap();
     let refused = ws_roundtrip(
         addr,
         &path,
@@ -58,16 +63,15 @@ impl Drop for Group {
     }
 }
 
-/// JupyterLab behind the proxy as a browser uses it, on a public-looking host: the page by
-/// the link's cookie, a kernel started with Jupyter's XSRF cookie and header, and code run
-/// over the kernel's WebSocket (Origin = the control plane's host).
+/// JupyterLab behind the proxy as a browser uses it, on its own host of the apps' site: the
+/// page by the cookie the owner's browser got there, a kernel started with Jupyter's XSRF
+/// cookie and header, and code run over the kernel's WebSocket (Origin = the app's host).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs JupyterLab: GPURENT_TEST_JUPYTER=path/to/jupyter (pip install jupyterlab)"]
 async fn jupyterlab_works_behind_the_proxy() {
     let jupyter = std::env::var("GPURENT_TEST_JUPYTER").expect("GPURENT_TEST_JUPYTER");
     let s = setup(Backend::Sqlite, None).await;
-    let rid = &s.rid;
-    let base = format!("/proxy/{rid}/{APP_PORT}/");
+    let base = "/";
     let free = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = free.local_addr().unwrap().port();
     drop(free);
@@ -97,14 +101,9 @@ async fn jupyterlab_works_behind_the_proxy() {
         .lock()
         .unwrap()
         .insert(APP_PORT, SocketAddr::from(([127, 0, 0, 1], port)));
-    // The control plane as the world names it; the test's connections go to loopback.
-    let host = "gpu.example.test";
-    let link = s.link(APP_PORT).await;
-    let link = link["url"].as_str().unwrap().to_owned();
-    let link_path = &link[link.find("/proxy/").unwrap()..];
-    let (status, _, cookie) = s.visit(&s.url(link_path)).await;
-    assert_eq!(status, StatusCode::SEE_OTHER);
-    let session = cookie_pair(&cookie.unwrap());
+    let host = s.app_host(APP_PORT);
+    let host = host.as_str();
+    let session = s.app_cookie().await;
     let mut lab = None;
     let mut last = String::new();
     for _ in 0..600 {

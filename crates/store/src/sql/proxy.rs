@@ -49,17 +49,36 @@ impl ProxyStore for SqlStore {
         Ok(())
     }
 
-    async fn redeem_proxy_link(
+    async fn peek_proxy_token(
         &self,
+        kind: ProxyTokenKind,
+        token_hash: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ProxyGrant>> {
+        let row: Option<(String, i64, String)> = sqlx::query_as(
+            "SELECT reservation_id, port, user_id FROM proxy_tokens
+             WHERE token_hash = $1 AND kind = $2 AND used_at IS NULL AND expires_at > $3",
+        )
+        .bind(token_hash)
+        .bind(kind.as_str())
+        .bind(ts(now))
+        .fetch_optional(&self.pool)
+        .await?;
+        grant(row)
+    }
+
+    async fn redeem_proxy_token(
+        &self,
+        kind: ProxyTokenKind,
         token_hash: &str,
         reservation_id: &str,
         port: u16,
         now: DateTime<Utc>,
     ) -> Result<Option<ProxyGrant>> {
-        // One statement: of two replicas redeeming the same link at once, one gets it.
+        // One statement: of two replicas redeeming the same token at once, one gets it.
         let row: Option<(String, i64, String)> = sqlx::query_as(
             "UPDATE proxy_tokens SET used_at = $4
-             WHERE token_hash = $1 AND kind = 'link' AND reservation_id = $2 AND port = $3
+             WHERE token_hash = $1 AND kind = $5 AND reservation_id = $2 AND port = $3
                  AND used_at IS NULL AND expires_at > $4
              RETURNING reservation_id, port, user_id",
         )
@@ -67,6 +86,7 @@ impl ProxyStore for SqlStore {
         .bind(reservation_id)
         .bind(i64::from(port))
         .bind(ts(now))
+        .bind(kind.as_str())
         .fetch_optional(&self.pool)
         .await?;
         grant(row)

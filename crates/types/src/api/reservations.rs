@@ -203,9 +203,13 @@ pub struct Reservation {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
 pub struct HttpEndpoint {
     pub port: u16,
-    /// `http(s)://HOST/proxy/ID/PORT/`: the bearer token or a cookie from a one-time link
-    /// (`POST /api/v1/reservations/{id}/proxy-links`) gets in.
+    /// `http(s)://HOST/proxy/ID/PORT/` on the control plane's own site: for clients with the
+    /// owner's bearer token (sandboxed, no cookies).
     pub url: String,
+    /// `http(s)://ID-PORT.APPS-DOMAIN/` on the apps' site: for a browser, which gets in by a
+    /// one-time link (`POST /api/v1/reservations/{id}/proxy-links`, `gpurent open`).
+    #[serde(default)]
+    pub app_url: String,
 }
 
 /// Asks for a one-time link to a published HTTP port (`gpurent open`).
@@ -215,14 +219,15 @@ pub struct CreateProxyLink {
     pub port: u16,
 }
 
-/// A one-time link: opening it in a browser sets a cookie for that port of that reservation
-/// (valid 12 hours) and goes on to the app.
+/// A one-time link to the console (`/open/LINK`): opened in a browser logged in to the
+/// console as the reservation's owner, it goes on to the app on the apps' site with a cookie
+/// for that port (valid 12 hours); in anyone else's browser it says whose app it is and does
+/// nothing.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ProxyLink {
     pub url: String,
-    /// The same link on the proxy domain (`ID-PORT.DOMAIN`), where the server has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub domain_url: Option<String>,
+    /// Where the app is on the apps' site (`ID-PORT.APPS-DOMAIN`), the link's destination.
+    pub app_url: String,
     /// The link works once, until then.
     pub expires_at: DateTime<Utc>,
 }

@@ -205,7 +205,11 @@ pub(super) async fn get(api: &ApiClient, id: String, json: bool) -> Result<(), C
         &reservation_rows(std::slice::from_ref(&r)),
     );
     for h in &r.http {
-        print_line(&format!("http {}: {}", h.port, h.url));
+        // The browser's address (opened with `gpurent open`), then the bearer token's.
+        print_line(&format!(
+            "http {}: {} (browser: gpurent open {} {}; with a token: {})",
+            h.port, h.app_url, r.id, h.port, h.url
+        ));
     }
     if let Some(ssh) = &r.ssh {
         print_line(&format!("connect: {}", ssh.command));

@@ -121,7 +121,12 @@ pub(crate) async fn submit(
             );
             Ok(response)
         }
-        Err(f) if f.status == StatusCode::UNAUTHORIZED => {
+        Err(f)
+            if matches!(
+                f.status,
+                StatusCode::UNAUTHORIZED | StatusCode::TOO_MANY_REQUESTS
+            ) =>
+        {
             Ok(render(&ctx, &login.name, form.next.as_deref(), Some(&f)))
         }
         Err(f) => Err(ctx.failed(f)),
