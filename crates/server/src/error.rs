@@ -31,6 +31,19 @@ pub enum ApiError {
     MethodNotAllowed(String),
     #[error("too many requests; retry in {} s", retry_after_secs(*.retry_after))]
     RateLimited { retry_after: std::time::Duration },
+    /// Too many failed logins of one account, whatever the address: nothing is checked
+    /// before `until`.
+    #[error("too many failed logins for this account: try again at {} (in {} s)",
+        .until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true), retry_after_secs(*.retry_after))]
+    LoginThrottled {
+        until: chrono::DateTime<chrono::Utc>,
+        retry_after: std::time::Duration,
+    },
+    /// A sensitive account change without the password it needs.
+    #[error("{0}")]
+    PasswordRequired(String),
+    #[error("the password given is not your current password")]
+    WrongPassword,
     #[error("{0}")]
     Internal(String),
     /// What the proxy answers when the app behind a published port cannot be reached (the
@@ -62,6 +75,9 @@ impl ApiError {
             ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::LoginThrottled { .. } => (StatusCode::TOO_MANY_REQUESTS, "login_throttled"),
+            ApiError::PasswordRequired(_) => (StatusCode::FORBIDDEN, "password_required"),
+            ApiError::WrongPassword => (StatusCode::FORBIDDEN, "wrong_password"),
             ApiError::BadGateway(_) => (StatusCode::BAD_GATEWAY, "bad_gateway"),
             ApiError::NoSshEndpoint => (StatusCode::NOT_FOUND, "no_ssh_endpoint"),
             ApiError::Idempotency(_) | ApiError::Internal(_) | ApiError::Secrets(_) => {
@@ -116,7 +132,9 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (status, Json(body)).into_response();
-        if let ApiError::RateLimited { retry_after } = self {
+        if let ApiError::RateLimited { retry_after }
+        | ApiError::LoginThrottled { retry_after, .. } = self
+        {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from(retry_after_secs(retry_after)),

@@ -21,6 +21,7 @@ mod password;
 mod policy;
 mod proxy;
 mod rate_limit;
+mod reauth;
 mod report;
 mod routes;
 pub mod secrets;

@@ -176,6 +176,13 @@ pub fn reservation(
             "command may have at most {MAX_ARGS} arguments of {MAX_TEXT} bytes"
         )));
     }
+    // The first word is the program: an empty one runs nothing, yet would be charged. Later
+    // words may be empty (`sh -c ''` and `--flag ''` are arguments).
+    if body.command.first().is_some_and(|p| p.trim().is_empty()) {
+        return Err(invalid(
+            "command[0]: empty; the first word is the program to run",
+        ));
+    }
     if body.env.len() > MAX_ENV {
         return Err(invalid(format!("env may have at most {MAX_ENV} variables")));
     }

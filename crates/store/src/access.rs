@@ -1,9 +1,11 @@
-//! Logins, API tokens (expiry, revocation) and per-tenant caps: the store's side of
-//! authorization (`AccessStore`, implemented in `sql/access.rs` and `sql/caps.rs`).
+//! Logins (and their throttling), API tokens (expiry, revocation) and per-tenant caps: the
+//! store's side of authorization (`AccessStore`, in `sql/access.rs`, `sql/login_throttle.rs`
+//! and `sql/caps.rs`).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_types::api::Token;
+use gpurent_types::login_throttle::Verdict;
 use gpurent_types::Money;
 
 use crate::{AuthUser, Result};
@@ -22,6 +24,9 @@ pub enum TokenCheck {
 pub struct TokenFacts {
     pub id: String,
     pub expires_at: Option<DateTime<Utc>>,
+    /// For a login session (a token of kind `session`): when the login made it. `None` for
+    /// an API token made deliberately.
+    pub login_at: Option<DateTime<Utc>>,
 }
 
 /// A token to store: only its hash, never the secret.
@@ -99,8 +104,34 @@ pub trait AccessStore: Send + Sync {
     /// Forgets tokens that expired or were revoked before `before`. Returns how many.
     async fn prune_tokens(&self, before: DateTime<Utc>) -> Result<u64>;
 
-    /// Sets a user's password hash (an argon2id PHC string).
-    async fn set_password(&self, user_id: &str, password_hash: &str) -> Result<()>;
+    /// Sets a user's password hash (an argon2id PHC string) and, in the same transaction,
+    /// revokes every login session of the user (and the tokens made from them) but `keep`.
+    /// Returns how many sessions it ended.
+    async fn set_password(
+        &self,
+        user_id: &str,
+        password_hash: &str,
+        keep: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<u64>;
+
+    /// A login try of `account` (a user's id, or a key standing for a name that is no
+    /// user's: `user_id` `None`) at `now`, applying `gpurent_types::login_throttle::attempt`
+    /// to what is kept of it, in one transaction: whether to check the password or refuse
+    /// until when. A burst of a user's failures is written as an event (`login_burst`).
+    async fn login_attempt(
+        &self,
+        account: &str,
+        user_id: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<Verdict>;
+
+    /// The password was right: the account's failures are forgotten.
+    async fn login_succeeded(&self, account: &str) -> Result<()>;
+
+    /// Forgets failures older than `before`, and all but the newest `keep_unknown` of names
+    /// that are no user's. Returns how many rows it removed.
+    async fn prune_login_throttle(&self, before: DateTime<Utc>, keep_unknown: u32) -> Result<u64>;
 
     /// The login facts of the user named `name`, if any.
     async fn login_facts(&self, name: &str) -> Result<Option<LoginFacts>>;

@@ -26,12 +26,24 @@ pub struct Session {
 }
 
 /// `POST /api/v1/users/{id}/password`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetPassword {
     /// 8 to 1024 characters.
     #[schema(min_length = 8, max_length = 1024)]
     pub password: String,
+    /// The caller's own password: always needed to change your own once you have one, and
+    /// for an admin setting another user's when its login session is older than 5 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 1024)]
+    pub current_password: Option<String>,
+}
+
+impl std::fmt::Debug for SetPassword {
+    /// Without the passwords.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SetPassword").finish_non_exhaustive()
+    }
 }
 
 /// `POST /api/v1/tokens`: a new API token of the caller.
@@ -107,7 +119,7 @@ pub struct UpdateUser {
 
 /// `POST /api/v1/ssh-keys`: an OpenSSH public key of the caller (one line, as in
 /// `~/.ssh/id_ed25519.pub`): ed25519, ECDSA, or RSA of at least 3072 bits.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddSshKey {
     #[schema(min_length = 1, max_length = 16384)]
@@ -116,6 +128,22 @@ pub struct AddSshKey {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 100)]
     pub name: Option<String>,
+    /// The caller's password: needed when the request comes with a login session (the
+    /// console's, or `gpurent login`'s) older than 5 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 1024)]
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for AddSshKey {
+    /// Without the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AddSshKey")
+            .field("public_key", &self.public_key)
+            .field("name", &self.name)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// An SSH public key of a user.

@@ -1,6 +1,7 @@
 //! Types shared by every gpurent crate: money, GPU type names, statuses, and the
 //! request and response bodies of the HTTP API and of the agent protocol; and the one way the
-//! daemons write owner-only key files and load PEM (`keyfile`).
+//! daemons write owner-only key files and load PEM (`keyfile`); the rule of login throttling
+//! (`login_throttle`).
 
 mod access_api;
 pub mod agent;
@@ -9,6 +10,7 @@ mod clock;
 pub mod families;
 mod gpu_type;
 pub mod keyfile;
+pub mod login_throttle;
 mod money;
 pub mod report;
 mod status;

@@ -124,7 +124,8 @@ pub enum UsersCommand {
     /// List users.
     Ls,
     /// Set a console password (your own, or as an admin anyone's); read from the
-    /// GPURENT_PASSWORD environment variable, else one line of stdin.
+    /// GPURENT_PASSWORD environment variable, else one line of stdin. Changing your own needs
+    /// the current one in GPURENT_CURRENT_PASSWORD, and ends your other login sessions.
     Passwd {
         /// Whose (default: yours).
         user_id: Option<String>,

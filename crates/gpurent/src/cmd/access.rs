@@ -53,8 +53,11 @@ pub async fn login(api: &ApiClient, name: &str, json: bool) -> Result<(), CliErr
 
 pub async fn passwd(api: &ApiClient, user_id: Option<String>, json: bool) -> Result<(), CliError> {
     let id = user_id.unwrap_or_else(|| "me".to_owned());
+    // Your own needs the current one (an admin's, when its login session is old):
+    // GPURENT_CURRENT_PASSWORD, so that the new one can still come on stdin.
     let body = SetPassword {
         password: read_password()?,
+        current_password: std::env::var("GPURENT_CURRENT_PASSWORD").ok(),
     };
     api.post_no_content(&format!("/api/v1/users/{}/password", segment(&id)), &body)
         .await?;

@@ -47,6 +47,8 @@ pub async fn keys(api: &ApiClient, command: KeysCommand, json: bool) -> Result<(
             let body = AddSshKey {
                 public_key: read_key(&file)?,
                 name,
+                // A `gpurent login` session older than 5 minutes needs the password.
+                password: std::env::var("GPURENT_PASSWORD").ok(),
             };
             let key: SshKey = api.post("/api/v1/ssh-keys", &body, None).await?;
             if json {

@@ -195,6 +195,11 @@ fn set_password(url: &str, token: &str, id: Option<&str>) {
         .args(["--server", url, "--token", token, "users", "passwd"])
         .args(id)
         .env("GPURENT_PASSWORD", PASSWORD)
+        // Setting one's own again needs the current one.
+        .envs(
+            id.is_none()
+                .then_some(("GPURENT_CURRENT_PASSWORD", PASSWORD)),
+        )
         .env("GPURENT_DATA_DIR", "/nonexistent")
         .env_remove("GPURENT_TOKEN")
         .output()

@@ -86,6 +86,7 @@ impl Api {
                     gpurent_store::TokenFacts {
                         id: v.token_id.clone(),
                         expires_at: v.expires_at,
+                        login_at: v.login_at,
                     },
                 )
             }),

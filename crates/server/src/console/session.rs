@@ -45,6 +45,8 @@ pub(crate) struct Viewer {
     pub token_id: String,
     /// When the session's token expires.
     pub expires_at: Option<DateTime<Utc>>,
+    /// When the login that made the session happened (`None`: an API token as the cookie).
+    pub login_at: Option<DateTime<Utc>>,
     pub csrf: String,
 }
 
@@ -94,6 +96,7 @@ pub(crate) async fn authenticate(
             token: token.to_owned(),
             token_id: facts.id,
             expires_at: facts.expires_at,
+            login_at: facts.login_at,
             csrf: csrf_for(token),
         }),
         TokenCheck::Expired(_) | TokenCheck::Revoked(_) | TokenCheck::Unknown => {
@@ -171,6 +174,73 @@ pub(crate) async fn check_csrf(request: Request, expected: &str) -> Result<Reque
     Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
+/// A console form whose every name and value is UTF-8 once decoded, as the API's JSON must
+/// be: `axum::Form` would turn invalid bytes into U+FFFD and pass them on.
+pub(crate) struct StrictForm<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequest<S>
+    for StrictForm<T>
+{
+    type Rejection = super::layout::PageError;
+
+    async fn from_request(request: Request, _: &S) -> Result<Self, Self::Rejection> {
+        let lang = super::lang::Lang::of(request.uri().query(), request.headers());
+        let refuse = |message: String| {
+            super::layout::PageError::new(
+                lang,
+                axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_value",
+                message,
+            )
+        };
+        let bytes = http_body_util::Limited::new(request.into_body(), MAX_FORM_BYTES)
+            .collect()
+            .await
+            .map_err(|_| refuse("this form is too large".into()))?
+            .to_bytes();
+        if let Some(field) = not_utf8(&bytes) {
+            return Err(refuse(format!("{field}: not valid UTF-8")));
+        }
+        serde_urlencoded::from_bytes(&bytes)
+            .map(StrictForm)
+            .map_err(|e| refuse(format!("this form cannot be read: {e}")))
+    }
+}
+
+/// The name of the first field of a urlencoded form whose name or value is not UTF-8 once
+/// decoded (`+` a space, `%XX` a byte).
+fn not_utf8(body: &[u8]) -> Option<String> {
+    let decode = |part: &[u8]| {
+        let mut out = Vec::with_capacity(part.len());
+        let mut i = 0;
+        while i < part.len() {
+            let hex = |at: usize| part.get(at).and_then(|&b| char::from(b).to_digit(16));
+            match (part[i], hex(i + 1), hex(i + 2)) {
+                (b'%', Some(h), Some(l)) => {
+                    out.push(u8::try_from(h * 16 + l).unwrap_or(0));
+                    i += 3;
+                }
+                (b'+', _, _) => {
+                    out.push(b' ');
+                    i += 1;
+                }
+                (b, _, _) => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        }
+        out
+    };
+    body.split(|&b| b == b'&').find_map(|pair| {
+        let mut halves = pair.splitn(2, |&b| b == b'=');
+        let name = decode(halves.next().unwrap_or_default());
+        let value = decode(halves.next().unwrap_or_default());
+        let bad = std::str::from_utf8(&name).is_err() || std::str::from_utf8(&value).is_err();
+        bad.then(|| String::from_utf8_lossy(&name).into_owned())
+    })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum CsrfError {
     #[error("this form came from another site")]
@@ -233,6 +303,18 @@ mod tests {
         assert!(!same_origin(&h));
         h.insert(header::ORIGIN, HeaderValue::from_static("null"));
         assert!(!same_origin(&h));
+    }
+
+    #[test]
+    fn a_form_that_is_not_utf8_is_named() {
+        assert_eq!(not_utf8(b"a=1&command=python+%C3%A9&b=%41"), None);
+        assert_eq!(
+            not_utf8(b"a=1&command=python+%FF").as_deref(),
+            Some("command")
+        );
+        assert_eq!(not_utf8(b"a=1&command=\xff").as_deref(), Some("command"));
+        assert_eq!(not_utf8(b"%C3=1").as_deref(), Some("\u{fffd}"));
+        assert_eq!(not_utf8(b"a=%"), None);
     }
 
     #[tokio::test]

@@ -65,6 +65,14 @@ async fn pass(state: &AppState, fence: Fence) -> Result<(), JobError> {
     if pruned > 0 {
         tracing::debug!(pruned, "forgot tokens expired or revoked a month ago");
     }
+    let forget = now - gpurent_types::login_throttle::FORGET_AFTER;
+    let pruned = state
+        .store
+        .prune_login_throttle(forget, crate::reauth::KEEP_UNKNOWN_NAMES)
+        .await?;
+    if pruned > 0 {
+        tracing::debug!(pruned, "forgot failed logins");
+    }
     let pruned = state
         .store
         .prune_gpu_hours(now - crate::report::KEEP_TELEMETRY)

@@ -16,17 +16,20 @@ use crate::pagination::PageQuery;
 use crate::state::AppState;
 use crate::{ssh_keys, validate};
 
-/// Add an SSH public key for the caller (ed25519, ECDSA, or RSA of at least 3072 bits).
+/// Add an SSH public key for the caller (ed25519, ECDSA, or RSA of at least 3072 bits). With
+/// a login session older than 5 minutes it needs the caller's `password` (a key gets a shell
+/// in every running instance of the user).
 #[utoipa::path(post, path = "/api/v1/ssh-keys", tag = "users", security(("bearer" = [])),
     request_body = AddSshKey,
     responses((status = 201, body = SshKey), (status = 401, body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn add(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<AddSshKey>,
 ) -> Result<(StatusCode, Json<SshKey>), ApiError> {
     let key = ssh_keys::check(&body.public_key).map_err(|e| ApiError::Invalid(e.to_string()))?;
+    crate::reauth::recent(&state, &caller, body.password, "adding an SSH key").await?;
     let name = match body.name {
         Some(name) => {
             if name.trim().is_empty() || name.chars().count() > 100 {

@@ -22,7 +22,7 @@ const MAX_EXPIRY_DAYS: u32 = 3650;
 #[utoipa::path(post, path = "/api/v1/tokens", tag = "users", security(("bearer" = [])),
     request_body = CreateToken,
     responses((status = 201, body = TokenCreated), (status = 401, body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -47,10 +47,9 @@ pub(crate) async fn create(
     };
     let (expires_at, parent_id) = match body.password {
         Some(password) => {
-            // Re-authenticated: a credential of its own, as a fresh login would give.
-            if !password_matches(&state, &caller, password).await? {
-                return Err(ApiError::Unauthorized("wrong password".into()));
-            }
+            // Re-authenticated (under the login throttle): a credential of its own, as a fresh
+            // login would give.
+            crate::reauth::check_own(&state, &caller.0, password).await?;
             (asked, None)
         }
         None => (lineage(&caller, asked)?, Some(caller.1.id.clone())),
@@ -90,25 +89,6 @@ fn lineage(
                 .into(),
         )),
     }
-}
-
-/// Whether `password` is the caller's (argon2, off the async workers, as a login).
-async fn password_matches(
-    state: &AppState,
-    caller: &Caller,
-    password: String,
-) -> Result<bool, ApiError> {
-    const MAX_PASSWORD: usize = 1024;
-    if password.len() > MAX_PASSWORD {
-        return Ok(false);
-    }
-    let stored = state
-        .store
-        .login_facts(&caller.0.name)
-        .await?
-        .filter(|f| f.user_id == caller.0.id)
-        .and_then(|f| f.password_hash);
-    Ok(crate::password::verify_blocking(password, stored).await)
 }
 
 /// The caller's tokens (an admin: everyone's), newest first, never their secrets.

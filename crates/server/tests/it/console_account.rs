@@ -128,7 +128,8 @@ async fn account_page_keys_tokens_and_password(backend: Backend) {
     let wrong = console
         .post("/account/tokens", &[("password", "not the password")])
         .await;
-    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(wrong.status, StatusCode::FORBIDDEN);
+    wrong.assert_has("not your current password");
     let revoked = console
         .post(&format!("/account/tokens/{ci_id}/revoke"), &[])
         .await;
@@ -170,6 +171,7 @@ async fn account_page_keys_tokens_and_password(backend: Backend) {
         .post(
             "/account/password",
             &[
+                ("current_password", PASSWORD),
                 ("password", "the new console password"),
                 ("repeat", "the new console password"),
             ],

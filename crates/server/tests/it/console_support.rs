@@ -59,11 +59,15 @@ fn cookie_of(headers: &HeaderMap, name: &str) -> Option<String> {
         })
 }
 
-/// Sets the user's password through the API, then logs in through the form.
+/// Sets the user's password through the API (the same again, with the current one, when it
+/// has one), then logs in through the form.
 pub async fn login(app: &TestApp, user: &Tenant, name: &str) -> Console {
     let (status, body) = user
         .client
-        .post("/api/v1/users/me/password", &json!({"password": PASSWORD}))
+        .post(
+            "/api/v1/users/me/password",
+            &json!({"password": PASSWORD, "current_password": PASSWORD}),
+        )
         .await;
     assert!(status.is_success(), "{status} {body}");
     login_with(&app.base, name, PASSWORD)

@@ -223,7 +223,8 @@ async fn a_token_never_outlives_the_token_that_made_it(backend: Backend) {
         .client
         .post("/api/v1/tokens", &json!({"password": "not her password"}))
         .await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["code"], "wrong_password", "{body}");
     let (status, _, _) = tina
         .client
         .send(

@@ -198,7 +198,7 @@ async fn passwords_log_in_for_a_session(backend: Backend) {
     let (status, _) = console.get("/api/v1/balance").await;
     assert_eq!(status, StatusCode::OK);
 
-    // An admin sets anyone's password; the session ends after 12 hours.
+    // An admin sets anyone's password, which ends the user's sessions at once.
     let (status, _, _) = app
         .admin()
         .send(
@@ -208,6 +208,26 @@ async fn passwords_log_in_for_a_session(backend: Backend) {
         )
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, body) = console.get("/api/v1/balance").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("revoked"),
+        "{body}"
+    );
+    // A session ends after 12 hours.
+    let (status, _, session) = app
+        .anonymous()
+        .send(
+            "POST",
+            "/api/v1/login",
+            Some(&login("tina", "another long one")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{session}");
+    let console = app.client(session["token"].as_str());
     app.advance(chrono::Duration::hours(12) + chrono::Duration::seconds(1));
     let (status, body) = console.get("/api/v1/balance").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);

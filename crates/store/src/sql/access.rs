@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_types::api::{Token, User};
+use gpurent_types::login_throttle::Verdict;
 use gpurent_types::Money;
 use sqlx::Row;
 
@@ -40,7 +41,8 @@ impl AccessStore for SqlStore {
         };
         let read_at = std::time::Instant::now();
         let row = sqlx::query(
-            "SELECT u.id, u.name, u.role, t.id AS token_id, t.expires_at, t.revoked_at
+            "SELECT u.id, u.name, u.role, t.id AS token_id, t.kind, t.created_at, t.expires_at,
+                t.revoked_at
              FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = $1",
         )
         .bind(token_hash)
@@ -66,9 +68,15 @@ impl AccessStore for SqlStore {
                 .parse()
                 .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
         };
+        let kind: String = row.try_get("kind")?;
         let token = TokenFacts {
             id: row.try_get("token_id")?,
             expires_at: expires_at.map(from_ts).transpose()?,
+            login_at: if kind == "session" {
+                Some(from_ts(row.try_get("created_at")?)?)
+            } else {
+                None
+            },
         };
         self.tokens.put(
             token_hash,
@@ -181,17 +189,68 @@ impl AccessStore for SqlStore {
         Ok(pruned)
     }
 
-    async fn set_password(&self, user_id: &str, password_hash: &str) -> Result<()> {
+    async fn set_password(
+        &self,
+        user_id: &str,
+        password_hash: &str,
+        keep: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<u64> {
+        let mut tx = self.begin().await?;
         let updated = sqlx::query("UPDATE users SET password_hash = $2 WHERE id = $1")
             .bind(user_id)
             .bind(password_hash)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?
             .rows_affected();
         if updated == 0 {
             return Err(StoreError::not_found("user", user_id));
         }
-        Ok(())
+        let ended = sqlx::query(
+            "SELECT COUNT(*) AS n FROM api_tokens WHERE user_id = $1 AND kind = 'session'
+                 AND id <> $2 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $3)",
+        )
+        .bind(user_id)
+        .bind(keep.unwrap_or(""))
+        .bind(ts(now))
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get::<i64, _>("n")?;
+        // The sessions and every token made from one of them (without the password: bound to
+        // it); API tokens made deliberately, with a password or by an admin, stay.
+        sqlx::query(
+            "WITH RECURSIVE lineage (id) AS (
+                 SELECT id FROM api_tokens WHERE user_id = $1 AND kind = 'session' AND id <> $2
+                 UNION SELECT t.id FROM api_tokens t JOIN lineage l ON t.parent_id = l.id
+             )
+             UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $3)
+             WHERE id IN (SELECT id FROM lineage)",
+        )
+        .bind(user_id)
+        .bind(keep.unwrap_or(""))
+        .bind(ts(now))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        self.tokens.clear();
+        Ok(u64::try_from(ended).unwrap_or(0))
+    }
+
+    async fn login_attempt(
+        &self,
+        account: &str,
+        user_id: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<Verdict> {
+        super::login_throttle::attempt(self, account, user_id, now).await
+    }
+
+    async fn login_succeeded(&self, account: &str) -> Result<()> {
+        super::login_throttle::succeeded(self, account).await
+    }
+
+    async fn prune_login_throttle(&self, before: DateTime<Utc>, keep_unknown: u32) -> Result<u64> {
+        super::login_throttle::prune(self, before, keep_unknown).await
     }
 
     async fn login_facts(&self, name: &str) -> Result<Option<LoginFacts>> {

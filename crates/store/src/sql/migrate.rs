@@ -137,6 +137,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "shared_keys",
         include_str!("../../migrations/0031_shared_keys.sql"),
     ),
+    (
+        33,
+        "login_throttle",
+        include_str!("../../migrations/0033_login_throttle.sql"),
+    ),
 ];
 
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that

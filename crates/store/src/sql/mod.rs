@@ -23,6 +23,7 @@ mod health;
 mod held;
 mod idempotency;
 mod ledger;
+mod login_throttle;
 mod logs;
 mod metrics;
 mod migrate;

@@ -1,5 +1,5 @@
 //! `/account`: the viewer's SSH keys (add, remove), API tokens (create, shown once on the page
-//! that answers the form; revoke) and password.
+//! that answers the form; revoke) and password; the sensitive ones need the password (`reauth`).
 
 use axum::extract::{Path, Query, State};
 use axum::http::{Method, StatusCode};
@@ -14,6 +14,7 @@ use serde::Deserialize;
 use crate::console::api::{enc, Api, Failure};
 use crate::console::lang::Lang;
 use crate::console::layout::{alert, maybe_time, raw, time, Ctx, PageError};
+use crate::reauth::FRESH_LOGIN;
 use crate::state::AppState;
 
 /// Keys and tokens listed (the newest first); the CLI lists every one.
@@ -34,6 +35,8 @@ struct Outcome {
     created: Option<TokenCreated>,
     /// What the SSH key form had, shown again when it was refused.
     key_text: String,
+    /// The key form was refused for want of the password: show its field.
+    key_needs_password: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -80,6 +83,14 @@ async fn render(
             .map(|(_, f)| alert(l, f))
     };
     let now = state.now();
+    // A session older than this needs the password to add a key (`reauth.rs`); the field is
+    // shown a minute early, so that a form filled in slowly still carries it.
+    let key_needs_password = outcome.key_needs_password
+        || ctx
+            .viewer
+            .as_ref()
+            .and_then(|v| v.login_at)
+            .is_some_and(|at| now - at >= FRESH_LOGIN - chrono::Duration::minutes(1));
     let body = html! {
         @if let Some(done) = &outcome.done { (done_note(l, done)) }
         section aria-labelledby="keys-h" {
@@ -94,6 +105,10 @@ async fn render(
                 textarea id="public_key" name="public_key" rows="3" required spellcheck="false" { (outcome.key_text) }
                 label for="key_name" { (l.t("Name (optional; the key's comment by default)", "名称（可选，默认为密钥的注释）")) }
                 input id="key_name" name="name" type="text" maxlength="100";
+                @if key_needs_password {
+                    label for="key_password" { (l.t("Your password (you logged in more than 5 minutes ago)", "您的密码（您登录已超过 5 分钟）")) }
+                    input id="key_password" name="password" type="password" autocomplete="current-password" required;
+                }
                 button type="submit" { (l.t("Add key", "添加密钥")) }
             }
         }
@@ -128,10 +143,13 @@ async fn render(
             @if let Some(a) = failure(Section::Password) { (a) }
             form.card.narrow method="post" action="/account/password" data-form="password" {
                 (ctx.csrf_field())
+                label for="current_password" { (l.t("Current password", "当前密码")) }
+                input id="current_password" name="current_password" type="password" autocomplete="current-password" maxlength="1024" required;
                 label for="new_password" { (l.t("New password (8 characters or more)", "新密码（至少 8 个字符）")) }
                 input id="new_password" name="password" type="password" autocomplete="new-password" minlength="8" maxlength="1024" required;
                 label for="repeat_password" { (l.t("The new password again", "再次输入新密码")) }
                 input id="repeat_password" name="repeat" type="password" autocomplete="new-password" minlength="8" maxlength="1024" required;
+                p.hint { (l.t("Changing it logs out your other sessions.", "修改后，您的其他登录会话将退出。")) }
                 button type="submit" { (l.t("Change password", "修改密码")) }
             }
         }
@@ -144,7 +162,10 @@ fn done_note(l: Lang, done: &str) -> Markup {
         "key" => l.t("The key was added.", "密钥已添加。"),
         "key-removed" => l.t("The key was removed.", "密钥已删除。"),
         "token-revoked" => l.t("The token was revoked.", "令牌已吊销。"),
-        "password" => l.t("Your password was changed.", "密码已修改。"),
+        "password" => l.t(
+            "Your password was changed; your other sessions were logged out.",
+            "密码已修改；您的其他会话已退出。",
+        ),
         _ => return html! {},
     };
     html! { div.alert.ok role="status" { (text) } }
@@ -272,6 +293,7 @@ fn new_token(l: Lang, created: &TokenCreated) -> Markup {
 pub(crate) struct KeyForm {
     public_key: String,
     name: String,
+    password: String,
 }
 
 pub(crate) async fn add_key(
@@ -283,10 +305,13 @@ pub(crate) async fn add_key(
     let body = AddSshKey {
         public_key: form.public_key.trim().to_owned(),
         name: Some(form.name.trim().to_owned()).filter(|n| !n.is_empty()),
+        password: Some(form.password).filter(|p| !p.is_empty()),
     };
     match api.post::<_, SshKey>("/api/v1/ssh-keys", &body).await {
         Ok(_) => Ok(Redirect::to("/account?done=key").into_response()),
         Err(f) => {
+            let key_needs_password =
+                matches!(f.code.as_str(), "password_required" | "wrong_password");
             refused(
                 &state,
                 &ctx,
@@ -294,6 +319,7 @@ pub(crate) async fn add_key(
                 f,
                 Outcome {
                     key_text: form.public_key,
+                    key_needs_password,
                     ..Outcome::default()
                 },
             )
@@ -394,6 +420,7 @@ pub(crate) async fn revoke_token(
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct PasswordForm {
+    current_password: String,
     password: String,
     repeat: String,
 }
@@ -410,6 +437,7 @@ pub(crate) async fn change_password(
     }
     let body = SetPassword {
         password: form.password,
+        current_password: Some(form.current_password).filter(|p| !p.is_empty()),
     };
     match set_password(&api, &body).await {
         Ok(()) => Ok(Redirect::to("/account?done=password").into_response()),

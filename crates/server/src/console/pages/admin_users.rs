@@ -204,6 +204,8 @@ fn row(ctx: &Ctx, u: &User) -> Markup {
                     (ctx.csrf_field())
                     label for={ "pw-" (u.id) } { (l.t("New password (8 or more characters)", "新密码（至少 8 个字符）")) }
                     input id={ "pw-" (u.id) } name="password" type="password" autocomplete="new-password" minlength="8" required;
+                    label for={ "mypw-" (u.id) } { (l.t("Your own password (if you logged in more than 5 minutes ago)", "您自己的密码（如果您登录已超过 5 分钟）")) }
+                    input id={ "mypw-" (u.id) } name="current_password" type="password" autocomplete="current-password";
                     button.small type="submit" { (l.t("Set password", "设置密码")) }
                 }
             }
@@ -297,6 +299,8 @@ pub(crate) async fn credit(
 #[serde(default)]
 pub(crate) struct PasswordForm {
     password: String,
+    /// The admin's own: needed when its login is older than 5 minutes, or for its own.
+    current_password: String,
 }
 
 /// Sets a user's password, so that it can log in to the console.
@@ -310,6 +314,7 @@ pub(crate) async fn password(
     let path = format!("/api/v1/users/{}/password", enc(&id));
     let body = gpurent_types::api::SetPassword {
         password: form.password,
+        current_password: Some(form.current_password).filter(|p| !p.is_empty()),
     };
     match api
         .send(Method::POST, &path, serde_json::to_vec(&body).ok())

@@ -34,12 +34,51 @@ pub(crate) struct LoginForm {
     next: Option<String>,
 }
 
-/// Only a path of this site: never `//elsewhere` or `https://...` (an open redirect).
+/// Only a path of this site: never `//elsewhere` or `https://...` (an open redirect), and
+/// nothing a browser would read otherwise (it drops tabs and newlines, so `/\t/host` is
+/// `//host`); anything else is `/`.
 fn local(next: Option<&str>) -> &str {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n,
+        Some(n) if is_local_path(n) => n,
         _ => "/",
     }
+}
+
+/// The longest `next` kept.
+const MAX_NEXT: usize = 2048;
+
+/// A path of this site in visible ASCII: it starts with one `/`, has no backslash, and no
+/// control character, raw or percent-encoded.
+fn is_local_path(n: &str) -> bool {
+    let visible = |b: u8| b.is_ascii_graphic() && b != b'\\';
+    let decoded = percent_decoded(n.as_bytes());
+    n.len() <= MAX_NEXT
+        && n.starts_with('/')
+        && !n.starts_with("//")
+        && n.bytes().all(visible)
+        && decoded
+            .iter()
+            .all(|&b| visible(b) || b == b' ' || b >= 0x80)
+        && !decoded.starts_with(b"//")
+}
+
+/// `%XX` decoded (an invalid escape kept as it is).
+fn percent_decoded(bytes: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if let (b'%', Some(&h), Some(&l)) = (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            if let (Some(h), Some(l)) = (hex(h), hex(l)) {
+                out.push(u8::try_from(h * 16 + l).unwrap_or(b'%'));
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
 }
 
 pub(crate) async fn form(
@@ -71,11 +110,8 @@ fn render(ctx: &Ctx, username: &str, next: Option<&str>, failure: Option<&Failur
         }
         p.hint { (l.t("An admin sets your password with", "管理员可用以下命令设置密码：")) " " (raw("gpurent users passwd USER_ID")) }
     };
-    let status = if failure.is_some() {
-        StatusCode::UNAUTHORIZED
-    } else {
-        StatusCode::OK
-    };
+    // A wrong password is a 401; a try during the account's wait, the API's 429.
+    let status = failure.map_or(StatusCode::OK, |f| f.status);
     let mut response = ctx.page_with_status(status, l.t("Log in", "登录"), body);
     response.headers_mut().append(
         header::SET_COOKIE,
@@ -147,4 +183,42 @@ pub(crate) async fn logout(State(state): State<AppState>, ctx: Ctx) -> Result<Re
         cookie_value(SESSION_COOKIE, "", 0, ctx.secure),
     );
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_is_a_local_path_or_the_home_page() {
+        for good in [
+            "/",
+            "/instances",
+            "/instances/r1?tab=log",
+            "/a%20b",
+            "/%C3%A9",
+        ] {
+            assert_eq!(local(Some(good)), good);
+        }
+        for bad in [
+            "//evil.example",
+            "/\\evil.example",
+            "\\\\evil.example",
+            "https://evil.example/",
+            "javascript:alert(1)",
+            "/\n/x",
+            "/\t/evil.example",
+            "/%0a/x",
+            "/%09/evil.example",
+            "/%5Cevil.example",
+            "/%2F/evil.example",
+            "/caf\u{e9}",
+            "",
+            "instances",
+        ] {
+            assert_eq!(local(Some(bad)), "/", "{bad:?}");
+        }
+        assert_eq!(local(None), "/");
+        assert_eq!(local(Some(&format!("/{}", "a".repeat(MAX_NEXT)))), "/");
+    }
 }

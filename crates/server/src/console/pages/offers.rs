@@ -7,7 +7,6 @@ use std::str::FromStr;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
 use gpurent_billing::Size;
 use gpurent_types::api::{CreateReservation, Offer, Reservation};
 use gpurent_types::{GpuType, Money, OnNodeLoss, Tier};
@@ -17,6 +16,7 @@ use serde::Deserialize;
 use crate::console::api::Failure;
 use crate::console::lang::Lang;
 use crate::console::layout::{alert, money, raw, Ctx, PageError};
+use crate::console::session::StrictForm;
 use crate::state::AppState;
 
 /// The reserve form as posted: every field text, as a browser sends it.
@@ -157,7 +157,7 @@ pub(crate) async fn page(State(state): State<AppState>, ctx: Ctx) -> Result<Resp
 pub(crate) async fn reserve(
     State(state): State<AppState>,
     ctx: Ctx,
-    Form(form): Form<ReserveForm>,
+    StrictForm(form): StrictForm<ReserveForm>,
 ) -> Result<Response, PageError> {
     let api = ctx.api(&state)?;
     let body = form.to_api().map_err(|e| Failure {
