@@ -191,6 +191,15 @@ pub async fn start(
         }
         None => PriceList::defaults(),
     };
+    let apps_domain = apps_domain(http.apps_domain.as_deref())?;
+    if apps_domain == gpurent_server::DEFAULT_APPS_DOMAIN && !listen.ip().is_loopback() {
+        tracing::warn!(
+            %listen,
+            "published ports are served to browsers at ID-PORT.localhost, which only a browser \
+             on this machine reaches: give --apps-domain (a wildcard DNS name of a registrable \
+             domain other than the console's) for browsers elsewhere"
+        );
+    }
     let clock = Arc::new(SystemClock);
     let audit = audit_config(keys, data_dir, &store, &*master_key).await?;
     if let Some(path) = bootstrap_admin(&store, &*clock, data_dir).await? {
@@ -221,7 +230,7 @@ pub async fn start(
             tenant_limits: tenant_limits(access),
             http: http.limits(),
             advertise_url: http.advertise_url.clone(),
-            apps_domain: apps_domain(http.apps_domain.as_deref())?,
+            apps_domain,
             tls,
             ..ServerConfig::default()
         },
