@@ -129,7 +129,8 @@ pub(crate) async fn submit(
     let l = ctx.lang;
     // The form's token must be the one this browser was given with it: another site cannot
     // log a victim into the attacker's account.
-    let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or("");
+    let login_cookie = session::cookie_name(LOGIN_COOKIE, ctx.secure);
+    let expected = cookie(&headers, &login_cookie).unwrap_or("");
     if expected.is_empty() || form.csrf != expected || !session::same_origin(&headers) {
         return Err(PageError::new(
             l,
