@@ -278,6 +278,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn under_tls_the_cookies_are_host_prefixed() {
+        let tls = cookie_value(SESSION_COOKIE, "t", 60, true);
+        let tls = tls.to_str().unwrap();
+        assert!(
+            tls.starts_with("__Host-gpurent_session=t; Path=/;"),
+            "{tls}"
+        );
+        assert!(
+            tls.ends_with("; Secure") && !tls.contains("Domain"),
+            "{tls}"
+        );
+        let plain = cookie_value(SESSION_COOKIE, "t", 60, false);
+        assert!(plain.to_str().unwrap().starts_with("gpurent_session=t;"));
+        assert_eq!(cookie_name(LOGIN_COOKIE, true), "__Host-gpurent_login");
+    }
+
+    #[test]
     fn csrf_tokens_differ_by_session_and_do_not_show_it() {
         let a = csrf_for("gpr_aaaa");
         assert_eq!(a, csrf_for("gpr_aaaa"));
