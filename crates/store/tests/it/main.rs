@@ -15,6 +15,7 @@ mod health;
 mod idempotency;
 mod lifecycle;
 mod liveness;
+mod login_throttle;
 mod logs;
 mod lost_commit;
 mod metrics;
