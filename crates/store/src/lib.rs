@@ -242,6 +242,10 @@ pub trait NodeStore: Send + Sync {
     /// started.
     async fn set_isolation(&self, node_id: &str, isolated: bool) -> Result<()>;
 
+    /// Records whether a node's instances share its network, as its agent reported when it
+    /// started.
+    async fn set_shared_network(&self, node_id: &str, shared: bool) -> Result<()>;
+
     /// The cores and memory (MiB) the node's agent found on its host (`nodes ls`).
     async fn set_capacity(
         &self,

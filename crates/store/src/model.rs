@@ -86,6 +86,8 @@ pub struct NewNode {
     /// Whether its executor isolates instances (`gpurent nodes ls` and the offers say
     /// `unisolated` otherwise).
     pub isolated: bool,
+    /// Whether its instances share its network (`network: shared`).
+    pub shared_network: bool,
 }
 
 /// Whole GPUs or a share of one: the planner's request.

@@ -170,6 +170,10 @@ pub struct BenchRunningArgs {
     /// cannot be set up); by default each instance is isolated as in production (root).
     #[arg(long)]
     pub unisolated: bool,
+    /// The isolated process executor's instances in the node's network, not one of their own
+    /// each (as `gpurent agent --shared-network`), to compare the two.
+    #[arg(long)]
+    pub shared_network: bool,
 }
 
 #[derive(Debug, Args)]

@@ -358,6 +358,12 @@ pub struct NodeArgs {
     /// work. `nodes ls` and the offers say `unisolated`.
     #[arg(long)]
     pub allow_unisolated: bool,
+    /// Run the process executor's instances in the node's network instead of a network
+    /// namespace of their own each (with pasta): they then reach the node's loopback services
+    /// and each other's ports, and `nodes ls` and the offers say `network: shared`. For
+    /// comparisons; a host without pasta or network namespaces shares it anyway.
+    #[arg(long)]
+    pub shared_network: bool,
     /// Burn in the GPUs while the node is idle with this stress command (run with `sh -c`,
     /// `CUDA_VISIBLE_DEVICES` and `GPURENT_BURN_IN_SECONDS` set; exit 0 passes). The node takes
     /// no work meanwhile, nor after a failed run until one passes. Off when not given.

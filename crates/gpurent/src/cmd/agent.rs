@@ -137,11 +137,13 @@ pub async fn backends(
                 .chain(node.checkpoint_dir.clone())
                 .collect(),
         };
-        Ok(Arc::new(
-            ProcessExecutor::isolated(data_dir, &isolation, resources)?
-                .with_entry_helper(helper.clone())
-                .with_gpu_limits(limits.clone()),
-        ))
+        let mut executor = ProcessExecutor::isolated(data_dir, &isolation, resources)?
+            .with_entry_helper(helper.clone())
+            .with_gpu_limits(limits.clone());
+        if node.shared_network {
+            executor = executor.with_shared_network();
+        }
+        Ok(Arc::new(executor))
     };
     let executor: Arc<dyn Executor> = match node.executor {
         ExecutorKind::Sim => Arc::new(SimExecutor::new()),
@@ -195,6 +197,7 @@ pub async fn backends(
         gpu_backend = gpus.name(),
         executor = executor.name(),
         isolated = executor.isolated(),
+        shared_network = executor.shared_network(),
         "node backends chosen"
     );
     Ok((gpus, executor))

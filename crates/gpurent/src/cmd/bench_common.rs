@@ -153,6 +153,7 @@ pub async fn bench_node(
                 gpus,
                 verification: None,
                 isolated: true,
+                shared_network: false,
             },
             now,
         )

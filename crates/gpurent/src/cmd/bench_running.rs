@@ -69,8 +69,8 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
                 vec!["sleep".into(), "600".into()],
             ),
             ExecutorKind::Process => (
-                Arc::new(
-                    ProcessExecutor::isolated(
+                Arc::new({
+                    let executor = ProcessExecutor::isolated(
                         &dir.join("agent"),
                         &Isolation {
                             cgroup_root: "/sys/fs/cgroup/gpurent-bench".into(),
@@ -82,8 +82,13 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
                     )
                     .context(
                         "the isolated process executor (root and bubblewrap; or pass --unisolated)",
-                    )?,
-                ),
+                    )?;
+                    if args.shared_network {
+                        executor.with_shared_network()
+                    } else {
+                        executor
+                    }
+                }),
                 None,
                 vec!["sleep".into(), "600".into()],
             ),

@@ -67,6 +67,7 @@ pub async fn run(args: BenchSettleArgs, json: bool) -> anyhow::Result<()> {
                 )],
                 verification: None,
                 isolated: true,
+                shared_network: false,
             },
             start,
         )

@@ -98,6 +98,11 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
         config.join_token = Some(token);
     }
     let (stop, stopped) = watch::channel(false);
+    let network = if executor.shared_network() {
+        "instances' network: shared (they reach this machine's loopback services and each other's ports)"
+    } else {
+        "instances' network: their own (the node's loopback and other instances out of reach)"
+    };
     let agent = Agent::new(config, gpus, executor);
     if let Some(listen) = args.agent_metrics_listen {
         gpurent_agent::metrics::serve(listen, agent.metrics(), stopped.clone()).await?;
@@ -143,6 +148,7 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
     }
     lock.serving(&base)?;
     print_line(&format!("gpurent ready: {base}"));
+    print_line(network);
     super::console_hint(&base);
 
     let agent_failed = tokio::select! {

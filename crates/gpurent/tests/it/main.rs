@@ -30,6 +30,7 @@ mod first_run;
 mod ha_stack;
 mod host_limits;
 mod http_ports;
+mod instance_network;
 mod instance_sftp;
 mod logs_download;
 mod mig;

@@ -70,6 +70,12 @@ pub(crate) async fn register(
         .as_ref()
         .and_then(|h| h.isolated)
         .unwrap_or(body.executor != "process");
+    // Nor did it give instances a network of their own.
+    let shared_network = body
+        .host
+        .as_ref()
+        .and_then(|h| h.shared_network)
+        .unwrap_or(body.executor.contains("process"));
     let node_token = new_token("gpn");
     let node_id = state
         .store
@@ -83,6 +89,7 @@ pub(crate) async fn register(
                 gpus: body.gpus,
                 verification,
                 isolated,
+                shared_network,
             },
             state.now(),
         )
@@ -200,6 +207,12 @@ pub(crate) async fn sync(
                 tracing::warn!(%node_id, "node runs instances unisolated (--allow-unisolated)");
             }
             state.store.set_isolation(&node_id, isolated).await?;
+        }
+        if let Some(shared) = host.shared_network {
+            if shared {
+                tracing::warn!(%node_id, "node's instances share its network (network: shared)");
+            }
+            state.store.set_shared_network(&node_id, shared).await?;
         }
         if host.cpus.is_some() || host.memory_mb.is_some() {
             state

@@ -1,6 +1,6 @@
 //! A node whose executor does not isolate instances (the process executor with
-//! `--allow-unisolated`) is said to be so where tenants and admins look: the node list and
-//! the offers.
+//! `--allow-unisolated`), or whose instances share its network, is said to be so where
+//! tenants and admins look: the node list and the offers.
 
 use std::time::Duration;
 
@@ -26,11 +26,23 @@ async fn unisolated_nodes_are_shown_in_nodes_and_offers(backend: Backend) {
     };
     assert_eq!(isolated("bare"), Some(false.into()), "{nodes}");
     assert_eq!(isolated("boxed"), Some(true.into()), "{nodes}");
+    // Unisolated, its instances share the node's network too; the sim's have none to share.
+    let shared = |name: &str| {
+        nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .map(|n| n["shared_network"].as_bool().unwrap_or(false))
+    };
+    assert_eq!(shared("bare"), Some(true), "{nodes}");
+    assert_eq!(shared("boxed"), Some(false), "{nodes}");
     let t = app.tenant("tess", "10").await;
     let (status, offers) = t.client.get("/api/v1/offers").await;
     assert_eq!(status, StatusCode::OK, "{offers}");
     assert_eq!(offers[0]["available"], 2, "{offers}");
     assert_eq!(offers[0]["unisolated"], 1, "{offers}");
+    assert_eq!(offers[0]["shared_network"], 1, "{offers}");
     app.shutdown().await;
 }
 crate::both_stores!(

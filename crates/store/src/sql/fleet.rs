@@ -19,7 +19,7 @@ pub(super) async fn list_nodes(
 ) -> Result<Vec<Node>> {
     let nodes = sqlx::query(
         "SELECT id, name, executor, gpu_backend, last_seen_at, telemetry, owner_id, status,
-                verification, verified, health, healthy, isolated, cpus, memory_mb FROM nodes
+                verification, verified, health, healthy, isolated, shared_network, cpus, memory_mb FROM nodes
          WHERE $1 = '' OR owner_id = $1 ORDER BY name",
     )
     .bind(owner.unwrap_or(""))
@@ -102,6 +102,7 @@ pub(super) async fn list_nodes(
                     .and_then(|v| serde_json::from_str(&v).ok()),
                 executor: n.try_get("executor")?,
                 isolated: n.try_get::<i64, _>("isolated")? != 0,
+                shared_network: n.try_get::<i64, _>("shared_network")? != 0,
                 gpu_backend: n.try_get("gpu_backend")?,
                 cpus: n
                     .try_get::<Option<i64>, _>("cpus")?

@@ -138,6 +138,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/0031_shared_keys.sql"),
     ),
     (
+        32,
+        "shared_network",
+        include_str!("../../migrations/0032_shared_network.sql"),
+    ),
+    (
         33,
         "login_throttle",
         include_str!("../../migrations/0033_login_throttle.sql"),

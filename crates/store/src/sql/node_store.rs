@@ -54,6 +54,10 @@ impl NodeStore for SqlStore {
         nodes::set_isolation(self, node_id, isolated).await
     }
 
+    async fn set_shared_network(&self, node_id: &str, shared: bool) -> Result<()> {
+        nodes::set_shared_network(self, node_id, shared).await
+    }
+
     async fn set_capacity(
         &self,
         node_id: &str,

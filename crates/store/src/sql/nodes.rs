@@ -122,8 +122,9 @@ pub(super) async fn register_node(
     let id = new_id();
     let inserted = sqlx::query(
         "INSERT INTO nodes (id, name, token_hash, executor, gpu_backend, desired_version,
-                            last_seen_at, created_at, owner_id, verification, verified, isolated)
-         VALUES ($1, $2, $3, $4, $5, 1, $6, $6, $7, $8, $9, $10) ON CONFLICT (name) DO NOTHING",
+                            last_seen_at, created_at, owner_id, verification, verified, isolated,
+                            shared_network)
+         VALUES ($1, $2, $3, $4, $5, 1, $6, $6, $7, $8, $9, $10, $11) ON CONFLICT (name) DO NOTHING",
     )
     .bind(&id)
     .bind(&node.name)
@@ -139,6 +140,7 @@ pub(super) async fn register_node(
     )
     .bind(i64::from(node.verification.as_ref().is_none_or(|v| v.ok)))
     .bind(i64::from(node.isolated))
+    .bind(i64::from(node.shared_network))
     .execute(&mut *tx)
     .await?
     .rows_affected();
@@ -313,6 +315,20 @@ pub(super) async fn set_verification(
 pub(super) async fn set_isolation(store: &SqlStore, node_id: &str, isolated: bool) -> Result<()> {
     let updated = sqlx::query("UPDATE nodes SET isolated = $1 WHERE id = $2")
         .bind(i64::from(isolated))
+        .bind(node_id)
+        .execute(&store.pool)
+        .await?
+        .rows_affected();
+    found(updated, node_id)
+}
+
+pub(super) async fn set_shared_network(
+    store: &SqlStore,
+    node_id: &str,
+    shared: bool,
+) -> Result<()> {
+    let updated = sqlx::query("UPDATE nodes SET shared_network = $1 WHERE id = $2")
+        .bind(i64::from(shared))
         .bind(node_id)
         .execute(&store.pool)
         .await?

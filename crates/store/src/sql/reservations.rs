@@ -30,7 +30,10 @@ impl ReservationStore for SqlStore {
             " THEN 1 ELSE 0 END) AS BIGINT) AS available,
                     CAST(SUM(CASE WHEN g.free_mb = g.vram_mb AND ",
             placeable!("$1"),
-            " AND n.isolated = 0 THEN 1 ELSE 0 END) AS BIGINT) AS unisolated
+            " AND n.isolated = 0 THEN 1 ELSE 0 END) AS BIGINT) AS unisolated,
+                    CAST(SUM(CASE WHEN g.free_mb = g.vram_mb AND ",
+            placeable!("$1"),
+            " AND n.shared_network = 1 THEN 1 ELSE 0 END) AS BIGINT) AS shared_network
              FROM gpus g JOIN nodes n ON n.id = g.node_id
              GROUP BY g.type_name, g.type_key ORDER BY g.type_name"
         ))
@@ -53,6 +56,8 @@ impl ReservationStore for SqlStore {
                     vram_mb: gpu_vram_mb,
                     available: u32::try_from(r.try_get::<i64, _>("available")?).unwrap_or(0),
                     unisolated: u32::try_from(r.try_get::<i64, _>("unisolated")?).unwrap_or(0),
+                    shared_network: u32::try_from(r.try_get::<i64, _>("shared_network")?)
+                        .unwrap_or(0),
                     price_per_hour: prices.on_demand_per_hour(&gpu_type, one)?,
                     spot_min_bid: prices.spot_min_bid(&gpu_type, one)?,
                     stepped_price_per_hour: stepped.first,

@@ -130,6 +130,7 @@ impl Fixture {
                     gpus,
                     verification: None,
                     isolated: true,
+                    shared_network: false,
                 },
                 t0(),
             )

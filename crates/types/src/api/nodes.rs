@@ -47,6 +47,10 @@ pub struct Node {
     /// instances; false: the process executor with `--allow-unisolated` (or an older agent's).
     #[serde(default = "isolated_by_default")]
     pub isolated: bool,
+    /// Whether its instances share the node's network (`network: shared`): the process
+    /// executor where no network namespace can be made for each, or unisolated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_network: bool,
     pub gpu_backend: String,
     /// Logical cores its agent reported; absent until an agent that reports them syncs.
     #[serde(default, skip_serializing_if = "Option::is_none")]

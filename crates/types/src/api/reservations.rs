@@ -41,6 +41,11 @@ pub struct Offer {
     /// none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unisolated: u32,
+    /// Of `available`, GPUs on nodes whose instances share the node's network (they reach its
+    /// loopback services and each other's ports; `gpurent nodes ls` says `network: shared`);
+    /// absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shared_network: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]

@@ -49,11 +49,14 @@ pub(super) async fn ls(api: &ApiClient, json: bool) -> Result<(), CliError> {
                 n.name.clone(),
                 n.status.clone(),
                 // A tenant there can read the node's credentials and other tenants'
-                // work: said where the executor is.
-                if n.isolated {
-                    format!("{}/{}", n.executor, n.gpu_backend)
-                } else {
-                    format!("{} (unisolated)/{}", n.executor, n.gpu_backend)
+                // work, or reach the node's loopback and other instances' ports: said where
+                // the executor is.
+                match (n.isolated, n.shared_network) {
+                    (true, false) => format!("{}/{}", n.executor, n.gpu_backend),
+                    (true, true) => {
+                        format!("{} (network: shared)/{}", n.executor, n.gpu_backend)
+                    }
+                    (false, _) => format!("{} (unisolated)/{}", n.executor, n.gpu_backend),
                 },
                 capacity(n),
                 g.uuid.clone(),

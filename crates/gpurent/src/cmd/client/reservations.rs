@@ -137,10 +137,10 @@ pub(super) async fn offers(api: &ApiClient, json: bool) -> Result<(), CliError> 
             vec![
                 o.gpu_type.clone(),
                 o.vram_gb.to_string(),
-                if o.unisolated > 0 {
-                    format!("{} ({} unisolated)", o.available, o.unisolated)
-                } else {
-                    o.available.to_string()
+                match (o.unisolated, o.shared_network) {
+                    (0, 0) => o.available.to_string(),
+                    (0, shared) => format!("{} ({shared} network: shared)", o.available),
+                    (unisolated, _) => format!("{} ({unisolated} unisolated)", o.available),
                 },
                 o.price_per_hour.to_string(),
                 format!(

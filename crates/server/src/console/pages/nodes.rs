@@ -356,6 +356,7 @@ fn node_card(ctx: &Ctx, n: &Node) -> Markup {
                 dt { (l.t("Executor", "执行器")) } dd {
                     (raw(&n.executor))
                     @if !n.isolated { " " span.warn { (l.t("(instances not isolated)", "（实例未隔离）")) } }
+                    @else if n.shared_network { " " span.warn title=(l.t("its instances reach the node's loopback services and each other's ports", "其实例可访问节点的回环服务和彼此的端口")) { (l.t("(network: shared)", "（网络：共享）")) } }
                 }
                 dt { (l.t("GPU backend", "GPU 后端")) } dd {
                     (raw(&n.gpu_backend))

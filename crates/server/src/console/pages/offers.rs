@@ -313,6 +313,8 @@ fn offers_table(l: Lang, offers: &[Offer]) -> Markup {
                                 td data-field="available" { (o.available)
                                     @if o.unisolated > 0 {
                                         " " span.warn title=(l.t("on nodes that run instances unisolated", "位于不隔离实例的节点上")) { "(" (o.unisolated) " " (l.t("unisolated", "未隔离")) ")" }
+                                    } @else if o.shared_network > 0 {
+                                        " " span.warn title=(l.t("on nodes whose instances share the node's network", "位于实例共享节点网络的节点上")) { "(" (o.shared_network) " " (l.t("network: shared", "网络：共享")) ")" }
                                     }
                                 }
                                 td { (money(o.price_per_hour)) }
