@@ -181,7 +181,8 @@ async fn network_an_instance_reaches_the_node_address() {
     assert_eq!(line, "hello-from-the-instance\n");
 }
 
-/// pasta ends with its instance: when the command ends by itself, and when it is stopped.
+/// pasta ends with its instance: when the command ends by itself, and when it is stopped (by
+/// the agent that started it, or by one restarted since).
 #[tokio::test]
 async fn network_no_pasta_remains_after_an_instance() {
     let dir = tempfile::tempdir().unwrap();
@@ -196,6 +197,21 @@ async fn network_no_pasta_remains_after_an_instance() {
     e.stop(&id, None).await.unwrap();
     drop(guard);
     assert!(!alive(pasta), "pasta {pasta} outlived the stop");
+    // Stopped by a restarted agent, which adopted the instance.
+    let id = unique("net-adopted");
+    let (_, guard) = start_process(&e, &id, "sleep 600").await;
+    let pasta = pasta_of(&e, &id);
+    let restarted = executor(dir.path(), 374_000).unwrap();
+    assert_eq!(
+        crate::support::state_of(&*restarted, &id).await,
+        Some(ObservedState::Running)
+    );
+    restarted.stop(&id, None).await.unwrap();
+    drop(guard);
+    assert!(
+        !alive(pasta),
+        "pasta {pasta} outlived the stop after a restart"
+    );
     // Ended by itself: the instance waits for a file the test writes.
     let id = unique("net-end");
     let (_, _guard) = start_process(
