@@ -257,3 +257,54 @@ fn an_instance_reaches_neither_the_control_plane_nor_another_tenants_port() {
         assert_eq!(stopped.code, 0, "{stopped:?}");
     }
 }
+
+/// A node whose instances share its network (here by `--shared-network`; elsewhere a host
+/// without pasta or network namespaces) says so in `nodes ls` and the offers.
+#[test]
+fn a_shared_network_node_says_so_in_nodes_ls_and_offers() {
+    if !running_as_root() || std::env::var("GPURENT_TEST_ISOLATION").as_deref() == Ok("0") {
+        eprintln!("SKIPPED: the isolated process executor needs root");
+        return;
+    }
+    let cluster = Cluster::start_with("127.0.0.1:0", &["--min-disk-free-gb", "0"]);
+    let join = cluster
+        .cli(Some(&cluster.admin), true, &["nodes", "join-token"])
+        .json();
+    let node = cluster.dir.path().join("node");
+    let args: Vec<String> = [
+        "--server",
+        cluster.url.as_str(),
+        "agent",
+        "--data-dir",
+        node.to_str().unwrap(),
+        "--name",
+        "shared",
+        "--sim-gpus",
+        "1xRTX4090",
+        "--executor",
+        "process",
+        "--shared-network",
+        "--join-token",
+        join["token"].as_str().unwrap(),
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let _agent = cluster.agent("shared", &args);
+    cluster.wait_ready(1);
+    let nodes = cluster.cli(Some(&cluster.admin), false, &["nodes", "ls"]);
+    assert_eq!(nodes.code, 0, "{nodes:?}");
+    assert!(
+        nodes.stdout.contains("process (network: shared)/sim"),
+        "{}",
+        nodes.stdout
+    );
+    let offers = cluster.cli(Some(&cluster.admin), false, &["offers"]);
+    assert!(
+        offers.stdout.contains("1 (1 network: shared)"),
+        "{}",
+        offers.stdout
+    );
+    let json = cluster.cli(Some(&cluster.admin), true, &["offers"]).json();
+    assert_eq!(json[0]["shared_network"], 1, "{json}");
+    assert_eq!(json[0].get("unisolated"), None, "{json}");
+}
