@@ -49,3 +49,39 @@ crate::both_stores!(
     unisolated_nodes,
     unisolated_nodes_are_shown_in_nodes_and_offers
 );
+
+/// An agent of an earlier release says nothing of its instances' network: a process
+/// executor's shared the node's, a container's did not.
+async fn older_agents_network_is_inferred(backend: Backend) {
+    let app = TestApp::with(backend).start().await;
+    for (name, executor) in [("old-process", "process"), ("old-docker", "docker")] {
+        let (status, body) = app
+            .admin()
+            .post("/api/v1/nodes/join-token", &serde_json::json!({}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let (status, body) = app
+            .anonymous()
+            .post(
+                "/api/v1/agent/register",
+                &serde_json::json!({"join_token": body["token"], "name": name,
+                    "executor": executor, "gpu_backend": "sim", "gpus": []}),
+            )
+            .await;
+        assert!(status.is_success(), "{body}");
+    }
+    let (status, nodes) = app.admin().get("/api/v1/nodes").await;
+    assert_eq!(status, StatusCode::OK, "{nodes}");
+    let shared = |name: &str| {
+        nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .map(|n| n["shared_network"].as_bool().unwrap_or(false))
+    };
+    assert_eq!(shared("old-process"), Some(true), "{nodes}");
+    assert_eq!(shared("old-docker"), Some(false), "{nodes}");
+    app.shutdown().await;
+}
+crate::both_stores!(older_agents_network, older_agents_network_is_inferred);
