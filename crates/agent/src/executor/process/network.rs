@@ -1,6 +1,5 @@
-//! An isolated instance's own network: bwrap gives it a network namespace (`--unshare-net`)
-//! and pasta (Debian's `passt`) attaches to it for egress through the node, with no way to
-//! the node's loopback and no port forwarded in either direction.
+//! An isolated instance's own network: a namespace from bwrap (`--unshare-net`) that pasta
+//! attaches to the node for egress, with no way to its loopback and no port forwarded.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
