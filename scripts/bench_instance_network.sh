@@ -55,6 +55,15 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  # The agent leaves its instances running when it stops (a restarted one adopts them): end
+  # each by its wrapper's process group (the sandbox dies with it) and its pasta.
+  for f in "$dir"/data/agent/instances/*/instance.json; do
+    [ -e "$f" ] || continue
+    pg=$(sed -n 's/.*"pgid":\([0-9][0-9]*\).*/\1/p' "$f")
+    [ -z "$pg" ] || kill -9 -- "-$pg" 2>/dev/null || true
+    pp="${f%/instance.json}/pasta.pid"
+    [ ! -s "$pp" ] || kill -9 "$(cat "$pp")" 2>/dev/null || true
+  done
   rm -rf "$dir"
 }
 trap cleanup EXIT
