@@ -73,6 +73,10 @@ fn containers_on_a_small_host_get_their_share_of_its_cores() {
         &log,
     );
     cluster.wait_ready(1);
+    // A node is ready once registered; its host facts come with its first sync after that.
+    eventually("the node's host facts", 30, || {
+        !cluster.nodes()[0]["cpus"].is_null()
+    });
     let node = &cluster.nodes()[0];
     // Containers for reservations with an image; where this host can isolate processes too,
     // those without one run as processes (`docker_and_processes`).

@@ -194,14 +194,8 @@ pub(crate) async fn sync(
     }
     // The host as the agent found it when it started, with the inventory it sent.
     if let Some(host) = &body.host {
-        let verification = verify(&state.config.host_policy, host, &body.gpus);
-        if !verification.ok {
-            tracing::warn!(%node_id, checks = ?verification.checks, "node failed host verification");
-        }
-        state
-            .store
-            .set_verification(&node_id, &verification)
-            .await?;
+        // What the node is comes before the verification that lets it take work: a client
+        // that sees it ready sees its isolation, network and capacity too.
         if let Some(isolated) = host.isolated {
             if !isolated {
                 tracing::warn!(%node_id, "node runs instances unisolated (--allow-unisolated)");
@@ -220,6 +214,14 @@ pub(crate) async fn sync(
                 .set_capacity(&node_id, host.cpus, host.memory_mb)
                 .await?;
         }
+        let verification = verify(&state.config.host_policy, host, &body.gpus);
+        if !verification.ok {
+            tracing::warn!(%node_id, checks = ?verification.checks, "node failed host verification");
+        }
+        state
+            .store
+            .set_verification(&node_id, &verification)
+            .await?;
         if verification.ok {
             state.wake.wake_scheduler();
         }
