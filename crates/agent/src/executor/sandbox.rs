@@ -62,6 +62,10 @@ pub struct Spec<'a> {
     /// A network namespace of its own: bwrap tells the wrapper its pid on fd 4 and waits on
     /// fd 5 until pasta has attached the namespace to the node's network.
     pub own_network: bool,
+    /// With `own_network`: the file that is its `/etc/resolv.conf` (name servers its
+    /// network reaches: `process::network::resolv_conf`), and where it is bound (where the
+    /// node's `/etc/resolv.conf` leads).
+    pub resolv_conf: Option<(&'a Path, &'a Path)>,
 }
 
 /// The first of `/usr/bin/NAME`, `/bin/NAME`, `/usr/sbin/NAME`, `/sbin/NAME` that exists: the
@@ -121,6 +125,7 @@ impl Sandbox {
             env: &[],
             gpus: &[],
             own_network: false,
+            resolv_conf: None,
         };
         let probe = std::process::Command::new(&sandbox.bwrap)
             .args(sandbox.options(&spec))
@@ -216,6 +221,11 @@ impl Sandbox {
             if Path::new(dir).is_dir() {
                 o.add(&["--ro-bind", dir, dir]);
             }
+        }
+        if let (true, Some((file, at))) = (spec.own_network, spec.resolv_conf) {
+            o.push("--ro-bind");
+            o.push(file);
+            o.push(at);
         }
         for link in SYSTEM_LINKS {
             let path = Path::new(link);
@@ -355,6 +365,10 @@ mod tests {
             env: &env,
             gpus: &[],
             own_network: true,
+            resolv_conf: Some((
+                Path::new("/agent/resolv.conf"),
+                Path::new("/run/systemd/resolve/stub-resolv.conf"),
+            )),
         };
         let options = sandbox.options_bytes(&spec).unwrap();
         let text = String::from_utf8_lossy(&options);
@@ -362,6 +376,9 @@ mod tests {
         assert!(text.contains("--bind\0/data/checkpoints/r\0/checkpoint\0"));
         assert!(text.contains("--tmpfs\0/etc/gpurent\0"), "{text}");
         assert!(text.contains("--unshare-net\0--info-fd\x004\0--block-fd\x005\0"));
+        assert!(
+            text.contains("--ro-bind\0/agent/resolv.conf\0/run/systemd/resolve/stub-resolv.conf\0")
+        );
         let prefix: Vec<String> = sandbox
             .command_prefix(200_001)
             .iter()

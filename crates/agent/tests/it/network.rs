@@ -135,7 +135,7 @@ async fn network_an_instance_cannot_reach_the_node_loopback() {
 }
 
 /// Egress: the instance reaches a service on the node's own (non-loopback) address, through
-/// pasta, as it would any host's.
+/// pasta, as it would any host's, and has a name server it can reach.
 #[tokio::test]
 async fn network_an_instance_reaches_the_node_address() {
     let dir = tempfile::tempdir().unwrap();
@@ -153,7 +153,7 @@ async fn network_an_instance_reaches_the_node_address() {
         &e,
         &id,
         &format!(
-            "bash -c 'exec 3<>/dev/tcp/{}/{} && echo hello-from-the-instance >&3 && sleep 600'",
+            "bash -c 'exec 3<>/dev/tcp/{}/{} && echo hello-from-the-instance $(grep -m1 ^nameserver /etc/resolv.conf) >&3 && sleep 600'",
             addr.ip(),
             addr.port()
         ),
@@ -178,7 +178,13 @@ async fn network_an_instance_reaches_the_node_address() {
         assert!(n > 0, "closed after {line:?}");
         line.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
-    assert_eq!(line, "hello-from-the-instance\n");
+    // Its name server is one its own network reaches: never one on the node's loopback
+    // (systemd-resolved's stub gives way to the servers it asks).
+    let server = line
+        .strip_prefix("hello-from-the-instance nameserver ")
+        .and_then(|rest| rest.trim().parse::<std::net::IpAddr>().ok())
+        .unwrap_or_else(|| panic!("no name server in {line:?}"));
+    assert!(!server.is_loopback(), "{line:?}");
 }
 
 /// pasta ends with its instance: when the command ends by itself, and when it is stopped (by

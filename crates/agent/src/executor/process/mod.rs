@@ -240,7 +240,10 @@ impl ProcessExecutor {
     /// (pasta installed, and one probe instance started that way); else, with a warning,
     /// instances share the node's network (`network: shared` in `nodes ls`).
     fn give_own_network(&mut self) {
-        let why = match InstanceNetwork::find() {
+        let why = match InstanceNetwork::find().and_then(|mut net| {
+            net.write_resolv_conf(&self.dir)?;
+            Ok(net)
+        }) {
             Ok(net) => {
                 self.network = Some(net);
                 match self.probe_network(&self.dir.join(".netprobe")) {

@@ -139,6 +139,7 @@ impl ProcessExecutor {
                     env: &env,
                     gpus: &a.gpus,
                     own_network,
+                    resolv_conf: self.network.as_ref().and_then(|n| n.resolv_conf()),
                 };
                 Some(
                     sandbox
@@ -247,6 +248,7 @@ impl ProcessExecutor {
             env: &[],
             gpus: &[],
             own_network: true,
+            resolv_conf: self.network.as_ref().and_then(|n| n.resolv_conf()),
         };
         let options = sandbox.options_bytes(&spec)?;
         let mut child = self
