@@ -21,11 +21,6 @@ fn as_user(s: &Setup, token: &str) -> Tenant {
     }
 }
 
-/// The app's host on the apps' site, at the test server's port.
-fn app_host(s: &Setup, port: u16) -> String {
-    format!("{}-{port}.localhost:{}", s.rid, s.server_addr().port())
-}
-
 /// GET `path` on the test server as `host`, with `cookie`: status, headers, body.
 async fn get_as(
     s: &Setup,
@@ -63,7 +58,7 @@ async fn a_link_opens_the_app_for_its_owner_only(backend: Backend) {
         url.starts_with(&format!("http://{addr}/open/gpl_")),
         "{url}"
     );
-    let host = app_host(&s, APP_PORT);
+    let host = s.app_host(APP_PORT);
     assert_eq!(link["app_url"], format!("http://{host}/"));
 
     // No session: log in first, then back to the link.
@@ -124,7 +119,7 @@ async fn a_link_opens_the_app_for_its_owner_only(backend: Backend) {
     let (status, _, _) = get_as(&s, &host, &format!("/?gpurent_link={link_token}"), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     // The ticket on another port's host opens nothing (and is not used up by trying).
-    let other = app_host(&s, DEAD_PORT);
+    let other = s.app_host(DEAD_PORT);
     let (status, _, _) = get_as(&s, &other, &format!("/?{ticket}"), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
@@ -203,24 +198,8 @@ both_stores!(owner_only_link, a_link_opens_the_app_for_its_owner_only);
 async fn an_app_sets_no_cookie_of_ours() {
     let s = setup(Backend::Sqlite, None).await;
     let rid = &s.rid;
-    let owner: Console = login(&s.app, &as_user(&s, &s.owner), "olga").await;
-    let r = s
-        .http
-        .get(s.url(&format!("/instances/{rid}/ports/{APP_PORT}")))
-        .header("cookie", format!("gpurent_session={}", owner.cookie))
-        .send()
-        .await
-        .unwrap();
-    let to = header(r.headers(), "location").unwrap();
-    let host = app_host(&s, APP_PORT);
-    let (_, headers, _) = get_as(
-        &s,
-        &host,
-        &format!("/?{}", to.split_once('?').unwrap().1),
-        None,
-    )
-    .await;
-    let pair = cookie_pair(&header(&headers, "set-cookie").unwrap());
+    let host = s.app_host(APP_PORT);
+    let pair = s.app_cookie().await;
 
     let (status, headers, _) = get_as(&s, &host, "/set-cookies", Some(&pair)).await;
     assert_eq!(status, StatusCode::OK);
@@ -250,6 +229,7 @@ async fn an_app_sets_no_cookie_of_ours() {
     );
 
     // The console's session is no key to the path form (an app there would run with it).
+    let owner: Console = login(&s.app, &as_user(&s, &s.owner), "olga").await;
     let r = s
         .http
         .get(s.url(&format!("/proxy/{rid}/{APP_PORT}/echo")))
