@@ -91,7 +91,8 @@ pub struct Event {
     pub at: DateTime<Utc>,
     pub node_id: Option<String>,
     /// `node_unhealthy`, `node_healthy`; from the agent's VRAM watchdog `vram_over_share`,
-    /// `vram_back_under`, `vram_exceeded`, `foreign_gpu`, `unowned_gpu_process`.
+    /// `vram_back_under`, `vram_exceeded`, `foreign_gpu`, `unowned_gpu_process`; of no node,
+    /// `login_burst` (many refused logins of one account: `detail` says whose).
     pub kind: String,
     pub detail: String,
     /// The reservation it concerns, if any.
