@@ -241,7 +241,8 @@ impl ProcessExecutor {
     /// instances share the node's network (`network: shared` in `nodes ls`).
     fn give_own_network(&mut self) {
         let why = match InstanceNetwork::find().and_then(|mut net| {
-            net.write_resolv_conf(&self.dir)?;
+            // Beside `instances/`, which holds only instances' directories and kept logs.
+            net.write_resolv_conf(self.dir.parent().unwrap_or(&self.dir))?;
             Ok(net)
         }) {
             Ok(net) => {

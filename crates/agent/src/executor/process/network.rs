@@ -133,7 +133,7 @@ impl InstanceNetwork {
             tracing::warn!(%why, "instances may have no DNS");
             text
         });
-        let path = dir.join("resolv.conf");
+        let path = dir.join("instance-resolv.conf");
         std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         self.resolv_conf = Some((path, resolv_conf_target(node)));
         Ok(())
