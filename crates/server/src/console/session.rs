@@ -210,27 +210,12 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequest<
 /// The name of the first field of a urlencoded form whose name or value is not UTF-8 once
 /// decoded (`+` a space, `%XX` a byte).
 fn not_utf8(body: &[u8]) -> Option<String> {
-    let decode = |part: &[u8]| {
-        let mut out = Vec::with_capacity(part.len());
-        let mut i = 0;
-        while i < part.len() {
-            let hex = |at: usize| part.get(at).and_then(|&b| char::from(b).to_digit(16));
-            match (part[i], hex(i + 1), hex(i + 2)) {
-                (b'%', Some(h), Some(l)) => {
-                    out.push(u8::try_from(h * 16 + l).unwrap_or(0));
-                    i += 3;
-                }
-                (b'+', _, _) => {
-                    out.push(b' ');
-                    i += 1;
-                }
-                (b, _, _) => {
-                    out.push(b);
-                    i += 1;
-                }
-            }
-        }
-        out
+    let decode = |part: &[u8]| -> Vec<u8> {
+        let spaced: Vec<u8> = part
+            .iter()
+            .map(|&b| if b == b'+' { b' ' } else { b })
+            .collect();
+        percent_encoding::percent_decode(&spaced).collect()
     };
     body.split(|&b| b == b'&').find_map(|pair| {
         let mut halves = pair.splitn(2, |&b| b == b'=');

@@ -89,7 +89,7 @@ pub(super) async fn allowed(
             }
         }
     }
-    if site == Site::Console {
+    if site == Site::Console || from_another_app(headers) {
         return false;
     }
     let now = state.now();
@@ -105,6 +105,17 @@ pub(super) async fn allowed(
         }
     }
     false
+}
+
+/// Whether a browser says the request comes from another origin of the same site: under a
+/// configured apps' domain every app is one site, so another tenant's app on it would send
+/// this app's `SameSite=Lax` cookie with its requests. Such a request gets no cookie's access
+/// (a bearer token still works); a navigation from the console or a link elsewhere is
+/// `cross-site`, the app's own requests `same-origin`.
+fn from_another_app(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"same-site"))
 }
 
 /// Every value of the cookie `name` the request sends (a browser sends one per path that
@@ -190,11 +201,17 @@ pub(super) async fn redeem(
         if secure { "; Secure" } else { "" }
     );
     let query = query_without_link(uri);
-    // The path the browser sees is the app's own (the rewrite to /proxy/ is ours).
-    let to = if query.is_empty() {
-        via.path.clone()
+    // The path the browser sees is the app's own (the rewrite to /proxy/ is ours); one that
+    // starts `//` would name another host in a Location.
+    let path = if via.path.starts_with("//") {
+        "/"
     } else {
-        format!("{}?{query}", via.path)
+        via.path.as_str()
+    };
+    let to = if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{query}")
     };
     Some(super::redirect(StatusCode::SEE_OTHER, &to, Some(cookie)))
 }

@@ -100,14 +100,8 @@ fn off_the_apps_site(state: &AppState, request: &Request) -> Response {
     if !loopback {
         return crate::error::ApiError::NoRoute(path).into_response();
     }
-    let port = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.rsplit_once(':'))
-        .map(|(_, p)| p)
-        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-        .map(|p| format!(":{p}"))
+    let port = super::request_host(request.headers())
+        .map(super::listener_port)
         .unwrap_or_default();
     let to = format!(
         "{}://127.0.0.1{port}{}",

@@ -181,16 +181,20 @@ pub(crate) fn endpoints(
 /// Where a browser finds a port on the apps' site: `ID-PORT.APPS-DOMAIN`, at the port of the
 /// listener the client reached (`host`, the request's `Host`).
 pub(crate) fn app_url(state: &AppState, host: &str, id: &str, port: u16) -> String {
-    let listener_port = host
-        .rsplit_once(':')
+    format!(
+        "{}://{id}-{port}.{}{}/",
+        scheme(state),
+        state.config.apps_domain.trim_matches('.'),
+        listener_port(host)
+    )
+}
+
+/// `:PORT` of a `Host` value that names one, else nothing: the same listener on another name.
+pub(crate) fn listener_port(host: &str) -> String {
+    host.rsplit_once(':')
         .filter(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
         .map(|(_, p)| format!(":{p}"))
-        .unwrap_or_default();
-    format!(
-        "{}://{id}-{port}.{}{listener_port}/",
-        scheme(state),
-        state.config.apps_domain.trim_matches('.')
-    )
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -144,6 +144,25 @@ async fn a_link_opens_the_app_for_its_owner_only(backend: Backend) {
     let echo: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(echo["uri"], "/echo");
     assert_eq!(echo["headers"]["cookie"], "theme=dark", "{echo}");
+    // Not from another app of the same site (another tenant's, under a shared apps' domain),
+    // which the browser would send it with; the app's own requests, and navigations from
+    // elsewhere, are the cookie's.
+    for (fetch_site, expected) in [
+        ("same-site", StatusCode::NOT_FOUND),
+        ("same-origin", StatusCode::OK),
+        ("cross-site", StatusCode::OK),
+    ] {
+        let r = s
+            .http
+            .get(s.url("/echo"))
+            .header("host", &host)
+            .header("cookie", &pair)
+            .header("sec-fetch-site", fetch_site)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), expected, "Sec-Fetch-Site: {fetch_site}");
+    }
     // ... for that app's host only: not another port, not the console's path form.
     let (status, _, _) = get_as(&s, &other, "/echo", Some(&pair)).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
@@ -230,6 +249,19 @@ async fn an_app_sets_no_cookie_of_ours() {
 
     // The console's session is no key to the path form (an app there would run with it).
     let owner: Console = login(&s.app, &as_user(&s, &s.owner), "olga").await;
+    // A ticket redeemed at a path that starts `//` goes on to `/`, never to another host.
+    let r = s
+        .http
+        .get(s.url(&format!("/instances/{rid}/ports/{APP_PORT}")))
+        .header("cookie", format!("gpurent_session={}", owner.cookie))
+        .send()
+        .await
+        .unwrap();
+    let to = header(r.headers(), "location").unwrap();
+    let ticket = to.split_once('?').unwrap().1;
+    let (status, headers, _) = get_as(&s, &host, &format!("//evil.example/x?{ticket}"), None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(header(&headers, "location").as_deref(), Some("/"));
     let r = s
         .http
         .get(s.url(&format!("/proxy/{rid}/{APP_PORT}/echo")))

@@ -51,7 +51,7 @@ const MAX_NEXT: usize = 2048;
 /// control character, raw or percent-encoded.
 fn is_local_path(n: &str) -> bool {
     let visible = |b: u8| b.is_ascii_graphic() && b != b'\\';
-    let decoded = percent_decoded(n.as_bytes());
+    let decoded: Vec<u8> = percent_encoding::percent_decode(n.as_bytes()).collect();
     n.len() <= MAX_NEXT
         && n.starts_with('/')
         && !n.starts_with("//")
@@ -60,25 +60,6 @@ fn is_local_path(n: &str) -> bool {
             .iter()
             .all(|&b| visible(b) || b == b' ' || b >= 0x80)
         && !decoded.starts_with(b"//")
-}
-
-/// `%XX` decoded (an invalid escape kept as it is).
-fn percent_decoded(bytes: &[u8]) -> Vec<u8> {
-    let hex = |b: u8| char::from(b).to_digit(16);
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if let (b'%', Some(&h), Some(&l)) = (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
-            if let (Some(h), Some(l)) = (hex(h), hex(l)) {
-                out.push(u8::try_from(h * 16 + l).unwrap_or(b'%'));
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    out
 }
 
 pub(crate) async fn form(
