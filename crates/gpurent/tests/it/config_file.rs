@@ -1,0 +1,1 @@
+//! The configuration files: `--config`, `config check`, `config print` and SIGHUP.

@@ -1,0 +1,1 @@
+//! The `.deb` from `scripts/package.sh`, installed into a fresh Debian root.

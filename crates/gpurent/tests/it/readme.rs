@@ -1,0 +1,1 @@
+//! The README's two commands and its tour, run as written.
