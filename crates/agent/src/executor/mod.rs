@@ -26,6 +26,7 @@ pub use limits::GpuLimits;
 pub use process::{Isolation, ProcessExecutor, DEFAULT_INSTANCE_UID_BASE};
 pub use resources::{HostCapacity, InstanceLimits, ResourcesPerGpu};
 pub use sandbox::UID_RANGE as INSTANCE_UID_RANGE;
+pub use sandbox::{running_as_root, system_tool};
 pub use sim::SimExecutor;
 
 use crate::entry::{Entered, EntryError, EntryRequest};

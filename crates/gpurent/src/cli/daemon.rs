@@ -98,6 +98,11 @@ pub struct UpArgs {
     /// control plane's own are at /metrics on --listen).
     #[arg(long, value_name = "HOST:PORT")]
     pub agent_metrics_listen: Option<SocketAddr>,
+    /// Do not install what the process executor needs when it is missing. By default `up`, run
+    /// as root, installs bubblewrap (isolation) and passt (instances' own network) with
+    /// apt-get, saying so.
+    #[arg(long)]
+    pub no_install: bool,
     #[command(flatten)]
     pub tls: Box<ServerTlsArgs>,
     #[command(flatten)]

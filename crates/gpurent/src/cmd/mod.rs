@@ -22,6 +22,7 @@ pub mod instance_sftp;
 pub mod lock;
 pub mod open;
 pub mod port_forward;
+pub mod prereqs;
 pub mod private;
 pub mod report;
 pub mod report_csv;

@@ -23,6 +23,7 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
     let agent_dir = args.data_dir.join("agent");
     super::private::agent_data_dir(&agent_dir)?;
     let mut lock = DataDirLock::acquire(&args.data_dir)?;
+    super::prereqs::install_missing(&args.node, args.no_install);
     let master_key = super::server::master_key(&args.keys, &args.data_dir)?;
     let url = format!("sqlite://{}", args.data_dir.join("gpurent.db").display());
     let store = super::server::open_store(&url).await?;
