@@ -4,6 +4,7 @@
 
 mod api;
 mod bench;
+mod config;
 mod daemon;
 
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 pub use api::*;
 pub use bench::*;
+pub use config::*;
 pub use daemon::*;
 
 #[derive(Debug, Parser)]

@@ -4,14 +4,13 @@
 mod api_client;
 mod cli;
 mod cmd;
+mod config;
 mod output;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use crate::api_client::CliError;
-use crate::cli::{BenchCommand, Cli, Command, DaemonCommand};
+use crate::cli::{BenchCommand, Command, DaemonCommand};
 
 /// mimalloc: with glibc's allocator, `malloc` and `free` took a fifth of the busy CPU of the
 /// reservation path and a sixth of the control plane's under `bench fleet`, contended between
@@ -30,9 +29,9 @@ fn init_logging() {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
+    let cli = match config::parse(std::env::args_os().collect()) {
+        Ok(parsed) => parsed.cli,
+        Err(config::ParseError::Usage(e)) => {
             // With --json, a usage error is a JSON error too; help and version print as usual.
             let wants_json = std::env::args_os()
                 .take_while(|a| a != "--")
@@ -48,6 +47,11 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             e.exit();
+        }
+        Err(e) => {
+            // A configuration file's flaw: the daemon does not start.
+            eprintln!("error: {}", output::escape_control(&e.to_string()));
+            return ExitCode::from(2);
         }
     };
     // Before the runtime: the helper enters a mount namespace, which needs a process of
@@ -142,6 +146,13 @@ fn run_daemon(
             report_daemon(runtime.block_on(cmd::bench_chaos::run(args, json)))
         }
         DaemonCommand::Sim(args) => report_daemon(cmd::sim::run(&args, json)),
+        DaemonCommand::Config(command) => match config::print::run(command, json) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                report_cli_error(&CliError::new("config", format!("{e:#}")), json);
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

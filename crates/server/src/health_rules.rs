@@ -7,7 +7,7 @@ use gpurent_types::agent::{BurnInState, GpuSample};
 use gpurent_types::api::HealthIssue;
 
 /// The thresholds.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthRules {
     /// At or above this temperature a GPU is too hot.
     pub max_temperature_c: u32,

@@ -22,6 +22,7 @@ mod policy;
 mod proxy;
 mod rate_limit;
 mod reauth;
+pub mod reload;
 mod report;
 mod routes;
 pub mod secrets;
@@ -243,6 +244,18 @@ pub struct RunningServer {
     maintenance: JoinHandle<()>,
     /// On PostgreSQL, the watch of other replicas' changes (`jobs/versions.rs`).
     versions: Option<JoinHandle<()>>,
+    /// The served certificate, read again by a reload.
+    tls_resolver: Option<Arc<tls::ReloadingResolver>>,
+}
+
+/// What a reload changed.
+#[derive(Debug)]
+pub struct Reloaded {
+    /// The settings that differ from before, by name.
+    pub changed: Vec<&'static str>,
+    /// Under TLS: the served certificate's fingerprint, or why the files did not load (the
+    /// old certificate stays).
+    pub tls: Option<Result<String, String>>,
 }
 
 impl RunningServer {
@@ -266,12 +279,14 @@ impl RunningServer {
         let state = AppState::new(store, clock, config);
         let router = routes::router(state.clone());
         let (stop, stopped) = watch::channel(false);
+        let mut tls_resolver = None;
         let tls = match &state.config.tls {
             None => None,
             Some(settings) => {
                 let resolver = tls::ReloadingResolver::load(&settings.cert, &settings.key)?;
                 tracing::info!(fingerprint = %resolver.fingerprint(), "TLS 1.3 on, mutual TLS for agents");
                 let config = tls::server_config(resolver.clone(), &settings.node_ca)?;
+                tls_resolver = Some(Arc::clone(&resolver));
                 tokio::spawn(resolver.watch(
                     settings.cert.clone(),
                     settings.key.clone(),
@@ -313,7 +328,31 @@ impl RunningServer {
             http,
             maintenance,
             versions,
+            tls_resolver,
         })
+    }
+
+    /// Puts `live` in force (SIGHUP) and reads the TLS certificate's files again now. Says
+    /// what changed; refused whole when the currency would change.
+    pub fn reload(&self, live: reload::Live) -> Result<Reloaded, reload::ReloadError> {
+        let rates = live.rate_limits;
+        let changed = self.state.live.replace(live)?;
+        self.state.rate_limits.set(&rates);
+        let tls = match (&self.tls_resolver, &self.state.config.tls) {
+            (Some(resolver), Some(settings)) => {
+                Some(resolver.reload(&settings.cert, &settings.key).map_err(|e| {
+                    let mut message = e.to_string();
+                    let mut source = std::error::Error::source(&e);
+                    while let Some(cause) = source {
+                        message.push_str(&format!(": {cause}"));
+                        source = cause.source();
+                    }
+                    message
+                }))
+            }
+            _ => None,
+        };
+        Ok(Reloaded { changed, tls })
     }
 
     /// Runs one maintenance pass now (tests call this after moving the clock).

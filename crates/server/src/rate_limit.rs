@@ -53,26 +53,46 @@ struct Bucket {
     at: Instant,
 }
 
-/// Token buckets of one rate, by key.
-#[derive(Debug)]
+/// Token buckets of one rate, by key; no rate: no limit. A reload may change the rate.
+#[derive(Debug, Default)]
 pub struct Limiter {
-    rate: Rate,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    inner: Mutex<Buckets>,
+}
+
+#[derive(Debug, Default)]
+struct Buckets {
+    rate: Option<Rate>,
+    by_key: HashMap<String, Bucket>,
 }
 
 impl Limiter {
-    pub fn new(rate: Rate) -> Self {
+    pub fn new(rate: Option<Rate>) -> Self {
         Limiter {
-            rate,
-            buckets: Mutex::default(),
+            inner: Mutex::new(Buckets {
+                rate,
+                by_key: HashMap::new(),
+            }),
+        }
+    }
+
+    /// From now on, `rate` (the buckets keep their tokens, up to the new burst).
+    pub fn set_rate(&self, rate: Option<Rate>) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.rate = rate;
+        if rate.is_none() {
+            inner.by_key.clear();
         }
     }
 
     /// Takes one token from `key`'s bucket at `now`, or says how long until one is there.
     pub fn take(&self, key: &str, now: Instant) -> Result<(), Duration> {
-        let burst = f64::from(self.rate.burst.max(1));
-        let per_second = self.rate.per_second.max(f64::MIN_POSITIVE);
-        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(rate) = inner.rate else {
+            return Ok(());
+        };
+        let burst = f64::from(rate.burst.max(1));
+        let per_second = rate.per_second.max(f64::MIN_POSITIVE);
+        let buckets = &mut inner.by_key;
         if buckets.len() >= MAX_BUCKETS {
             buckets.retain(|_, b| {
                 b.tokens + now.duration_since(b.at).as_secs_f64() * per_second < burst
@@ -98,16 +118,22 @@ impl Limiter {
 /// The limiters of one control plane process.
 #[derive(Debug, Default)]
 pub struct RateLimiters {
-    per_token: Option<Limiter>,
-    per_address: Option<Limiter>,
+    per_token: Limiter,
+    per_address: Limiter,
 }
 
 impl RateLimiters {
     pub fn new(limits: &RateLimits) -> Self {
         RateLimiters {
-            per_token: limits.per_token.map(Limiter::new),
-            per_address: limits.per_address.map(Limiter::new),
+            per_token: Limiter::new(limits.per_token),
+            per_address: Limiter::new(limits.per_address),
         }
+    }
+
+    /// The rates of a reload.
+    pub fn set(&self, limits: &RateLimits) {
+        self.per_token.set_rate(limits.per_token);
+        self.per_address.set_rate(limits.per_address);
     }
 }
 
@@ -130,14 +156,14 @@ pub(crate) async fn limit(State(state): State<AppState>, request: Request, next:
             .get::<ConnectInfo<crate::tls::Peer>>()
             .filter(|_| !internal)
             .map(|ConnectInfo(peer)| peer.addr.ip().to_string());
-        if let (Some(limiter), Some(address)) = (&limits.per_address, address) {
-            if let Err(wait) = limiter.take(&address, now) {
+        if let Some(address) = address {
+            if let Err(wait) = limits.per_address.take(&address, now) {
                 return ApiError::RateLimited { retry_after: wait }.into_response();
             }
         }
         let token = crate::auth::bearer(request.headers()).ok().map(hash_token);
-        if let (Some(limiter), Some(token)) = (&limits.per_token, token) {
-            if let Err(wait) = limiter.take(&token, now) {
+        if let Some(token) = token {
+            if let Err(wait) = limits.per_token.take(&token, now) {
                 return ApiError::RateLimited { retry_after: wait }.into_response();
             }
         }
@@ -151,10 +177,10 @@ mod tests {
 
     #[test]
     fn a_bucket_allows_its_burst_then_refills_at_its_rate() {
-        let limiter = Limiter::new(Rate {
+        let limiter = Limiter::new(Some(Rate {
             per_second: 2.0,
             burst: 3,
-        });
+        }));
         let t0 = Instant::now();
         for _ in 0..3 {
             assert!(limiter.take("a", t0).is_ok());

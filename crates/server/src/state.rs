@@ -20,6 +20,8 @@ pub struct Shared {
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
     pub config: Arc<ServerConfig>,
+    /// The settings a reload (SIGHUP) may change; read them here, not in `config`.
+    pub live: Arc<crate::reload::LiveConfig>,
     pub wake: Arc<NodeWakers>,
     pub elastic: Arc<ElasticState>,
     pub alerts: Arc<crate::jobs::alerts::AlertState>,
@@ -76,6 +78,9 @@ impl AppState {
             rate_limits: Arc::new(crate::rate_limit::RateLimiters::new(&config.rate_limits)),
             store,
             clock,
+            live: Arc::new(crate::reload::LiveConfig::new(crate::reload::Live::of(
+                &config,
+            ))),
             config: Arc::new(config),
             wake: Arc::new(NodeWakers::default()),
             tunnels,
@@ -85,6 +90,11 @@ impl AppState {
             console_reports: Arc::default(),
             expected: Arc::default(),
         }))
+    }
+
+    /// The prices, limits and rules in force now.
+    pub fn live(&self) -> Arc<crate::reload::Live> {
+        self.live.get()
     }
 
     pub fn now(&self) -> DateTime<Utc> {

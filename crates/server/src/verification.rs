@@ -7,7 +7,7 @@ use gpurent_types::api::{HostCheck, HostVerification};
 
 /// The rules, with defaults from the seeds (a link at x8 instead of x16 cost 41% more training
 /// time) and what a production host needs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostPolicy {
     /// Oldest driver accepted (`550.54.15`), compared part by part; `None`: any.
     pub min_driver: Option<String>,

@@ -23,6 +23,9 @@ pub enum DaemonCommand {
     Server(Box<ServerArgs>),
     /// A node agent on a GPU host.
     Agent(Box<AgentArgs>),
+    /// Check a configuration file, or show the configuration a daemon would run with.
+    #[command(subcommand, display_order = 899)]
+    Config(super::ConfigCommand),
     /// Benchmarks (see BENCHMARKS.md).
     #[command(subcommand, display_order = 900)]
     Bench(BenchCommand),
@@ -72,6 +75,10 @@ pub struct InstanceSftpArgs {
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
+    /// Read options from this TOML file (keys: the long flags' names, e.g. `listen =
+    /// "0.0.0.0:8080"`); a flag or environment variable overrides it (docs/operators.md).
+    #[arg(long, env = "GPURENT_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     #[arg(long, default_value = "./gpurent-data")]
     pub data_dir: PathBuf,
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -123,6 +130,11 @@ pub struct UpArgs {
 
 #[derive(Debug, Args)]
 pub struct ServerArgs {
+    /// Read options from this TOML file (keys: the long flags' names, e.g. `listen =
+    /// "0.0.0.0:8080"`); a flag or environment variable overrides it (default:
+    /// /etc/gpurent/server.toml when present; docs/operators.md).
+    #[arg(long, env = "GPURENT_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// The SSH endpoint (`ssh -p PORT RESERVATION_ID@HOST`); off unless given.
@@ -303,6 +315,11 @@ pub struct KeysArgs {
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
+    /// Read options from this TOML file (keys: the long flags' names, e.g. `listen =
+    /// "0.0.0.0:8080"`); a flag or environment variable overrides it (default:
+    /// /etc/gpurent/agent.toml when present; docs/operators.md).
+    #[arg(long, env = "GPURENT_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Join token from `gpurent nodes join-token`; not needed once the node is registered.
     #[arg(long, env = "GPURENT_JOIN_TOKEN", hide_env_values = true)]
     pub join_token: Option<String>,

@@ -38,7 +38,7 @@ pub async fn run(mut args: AgentArgs, server: &str, tls: ClientTls) -> anyhow::R
     }
     let mut task = tokio::spawn(agent.run(stopped));
     tokio::select! {
-        r = super::shutdown_signal() => r?,
+        r = stop_signal() => r?,
         // Stopped unasked: its error (a refused registration, say) is the reason to print.
         r = &mut task => {
             r.context("the agent task failed")?.context("the agent failed")?;
@@ -50,6 +50,23 @@ pub async fn run(mut args: AgentArgs, server: &str, tls: ClientTls) -> anyhow::R
         .context("the agent task failed")?
         .context("the agent failed")?;
     Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM. A SIGHUP (a service manager's reload) changes nothing, and
+/// says so: the agent's settings take a restart.
+async fn stop_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
+    let stop = super::shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            r = &mut stop => return r,
+            _ = hup.recv() => tracing::warn!(
+                "SIGHUP: the agent reloads nothing; restart it to apply a changed configuration"
+            ),
+        }
+    }
 }
 
 /// The agent's node flags: its heartbeat, and its lease (`--lease-secs`, else a heartbeat less

@@ -24,6 +24,7 @@ pub mod open;
 pub mod port_forward;
 pub mod prereqs;
 pub mod private;
+pub mod reload;
 pub mod report;
 pub mod report_csv;
 pub mod report_plot;

@@ -50,7 +50,11 @@ pub fn install_missing(node: &NodeArgs, no_install: bool) {
         eprintln!(
             "gpurent: not installing {} (--no-install): {}",
             packages.join(" and "),
-            missing.iter().map(|t| t.without).collect::<Vec<_>>().join(", ")
+            missing
+                .iter()
+                .map(|t| t.without)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         return;
     }
@@ -58,9 +62,17 @@ pub fn install_missing(node: &NodeArgs, no_install: bool) {
         eprintln!(
             "gpurent: {} missing and this system has no apt-get: install {} with its package \
              manager ({})",
-            missing.iter().map(|t| t.program).collect::<Vec<_>>().join(" and "),
+            missing
+                .iter()
+                .map(|t| t.program)
+                .collect::<Vec<_>>()
+                .join(" and "),
             packages.join(" and "),
-            missing.iter().map(|t| t.without).collect::<Vec<_>>().join(", ")
+            missing
+                .iter()
+                .map(|t| t.without)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         return;
     };
@@ -89,7 +101,12 @@ pub fn install_missing(node: &NodeArgs, no_install: bool) {
 /// `apt-get install -y PACKAGE`, and once more after `apt-get update` when the first try
 /// fails (a fresh machine often has no package lists yet). apt's own progress goes to stderr.
 fn apt_install(apt: &std::path::Path, package: &str) -> Result<(), String> {
-    let install = || run_apt(apt, &["install", "-y", "-q", "--no-install-recommends", package]);
+    let install = || {
+        run_apt(
+            apt,
+            &["install", "-y", "-q", "--no-install-recommends", package],
+        )
+    };
     if install().is_ok() {
         return Ok(());
     }

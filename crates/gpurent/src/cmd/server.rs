@@ -65,7 +65,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     }
     print_line(&format!("gpurent ready: {base}"));
     super::console_hint(&base);
-    super::shutdown_signal().await?;
+    super::reload::until_stopped(&server, crate::cli::Daemon::Server).await?;
     super::lock::remove_server_url(&args.data_dir);
     stop_ssh(ssh, &args.data_dir).await;
     let store = server.state.store.clone();
@@ -175,22 +175,7 @@ pub async fn start(
         Ok(files) => tracing::debug!(soft = files.soft, hard = files.hard, "open-files limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-files limit"),
     }
-    let prices = match prices {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the price file {}", path.display()))?;
-            let prices = PriceList::from_toml(&text)
-                .with_context(|| format!("in the price file {}", path.display()))?;
-            // Said on stderr as well as in the log: `up` and `server` start anyway, with the
-            // owner's prices as written.
-            for incoherence in prices.incoherences() {
-                eprintln!("warning: the price file {}: {incoherence}", path.display());
-                tracing::warn!(file = %path.display(), "{incoherence}");
-            }
-            prices
-        }
-        None => PriceList::defaults(),
-    };
+    let live = super::reload::live(prices, host, access)?;
     let apps_domain = apps_domain(http.apps_domain.as_deref())?;
     if apps_domain == gpurent_server::DEFAULT_APPS_DOMAIN && !listen.ip().is_loopback() {
         tracing::warn!(
@@ -210,14 +195,13 @@ pub async fn start(
         Arc::new(store),
         clock,
         ServerConfig {
-            prices,
+            prices: live.prices,
             queue_timeout,
             scale,
-            host_policy: host_policy(host),
-            alert_webhook: host.alert_webhook.clone(),
-            idle_reclaim: (host.idle_reclaim_minutes > 0)
-                .then(|| std::time::Duration::from_secs(host.idle_reclaim_minutes * 60)),
-            health_rules: health_rules(host),
+            host_policy: live.host_policy,
+            alert_webhook: live.alert_webhook,
+            idle_reclaim: live.idle_reclaim,
+            health_rules: live.health_rules,
             heartbeat_interval: liveness.heartbeat(),
             missed_heartbeats: liveness.missed_heartbeats.max(1),
             audit,
@@ -226,8 +210,8 @@ pub async fn start(
             ),
             master_key,
             session_ttl: std::time::Duration::from_secs(u64::from(access.session_hours) * 3600),
-            rate_limits: rate_limits(access),
-            tenant_limits: tenant_limits(access),
+            rate_limits: live.rate_limits,
+            tenant_limits: live.tenant_limits,
             http: http.limits(),
             advertise_url: http.advertise_url.clone(),
             apps_domain,
@@ -237,6 +221,25 @@ pub async fn start(
     )
     .await?;
     Ok(server)
+}
+
+/// The price file's prices (its incoherences said on stderr and in the log), or the
+/// built-in ones.
+pub fn load_prices(path: Option<&std::path::Path>) -> anyhow::Result<PriceList> {
+    let Some(path) = path else {
+        return Ok(PriceList::defaults());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the price file {}", path.display()))?;
+    let prices = PriceList::from_toml(&text)
+        .with_context(|| format!("in the price file {}", path.display()))?;
+    // Said on stderr as well as in the log: `up` and `server` start anyway, with the owner's
+    // prices as written.
+    for incoherence in prices.incoherences() {
+        eprintln!("warning: the price file {}: {incoherence}", path.display());
+        tracing::warn!(file = %path.display(), "{incoherence}");
+    }
+    Ok(prices)
 }
 
 /// The master key that seals tenants' secrets: `GPURENT_MASTER_KEY` (hex), else the file
@@ -387,7 +390,7 @@ fn redact(url: &str) -> String {
 }
 
 /// `--rate-limit-per-token` and `--rate-limit-per-address`: N a second, bursts of 2N.
-fn rate_limits(access: &crate::cli::AccessArgs) -> RateLimits {
+pub fn rate_limits(access: &crate::cli::AccessArgs) -> RateLimits {
     let rate = |n: u32| {
         (n > 0).then(|| Rate {
             per_second: f64::from(n),
@@ -401,7 +404,7 @@ fn rate_limits(access: &crate::cli::AccessArgs) -> RateLimits {
 }
 
 /// `--max-reservations-per-tenant` (0: none) and `--max-spend-per-hour`.
-fn tenant_limits(access: &crate::cli::AccessArgs) -> TenantLimits {
+pub fn tenant_limits(access: &crate::cli::AccessArgs) -> TenantLimits {
     TenantLimits {
         max_reservations: match access.max_reservations_per_tenant {
             0 => u32::MAX,

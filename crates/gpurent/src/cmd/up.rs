@@ -153,7 +153,7 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
     super::console_hint(&base);
 
     let agent_failed = tokio::select! {
-        r = super::shutdown_signal() => { r?; None }
+        r = super::reload::until_stopped(&server, crate::cli::Daemon::Up) => { r?; None }
         r = &mut agent => Some(r),
     };
     super::lock::remove_server_url(&args.data_dir);

@@ -161,7 +161,7 @@ pub(crate) async fn guard(
         };
     }
     request.extensions_mut().insert(viewer);
-    let currency = state.config.prices.currency().to_owned();
+    let currency = state.live().prices.currency().to_owned();
     layout::CURRENCY.scope(currency, next.run(request)).await
 }
 

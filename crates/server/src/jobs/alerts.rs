@@ -37,7 +37,7 @@ impl Default for AlertState {
 /// Sends the events not yet delivered, in a task of its own (one at a time), so that a slow
 /// receiver never holds up the maintenance loop.
 pub(crate) async fn deliver(state: &AppState) {
-    let Some(url) = state.config.alert_webhook.clone() else {
+    let Some(url) = state.live().alert_webhook.clone() else {
         return;
     };
     let alerts = state.alerts.clone();

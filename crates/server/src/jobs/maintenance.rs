@@ -40,7 +40,7 @@ async fn pass(state: &AppState, fence: Fence) -> Result<(), JobError> {
     for node in nodes {
         state.wake.wake(&node);
     }
-    if let Some(idle) = state.config.idle_reclaim {
+    if let Some(idle) = state.live().idle_reclaim {
         let since = chrono::Duration::from_std(idle)
             .ok()
             .and_then(|d| now.checked_sub_signed(d))

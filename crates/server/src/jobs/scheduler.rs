@@ -41,7 +41,7 @@ pub(crate) async fn pass(state: &AppState) -> Result<(), JobError> {
     for (id, placement) in &plan.placements {
         match state
             .store
-            .place_queued(id, placement, &state.config.prices, now)
+            .place_queued(id, placement, &state.live().prices, now)
             .await?
         {
             Some(nodes) => {

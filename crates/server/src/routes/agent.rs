@@ -63,7 +63,7 @@ pub(crate) async fn register(
     let verification = body
         .host
         .as_ref()
-        .map(|host| verify(&state.config.host_policy, host, &body.gpus));
+        .map(|host| verify(&state.live().host_policy, host, &body.gpus));
     // An agent that does not say is an older one, whose process executor did not isolate.
     let isolated = body
         .host
@@ -178,7 +178,7 @@ pub(crate) async fn sync(
     // The GPUs' health, from this sample: a breach keeps the node out of placement. The sync
     // read what is recorded: the same issues again need no more.
     if let Some(telemetry) = &body.telemetry {
-        let mut issues = breaches(&state.config.health_rules, &telemetry.gpus);
+        let mut issues = breaches(&state.live().health_rules, &telemetry.gpus);
         issues.extend(burn_in_issue(telemetry.burn_in.as_ref()));
         if !issues.is_empty() {
             tracing::warn!(%node_id, ?issues, "GPU health rules breached");
@@ -214,7 +214,7 @@ pub(crate) async fn sync(
                 .set_capacity(&node_id, host.cpus, host.memory_mb)
                 .await?;
         }
-        let verification = verify(&state.config.host_policy, host, &body.gpus);
+        let verification = verify(&state.live().host_policy, host, &body.gpus);
         if !verification.ok {
             tracing::warn!(%node_id, checks = ?verification.checks, "node failed host verification");
         }

@@ -25,7 +25,7 @@ pub(crate) async fn offers(
     Ok(Json(
         state
             .store
-            .offers(&state.config.prices, state.live_since())
+            .offers(&state.live().prices, state.live_since())
             .await?,
     ))
 }
@@ -50,7 +50,7 @@ pub(crate) async fn create(
 ) -> Result<(StatusCode, Json<Reservation>), ApiError> {
     let card = card_vram_mb(&state, &body).await?;
     let mut new = validate::reservation(&caller.0.id, &body, idempotency_key(&headers)?, card)?;
-    new.limits = state.config.tenant_limits;
+    new.limits = state.live().tenant_limits;
     if !body.secrets.is_empty() {
         new.sealed_secrets = Some(
             crate::secrets::seal(&*state.config.master_key, &body.secrets)
@@ -65,7 +65,7 @@ pub(crate) async fn create(
                 .store
                 .reserve_recorded(
                     new,
-                    &state.config.prices,
+                    &state.live().prices,
                     state.live_since(),
                     now,
                     &expected,
@@ -82,7 +82,7 @@ pub(crate) async fn create(
                 .store
                 .reserve(
                     new,
-                    &state.config.prices,
+                    &state.live().prices,
                     state.live_since(),
                     now,
                     &expected,

@@ -79,7 +79,7 @@ pub(crate) async fn invoice(
         month,
         period_start: from,
         period_end: to,
-        currency: state.config.prices.currency().to_owned(),
+        currency: state.live().prices.currency().to_owned(),
         lines,
         total,
     };

@@ -180,7 +180,7 @@ pub(crate) async fn balance(
     let (balance, held, earnings) = state.store.accounts(&caller.0.id).await?;
     Ok(Json(Balance {
         balance,
-        currency: state.config.prices.currency().to_owned(),
+        currency: state.live().prices.currency().to_owned(),
         held,
         earnings,
     }))

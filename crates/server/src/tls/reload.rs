@@ -48,6 +48,14 @@ impl ReloadingResolver {
         }
     }
 
+    /// Reads the pair again now (SIGHUP): the new certificate's fingerprint once it serves,
+    /// or why it does not (the old one stays).
+    pub fn reload(&self, cert: &Path, key: &Path) -> Result<String, TlsError> {
+        let new = load_certified_key(cert, key)?;
+        self.replace(new);
+        Ok(self.fingerprint())
+    }
+
     /// Polls the files every `every` until `stopped`: a changed pair that loads replaces the
     /// certificate; one that does not is logged and the old certificate stays.
     pub async fn watch(

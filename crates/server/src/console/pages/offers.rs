@@ -248,7 +248,7 @@ fn quote_of(
         },
     };
     let quote = state
-        .config
+        .live()
         .prices
         .quote(&new.gpu_type, size, new.duration_s, new.tier, new.bid)
         .map_err(|e| e.to_string())?;
