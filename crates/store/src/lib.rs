@@ -6,6 +6,7 @@
 
 mod access;
 mod audit_trail;
+pub mod backup;
 mod error;
 mod model;
 mod proxy;

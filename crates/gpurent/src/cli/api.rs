@@ -397,6 +397,50 @@ pub enum AdminCommand {
     LedgerCheck,
     /// How spot instances ended: the spot success rate.
     Spot,
+    /// Copy the control plane, while it runs, into FILE: the database as of one commit and the
+    /// data dir's keys (master key, admin token, TLS). FILE holds secrets (mode 0600). Local:
+    /// reads the data dir or database, needs no token.
+    Backup(BackupArgs),
+    /// Restore a backup into a data dir (and with --database-url into an empty PostgreSQL
+    /// database); then start `up` or `server` on it. Refused while a server runs on the dir.
+    Restore(RestoreArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// The backup file to write (replaced atomically when it exists).
+    pub file: PathBuf,
+    /// The control plane's data dir.
+    #[arg(long, default_value = "./gpurent-data")]
+    pub data_dir: PathBuf,
+    /// sqlite://PATH (default: DATA_DIR/gpurent.db) or postgres://... (one host; a standby's
+    /// is best).
+    #[arg(long, env = "GPURENT_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// The master key, when it is not DATA_DIR/master.key (`GPURENT_MASTER_KEY` wins).
+    #[arg(long, value_name = "FILE")]
+    pub master_key_file: Option<PathBuf>,
+    /// The directory of pg_dump and pg_restore (default: the PATH's).
+    #[arg(long, value_name = "DIR")]
+    pub pg_bin: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The backup file (from `gpurent admin backup`).
+    pub file: PathBuf,
+    /// The data dir to restore into (made when missing).
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// For a PostgreSQL backup: the empty database to restore into.
+    #[arg(long, env = "GPURENT_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Replace the database and keys that the data dir (or database) already holds.
+    #[arg(long)]
+    pub force: bool,
+    /// The directory of pg_restore (default: the PATH's).
+    #[arg(long, value_name = "DIR")]
+    pub pg_bin: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

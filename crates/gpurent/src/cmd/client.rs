@@ -46,6 +46,16 @@ pub async fn run(
     tls: &gpurent_agent::tls::ClientTls,
     json: bool,
 ) -> Result<(), CliError> {
+    // Local operations on a data dir or database: no control plane, no token.
+    let command = match command {
+        Command::Admin(AdminCommand::Backup(args)) => {
+            return super::backup::backup(args, json).await
+        }
+        Command::Admin(AdminCommand::Restore(args)) => {
+            return super::backup::restore(args, json).await
+        }
+        command => command,
+    };
     // An explicitly empty token means none: no fallback to the admin's.
     let (token, withheld) = match token {
         Some(t) if t.trim().is_empty() => (None, None),
@@ -105,6 +115,8 @@ pub async fn run(
         Command::Nodes(NodesCommand::Revoke { node }) => nodes::revoke(&api, node, json).await?,
         Command::Nodes(NodesCommand::Ls) => nodes::ls(&api, json).await?,
         Command::Admin(AdminCommand::LedgerCheck) => admin::ledger_check(&api, json).await?,
+        // Served above, without the API.
+        Command::Admin(AdminCommand::Backup(_) | AdminCommand::Restore(_)) => {}
         Command::Report(report) => super::report::run(&api, report, json).await?,
         Command::Audit(audit) => super::audit::run(&api, audit, json).await?,
         Command::Users(UsersCommand::Passwd { user_id }) => {

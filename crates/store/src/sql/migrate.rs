@@ -149,6 +149,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
 ];
 
+/// The last migration this binary knows.
+pub(crate) fn latest() -> i64 {
+    MIGRATIONS.last().map_or(0, |&(version, _, _)| version)
+}
+
 /// A line `-- postgres only below` or `-- sqlite only below` in a migration starts a part that
 /// runs on that database only (storage settings, or a table rebuild where SQLite cannot alter a
 /// constraint), up to the next such line; `-- both below` goes back to what runs on both.

@@ -61,6 +61,11 @@ pub use settlement::Settled;
 
 use crate::{Backend, Result, StoreError};
 
+/// The last schema migration this binary knows (`backup` refuses a copy of a later one).
+pub(crate) fn latest_migration() -> i64 {
+    migrate::latest()
+}
+
 /// A GPU row's `switch_group`, as the placer's number.
 pub(crate) fn switch_of(row: &sqlx::any::AnyRow) -> Result<Option<u32>> {
     use sqlx::Row;
