@@ -38,6 +38,11 @@
 #   GPURENT_TEST_BROWSER=1     (the default) install Chromium and chromedriver when
 #                              missing: the web console's tests then must run in it;
 #                              0 skips the browser tests (a quicker targeted run).
+#   GPURENT_TEST_DEBIAN_ROOT=0 skip the package test (as root it installs the .deb of
+#                              scripts/package.sh into a fresh Debian root made with
+#                              debootstrap, cached in ~/.cache/gpurent-test/, and boots it
+#                              with systemd-nspawn); debootstrap, systemd-container,
+#                              binutils and cargo-deb are installed when missing.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -418,6 +423,29 @@ ensure_chromium() {
 }
 
 # ---------------------------------------------------------------------------
+# The package test: cargo-deb makes the .deb (scripts/package.sh; objcopy from binutils splits
+# out the debug info), debootstrap a fresh Debian root to install it in, systemd-nspawn
+# (systemd-container) boots that root.
+# ---------------------------------------------------------------------------
+
+ensure_packaging() {
+  if ! is_root || [ "${GPURENT_TEST_DEBIAN_ROOT:-1}" = 0 ]; then
+    say "not root or GPURENT_TEST_DEBIAN_ROOT=0: the package test will be skipped"
+    return 0
+  fi
+  local -a missing=()
+  [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
+  command -v systemd-nspawn >/dev/null 2>&1 || missing+=(systemd-container)
+  command -v objcopy >/dev/null 2>&1 || missing+=(binutils)
+  command -v flock >/dev/null 2>&1 || missing+=(util-linux)
+  [ "${#missing[@]}" -eq 0 ] || apt_install "${missing[@]}"
+  if ! command -v cargo-deb >/dev/null 2>&1; then
+    say "installing cargo-deb with cargo install (once; a minute or two)"
+    cargo install cargo-deb --version 3.8.0 --locked --quiet >&2 || die "cargo install cargo-deb failed"
+  fi
+}
+
+# ---------------------------------------------------------------------------
 
 # shellcheck disable=SC2317  # the EXIT trap
 cleanup() {
@@ -440,6 +468,7 @@ probe_netns
 ensure_bwrap
 ensure_openssh_client
 ensure_openssh_server
+ensure_packaging
 if [ "${GPURENT_TEST_SKIP_PROMTOOL:-0}" != 1 ]; then
   ensure_promtool
 fi

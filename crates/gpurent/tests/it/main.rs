@@ -26,6 +26,7 @@ mod console_tenant;
 mod console_terminal;
 mod crash;
 mod data_dir;
+mod debian_root;
 mod docker_and_processes;
 mod failover_processes;
 mod first_run;
