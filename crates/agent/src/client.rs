@@ -38,6 +38,19 @@ pub struct ControlPlane {
     retry: RetryPolicy,
 }
 
+/// The agent protocol and release, on every call: the control plane serves this agent or
+/// says why not.
+fn protocol_headers() -> reqwest::header::HeaderMap {
+    use gpurent_types::agent::{AGENT_PROTOCOL, AGENT_PROTOCOL_HEADER, AGENT_VERSION_HEADER};
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(AGENT_PROTOCOL_HEADER, AGENT_PROTOCOL.into());
+    headers.insert(
+        AGENT_VERSION_HEADER,
+        reqwest::header::HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+    );
+    headers
+}
+
 /// `URL1,URL2,...` as a list, each without its trailing `/`.
 fn bases(base: &str) -> std::sync::Arc<[String]> {
     base.split(',')
@@ -49,6 +62,7 @@ fn bases(base: &str) -> std::sync::Arc<[String]> {
 impl ControlPlane {
     pub fn new(base: &str, retry: RetryPolicy) -> Self {
         let http = reqwest::Client::builder()
+            .default_headers(protocol_headers())
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(90))
             .build()
@@ -69,6 +83,7 @@ impl ControlPlane {
         }
         let http = tls
             .reqwest_builder()?
+            .default_headers(protocol_headers())
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(90))
             .build()

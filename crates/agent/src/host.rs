@@ -29,6 +29,7 @@ pub(crate) fn host_facts(
         shared_network: Some(shared_network),
         cpus: capacity.map(|c| c.cpus()),
         memory_mb: capacity.map(|c| c.memory_mb),
+        agent_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
     }
 }
 

@@ -99,6 +99,27 @@ impl FromRequestParts<AppState> for Caller {
 #[derive(Debug, Clone)]
 pub struct AgentNode(pub String);
 
+/// Whether this control plane serves the agent protocol a request's headers name (none: the
+/// releases before the header, protocol 1); Err says why not and what to do.
+pub fn agent_protocol(headers: &axum::http::HeaderMap) -> Result<(), String> {
+    use gpurent_types::agent::{
+        agent_protocol_refusal, AGENT_PROTOCOL_HEADER, AGENT_VERSION_HEADER,
+    };
+    let protocol = match headers.get(AGENT_PROTOCOL_HEADER) {
+        None => 1,
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .ok_or_else(|| format!("{AGENT_PROTOCOL_HEADER} must be a number"))?,
+    };
+    let version = headers
+        .get(AGENT_VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.len() <= 64 && v.chars().all(|c| c.is_ascii_graphic()));
+    agent_protocol_refusal(protocol, version).map_or(Ok(()), Err)
+}
+
 impl FromRequestParts<AppState> for AgentNode {
     type Rejection = ApiError;
 
@@ -115,6 +136,10 @@ impl FromRequestParts<AppState> for AgentNode {
             Err(never) => match never {},
         };
         crate::routes::agent::cert_agrees(state, &node, &cert, &peer)?;
+        if let Err(why) = agent_protocol(&parts.headers) {
+            crate::routes::agent::refuse_protocol(state, &node, &why).await;
+            return Err(ApiError::AgentProtocol(why));
+        }
         Ok(AgentNode(node))
     }
 }

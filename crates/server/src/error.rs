@@ -46,6 +46,9 @@ pub enum ApiError {
     WrongPassword,
     #[error("{0}")]
     Internal(String),
+    /// An agent whose protocol this control plane does not serve (too old or too new).
+    #[error("{0}")]
+    AgentProtocol(String),
     /// What the proxy answers when the app behind a published port cannot be reached (the
     /// message is for the client: nothing listens, the agent is not connected).
     #[error("{0}")]
@@ -67,6 +70,7 @@ impl ApiError {
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::Malformed(_) => (StatusCode::BAD_REQUEST, "malformed_request"),
             ApiError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_value"),
+            ApiError::AgentProtocol(_) => (StatusCode::CONFLICT, "agent_protocol"),
             ApiError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UnsupportedMediaType(_) => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")

@@ -52,6 +52,13 @@ pub fn verify(policy: &HostPolicy, facts: &HostFacts, gpus: &[GpuInfo]) -> HostV
         ),
         (None, false) => pass("container_toolkit", "not needed (no GPU containers)".into()),
     });
+    checks.push(pass(
+        "agent",
+        match &facts.agent_version {
+            Some(version) => format!("gpurent {version}"),
+            None => "an earlier release (agent protocol 1)".into(),
+        },
+    ));
     checks.push(match facts.disk_free_mb {
         None => pass("disk", "not reported".into()),
         Some(mb) if mb / 1024 >= policy.min_disk_free_gb => pass(
@@ -175,7 +182,8 @@ mod tests {
     fn a_healthy_host_passes() {
         let v = verify(&HostPolicy::default(), &facts(), &[h200(16)]);
         assert!(v.ok, "{v:?}");
-        assert_eq!(v.checks.len(), 5);
+        // pcie, driver, cuda, container toolkit, agent, disk.
+        assert_eq!(v.checks.len(), 6);
     }
 
     #[test]

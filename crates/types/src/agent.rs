@@ -9,6 +9,46 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+/// The agent protocol this release speaks, sent by the agent with every call in the
+/// [`AGENT_PROTOCOL_HEADER`] header. It goes up by one in a release whose agent protocol
+/// changed; the control plane serves agents of its own protocol and of the one before
+/// ([`OLDEST_AGENT_PROTOCOL`]), so agents are upgraded after the control plane, one release
+/// at a time. Agents that send no header speak protocol 1 (the releases before the header).
+pub const AGENT_PROTOCOL: u32 = 2;
+
+/// The oldest agent protocol the control plane serves: one release back.
+pub const OLDEST_AGENT_PROTOCOL: u32 = AGENT_PROTOCOL - 1;
+
+/// The header that carries an agent's protocol (a decimal number).
+pub const AGENT_PROTOCOL_HEADER: &str = "gpurent-agent-protocol";
+
+/// The header that carries an agent's release (`gpurent --version`'s number), for messages.
+pub const AGENT_VERSION_HEADER: &str = "gpurent-agent-version";
+
+/// Why a control plane of this release cannot serve an agent that speaks `protocol` (of
+/// release `version`, when it said), and what to do; `None` when it can.
+pub fn agent_protocol_refusal(protocol: u32, version: Option<&str>) -> Option<String> {
+    let agent = match version {
+        Some(version) => format!("this agent (gpurent {version}) speaks agent protocol {protocol}"),
+        None => format!("this agent speaks agent protocol {protocol}"),
+    };
+    let served = format!(
+        "this control plane (gpurent {}) serves protocols {OLDEST_AGENT_PROTOCOL} to {AGENT_PROTOCOL}",
+        env!("CARGO_PKG_VERSION")
+    );
+    if protocol > AGENT_PROTOCOL {
+        Some(format!(
+            "{agent}, newer than {served}: upgrade the control plane's replicas first, then the agents"
+        ))
+    } else if protocol < OLDEST_AGENT_PROTOCOL {
+        Some(format!(
+            "{agent}, older than {served}: upgrade the agent (one release at a time)"
+        ))
+    } else {
+        None
+    }
+}
+
 /// A GPU as the agent found it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct GpuInfo {
@@ -163,6 +203,9 @@ pub struct HostFacts {
     /// The host's memory (`MemTotal`), MiB; absent from older agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
+    /// The agent's release (`gpurent --version`'s number); absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -420,4 +463,20 @@ pub struct SyncResponse {
     /// control plane).
     #[serde(default)]
     pub log_room: BTreeMap<String, u64>,
+}
+
+#[cfg(test)]
+mod protocol_tests {
+    use super::*;
+
+    #[test]
+    fn the_control_plane_serves_its_own_protocol_and_the_one_before() {
+        assert_eq!(agent_protocol_refusal(AGENT_PROTOCOL, Some("0.1.0")), None);
+        assert_eq!(agent_protocol_refusal(OLDEST_AGENT_PROTOCOL, None), None);
+        let newer = agent_protocol_refusal(AGENT_PROTOCOL + 1, Some("9.0.0")).unwrap();
+        assert!(newer.contains("gpurent 9.0.0"), "{newer}");
+        assert!(newer.contains("upgrade the control plane"), "{newer}");
+        let older = agent_protocol_refusal(OLDEST_AGENT_PROTOCOL - 1, None).unwrap();
+        assert!(older.contains("upgrade the agent"), "{older}");
+    }
 }

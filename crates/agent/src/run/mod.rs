@@ -415,7 +415,15 @@ impl Agent {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot sync with the control plane");
+                    match &e {
+                        // Not a passing fault: it lasts until one of the two is upgraded.
+                        AgentError::Refused { message, .. }
+                            if message.ends_with("(agent_protocol)") =>
+                        {
+                            tracing::error!("the control plane does not serve this agent: {message}");
+                        }
+                        _ => tracing::warn!(error = %e, "cannot sync with the control plane"),
+                    }
                     if !fenced && last_contact.elapsed() > self.config.lease {
                         self.fence(stops).await;
                         fenced = true;

@@ -32,8 +32,10 @@ const MAX_EVENTS: usize = 1000;
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn register(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     AgentJson(mut body): AgentJson<RegisterNode>,
 ) -> Result<(StatusCode, Json<NodeRegistered>), ApiError> {
+    crate::auth::agent_protocol(&headers).map_err(ApiError::AgentProtocol)?;
     let name_ok = !body.name.is_empty()
         && body.name.len() <= 64
         && body
@@ -127,7 +129,7 @@ pub(crate) async fn register(
 #[utoipa::path(post, path = "/api/v1/agent/sync", tag = "agent", request_body = SyncRequest,
     security(("bearer" = [])),
     responses((status = 200, body = SyncResponse), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(crate) async fn sync(
     State(state): State<AppState>,
     AgentNode(node_id): AgentNode,
@@ -296,6 +298,23 @@ pub(crate) async fn sync(
 /// The node token names the node; its certificate must agree (defense in depth: a stolen
 /// token alone is not enough over TLS), and must not be revoked. `AgentNode` checks it on
 /// every agent request.
+/// A known node's agent speaks a protocol this control plane does not serve: said in its
+/// host verification (so `nodes ls` shows why, and it gets no work) and in the log.
+pub(crate) async fn refuse_protocol(state: &AppState, node_id: &str, why: &str) {
+    tracing::warn!(%node_id, "agent refused: {why}");
+    let verification = gpurent_types::api::HostVerification {
+        ok: false,
+        checks: vec![gpurent_types::api::HostCheck {
+            name: "agent".into(),
+            ok: false,
+            detail: why.to_owned(),
+        }],
+    };
+    if let Err(e) = state.store.set_verification(node_id, &verification).await {
+        tracing::warn!(%node_id, error = %e, "cannot record the refused agent");
+    }
+}
+
 pub(crate) async fn check_node_cert(
     state: &AppState,
     node_id: &str,

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod access;
+mod agent_protocol;
 mod app;
 mod audit;
 mod authz;

@@ -109,7 +109,8 @@ pub struct HostVerification {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct HostCheck {
-    /// `pcie:<gpu index>`, `driver`, `cuda`, `container_toolkit`, `disk`.
+    /// `pcie:<gpu index>`, `driver`, `cuda`, `container_toolkit`, `agent` (its release, or
+    /// why its protocol is not served), `disk`.
     pub name: String,
     pub ok: bool,
     pub detail: String,

@@ -100,6 +100,20 @@ impl Client {
         Self::decode(r.send().await.expect("send")).await
     }
 
+    /// A POST with more headers (an agent's protocol, say).
+    pub async fn post_with_headers(
+        &self,
+        path: &str,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, Value) {
+        let mut r = self.request(reqwest::Method::POST, path).json(body);
+        for (name, value) in headers {
+            r = r.header(*name, *value);
+        }
+        Self::decode(r.send().await.expect("send")).await
+    }
+
     /// A raw body with a content type, for malformed requests.
     pub async fn post_raw(
         &self,
