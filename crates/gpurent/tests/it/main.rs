@@ -30,6 +30,7 @@ mod debian_root;
 mod docker_and_processes;
 mod failover_processes;
 mod first_run;
+mod first_run_fresh;
 mod ha_stack;
 mod host_limits;
 mod http_ports;

@@ -64,11 +64,19 @@ impl Daemon {
         if args.first() == Some(&"up") && !args.contains(&"--ssh-listen") {
             args.extend(["--ssh-listen", "off"]);
         }
-        let mut child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        command
             .current_dir(cwd)
             .args(&args)
+            .envs(env.iter().copied());
+        Daemon::spawn(command, log)
+    }
+
+    /// Starts `command` (a `gpurent` daemon, perhaps run by another program: chroot, say),
+    /// its stderr to `log`, and waits for its `gpurent ready: URL` line.
+    pub fn spawn(mut command: Command, log: std::fs::File) -> Daemon {
+        let mut child = command
             .env("GPURENT_LOG", "info,sqlx=warn")
-            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
