@@ -420,7 +420,9 @@ impl Agent {
                         AgentError::Refused { message, .. }
                             if message.ends_with("(agent_protocol)") =>
                         {
-                            tracing::error!("the control plane does not serve this agent: {message}");
+                            tracing::error!(
+                                "the control plane does not serve this agent: {message}"
+                            );
                         }
                         _ => tracing::warn!(error = %e, "cannot sync with the control plane"),
                     }
