@@ -373,6 +373,61 @@ fn a_renewed_certificate_is_served_without_a_restart() {
     assert_eq!(users.code, 0, "{users:?}");
 }
 
+/// SIGHUP reads the certificate's files at once (the poll here is an hour apart); a pair that
+/// does not load is said in the log and the served one stays.
+#[test]
+fn sighup_serves_a_renewed_certificate_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["127.0.0.1".to_owned()];
+    let [old, new]: [PathBuf; 2] = ["old", "new"].map(|n| dir.path().join(n));
+    let [first, second] = [&old, &new].map(|dir| self_signed(dir, &names));
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    copy_pair(&old, &cert, &key);
+    let data = dir.path().join("data");
+    let log = dir.path().join("server.log");
+    let server = Daemon::start(
+        &[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--tls-reload-secs",
+            "3600",
+        ],
+        &log,
+    );
+    assert_eq!(served_fingerprint(&server.url), first.fingerprint);
+    let hup = || {
+        let pid = server.child.id().to_string();
+        assert!(std::process::Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    copy_pair(&new, &cert, &key);
+    hup();
+    let renewed = format!("TLS certificate {}", second.fingerprint);
+    eventually("the reload logged", 10, || {
+        std::fs::read_to_string(&log).unwrap().contains(&renewed)
+    });
+    assert_eq!(served_fingerprint(&server.url), second.fingerprint);
+
+    std::fs::write(&cert, "not a certificate").unwrap();
+    hup();
+    eventually("the broken pair logged", 10, || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("the TLS certificate's files did not load, the old one stays")
+    });
+    assert_eq!(served_fingerprint(&server.url), second.fingerprint);
+}
+
 #[test]
 fn agents_sync_on_mutual_tls_and_a_revoked_node_is_cut_off() {
     let cluster = Cluster::start_tls("127.0.0.1:0");
