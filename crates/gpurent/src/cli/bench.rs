@@ -16,6 +16,8 @@ pub enum BenchCommand {
     Agent(BenchAgentArgs),
     /// Settlement periods of many running reservations.
     Settle(BenchSettleArgs),
+    /// `admin backup` and `admin restore` of a control plane with many reservations, timed.
+    Backup(BenchBackupArgs),
     /// Time until a reservation runs again elsewhere after its node's agent is killed.
     Failover(BenchFailoverArgs),
     /// Audit trail: records written per second in batches, and the whole trail verified.
@@ -197,6 +199,22 @@ pub struct BenchSettleArgs {
     /// Periods to settle, one minute apart (the first after the bulk load, then steady ones).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=100))]
     pub periods: u16,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchBackupArgs {
+    /// sqlite://PATH or postgres://... of an empty database to fill (default: a fresh SQLite
+    /// file).
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// On PostgreSQL: the empty database to restore into.
+    #[arg(long)]
+    pub restore_database_url: Option<String>,
+    #[arg(long, default_value_t = 1_000_000)]
+    pub reservations: usize,
+    /// The directory of pg_dump and pg_restore (default: the PATH's).
+    #[arg(long, value_name = "DIR")]
+    pub pg_bin: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

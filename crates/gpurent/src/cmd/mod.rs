@@ -10,6 +10,7 @@ pub mod backup_restore;
 pub mod bench;
 pub mod bench_agent;
 pub mod bench_audit;
+pub mod bench_backup;
 pub mod bench_chaos;
 pub mod bench_common;
 pub mod bench_console;
