@@ -58,6 +58,7 @@ mod ssh_replicas;
 mod ssh_support;
 mod support;
 mod tls;
+mod tls_renewal;
 mod unisolated;
 mod vram_watchdog;
 mod web_terminal;
