@@ -1,4 +1,5 @@
-//! An agent the control plane refuses at registration says why, with the server's reason.
+//! An agent the control plane refuses at registration says why, with the server's reason; a node
+//! that fails verification shows why in `nodes ls`.
 
 use crate::support::{Cluster, Daemon};
 
@@ -31,4 +32,26 @@ fn an_agent_refused_at_registration_prints_the_reason() {
         "the last line must say the server's reason (409 conflict, name taken):\n{stderr}"
     );
     drop(first);
+}
+
+/// A node that fails host verification is `unverified`, and `nodes ls` says which check
+/// failed and why (a refused agent's protocol is said the same way).
+#[test]
+fn nodes_ls_says_why_a_node_is_unverified() {
+    let cluster = Cluster::start_with("127.0.0.1:0", &["--min-disk-free-gb", "999999"]);
+    let _agent = cluster.agent("box-1", &cluster.agent_args("box-1", &[]));
+    crate::support::eventually("the node unverified", 30, || {
+        cluster.node_status("box-1").as_deref() == Some("unverified")
+    });
+    let table = cluster.cli(Some(&cluster.admin), false, &["nodes", "ls"]);
+    assert_eq!(table.code, 0, "{table:?}");
+    let row = table
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("box-1"))
+        .unwrap_or_else(|| panic!("no row for box-1: {}", table.stdout));
+    assert!(
+        row.contains("unverified") && row.contains("disk: ") && row.ends_with("under 999999 GiB"),
+        "{row}"
+    );
 }

@@ -44,7 +44,16 @@ pub(super) async fn ls(api: &ApiClient, json: bool) -> Result<(), CliError> {
     }
     let mut rows = Vec::new();
     for n in &nodes {
+        // Why an unverified node gets no work (a refused agent, an old driver), on its first
+        // row.
+        let mut failed = n
+            .verification
+            .iter()
+            .flat_map(|v| v.checks.iter().filter(|c| !c.ok))
+            .map(|c| format!("{}: {}", c.name, c.detail))
+            .collect::<Vec<_>>();
         for g in &n.gpus {
+            let mut health: Vec<String> = std::mem::take(&mut failed);
             rows.push(vec![
                 n.name.clone(),
                 n.status.clone(),
@@ -63,12 +72,15 @@ pub(super) async fn ls(api: &ApiClient, json: bool) -> Result<(), CliError> {
                 g.model.clone(),
                 g.vram_gb.to_string(),
                 g.status.clone(),
-                n.health
-                    .iter()
-                    .filter(|h| h.gpu_uuid == g.uuid)
-                    .map(|h| h.detail.as_str())
-                    .collect::<Vec<_>>()
-                    .join("; "),
+                {
+                    health.extend(
+                        n.health
+                            .iter()
+                            .filter(|h| h.gpu_uuid == g.uuid)
+                            .map(|h| h.detail.clone()),
+                    );
+                    health.join("; ")
+                },
             ]);
         }
     }
