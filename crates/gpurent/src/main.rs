@@ -124,6 +124,9 @@ fn run_daemon(
             init_logging();
             report_daemon(runtime.block_on(cmd::bench_settle::run(args, json)))
         }
+        DaemonCommand::Bench(BenchCommand::Start(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_start::run(args, json)))
+        }
         DaemonCommand::Bench(BenchCommand::Backup(args)) => {
             report_daemon(runtime.block_on(cmd::bench_backup::run(args, json)))
         }

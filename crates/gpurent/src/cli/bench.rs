@@ -18,6 +18,9 @@ pub enum BenchCommand {
     Settle(BenchSettleArgs),
     /// `admin backup` and `admin restore` of a control plane with many reservations, timed.
     Backup(BenchBackupArgs),
+    /// `gpurent server`'s start to `/readyz` 200: on an empty data dir, and restarted on one
+    /// with many reservations.
+    Start(BenchStartArgs),
     /// Time until a reservation runs again elsewhere after its node's agent is killed.
     Failover(BenchFailoverArgs),
     /// Audit trail: records written per second in batches, and the whole trail verified.
@@ -215,6 +218,16 @@ pub struct BenchBackupArgs {
     /// The directory of pg_dump and pg_restore (default: the PATH's).
     #[arg(long, value_name = "DIR")]
     pub pg_bin: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchStartArgs {
+    /// Reservations in the data dir of the restarts (0: only the empty data dir).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub reservations: usize,
+    /// Starts of each case.
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
 }
 
 #[derive(Debug, Args)]

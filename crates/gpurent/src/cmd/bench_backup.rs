@@ -44,7 +44,7 @@ fn gpurent(args: &[&str]) -> anyhow::Result<serde_json::Value> {
     Ok(doc)
 }
 
-async fn seed(url: &str, reservations: usize) -> anyhow::Result<()> {
+pub(crate) async fn seed(url: &str, reservations: usize) -> anyhow::Result<()> {
     let store = SqlStore::connect(url).await.context("open the store")?;
     let start = chrono::Utc::now();
     store.ensure_admin("bench-admin", start).await?;

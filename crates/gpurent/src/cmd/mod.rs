@@ -20,6 +20,7 @@ pub mod bench_fleet_agent;
 pub mod bench_running;
 pub mod bench_settle;
 pub mod bench_ssh;
+pub mod bench_start;
 pub mod client;
 pub mod cp;
 pub mod instance_sftp;
