@@ -186,9 +186,10 @@ fn the_package_installs_into_a_fresh_debian_and_its_units_give_a_control_plane_a
     phase(&mut clock, "scripts/package.sh --profile dev --no-build");
     for file in [&deb, &dbgsym] {
         let name = file.file_name().expect("a file name");
-        std::fs::copy(file, root.path().join("tmp").join(name)).expect("copy the package in");
+        // Not /tmp: the booted system mounts a tmpfs there.
+        std::fs::copy(file, root.path().join("root").join(name)).expect("copy the package in");
     }
-    let debs = "/tmp/gpurent_*.deb /tmp/gpurent-dbgsym_*.deb";
+    let debs = "/root/gpurent_*.deb /root/gpurent-dbgsym_*.deb";
 
     // dpkg alone stops at the missing Depends; apt-get -f installs them from the root's own
     // sources, without the Recommends.
@@ -349,6 +350,20 @@ fn the_package_installs_into_a_fresh_debian_and_its_units_give_a_control_plane_a
     );
     phase(&mut clock, "systemctl enable --now gpurent-server");
 
+    // `systemctl reload` reads the configuration again in the same process.
+    let pid = vm.ok("systemctl show -p MainPID --value gpurent-server");
+    vm.ok("systemctl reload gpurent-server");
+    wait_for("the reload to be logged", 30, || {
+        let log = vm.ok("journalctl -u gpurent-server --no-pager -o cat");
+        log.contains("reloaded on SIGHUP").then_some(()).ok_or(log)
+    });
+    assert_eq!(
+        vm.ok("systemctl show -p MainPID --value gpurent-server"),
+        pid,
+        "a reload is not a restart"
+    );
+    phase(&mut clock, "systemctl reload gpurent-server");
+
     let token = vm.ok("cd /var/lib/gpurent && gpurent nodes join-token");
     let token = token.trim();
     assert!(token.starts_with("gpj_"), "a join token: {token}");
@@ -399,6 +414,51 @@ fn the_package_installs_into_a_fresh_debian_and_its_units_give_a_control_plane_a
     let logs = vm.ok(&format!("cd /var/lib/gpurent && {env} gpurent logs {id}"));
     assert!(logs.contains("hi-from-the-package"), "{logs}");
     phase(&mut clock, "a reservation ran");
+
+    // An upgrade (the same package again: its postinst try-restarts both running units)
+    // leaves the agent's instances running: the new agent adopts them (KillMode=process).
+    let long =
+        cli(&vm, &env, "reserve --gpu rtx4090 --hours 1 -- sleep 600").expect("a reservation");
+    let long = long["id"].as_str().expect("its id").to_owned();
+    wait_for("the instance to run", 60, || {
+        let r = cli(&vm, &env, &format!("get {long}"))?;
+        (r["status"] == "running")
+            .then_some(())
+            .ok_or(r.to_string())
+    });
+    let sleeps = "for p in /proc/[0-9]*; do \
+        [ \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" = 'sleep 600 ' ] && echo ${p#/proc/}; done; true";
+    let before = vm.ok(sleeps);
+    assert_eq!(before.lines().count(), 1, "one `sleep 600`: {before:?}");
+    let pids = "systemctl show -p MainPID --value gpurent-server gpurent-agent";
+    let before_upgrade = vm.ok(pids);
+    vm.ok("dpkg -i /root/gpurent_*.deb");
+    wait_for("both restarted, the node ready again", 60, || {
+        let now = vm.ok(pids);
+        // `systemctl show` parts its units' answers with an empty line.
+        let restarted = now
+            .lines()
+            .filter(|l| !l.is_empty())
+            .zip(before_upgrade.lines().filter(|l| !l.is_empty()))
+            .all(|(n, b)| n != b && n != "0");
+        let nodes = cli(&vm, "", "nodes ls")?;
+        (restarted && nodes[0]["status"] == "ready")
+            .then_some(())
+            .ok_or(format!(
+                "main pids {now:?} (before {before_upgrade:?}), {nodes}"
+            ))
+    });
+    // A few heartbeats with the new agent.
+    std::thread::sleep(Duration::from_secs(5));
+    let r = cli(&vm, &env, &format!("get {long}")).expect("the reservation");
+    assert_eq!(r["status"], "running", "after the agent's restart: {r}");
+    assert_eq!(vm.ok(sleeps), before, "the same instance runs on");
+    vm.ok(&format!("cd /var/lib/gpurent && {env} gpurent stop {long}"));
+    wait_for("the stopped instance to end", 60, || {
+        let left = vm.ok(sleeps);
+        left.trim().is_empty().then_some(()).ok_or(left)
+    });
+    phase(&mut clock, "an instance outlived an upgrade");
 
     // Both stop cleanly on SIGTERM.
     vm.ok("systemctl stop gpurent-agent gpurent-server");

@@ -233,13 +233,16 @@ async fn a_hot_gpu_on_the_nodes_page(backend: Backend) {
         ..Faults::default()
     });
     let node = || async { app.admin().get("/api/v1/nodes").await.1[0].clone() };
-    app.eventually("the node to be unhealthy", || async {
-        node().await["status"] == "unhealthy"
+    // Health and telemetry travel in different reports: wait for both to show the fault, so
+    // the page and the API below describe the same state.
+    app.eventually("the node to be unhealthy and report 91 °C", || async {
+        let n = node().await;
+        n["status"] == "unhealthy" && n["gpus"][0]["telemetry"]["temperature_c"] == 91
     })
     .await;
     let admin = login_admin(&app).await;
-    let page = admin.get("/nodes").await;
     let node = node().await;
+    let page = admin.get("/nodes").await;
     page.assert_has("data-field=\"node-status\" data-status=\"unhealthy\"");
     let issue = &node["health"][0];
     assert_eq!(issue["rule"], "temperature", "{node}");
