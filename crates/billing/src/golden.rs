@@ -232,15 +232,15 @@ proptest! {
     }
 }
 
-/// The README's price-file example is one the server takes, and says what it says.
+/// The operators' guide's price-file example is one the server takes, and says what it says.
 #[test]
-fn the_readme_price_file_parses() {
-    let readme = include_str!("../../../README.md");
-    let block = readme
+fn the_documented_price_file_parses() {
+    let guide = include_str!("../../../docs/operators.md");
+    let block = guide
         .split("```toml\n")
         .find(|b| b.starts_with("currency = "))
         .and_then(|b| b.split("```").next())
-        .unwrap_or_else(|| panic!("the README has no price-file example"));
+        .unwrap_or_else(|| panic!("docs/operators.md has no price-file example"));
     let list = PriceList::from_toml(block).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         list.price_per_gpu_hour(

@@ -20,7 +20,10 @@ pub use daemon::*;
 #[command(
     name = "gpurent",
     version,
-    about = "Rent GPUs by the second: control plane, node agent and CLI"
+    about = "Rent GPUs by the second: control plane, node agent and CLI",
+    after_help = "Guides: docs/tenants.md (reserving, logs, ssh, billing), docs/hosts.md (a GPU \
+                  host's agent), docs/operators.md (the control plane), docs/configuration.md \
+                  (configuration files)."
 )]
 pub struct Cli {
     /// The control plane's URL.

@@ -43,6 +43,7 @@ pub enum ApiCommand {
     /// What your nodes earned, per node (hosts).
     Earnings(Window),
     /// Reserve GPUs.
+    #[command(after_help = "Guide: docs/tenants.md (tiers, prices, queueing, images, ports).")]
     Reserve(ReserveArgs),
     /// Show one reservation.
     Get { id: String },
@@ -97,8 +98,11 @@ pub enum ApiCommand {
         #[arg(long, short)]
         follow: bool,
     },
-    /// Checks of the platform's books (admin).
-    #[command(subcommand)]
+    /// Checks of the platform's books, backups and restores (admin).
+    #[command(
+        subcommand,
+        after_help = "Guide: docs/operators.md; backups and restores: docs/operations.md."
+    )]
     Admin(AdminCommand),
     /// Usage reports (admin): a day as CSV, JSON and charts, a week per price tier.
     #[command(subcommand)]

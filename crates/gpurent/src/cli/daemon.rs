@@ -18,13 +18,26 @@ pub enum DaemonCommand {
     #[command(name = "instance-sftp", hide = true)]
     InstanceSftp(InstanceSftpArgs),
     /// Everything on one machine: control plane on SQLite plus a local node agent.
+    #[command(
+        after_help = "Guide: README.md (run it), docs/hosts.md and docs/operators.md; \
+                            options from a file: docs/configuration.md."
+    )]
     Up(Box<UpArgs>),
     /// The control plane only.
+    #[command(
+        after_help = "Guide: docs/operators.md; options from a file and SIGHUP: \
+                            docs/configuration.md; upgrades and backups: docs/operations.md."
+    )]
     Server(Box<ServerArgs>),
     /// A node agent on a GPU host.
+    #[command(after_help = "Guide: docs/hosts.md; options from a file: docs/configuration.md.")]
     Agent(Box<AgentArgs>),
     /// Check a configuration file, or show the configuration a daemon would run with.
-    #[command(subcommand, display_order = 899)]
+    #[command(
+        subcommand,
+        display_order = 899,
+        after_help = "Guide: docs/configuration.md."
+    )]
     Config(super::ConfigCommand),
     /// Benchmarks (see BENCHMARKS.md).
     #[command(subcommand, display_order = 900)]

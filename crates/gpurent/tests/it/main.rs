@@ -32,6 +32,7 @@ mod failover_processes;
 mod first_run;
 mod first_run_fresh;
 mod ha_stack;
+mod help_guides;
 mod host_limits;
 mod http_ports;
 mod instance_network;
