@@ -81,6 +81,15 @@ pub(crate) async fn set_password(
             "password: {n} characters; it needs {MIN_PASSWORD} to {MAX_PASSWORD}"
         )));
     }
+    // Checked even where it is not needed: a request the schema rejects is rejected.
+    if let Some(current) = &body.current_password {
+        let n = current.chars().count();
+        if !(1..=MAX_PASSWORD).contains(&n) {
+            return Err(ApiError::Invalid(format!(
+                "current_password: {n} characters; it needs 1 to {MAX_PASSWORD}"
+            )));
+        }
+    }
     if own {
         // Always the current one, however fresh the login: a session alone never changes it.
         if reauth::has_password(&state, &caller.0).await? {

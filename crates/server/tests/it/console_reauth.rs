@@ -130,8 +130,22 @@ both_stores!(console_reauth, an_old_session_needs_the_password);
 async fn the_api_rule_for_sessions_and_tokens(backend: Backend) {
     let app = TestApp::with(backend).with_manual_clock().start().await;
     let tina = app.tenant("tina", "10").await;
-    // The first password needs none (there is none yet); the next needs the current one,
-    // even with an API token.
+    // The first password needs none (there is none yet), but one given must still be one
+    // the schema allows; the next needs the current one, even with an API token.
+    let (status, body) = tina
+        .client
+        .post(
+            "/api/v1/users/me/password",
+            &json!({"password": PASSWORD, "current_password": ""}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("current_password")),
+        "{body}"
+    );
     let (status, body) = tina
         .client
         .post("/api/v1/users/me/password", &json!({"password": PASSWORD}))

@@ -2,6 +2,7 @@
 //! environment) for a shell, a command, SFTP or port forwarding.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use super::procfs::{process_environment, process_start, process_uid};
 use super::{InstanceFile, ProcessExecutor};
@@ -9,18 +10,33 @@ use crate::entry::sftp::SftpTarget;
 use crate::entry::{session, tcp, Entered, EntryError, EntryKind, EntryRequest, LocalTarget};
 use crate::executor::sandbox;
 
+/// How long a session waits for a just-started instance's workload to take its uid.
+const STARTING_WAIT: Duration = Duration::from_secs(10);
+
+/// What a session finds of an instance.
+enum Lookup {
+    Running(LocalTarget),
+    /// Started, but its workload has not yet dropped to the instance's uid (bwrap is still
+    /// setting it up): a moment later it runs.
+    Starting,
+    Gone,
+}
+
 impl ProcessExecutor {
-    /// Where a running instance is, for a session: None when it is not running.
-    fn entry_target(&self, id: &str) -> Option<LocalTarget> {
+    /// Where a running instance is, for a session.
+    fn entry_target(&self, id: &str) -> Lookup {
         // A reservation id names a directory of ours: nothing else.
         if id.is_empty() || id.starts_with('.') || id.contains(['/', '\0']) {
-            return None;
+            return Lookup::Gone;
         }
-        let file: InstanceFile = std::fs::read(self.instance_dir(id).join("instance.json"))
+        let Some(file) = std::fs::read(self.instance_dir(id).join("instance.json"))
             .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())?;
+            .and_then(|b| serde_json::from_slice::<InstanceFile>(&b).ok())
+        else {
+            return Lookup::Gone;
+        };
         if self.exit_code(id).is_some() || !self.group_alive(&file) {
-            return None;
+            return Lookup::Gone;
         }
         let procs: Vec<PathBuf> = self
             .cgroup
@@ -36,11 +52,14 @@ impl ProcessExecutor {
             (Some(uid), Some(cg)) => {
                 // The workload: the oldest of the instance's processes that run as its uid
                 // (the wrapper and bwrap are the agent's).
-                let pid = cg
+                let Some(pid) = cg
                     .pids(id)
                     .into_iter()
                     .filter(|&p| process_uid(p) == Some(uid))
-                    .min_by_key(|&p| process_start(p).unwrap_or(u64::MAX))?;
+                    .min_by_key(|&p| process_start(p).unwrap_or(u64::MAX))
+                else {
+                    return Lookup::Starting;
+                };
                 (
                     Some(pid),
                     pid,
@@ -51,7 +70,7 @@ impl ProcessExecutor {
             // Unisolated: the wrapper shell has the instance's environment.
             _ => (None, file.pgid, self.home_path(id), None),
         };
-        Some(LocalTarget {
+        Lookup::Running(LocalTarget {
             reservation_id: id.to_owned(),
             namespaces_of,
             procs,
@@ -67,11 +86,20 @@ impl ProcessExecutor {
         id: &str,
         request: EntryRequest,
     ) -> Result<Entered, EntryError> {
-        let target = self
-            .entry_target(id)
-            .ok_or_else(|| EntryError::NotRunning {
-                reservation_id: id.to_owned(),
-            })?;
+        let deadline = Instant::now() + STARTING_WAIT;
+        let target = loop {
+            match self.entry_target(id) {
+                Lookup::Running(target) => break target,
+                Lookup::Starting if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Lookup::Starting | Lookup::Gone => {
+                    return Err(EntryError::NotRunning {
+                        reservation_id: id.to_owned(),
+                    })
+                }
+            }
+        };
         match &request.kind {
             // In the workload's network namespace: its own, or the node's for an instance
             // that shares it (isolated); the agent's for an unisolated one.
