@@ -249,6 +249,107 @@ pub(crate) async fn run(pool: &AnyPool, backend: Backend) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// The last migration of the previous release (v0.1.0). During a rolling upgrade its
+    /// replicas run on a database this release has migrated, and one restarted then runs its
+    /// own migrations against it (it skips those it does not know): every migration after
+    /// this one must keep the previous release's queries working. Raise it when a release is
+    /// cut; a contraction (dropping what the previous release reads) lands one release after
+    /// its expansion.
+    const PREVIOUS_RELEASE_LATEST: i64 = 33;
+
+    /// FNV-1a of the previous release's migrations, in order: a released migration never
+    /// changes (a database that applied it would not get the change). Raise with
+    /// `PREVIOUS_RELEASE_LATEST`.
+    const PREVIOUS_RELEASE_MIGRATIONS_FNV: u64 = 0x1dd3_6a12_3ca4_9013;
+
+    fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
+        bytes.fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// What a migration may not do while the previous release still runs beside it: each
+    /// drops, renames or narrows (a column's type, NOT NULL) something that release's queries
+    /// use; SQLite's table rebuild is how it narrows a constraint.
+    const CONTRACTIONS: &[&str] = &[
+        "drop table",
+        "drop column",
+        "rename",
+        "alter column",
+        "drop constraint",
+        "drop view",
+        "truncate",
+        "-- sqlite only below",
+    ];
+
+    fn contractions(sql: &str) -> Vec<&'static str> {
+        let code: String = sql
+            .lines()
+            .map(|l| {
+                // Our own directives are comments, but the table-rebuild one is a contraction.
+                if l.trim() == "-- sqlite only below" {
+                    l.trim().to_owned()
+                } else {
+                    l.split("--").next().unwrap_or_default().to_lowercase()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let code = code.split_whitespace().collect::<Vec<_>>().join(" ");
+        CONTRACTIONS
+            .iter()
+            .copied()
+            .filter(|c| code.contains(c))
+            .collect()
+    }
+
+    #[test]
+    fn migrations_after_the_previous_release_only_expand() {
+        let offending: Vec<String> = MIGRATIONS
+            .iter()
+            .filter(|&&(version, _, _)| version > PREVIOUS_RELEASE_LATEST)
+            .filter_map(|&(version, name, sql)| {
+                let found = contractions(sql);
+                (!found.is_empty()).then(|| format!("{version:04}_{name}: {found:?}"))
+            })
+            .collect();
+        assert!(
+            offending.is_empty(),
+            "these would break the previous release's replicas mid-upgrade (expand now, \
+             contract a release later): {offending:?}"
+        );
+        // The guard sees what it must.
+        assert_eq!(
+            contractions("ALTER TABLE t DROP COLUMN c; -- fine"),
+            vec!["drop column"]
+        );
+        assert_eq!(
+            contractions("ALTER TABLE t\n  RENAME   TO u;"),
+            vec!["rename"]
+        );
+        assert!(contractions("ALTER TABLE t ADD COLUMN c TEXT; -- drop table later").is_empty());
+        assert_eq!(
+            contractions("A;\n-- sqlite only below\nCREATE TABLE t2 (x);"),
+            vec!["-- sqlite only below"]
+        );
+    }
+
+    #[test]
+    fn the_previous_release_migrations_are_unchanged() {
+        let released = MIGRATIONS
+            .iter()
+            .take_while(|&&(version, _, _)| version <= PREVIOUS_RELEASE_LATEST);
+        assert_eq!(
+            released.clone().last().map(|&(v, _, _)| v),
+            Some(PREVIOUS_RELEASE_LATEST)
+        );
+        let fnv = fnv1a(released.flat_map(|&(_, name, sql)| name.bytes().chain(sql.bytes())));
+        assert_eq!(
+            fnv, PREVIOUS_RELEASE_MIGRATIONS_FNV,
+            "a migration the previous release shipped has changed: add a new one instead"
+        );
+    }
+
     #[test]
     fn each_database_gets_the_shared_part_and_its_own() {
         let sql = "A;\n-- postgres only below\nP;\n-- sqlite only below\nS;\n-- both below\nB;\n";
