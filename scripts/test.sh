@@ -43,6 +43,9 @@
 #                              debootstrap, cached in ~/.cache/gpurent-test/, and boots it
 #                              with systemd-nspawn); debootstrap, systemd-container,
 #                              binutils and cargo-deb are installed when missing.
+#   GPURENT_TEST_UPGRADE=0     skip the upgrade tests; else scripts/previous-release.sh
+#                              builds the previous release once (cached) and
+#                              GPURENT_TEST_PREVIOUS_BIN names it (set it to use another).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -445,6 +448,19 @@ ensure_packaging() {
   fi
 }
 
+# The previous release's binary, for the upgrade tests: built once, cached by commit.
+ensure_previous_release() {
+  [ "${GPURENT_TEST_UPGRADE:-1}" != 0 ] || { say "GPURENT_TEST_UPGRADE=0: the upgrade tests will be skipped"; return; }
+  [ -z "${GPURENT_TEST_PREVIOUS_BIN:-}" ] || { export GPURENT_TEST_PREVIOUS_BIN; return; }
+  local bin rc=0
+  bin="$("$ROOT/scripts/previous-release.sh")" || rc=$?
+  case "$rc" in
+    0) export GPURENT_TEST_PREVIOUS_BIN="$bin" ;;
+    2) say "no previous release in this clone: the upgrade tests will be skipped" ;;
+    *) die "building the previous release failed (scripts/previous-release.sh, exit $rc)" ;;
+  esac
+}
+
 # ---------------------------------------------------------------------------
 
 # shellcheck disable=SC2317  # the EXIT trap
@@ -469,6 +485,7 @@ ensure_bwrap
 ensure_openssh_client
 ensure_openssh_server
 ensure_packaging
+ensure_previous_release
 if [ "${GPURENT_TEST_SKIP_PROMTOOL:-0}" != 1 ]; then
   ensure_promtool
 fi

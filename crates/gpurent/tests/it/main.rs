@@ -61,5 +61,6 @@ mod support;
 mod tls;
 mod tls_renewal;
 mod unisolated;
+mod upgrade;
 mod vram_watchdog;
 mod web_terminal;

@@ -179,7 +179,19 @@ pub fn cli_with(
     json: bool,
     args: &[&str],
 ) -> Run {
-    let mut cmd = Command::new(BIN);
+    cli_of(BIN, url, global, token, json, args)
+}
+
+/// `cli_with` run by another `gpurent` binary (the previous release's, say).
+pub fn cli_of(
+    program: &str,
+    url: &str,
+    global: &[String],
+    token: Option<&str>,
+    json: bool,
+    args: &[&str],
+) -> Run {
+    let mut cmd = Command::new(program);
     cmd.args(["--server", url])
         .args(global)
         .env_remove("GPURENT_CA_CERT")
