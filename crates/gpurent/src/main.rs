@@ -151,6 +151,9 @@ fn run_daemon(
         DaemonCommand::Bench(BenchCommand::Chaos(args)) => {
             report_daemon(runtime.block_on(cmd::bench_chaos::run(args, json)))
         }
+        DaemonCommand::Bench(BenchCommand::Upgrade(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_chaos::upgrade(args, json)))
+        }
         DaemonCommand::Sim(args) => report_daemon(cmd::sim::run(&args, json)),
         DaemonCommand::Config(command) => match config::print::run(command, json) {
             Ok(()) => ExitCode::SUCCESS,

@@ -38,6 +38,38 @@ pub enum BenchCommand {
     /// agents and a steady mix of clients through its load balancer, while a fault is
     /// injected every 30-60 s; what the clients saw and whether anything was lost or run twice.
     Chaos(BenchChaosArgs),
+    /// A rolling upgrade under load: the HA stack of scripts/ha-up.sh (needs root) and agents
+    /// started on another release's binary, the replicas then the agents moved to this one, one
+    /// at a time, while clients and simulated agents work; what the clients saw, and whether
+    /// anything was lost or run twice.
+    Upgrade(BenchUpgradeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchUpgradeArgs {
+    /// The previous release's gpurent binary: the stack starts on it and is upgraded to this
+    /// one (scripts/test.sh builds it: GPURENT_TEST_PREVIOUS_BIN).
+    #[arg(long, value_name = "BIN")]
+    pub from: PathBuf,
+    /// Seconds of load before the first replica is upgraded, and again after the last agent.
+    #[arg(long, default_value_t = 20.0)]
+    pub settle_secs: f64,
+    /// Real `gpurent agent` processes (process executor, simulated A100s), each running two
+    /// long instances that must outlive the agent's upgrade.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub real_agents: u32,
+    /// Simulated agents of 4 GPUs each, syncing through the load balancer.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub agents: u32,
+    /// Tenants sending requests.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub tenants: u32,
+    /// Client requests a second, all tenants together.
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
+    /// Heartbeats (of 2 s) a node may miss before it is fenced.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub missed_heartbeats: u32,
 }
 
 #[derive(Debug, Args)]

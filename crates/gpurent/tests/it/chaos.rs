@@ -1,7 +1,9 @@
 //! `gpurent bench chaos --minutes 2` (issue 19): the HA stack of scripts/ha-up.sh, simulated
 //! agents and clients through HAProxy while faults are injected; every target must be met.
-//! About 5 minutes (the stack's start, 2 minutes of faults, the checks); root only, and it
-//! runs with the machine to itself (.config/nextest.toml).
+//! About 5 minutes (the stack's start, 2 minutes of faults, the checks). And `gpurent bench
+//! upgrade` (issue 32): the same stack and real agents on the previous release, upgraded to
+//! this one a replica, then an agent, at a time under the same load; about 4 minutes. Root
+//! only, and they run with the machine to themselves (.config/nextest.toml).
 
 use std::process::Command;
 
@@ -77,6 +79,88 @@ fn chaos_two_minutes_meet_the_targets() {
     assert!(
         left.stdout.is_empty(),
         "the stack left processes: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}
+
+#[test]
+fn a_rolling_upgrade_under_load_meets_the_targets() {
+    if !nix_is_root() {
+        println!("skipped: bench upgrade needs root (it starts PostgreSQL and HAProxy)");
+        return;
+    }
+    let Some(previous) = std::env::var_os("GPURENT_TEST_PREVIOUS_BIN") else {
+        println!(
+            "skipped: GPURENT_TEST_PREVIOUS_BIN is not set (scripts/test.sh builds the previous \
+             release and sets it)"
+        );
+        return;
+    };
+    let out = Command::new(BIN)
+        .args([
+            "--json",
+            "bench",
+            "upgrade",
+            "--settle-secs",
+            "10",
+            "--agents",
+            "10",
+        ])
+        .arg("--from")
+        .arg(&previous)
+        .output()
+        .expect("run gpurent bench upgrade");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("apt-get") {
+        println!("skipped: the HA stack's packages cannot be installed here: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "bench upgrade failed: {stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stderr}"));
+    println!("{doc:#}");
+    assert_ne!(doc["from_version"], doc["to_version"], "{doc}");
+    let steps = doc["faults"].as_array().expect("the upgrade's steps");
+    let kinds: Vec<&str> = steps.iter().filter_map(|s| s["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "upgrade-replica",
+            "upgrade-replica",
+            "upgrade-replica",
+            "upgrade-agent",
+            "upgrade-agent"
+        ],
+        "three replicas, then the two agents: {doc}"
+    );
+    assert!(doc["requests"].as_u64().expect("requests") > 100, "{doc}");
+    assert!(
+        doc["reservations_acknowledged"].as_u64().expect("acks") > 10,
+        "{doc}"
+    );
+    assert!(
+        doc["availability"].as_f64().expect("availability") >= 0.9995,
+        "availability under 99.95%: {doc}\n{stderr}"
+    );
+    assert_eq!(doc["lost_reservations"], 0, "{doc}\n{stderr}");
+    assert_eq!(doc["lost_stops"], 0, "{doc}\n{stderr}");
+    assert_eq!(doc["double_runs"], 0, "{doc}\n{stderr}");
+    assert_eq!(doc["long_instances"], 4, "{doc}");
+    assert_eq!(
+        doc["long_instances_kept"], 4,
+        "the agents' instances outlive their upgrade: {doc}\n{stderr}"
+    );
+    assert_eq!(doc["agents_on_new_version"], 2, "{doc}");
+    assert_eq!(doc["ledger_ok"], true, "{doc}");
+    assert_eq!(doc["audit_ok"], true, "{doc}");
+    assert_eq!(doc["targets_met"], true, "{doc}");
+    let left = Command::new("pgrep")
+        .args(["-f", "gpurent-chaos-|sleep 86399"])
+        .output()
+        .expect("pgrep");
+    assert!(
+        left.stdout.is_empty(),
+        "the stack or the agents left processes: {}",
         String::from_utf8_lossy(&left.stdout)
     );
 }

@@ -25,10 +25,36 @@ const FAILOVER_LIMIT: Duration = Duration::from_secs(120);
 /// Longest wait for a lost primary, started again, to be the standby.
 const REJOIN_LIMIT: Duration = Duration::from_secs(300);
 
-/// A fault as it happened.
+/// What disrupted the stack: a fault injected, or a step of a rolling upgrade.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(untagged)]
+pub enum Disruption {
+    Fault(FaultKind),
+    Upgrade(UpgradeStep),
+}
+
+/// A step of `bench upgrade`: one daemon stopped and started again on the new binary.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpgradeStep {
+    UpgradeReplica,
+    UpgradeAgent,
+}
+
+impl std::fmt::Display for Disruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Disruption::Fault(kind) => kind.fmt(f),
+            Disruption::Upgrade(UpgradeStep::UpgradeReplica) => f.write_str("upgrade-replica"),
+            Disruption::Upgrade(UpgradeStep::UpgradeAgent) => f.write_str("upgrade-agent"),
+        }
+    }
+}
+
+/// A fault (or an upgrade's step) as it happened.
 #[derive(Debug, Clone, Serialize)]
 pub struct Fault {
-    pub kind: FaultKind,
+    pub kind: Disruption,
     pub target: String,
     /// Seconds from the start of the load.
     pub at_s: f64,
@@ -87,7 +113,7 @@ pub async fn inject(
                 .unwrap_or_default()
         );
         done.push(Fault {
-            kind,
+            kind: Disruption::Fault(kind),
             target: what,
             at_s: (at - start).as_secs_f64(),
             repaired_s: (repaired - start).as_secs_f64(),

@@ -44,6 +44,8 @@ pub struct Stack {
     /// `GPURENT_HA_REPLICA_DB_URL_n` for each replica (through the run's proxies).
     replica_db_urls: Vec<String>,
     missed_heartbeats: u32,
+    /// The gpurent binary ha-up.sh starts replicas with; this one's when unset.
+    bin: Option<PathBuf>,
     /// Leave the directory (its logs) when brought down: the run failed.
     keep: bool,
 }
@@ -67,8 +69,14 @@ impl Stack {
             pg_port: free_base(25_540, 3)?,
             replica_db_urls: Vec::new(),
             missed_heartbeats,
+            bin: None,
             keep: false,
         })
+    }
+
+    /// The binary replicas are started with from now on (another release's, for an upgrade).
+    pub fn set_bin(&mut self, bin: Option<PathBuf>) {
+        self.bin = bin;
     }
 
     /// The PostgreSQL node k's port (k = 1, 2).
@@ -128,8 +136,8 @@ impl Stack {
                 self.missed_heartbeats.to_string(),
             )
             .env_remove("GPURENT_HA_SIM_AGENT");
-        if let Ok(exe) = std::env::current_exe() {
-            cmd.env("GPURENT_BIN", exe);
+        if let Some(bin) = self.bin.clone().or_else(|| std::env::current_exe().ok()) {
+            cmd.env("GPURENT_BIN", bin);
         }
         for (i, url) in self.replica_db_urls.iter().enumerate() {
             cmd.env(format!("GPURENT_HA_REPLICA_DB_URL_{}", i + 1), url);
@@ -159,6 +167,49 @@ impl Stack {
     pub fn kill_replica(&self, n: u8) -> anyhow::Result<()> {
         kill(self.pid(&format!("replica-{n}"))?, Signal::SIGKILL)
             .with_context(|| format!("kill replica {n}"))
+    }
+
+    /// SIGTERM of replica n, as a service manager stops it, and its end waited for (at most
+    /// `within`, then kill -9); whether it ended on its own.
+    pub async fn stop_replica(&self, n: u8, within: Duration) -> anyhow::Result<bool> {
+        let pid = self.pid(&format!("replica-{n}"))?;
+        kill(pid, Signal::SIGTERM).with_context(|| format!("SIGTERM replica {n}"))?;
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if kill(pid, None).is_err() {
+                return Ok(true);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = kill(pid, Signal::SIGKILL);
+        Ok(false)
+    }
+
+    /// The binary replica n runs.
+    pub fn replica_exe(&self, n: u8) -> anyhow::Result<PathBuf> {
+        let pid = self.pid(&format!("replica-{n}"))?;
+        std::fs::read_link(format!("/proc/{pid}/exe"))
+            .with_context(|| format!("replica {n}'s binary"))
+    }
+
+    /// Waits until HAProxy's own checks have put replica n back in rotation (`UP` in its
+    /// stats), at most `within`.
+    pub async fn balanced(&self, n: u8, within: Duration) -> bool {
+        let http = reqwest::Client::new();
+        let url = format!("http://127.0.0.1:{}/stats;csv", self.port + 4);
+        let name = format!("r{n}");
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let csv = match http.get(&url).timeout(Duration::from_secs(2)).send().await {
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            if server_status(&csv, "replicas", &name).is_some_and(|s| s == "UP") {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        false
     }
 
     /// SIGSTOP (or SIGCONT) of replica n.
@@ -308,6 +359,17 @@ async fn writable(port: u16) -> bool {
         .unwrap_or(false)
 }
 
+/// A server's status in HAProxy's CSV stats (`# pxname,svname,...,status,...`).
+fn server_status(csv: &str, backend: &str, server: &str) -> Option<String> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next()?.trim_start_matches("# ").split(',').collect();
+    let status = header.iter().position(|h| *h == "status")?;
+    lines
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&backend) && f.get(1) == Some(&server))
+        .and_then(|f| f.get(status).map(|s| (*s).to_owned()))
+}
+
 /// A port from which `count` ports in a row are free on loopback.
 fn free_base(from: u16, count: u16) -> anyhow::Result<u16> {
     (0..300)
@@ -316,4 +378,24 @@ fn free_base(from: u16, count: u16) -> anyhow::Result<u16> {
             (base..base + count).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
         })
         .context("no free loopback ports for the HA stack")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_status_is_read_from_haproxy_csv() {
+        let csv = "# pxname,svname,qcur,status,weight\n\
+                   gpurent,FRONTEND,0,OPEN,\n\
+                   replicas,r1,0,UP,1\n\
+                   replicas,r2,0,DOWN,1\n";
+        assert_eq!(server_status(csv, "replicas", "r1").as_deref(), Some("UP"));
+        assert_eq!(
+            server_status(csv, "replicas", "r2").as_deref(),
+            Some("DOWN")
+        );
+        assert_eq!(server_status(csv, "replicas", "r3"), None);
+        assert_eq!(server_status("", "replicas", "r1"), None);
+    }
 }
