@@ -294,7 +294,10 @@ pub struct ReserveArgs {
     /// Makes a retried reservation happen once.
     #[arg(long)]
     pub idempotency_key: Option<String>,
-    /// The command to run, after `--`.
+    /// The command to run, after `--`; the reservation ends when it does. Without one, an
+    /// interactive instance: with `--image`, the image's own command; without, one that stays
+    /// up for its hours, to enter with `gpurent ssh ID`, `cp`, `port-forward` or the console's
+    /// terminal.
     #[arg(last = true)]
     pub command: Vec<String>,
 }

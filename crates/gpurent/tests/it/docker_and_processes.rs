@@ -6,7 +6,7 @@ use crate::host_limits::{docker, engine_answers, Containers};
 use crate::support::{eventually, Cluster, Daemon};
 
 /// `/proc/self` belongs to the process's effective user.
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
@@ -14,7 +14,11 @@ fn running_as_root() -> bool {
 /// An agent with no executor flag (`auto`) on two simulated GPUs, named `prefix` and this
 /// process's id (the Docker scope is the node's name: apart from other tests' agents), once
 /// ready; with its containers' cleanup and what it said at start.
-fn agent(cluster: &Cluster, prefix: &str, extra: &[&str]) -> (Daemon, Containers, String) {
+pub(crate) fn agent(
+    cluster: &Cluster,
+    prefix: &str,
+    extra: &[&str],
+) -> (Daemon, Containers, String) {
     let name = format!("{prefix}-{}", std::process::id());
     let containers = Containers(name.clone());
     let join = cluster

@@ -37,6 +37,7 @@ mod host_limits;
 mod http_ports;
 mod instance_network;
 mod instance_sftp;
+mod interactive;
 mod logs_download;
 mod mig;
 mod mps_agent;

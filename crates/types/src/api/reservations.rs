@@ -92,6 +92,9 @@ pub struct CreateReservation {
     pub bid: Option<Money>,
     #[serde(default)]
     pub image: Option<String>,
+    /// The program and its arguments; the reservation ends when it exits. Empty: an
+    /// interactive instance, running the image's own command, or without an image one that
+    /// stays up for its hours, to enter by SSH or the console's terminal.
     #[serde(default)]
     pub command: Vec<String>,
     #[serde(default)]

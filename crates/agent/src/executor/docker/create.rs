@@ -123,6 +123,9 @@ impl DockerExecutor {
             image: Some(image.clone()),
             exposed_ports: (!exposed.is_empty()).then_some(exposed),
             cmd: (!a.command.is_empty()).then(|| a.command.clone()),
+            // No command: the image's own. Its stdin held open (`docker run -i`), so one
+            // whose command is a shell waits for its owner instead of ending at once.
+            open_stdin: a.command.is_empty().then_some(true),
             env: Some(env),
             labels: Some(labels),
             host_config: Some(host_config),

@@ -391,7 +391,7 @@ fn reserve_form(ctx: &Ctx, offers: &[Offer], form: &ReserveForm, quote: &str) ->
                 div.wide {
                     label for="command" { (l.t("Command", "命令")) }
                     input id="command" name="command" type="text" placeholder="python train.py" value=(form.command);
-                    p.hint { (l.t("Run through sh -c when it uses the shell (pipes, ;, quotes, $).", "含有管道、分号、引号或 $ 时通过 sh -c 运行。")) }
+                    p.hint { (l.t("Empty: an interactive instance that stays up for its hours (with an image: the image's own command); enter it from its page's terminal or with gpurent ssh. A command ends the instance when it ends; run it through sh -c when it uses the shell (pipes, ;, quotes, $).", "留空：交互式实例，在预订时长内保持运行（指定镜像时运行镜像自带的命令）；可通过实例页面的终端或 SSH 进入。填写命令时，命令结束即实例结束；含有管道、分号、引号或 $ 时通过 sh -c 运行。")) }
                 }
                 div {
                     label for="env" { (l.t("Environment", "环境变量")) " (" (raw("KEY=VALUE")) " " (l.t("per line", "每行一个")) ")" }
