@@ -1,8 +1,9 @@
 //! The instance page's web terminal (xterm.js over a WebSocket to the relay `gpurent ssh`
 //! uses), in a real Chromium: a command typed into it runs in the instance and its output is
 //! drawn in the terminal, 24-bit colours too, under a CSP without `'unsafe-inline'` that
-//! nothing on the page violates. The process executor always; the Docker executor where a
-//! Docker Engine with the test image answers.
+//! nothing on the page violates. The process executor always, on an interactive instance
+//! reserved through the console's form with no command; the Docker executor where a Docker
+//! Engine with the test image answers.
 
 use std::cell::OnceCell;
 use std::process::{Command, Stdio};
@@ -44,17 +45,45 @@ impl Drop for Containers {
     }
 }
 
+/// Reserves one GPU for an hour through the console's form with the command left empty (an
+/// interactive instance), and waits on its page until it runs; its id.
+fn reserve_interactive_in_the_form(console: &Console, browser: &Browser, token: &str) -> String {
+    browser.goto(&console.page("/offers"));
+    let form = "form[data-form=\"reserve\"]";
+    browser.find(form);
+    browser.fill("gpu_type", "RTX4090");
+    browser.fill("gpu_count", "1");
+    browser.fill("hours", "1");
+    browser.click(&format!("{form} [type=\"submit\"]"));
+    let path = browser.wait_for_path("/instances/ID", SHOWN, |p| {
+        p.strip_prefix("/instances/")
+            .is_some_and(|id| !id.is_empty())
+    });
+    let id = path.trim_start_matches("/instances/").to_owned();
+    assert_eq!(console.cluster.get(token, &id)["command"], json!([]));
+    browser.wait_for_text(
+        "[data-field=\"status\"]",
+        "running",
+        Duration::from_secs(60),
+    );
+    id
+}
+
 /// Types a command into the terminal of a running instance's page and waits for its output.
-fn a_command_runs_in_the_web_terminal(executor: &str, reserve: &[&str]) {
+/// `reserve`: the CLI's arguments, or None for the console's form with no command.
+fn a_command_runs_in_the_web_terminal(executor: &str, reserve: Option<&[&str]>) {
     let containers = Containers(OnceCell::new());
     let console = Console::with(1, executor);
     let ada = console.user("ada", "tenant");
-    let id = console.running(&ada, reserve);
+    let browser = Browser::start(Lang::En);
+    console.login(&browser, &ada);
+    let id = match reserve {
+        Some(args) => console.running(&ada, args),
+        None => reserve_interactive_in_the_form(&console, &browser, &ada.token),
+    };
     if executor == "docker" {
         let _ = containers.0.set(id.clone());
     }
-    let browser = Browser::start(Lang::En);
-    console.login(&browser, &ada);
     browser.goto(&console.page(&format!("/instances/{id}")));
     let terminal = "[data-field=\"terminal\"]";
     // A page may keep the terminal behind a button until it is wanted.
@@ -133,7 +162,8 @@ fn console_web_terminal_runs_a_command_in_a_process_instance() {
     if !browser::available() {
         return;
     }
-    a_command_runs_in_the_web_terminal("process", &["--", "sleep", "600"]);
+    // An interactive instance, reserved through the form with no command (issue 33).
+    a_command_runs_in_the_web_terminal("process", None);
 }
 
 #[test]
@@ -150,12 +180,12 @@ fn console_web_terminal_runs_a_command_in_a_docker_instance() {
     }
     a_command_runs_in_the_web_terminal(
         "docker",
-        &[
+        Some(&[
             "--image",
             "gpurent-test/busybox:latest",
             "--",
             "sleep",
             "600",
-        ],
+        ]),
     );
 }
