@@ -6,7 +6,7 @@ use crate::host_limits::{docker, engine_answers, Containers};
 use crate::support::{eventually, Cluster, Daemon};
 
 /// `/proc/self` belongs to the process's effective user.
-pub(crate) fn running_as_root() -> bool {
+fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
@@ -44,16 +44,25 @@ pub(crate) fn agent(
     (daemon, containers, std::fs::read_to_string(&log).unwrap())
 }
 
-#[test]
-fn auto_with_docker_runs_echo_hi_as_a_process_and_an_image_as_a_container() {
+/// Whether a Docker Engine answers and processes can be isolated here (root): else the test
+/// says it is skipped.
+pub(crate) fn docker_and_isolation() -> bool {
     if !engine_answers() {
         eprintln!("SKIPPED: no Docker Engine here (GPURENT_TEST_DOCKER=0 skips); scripts/test.sh starts one");
-        return;
+        return false;
     }
     if !running_as_root() || std::env::var("GPURENT_TEST_ISOLATION").as_deref() == Ok("0") {
         eprintln!(
             "SKIPPED: the isolated process executor needs root (GPURENT_TEST_ISOLATION=0 skips)"
         );
+        return false;
+    }
+    true
+}
+
+#[test]
+fn auto_with_docker_runs_echo_hi_as_a_process_and_an_image_as_a_container() {
+    if !docker_and_isolation() {
         return;
     }
     let cluster = Cluster::start("127.0.0.1:0");

@@ -3,8 +3,8 @@
 //! to enter it, and files go in and out of it; with an image, the image's own command runs,
 //! and one that is a shell waits with its stdin open instead of ending at once.
 
-use crate::docker_and_processes::{agent, running_as_root};
-use crate::host_limits::{docker, engine_answers};
+use crate::docker_and_processes::{agent, docker_and_isolation};
+use crate::host_limits::docker;
 use crate::ssh_endpoint::{keygen, ssh, tenant};
 use crate::support::{eventually, Cluster};
 
@@ -37,14 +37,7 @@ impl Drop for Images {
 
 #[test]
 fn a_reservation_without_a_command_stays_up_for_its_owner() {
-    if !engine_answers() {
-        eprintln!("SKIPPED: no Docker Engine here (GPURENT_TEST_DOCKER=0 skips); scripts/test.sh starts one");
-        return;
-    }
-    if !running_as_root() || std::env::var("GPURENT_TEST_ISOLATION").as_deref() == Ok("0") {
-        eprintln!(
-            "SKIPPED: the isolated process executor needs root (GPURENT_TEST_ISOLATION=0 skips)"
-        );
+    if !docker_and_isolation() {
         return;
     }
     let images = Images(vec![

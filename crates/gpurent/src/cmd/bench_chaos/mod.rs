@@ -12,7 +12,7 @@ mod proxy;
 mod stack;
 mod upgrade;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::bail;
 
@@ -137,17 +137,7 @@ async fn measure(args: &BenchChaosArgs, stack: &mut Stack) -> anyhow::Result<Cha
         proxies.push(ReplicaProxy::start(&[stack.pg_node_port(1), stack.pg_node_port(2)]).await?);
     }
     stack.set_replica_db_urls(proxies.iter().map(ReplicaProxy::database_url).collect());
-    eprintln!(
-        "bench: bringing the HA stack up in {} (ha-up.sh; about 2 minutes)",
-        stack.dir().display()
-    );
-    let up = Instant::now();
-    stack.up().await?;
-    let stack_up_s = up.elapsed().as_secs_f64();
-    eprintln!(
-        "bench: the stack is up after {stack_up_s:.0} s: {}",
-        stack.url()
-    );
+    let stack_up_s = stack.first_up("").await?;
     let load = Load::begin(
         stack,
         Spec {

@@ -97,6 +97,20 @@ impl Stack {
         format!("http://127.0.0.1:{}", self.port + u16::from(n))
     }
 
+    /// The stack's first start (`on`: which release, for the message), said on stderr before
+    /// and after; the seconds it took.
+    pub async fn first_up(&self, on: &str) -> anyhow::Result<f64> {
+        eprintln!(
+            "bench: bringing the HA stack up{on} in {} (ha-up.sh; about 2 minutes)",
+            self.dir().display()
+        );
+        let started = Instant::now();
+        self.up().await?;
+        let took = started.elapsed().as_secs_f64();
+        eprintln!("bench: the stack is up after {took:.0} s: {}", self.url());
+        Ok(took)
+    }
+
     /// Runs ha-up.sh: everything that does not run is started and waited for (the first time
     /// all of it; after a fault what the fault killed). Its output goes to `ha-up.log`.
     pub async fn up(&self) -> anyhow::Result<()> {

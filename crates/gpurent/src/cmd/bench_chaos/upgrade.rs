@@ -170,17 +170,9 @@ async fn measure(
 ) -> anyhow::Result<UpgradeResult> {
     let this = std::env::current_exe().context("this binary's path")?;
     let to_version = env!("CARGO_PKG_VERSION").to_owned();
-    eprintln!(
-        "bench: bringing the HA stack up on gpurent {from_version} in {} (ha-up.sh; about 2 minutes)",
-        stack.dir().display()
-    );
-    let up = Instant::now();
-    stack.up().await?;
-    let stack_up_s = up.elapsed().as_secs_f64();
-    eprintln!(
-        "bench: the stack is up after {stack_up_s:.0} s: {}",
-        stack.url()
-    );
+    let stack_up_s = stack
+        .first_up(&format!(" on gpurent {from_version}"))
+        .await?;
 
     // The real agents, on the previous release, each with its long instances.
     let admin = ApiClient::new(&stack.url(), Some(stack.admin_token()?)).retry(Retry::DEFAULT);
