@@ -56,6 +56,8 @@ pub enum AgentError {
         reservation_id: String,
         message: String,
     },
+    #[error("cannot mount volume {volume_id}: {message}")]
+    Volume { volume_id: String, message: String },
     #[error("no Docker Engine answers on {socket} ({message})")]
     NoDockerEngine { socket: String, message: String },
     #[error("the NVIDIA Container Toolkit here is {version}, which has a known container escape (CVE-2024-0132, CVE-2025-23266); upgrade it to {safe} or later before this node takes work")]

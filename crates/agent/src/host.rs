@@ -30,6 +30,7 @@ pub(crate) fn host_facts(
         cpus: capacity.map(|c| c.cpus()),
         memory_mb: capacity.map(|c| c.memory_mb),
         agent_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+        volumes: None,
     }
 }
 

@@ -20,6 +20,7 @@ mod stops;
 pub mod testing;
 pub mod tls;
 mod tunnel;
+pub mod volumes;
 pub mod vram;
 
 pub use burn_in::BurnInConfig;

@@ -25,7 +25,7 @@ pub enum ObservedState {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    Start(Assignment),
+    Start(Box<Assignment>),
     Stop {
         reservation_id: String,
         epoch: i64,
@@ -86,7 +86,7 @@ pub fn plan(desired: &[Assignment], actual: &[Observed]) -> Vec<Action> {
             Some(o) => a.epoch > o.epoch,
         };
         if start && !a.gpus.iter().any(|g| stopping.contains(&g.as_str())) {
-            actions.push(Action::Start(a.clone()));
+            actions.push(Action::Start(Box::new(a.clone())));
         }
     }
     actions
@@ -162,6 +162,7 @@ mod tests {
             secrets: Default::default(),
             sealed_secrets: None,
             ports: vec![],
+            mounts: Vec::new(),
         }
     }
 
@@ -198,7 +199,7 @@ mod tests {
             vec![
                 stop("b", 1),
                 stop("orphan", 3),
-                Action::Start(assignment("a", 1, true))
+                Action::Start(Box::new(assignment("a", 1, true)))
             ]
         );
     }
@@ -228,7 +229,10 @@ mod tests {
         let actual = [observed("a", 2, ObservedState::Running)];
         assert_eq!(
             plan(&[assignment("a", 3, true)], &actual),
-            vec![stop("a", 2), Action::Start(assignment("a", 3, true))]
+            vec![
+                stop("a", 2),
+                Action::Start(Box::new(assignment("a", 3, true)))
+            ]
         );
         assert_eq!(plan(&[assignment("a", 1, true)], &actual), vec![]);
         assert_eq!(plan(&[assignment("a", 1, false)], &actual), vec![]);
@@ -277,20 +281,23 @@ mod tests {
                     epoch: 1,
                     grace: Some(Duration::from_secs(30)),
                 },
-                Action::Start(elsewhere.clone()),
+                Action::Start(Box::new(elsewhere.clone())),
             ]
         );
         // Gone, or never started at all: the preemptor starts.
         let started = [observed("other", 1, ObservedState::Running)];
         assert_eq!(
             plan(&desired, &started),
-            vec![Action::Start(preemptor.clone())]
+            vec![Action::Start(Box::new(preemptor.clone()))]
         );
         let failed = [
             observed("spot", 1, ObservedState::Failed("no image".into())),
             observed("other", 1, ObservedState::Running),
         ];
-        assert_eq!(plan(&desired, &failed), vec![Action::Start(preemptor)]);
+        assert_eq!(
+            plan(&desired, &failed),
+            vec![Action::Start(Box::new(preemptor))]
+        );
         // Shares of one GPU both run: neither waits for the other.
         let shares = [
             on_gpus(assignment("s1", 1, true), &["GPU-0"]),
@@ -298,7 +305,7 @@ mod tests {
         ];
         assert_eq!(
             plan(&shares, &[observed("s1", 1, ObservedState::Running)]),
-            vec![Action::Start(shares[1].clone())]
+            vec![Action::Start(Box::new(shares[1].clone()))]
         );
     }
 

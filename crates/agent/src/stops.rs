@@ -145,6 +145,7 @@ mod tests {
             checkpoint: false,
             secrets: Default::default(),
             sealed_secrets: None,
+            mounts: Vec::new(),
         }
     }
 

@@ -277,6 +277,7 @@ mod tests {
             secrets: Default::default(),
             sealed_secrets: None,
             ports: vec![],
+            mounts: Vec::new(),
         }
     }
 

@@ -6,6 +6,7 @@ mod api;
 mod bench;
 mod config;
 mod daemon;
+mod volumes;
 
 use std::path::PathBuf;
 
@@ -15,6 +16,7 @@ pub use api::*;
 pub use bench::*;
 pub use config::*;
 pub use daemon::*;
+pub use volumes::*;
 
 #[derive(Debug, Parser)]
 #[command(

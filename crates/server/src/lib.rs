@@ -35,6 +35,7 @@ pub mod tls;
 pub mod tunnel;
 mod validate;
 mod verification;
+mod volumes;
 mod wake;
 
 use std::net::SocketAddr;

@@ -68,6 +68,11 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("POST", "/api/v1/reservations/{id}/stop", ANY),
     ("GET", "/api/v1/reservations/{id}/logs", ANY),
     ("POST", "/api/v1/reservations/{id}/proxy-links", ANY),
+    ("POST", "/api/v1/volumes", ANY),
+    ("GET", "/api/v1/volumes", ANY),
+    ("GET", "/api/v1/volumes/{name}", ANY),
+    ("PATCH", "/api/v1/volumes/{name}", ANY),
+    ("DELETE", "/api/v1/volumes/{name}", ANY),
     // Published HTTP ports, any method: the proxy lets in only the reservation's owner (a
     // bearer token, or a proxy cookie from a one-time link) and answers 404 to anyone else.
     ("*", "/proxy/{id}/{port}", Access::Public),

@@ -260,6 +260,9 @@ pub fn reservation(
         secret_names: body.secrets.keys().cloned().collect(),
         // The handler sets the platform's caps.
         limits: gpurent_store::TenantLimits::default(),
+        // The handler resolves the volumes (`volumes::mounts`).
+        mounts: Vec::new(),
+        node_filter: Default::default(),
     })
 }
 

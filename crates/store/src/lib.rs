@@ -16,6 +16,7 @@ mod ssh_keys;
 pub mod testing;
 mod tunnels;
 mod usage_facts;
+mod volumes;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -40,12 +41,13 @@ pub use sql::{CheckpointPolicy, Settled, SqlStore};
 pub use ssh_keys::{NewSshKey, SshKeyStore};
 pub use tunnels::{TunnelHolder, TunnelStore};
 pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};
+pub use volumes::{NewVolume, NodeFilter, VolumeMountRow, VolumeNode, VolumeStore};
 
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
     pub use crate::{
         AccessStore, AuditStore, MetricsStore, NodeStore, ProxyStore, ReservationStore,
-        SharedKeyStore, SshKeyStore, StatementStore, Store, TunnelStore, UserStore,
+        SharedKeyStore, SshKeyStore, StatementStore, Store, TunnelStore, UserStore, VolumeStore,
     };
 }
 
@@ -64,6 +66,7 @@ pub trait Store:
     + TunnelStore
     + ProxyStore
     + SharedKeyStore
+    + VolumeStore
     + std::fmt::Debug
 {
 }
@@ -80,6 +83,7 @@ impl<T> Store for T where
         + TunnelStore
         + ProxyStore
         + SharedKeyStore
+        + VolumeStore
         + std::fmt::Debug
 {
 }

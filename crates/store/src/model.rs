@@ -126,6 +126,9 @@ pub struct NewReservation {
     /// The platform's caps on the tenant's live reservations, checked in the same
     /// transaction as the insert.
     pub limits: crate::TenantLimits,
+    /// The volumes its instance mounts, and where they let it be placed.
+    pub mounts: Vec<crate::VolumeMountRow>,
+    pub node_filter: crate::NodeFilter,
 }
 
 /// What `ReservationStore::reserve_recorded` did.
@@ -151,6 +154,8 @@ pub struct QueuedReservation {
     pub priority: Option<i64>,
     pub queued_at: DateTime<Utc>,
     pub duration_s: u64,
+    /// Where its volumes let it run.
+    pub node_filter: crate::NodeFilter,
 }
 
 /// A GPU of a live node, with the memory free on it, and its type (`GpuType::key`).
@@ -168,6 +173,9 @@ pub struct QueueView {
     pub gpus: Vec<LiveGpu>,
     /// The placed work holding memory on them (priorities as the planner ranks them).
     pub held: Vec<gpurent_sched::plan::Work>,
+    /// The nodes that mount the shared volume storage (read when a queued reservation needs
+    /// one).
+    pub shared_volume_nodes: Vec<String>,
 }
 
 /// The live nodes' capacity and load and the queue, as elastic capacity reads them.

@@ -206,6 +206,69 @@ pub struct HostFacts {
     /// The agent's release (`gpurent --version`'s number); absent from older agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
+    /// What the node offers for volumes; absent from older agents (none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<VolumeFacts>,
+}
+
+/// What a node offers for tenants' volumes (`--volumes-dir`, `--shared-volumes-dir`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct VolumeFacts {
+    /// How a node-local volume's size is enforced: `project-quota`, `loop`, or
+    /// `unavailable` (then `reason` says why, and the node takes no local volumes).
+    pub enforcement: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Bytes free for new local volumes on the volumes dir's file system.
+    pub free_bytes: u64,
+    /// Whether it mounts the owner's shared volume storage.
+    #[serde(default)]
+    pub shared: bool,
+}
+
+/// A volume an instance mounts, as its agent is told.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Mount {
+    pub volume_id: String,
+    pub kind: crate::api::VolumeKind,
+    /// A local volume's size: made at it if its node has not made it yet.
+    pub size_bytes: u64,
+    /// Where the instance sees it (absolute, checked by the control plane).
+    pub path: String,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// A node-local volume the control plane wants on a node: made (or grown) to `size_bytes`,
+/// or removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeVolume {
+    pub volume_id: String,
+    pub kind: crate::api::VolumeKind,
+    pub size_bytes: u64,
+    /// Its node made it once: if its data is missing now, that is an error to report, not a
+    /// volume to make again empty.
+    #[serde(default)]
+    pub made: bool,
+    #[serde(default)]
+    pub remove: bool,
+}
+
+/// What an agent has of a node-local volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct VolumeReport {
+    pub volume_id: String,
+    /// Its size as made (after a grow, the new one); none when it is gone or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+    /// Removed from the node, as asked.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
+    /// Why it could not be made, grown or removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -265,6 +328,9 @@ pub struct Assignment {
     /// Mount the reservation's checkpoint volume (kept across epochs and restarts).
     #[serde(default)]
     pub checkpoint: bool,
+    /// The tenant's volumes it mounts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<Mount>,
     /// Secret environment variables, opened by the control plane for this answer only.
     #[serde(default, skip_serializing_if = "Secrets::is_empty")]
     #[schema(value_type = BTreeMap<String, String>)]
@@ -335,6 +401,13 @@ pub struct SyncRequest {
     /// What the agent's VRAM watchdog found since the last answered sync.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<AgentEvent>,
+    /// Its node-local volumes: each the control plane asked for, when something changed,
+    /// and every few minutes with what they use.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeReport>,
+    /// Bytes free on the file system of its local volumes, measured with their use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_free_bytes: Option<u64>,
 }
 
 /// Something the agent saw on its GPUs, for `gpurent events` and, when it names a
@@ -463,6 +536,10 @@ pub struct SyncResponse {
     /// control plane).
     #[serde(default)]
     pub log_room: BTreeMap<String, u64>,
+    /// The node-local volumes it should have (absent: an older control plane, which has
+    /// none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<NodeVolume>,
 }
 
 #[cfg(test)]

@@ -10,11 +10,13 @@ mod audit;
 mod books;
 mod nodes;
 mod reservations;
+mod volumes;
 
 pub use audit::*;
 pub use books::*;
 pub use nodes::*;
 pub use reservations::*;
+pub use volumes::*;
 
 pub use crate::access_api::{
     AddSshKey, CreateToken, Login, Session, SetPassword, SshKey, Token, TokenCreated, UpdateUser,

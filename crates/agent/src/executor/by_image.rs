@@ -63,6 +63,15 @@ impl Executor for ByImageExecutor {
         self.for_assignment(a).start(a, volume).await
     }
 
+    async fn start_with(
+        &self,
+        a: &Assignment,
+        volume: Option<&Path>,
+        binds: &[super::Bind],
+    ) -> Result<(), AgentError> {
+        self.for_assignment(a).start_with(a, volume, binds).await
+    }
+
     /// Both: stopping what one of them does not run is not an error in either.
     async fn stop(&self, reservation_id: &str, grace: Option<Duration>) -> Result<(), AgentError> {
         let (processes, containers) = tokio::join!(

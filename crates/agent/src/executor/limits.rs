@@ -72,6 +72,7 @@ mod tests {
             secrets: Default::default(),
             sealed_secrets: None,
             ports: vec![],
+            mounts: Vec::new(),
         }
     }
 

@@ -43,6 +43,15 @@ pub fn is_reserved_env(name: &str) -> bool {
         || name.starts_with("CUDA_MPS_")
 }
 
+/// A directory of the node bound into an instance (a tenant's volume, made ready by the
+/// agent): at `target` inside it, read-only or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub source: std::path::PathBuf,
+    pub target: String,
+    pub read_only: bool,
+}
+
 #[async_trait]
 pub trait Executor: Send + Sync + std::fmt::Debug {
     /// Reported to the control plane and shown in `gpurent nodes ls`.
@@ -72,6 +81,25 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
     /// node) when it has one.
     async fn start(&self, assignment: &Assignment, volume: Option<&Path>)
         -> Result<(), AgentError>;
+
+    /// Starts it with the tenant's volumes bound in too. An executor that cannot bind them
+    /// refuses an assignment that has any.
+    async fn start_with(
+        &self,
+        assignment: &Assignment,
+        volume: Option<&Path>,
+        binds: &[Bind],
+    ) -> Result<(), AgentError> {
+        if !binds.is_empty() {
+            return Err(AgentError::Executor {
+                executor: self.name(),
+                action: "start",
+                reservation_id: assignment.reservation_id.clone(),
+                message: "this executor cannot mount volumes".to_owned(),
+            });
+        }
+        self.start(assignment, volume).await
+    }
 
     /// Stops and removes a reservation's workload: SIGTERM, then SIGKILL once `grace` is over
     /// (None: the executor's default). Stopping what is gone is not an error. Its output is

@@ -55,6 +55,8 @@ pub struct Spec<'a> {
     /// Its own directory on the node (mounted on `HOME`).
     pub home: &'a Path,
     pub volume: Option<&'a Path>,
+    /// The tenant's volumes.
+    pub binds: &'a [super::Bind],
     /// Its whole environment, in order (a later variable overrides an earlier one).
     pub env: &'a [(String, OsString)],
     /// Its GPUs' UUIDs: only their device files are in its `/dev`.
@@ -122,6 +124,7 @@ impl Sandbox {
         let spec = Spec {
             home: probe_home,
             volume: None,
+            binds: &[],
             env: &[],
             gpus: &[],
             own_network: false,
@@ -264,6 +267,15 @@ impl Sandbox {
             o.push(volume);
             o.push(CHECKPOINT);
         }
+        for bind in spec.binds {
+            o.push(if bind.read_only {
+                "--ro-bind"
+            } else {
+                "--bind"
+            });
+            o.push(&bind.source);
+            o.push(&bind.target);
+        }
         o.add(&["--chdir", HOME, "--clearenv"]);
         for (name, value) in spec.env {
             o.push("--setenv");
@@ -362,6 +374,18 @@ mod tests {
         let spec = Spec {
             home: Path::new("/data/instances/r/home"),
             volume: Some(Path::new("/data/checkpoints/r")),
+            binds: &[
+                super::super::Bind {
+                    source: "/data/volumes/v1".into(),
+                    target: "/workspace".into(),
+                    read_only: false,
+                },
+                super::super::Bind {
+                    source: "/data/volumes/v2".into(),
+                    target: "/datasets".into(),
+                    read_only: true,
+                },
+            ],
             env: &env,
             gpus: &[],
             own_network: true,
@@ -374,6 +398,14 @@ mod tests {
         let text = String::from_utf8_lossy(&options);
         assert!(text.contains("--setenv\0TOKEN\0s3cret\0"), "{text}");
         assert!(text.contains("--bind\0/data/checkpoints/r\0/checkpoint\0"));
+        assert!(
+            text.contains("--bind\0/data/volumes/v1\0/workspace\0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("--ro-bind\0/data/volumes/v2\0/datasets\0"),
+            "{text}"
+        );
         assert!(text.contains("--tmpfs\0/etc/gpurent\0"), "{text}");
         assert!(text.contains("--unshare-net\0--info-fd\x004\0--block-fd\x005\0"));
         assert!(

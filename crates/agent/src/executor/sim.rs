@@ -30,6 +30,16 @@ impl Executor for SimExecutor {
         "sim"
     }
 
+    /// Simulated instances take volumes and leave them alone (the agent made them ready).
+    async fn start_with(
+        &self,
+        a: &Assignment,
+        volume: Option<&Path>,
+        _binds: &[super::Bind],
+    ) -> Result<(), AgentError> {
+        self.start(a, volume).await
+    }
+
     async fn start(&self, a: &Assignment, _volume: Option<&Path>) -> Result<(), AgentError> {
         let state = match a.command.as_slice() {
             [exit, code] if exit == "exit" => ObservedState::Exited(code.parse().unwrap_or(1)),

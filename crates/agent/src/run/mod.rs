@@ -27,6 +27,7 @@ use crate::{AgentError, CheckpointConfig, Executor, GpuBackend, NodeIdentity};
 mod output;
 mod register;
 mod report;
+mod volumes;
 
 /// The longest the end of an instance is held back while its output is shipped: output that
 /// keeps coming (from a process it left behind) must not keep its reservation going.
@@ -65,6 +66,8 @@ pub struct AgentConfig {
     /// How long an instance may stay over its share's GPU memory (or on a GPU not its own)
     /// before it is stopped (`--vram-grace-secs`).
     pub vram_grace: Duration,
+    /// Tenants' volumes (`--volumes-dir`, `--shared-volumes-dir`); none: the node keeps none.
+    pub volumes: Option<crate::volumes::VolumeStore>,
 }
 
 impl AgentConfig {
@@ -82,6 +85,7 @@ impl AgentConfig {
             checkpoint: CheckpointConfig::new(data_dir.join("checkpoints")),
             tls: ClientTls::default(),
             vram_grace: Duration::from_secs(10),
+            volumes: None,
             data_dir,
         }
     }
@@ -95,6 +99,7 @@ pub struct Agent {
     client: ControlPlane,
     cpu: std::sync::Mutex<CpuSampler>,
     metrics: Arc<AgentMetrics>,
+    volumes: volumes::Keeper,
 }
 
 impl Agent {
@@ -111,6 +116,7 @@ impl Agent {
         let cpu = std::sync::Mutex::new(CpuSampler::new(config.cpu.clone()));
         Agent {
             metrics: Arc::new(AgentMetrics::new(&config.name)),
+            volumes: volumes::Keeper::new(config.volumes.clone()),
             cpu,
             config,
             gpus,
@@ -134,12 +140,15 @@ impl Agent {
     /// The host as it is now, for the control plane's verification.
     fn host_facts(&self) -> HostFacts {
         let gpu_containers = self.executor.runs_containers() && self.gpus.name() == "nvml";
-        crate::host::host_facts(
-            self.gpus.sample().ok().as_ref(),
-            &self.config.data_dir,
-            gpu_containers,
-            (self.executor.isolated(), self.executor.shared_network()),
-        )
+        HostFacts {
+            volumes: self.volumes.facts(),
+            ..crate::host::host_facts(
+                self.gpus.sample().ok().as_ref(),
+                &self.config.data_dir,
+                gpu_containers,
+                (self.executor.isolated(), self.executor.shared_network()),
+            )
+        }
     }
 
     /// Runs until `shutdown` turns true. Instances keep running when the agent stops, so a
@@ -326,6 +335,7 @@ impl Agent {
             }
             // Events go out at once rather than after a long poll.
             let wait = if events.is_empty() { wait } else { 0 };
+            let (volume_reports, volume_free_bytes) = self.volumes.take_reports();
             let request = SyncRequest {
                 // The inventory only until the control plane has it; telemetry every time.
                 gpus: if known_version.is_none() {
@@ -344,6 +354,8 @@ impl Agent {
                     None
                 },
                 events: events.clone(),
+                volumes: volume_reports.clone(),
+                volume_free_bytes,
             };
             // A control plane that does not answer at all must not hold the agent past its
             // lease: the call (retries included) gets what is left of the lease, at least two
@@ -394,6 +406,8 @@ impl Agent {
                     });
                     mask_own_stops(&mut desired, &own_stops);
                     log_room = response.log_room;
+                    // Volumes first: the instances this answer starts may mount them.
+                    self.volumes.apply(&response.volumes).await;
                     self.forget_outputs(&kept, &reported, &desired).await;
                     if !desired.is_empty() {
                         // Work landed (placed just before a burn-in began): it goes first.
@@ -415,6 +429,7 @@ impl Agent {
                     }
                 }
                 Err(e) => {
+                    self.volumes.put_back(volume_reports);
                     match &e {
                         // Not a passing fault: it lasts until one of the two is upgraded.
                         AgentError::Refused { message, .. }
@@ -470,12 +485,15 @@ impl Agent {
             Action::Start(a) if stops.contains(&a.reservation_id) => false,
             Action::Start(a) => {
                 failures.remove(&a.reservation_id);
-                let started = match a.checkpoint {
-                    true => match self.config.checkpoint.prepare(&a).await {
-                        Ok(volume) => self.executor.start(&a, Some(&volume)).await,
-                        Err(e) => Err(e),
+                let started = match self.volumes.binds(&a).await {
+                    Ok(binds) => match a.checkpoint {
+                        true => match self.config.checkpoint.prepare(&a).await {
+                            Ok(volume) => self.executor.start_with(&a, Some(&volume), &binds).await,
+                            Err(e) => Err(e),
+                        },
+                        false => self.executor.start_with(&a, None, &binds).await,
                     },
-                    false => self.executor.start(&a, None).await,
+                    Err(e) => Err(e),
                 };
                 if let Err(e) = started {
                     tracing::warn!(reservation_id = %a.reservation_id, error = %e, "start failed");

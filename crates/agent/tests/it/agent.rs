@@ -136,6 +136,7 @@ pub(crate) fn assignment(id: &str, gpus: &[&str], script: &str) -> Assignment {
         checkpoint: false,
         secrets: Default::default(),
         sealed_secrets: None,
+        mounts: Vec::new(),
     }
 }
 

@@ -27,6 +27,7 @@ fn assignment(id: &str, epoch: i64, script: &str) -> Assignment {
         secrets: Default::default(),
         sealed_secrets: None,
         ports: vec![],
+        mounts: Vec::new(),
     }
 }
 

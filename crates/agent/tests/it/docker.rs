@@ -61,6 +61,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
         secrets: Default::default(),
         sealed_secrets: None,
         ports: vec![],
+        mounts: Vec::new(),
     }
 }
 

@@ -48,6 +48,7 @@ pub(crate) fn assignment(id: &str, image: Option<&str>, command: Vec<String>) ->
         ),
         sealed_secrets: None,
         ports: vec![],
+        mounts: Vec::new(),
     }
 }
 

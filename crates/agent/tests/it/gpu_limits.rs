@@ -46,6 +46,7 @@ fn share(id: &str, image: Option<&str>) -> Assignment {
         secrets: Default::default(),
         sealed_secrets: None,
         ports: vec![],
+        mounts: Vec::new(),
     }
 }
 

@@ -37,6 +37,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
         secrets: Default::default(),
         sealed_secrets: None,
         ports: vec![],
+        mounts: Vec::new(),
     }
 }
 

@@ -35,6 +35,7 @@ fn assignment(id: &str, epoch: i64, command: Vec<String>) -> Assignment {
         secrets: Default::default(),
         sealed_secrets: None,
         ports: vec![],
+        mounts: Vec::new(),
     }
 }
 

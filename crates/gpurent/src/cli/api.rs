@@ -20,6 +20,9 @@ pub enum ApiCommand {
     /// Your SSH public keys, for `ssh RESERVATION_ID@HOST`: add, list, remove.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Volumes: storage that outlives instances (`reserve --volume NAME:/workspace`).
+    #[command(subcommand)]
+    Volumes(super::VolumesCommand),
     /// Log in with a password (GPURENT_PASSWORD, else one line of stdin); prints a session
     /// token that expires.
     Login { name: String },
@@ -291,6 +294,11 @@ pub struct ReserveArgs {
     /// container) that a rescheduled run finds again, on nodes that share checkpoint storage.
     #[arg(long)]
     pub checkpoint: bool,
+    /// A volume to mount, NAME:PATH or NAME:PATH:ro (`gpurent volumes create`); repeatable.
+    /// A volume is mounted read-write by one reservation at a time, read-only by any number;
+    /// a node-local one places the reservation on its node.
+    #[arg(long = "volume", short = 'v', value_name = "NAME:PATH[:ro]")]
+    pub volumes: Vec<String>,
     /// Makes a retried reservation happen once.
     #[arg(long)]
     pub idempotency_key: Option<String>,

@@ -420,6 +420,15 @@ pub struct NodeArgs {
     /// and `GPURENT_RESERVATION_ID` are set): for checkpoints kept in object storage.
     #[arg(long, value_name = "COMMAND")]
     pub checkpoint_hook: Option<String>,
+    /// Where tenants' node-local volumes live (default DATA_DIR/volumes): each an ext4 image
+    /// of its size, loop-mounted, or a directory with a project quota where this file system
+    /// has them. Needs root; `nodes ls` says which, or why none.
+    #[arg(long, value_name = "DIR")]
+    pub volumes_dir: Option<PathBuf>,
+    /// Storage every node of the shared kind mounts here (NFS, CephFS, any POSIX file
+    /// system): tenants' shared volumes, which work on them can use from any such node.
+    #[arg(long, value_name = "DIR")]
+    pub shared_volumes_dir: Option<PathBuf>,
     /// Days a checkpoint volume no instance uses is kept (removed when the agent starts).
     #[arg(long, value_name = "DAYS", default_value_t = 7)]
     pub checkpoint_keep_days: u64,

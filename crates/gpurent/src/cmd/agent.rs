@@ -30,7 +30,7 @@ pub async fn run(mut args: AgentArgs, server: &str, tls: ClientTls) -> anyhow::R
     let mut config = AgentConfig::new(server, args.data_dir.clone(), &name);
     config.join_token = args.join_token.clone();
     config.tls = tls;
-    configure_node(&mut config, &args.liveness, &args.node);
+    configure_node(&mut config, &args.liveness, &args.node)?;
     let agent = Agent::new(config, gpus, executor);
     let (stop, stopped) = watch::channel(false);
     if let Some(listen) = args.metrics_listen {
@@ -72,7 +72,11 @@ async fn stop_signal() -> anyhow::Result<()> {
 /// The agent's node flags: its heartbeat, and its lease (`--lease-secs`, else a heartbeat less
 /// than the node TTL, so that an agent cut off from the control plane stops its work before the
 /// control plane reschedules it); burn-in; checkpoint volumes.
-pub fn configure_node(config: &mut AgentConfig, liveness: &LivenessArgs, node: &NodeArgs) {
+pub fn configure_node(
+    config: &mut AgentConfig,
+    liveness: &LivenessArgs,
+    node: &NodeArgs,
+) -> anyhow::Result<()> {
     config.heartbeat = liveness.heartbeat();
     config.lease = node
         .lease_secs
@@ -94,6 +98,15 @@ pub fn configure_node(config: &mut AgentConfig, liveness: &LivenessArgs, node: &
     config.checkpoint.hook.clone_from(&node.checkpoint_hook);
     config.checkpoint.keep = std::time::Duration::from_secs(node.checkpoint_keep_days * 24 * 3600);
     config.vram_grace = std::time::Duration::from_secs(node.vram_grace_secs);
+    let volumes_dir = node
+        .volumes_dir
+        .clone()
+        .unwrap_or_else(|| config.data_dir.join("volumes"));
+    config.volumes = Some(
+        gpurent_agent::volumes::VolumeStore::open(volumes_dir, node.shared_volumes_dir.clone())
+            .context("the volumes dirs are not usable (--volumes-dir, --shared-volumes-dir)")?,
+    );
+    Ok(())
 }
 
 /// What instances are told of their GPU memory; with `--mps`, once the MPS control daemon
@@ -152,6 +165,8 @@ pub async fn backends(
                 .iter()
                 .map(|p| p.to_path_buf())
                 .chain(node.checkpoint_dir.clone())
+                .chain(node.volumes_dir.clone())
+                .chain(node.shared_volumes_dir.clone())
                 .collect(),
         };
         let mut executor = ProcessExecutor::isolated(data_dir, &isolation, resources)?
@@ -339,8 +354,14 @@ pub(crate) fn absolute(path: &Path) -> anyhow::Result<std::path::PathBuf> {
 /// The node's directories, from the root (see `absolute`).
 pub(crate) fn absolute_node_paths(node: &mut NodeArgs) -> anyhow::Result<()> {
     node.cgroup_root = absolute(&node.cgroup_root)?;
-    if let Some(dir) = &node.checkpoint_dir {
-        node.checkpoint_dir = Some(absolute(dir)?);
+    for dir in [
+        &mut node.checkpoint_dir,
+        &mut node.volumes_dir,
+        &mut node.shared_volumes_dir,
+    ] {
+        if let Some(d) = dir.as_deref() {
+            *dir = Some(absolute(d)?);
+        }
     }
     Ok(())
 }

@@ -312,6 +312,8 @@ pub fn sync_request(
         logs: Vec::new(),
         host: known_version.is_none().then(|| host.clone()),
         events: Vec::new(),
+        volumes: Vec::new(),
+        volume_free_bytes: None,
     }
 }
 

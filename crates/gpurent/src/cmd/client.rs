@@ -135,6 +135,7 @@ pub async fn run(
         }
         Command::Tokens(command) => super::access::tokens(&api, command, json).await?,
         Command::Keys(command) => super::ssh_keys::keys(&api, command, json).await?,
+        Command::Volumes(command) => super::volumes::volumes(&api, command, json).await?,
         Command::Login { name } => super::access::login(&api, &name, json).await?,
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());

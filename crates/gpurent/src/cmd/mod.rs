@@ -43,6 +43,7 @@ pub mod ssh_config;
 pub mod ssh_keys;
 pub mod tls;
 pub mod up;
+pub mod volumes;
 
 use std::path::Path;
 

@@ -77,7 +77,7 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
         super::agent::backends(&args.node, &name, &agent_dir, &[&args.data_dir], true).await?;
     let mut config = AgentConfig::new(&base, agent_dir.clone(), &name);
     config.tls = agent_tls;
-    super::agent::configure_node(&mut config, &args.liveness, &args.node);
+    super::agent::configure_node(&mut config, &args.liveness, &args.node)?;
     if NodeIdentity::load(&agent_dir)?.is_none() {
         // The local agent joins like any other: with a join token, over HTTP.
         let admin = store

@@ -14,7 +14,10 @@ use crate::support::BIN;
 
 /// `gpurent --json bench ARGS`: its document and its stderr, or None (said) where the HA
 /// stack's packages cannot be installed.
-#[allow(clippy::print_stdout, reason = "the bench's document is the test's record")]
+#[allow(
+    clippy::print_stdout,
+    reason = "the bench's document is the test's record"
+)]
 fn bench(args: &[&OsStr]) -> Option<(Value, String)> {
     let out = Command::new(BIN)
         .args(["--json", "bench"])

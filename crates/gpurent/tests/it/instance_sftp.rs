@@ -170,6 +170,7 @@ fn assignment(id: &str, image: Option<&str>, script: &str) -> Assignment {
         secrets: Default::default(),
         sealed_secrets: None,
         ports: vec![],
+        mounts: Vec::new(),
     }
 }
 

@@ -63,5 +63,6 @@ mod tls;
 mod tls_renewal;
 mod unisolated;
 mod upgrade;
+mod volumes;
 mod vram_watchdog;
 mod web_terminal;

@@ -99,7 +99,14 @@ pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) ->
     }
     let queued_of = |id: u64| usize::try_from(id).ok().and_then(|i| view.queued.get(i));
     let outcome = queue.pass_with(now.timestamp(), &slots, &running, |item, gpu| {
-        queued_of(item.id).is_some_and(|q| view.gpus[gpu].type_key == q.type_key)
+        queued_of(item.id).is_some_and(|q| {
+            let g = &view.gpus[gpu];
+            g.type_key == q.type_key
+                && q.node_filter.admits(
+                    &g.gpu.node_id,
+                    view.shared_volume_nodes.contains(&g.gpu.node_id),
+                )
+        })
     });
     for placed in &outcome.placed {
         let Some(q) = queued_of(placed.item.id) else {
@@ -129,6 +136,10 @@ pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) ->
                     .map_or_else(|| until.to_string(), |t| t.to_rfc3339())
             ),
             other => other.to_string(),
+        };
+        let text = match &q.node_filter {
+            gpurent_store::NodeFilter::Any => text,
+            filter => format!("{text}; {}", filter.describe()),
         };
         plan.reasons.push((q.id.clone(), text));
     }
@@ -172,6 +183,7 @@ mod tests {
             priority,
             queued_at: at(queued_at),
             duration_s: 3600,
+            node_filter: Default::default(),
         }
     }
 
@@ -195,6 +207,7 @@ mod tests {
             ],
             gpus: vec![gpu("g0", 24_576)],
             held: vec![],
+            shared_volume_nodes: vec![],
         };
         let plan = plan(&view, at(20), QueueConfig::default());
         assert_eq!(plan.placements.len(), 1);
@@ -220,6 +233,7 @@ mod tests {
                 held("busy", Tier::OnDemand, "g0"),
                 held("cheap", Tier::Spot, "g1"),
             ],
+            shared_volume_nodes: Vec::new(),
         };
         let plan = plan(&view, at(20), QueueConfig::default());
         assert_eq!(plan.placements.len(), 1, "{plan:?}");
@@ -236,6 +250,7 @@ mod tests {
             queued: vec![queued("spot", Tier::Spot, Some(5_000_000), 0)],
             gpus: vec![gpu("g0", 0)],
             held: vec![held("cheap", Tier::Spot, "g0")],
+            shared_volume_nodes: vec![],
         };
         let plan = plan(&view, at(20), QueueConfig::default());
         assert!(plan.placements.is_empty());
@@ -258,6 +273,7 @@ mod tests {
             queued: vec![head, long, short],
             gpus: vec![gpu("g0", 0), gpu("g1", 24_576)],
             held: vec![busy],
+            shared_volume_nodes: vec![],
         };
         let plan = plan(&view, at(0), QueueConfig::default());
         let placed: Vec<&str> = plan.placements.iter().map(|(id, _)| id.as_str()).collect();

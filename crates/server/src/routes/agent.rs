@@ -210,6 +210,10 @@ pub(crate) async fn sync(
             }
             state.store.set_shared_network(&node_id, shared).await?;
         }
+        state
+            .store
+            .set_volume_facts(&node_id, host.volumes.as_ref())
+            .await?;
         if host.cpus.is_some() || host.memory_mb.is_some() {
             state
                 .store
@@ -227,6 +231,12 @@ pub(crate) async fn sync(
         if verification.ok {
             state.wake.wake_scheduler();
         }
+    }
+    if !body.volumes.is_empty() || body.volume_free_bytes.is_some() {
+        state
+            .store
+            .apply_volume_reports(&node_id, &body.volumes, body.volume_free_bytes, state.now())
+            .await?;
     }
     // An instance that ended freed its GPUs: queued work may fit now.
     let freed = body.instances.iter().any(|i| {
@@ -286,12 +296,20 @@ pub(crate) async fn sync(
     } else {
         state.store.log_rooms(&node_id).await?
     };
+    // The volumes the node keeps, whenever its desired state is new to it (a volume made,
+    // grown or removed bumps the version): an answer it knew already needs no query.
+    let volumes = if body.known_version == Some(version) {
+        Vec::new()
+    } else {
+        state.store.node_volumes(&node_id).await?
+    };
     Ok(Json(SyncResponse {
         node_id,
         version,
         server_time: state.now(),
         assignments,
         log_room,
+        volumes,
     }))
 }
 

@@ -56,6 +56,12 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(reservations::get))
         .routes(routes!(reservations::stop))
         .routes(routes!(reservations::logs))
+        .routes(routes!(crate::volumes::create, crate::volumes::list))
+        .routes(routes!(
+            crate::volumes::get,
+            crate::volumes::resize,
+            crate::volumes::remove
+        ))
         .routes(routes!(crate::proxy::links::create))
         .routes(routes!(ssh::ssh_endpoint))
         .routes(routes!(nodes::create_join_token))

@@ -51,6 +51,8 @@ pub(crate) async fn create(
     let card = card_vram_mb(&state, &body).await?;
     let mut new = validate::reservation(&caller.0.id, &body, idempotency_key(&headers)?, card)?;
     new.limits = state.live().tenant_limits;
+    (new.mounts, new.node_filter) =
+        crate::volumes::mounts(&state, &caller.0.id, &body.volumes).await?;
     if !body.secrets.is_empty() {
         new.sealed_secrets = Some(
             crate::secrets::seal(&*state.config.master_key, &body.secrets)

@@ -256,6 +256,7 @@ async fn a_restarted_agent_ships_what_a_stop_kept(backend: Backend) {
         secrets: Default::default(),
         sealed_secrets: None,
         ports: vec![],
+        mounts: Vec::new(),
     };
     executor.start(&ghost, None).await.expect("start");
     executor.stop("ghost", None).await.expect("stop");

@@ -92,6 +92,18 @@ impl SqlStore {
         expected: &[Request],
         record: Option<RecordWithin>,
     ) -> Result<Reserved> {
+        // Volumes are claimed under their rows' locks, which a batch does not take: such a
+        // reservation is placed alone.
+        if !new.mounts.is_empty() {
+            let (reservation, nodes) = self
+                .reserve_planned(&new, prices, live_since, now, expected)
+                .await?;
+            return Ok(Reserved {
+                reservation,
+                nodes,
+                recorded: false,
+            });
+        }
         let (reply, answer) = oneshot::channel();
         let job = Job {
             new: new.clone(),

@@ -154,7 +154,7 @@ pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) ->
                 env, created_at, idempotency_key, request_hash, ports, price_step_s,
                 price_after, host_share_bps, priority, placed_at, queued_at, queue_reason,
                 type_key, on_node_loss, idle_reclaim, checkpoint, secrets, secret_names,
-                http_ports)
+                http_ports, volumes)
              VALUES {} RETURNING ",
                 reservation_fields!(),
                 ", node_id, price_step_s, price_after, host_share_bps,
@@ -197,7 +197,7 @@ pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) ->
 }
 
 /// The arguments of one row of [`push_inserts`], in its columns' order (less the literals).
-const ROW_ARGS: usize = 32;
+const ROW_ARGS: usize = 33;
 
 fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
     let (new, quote) = (row.new, row.quote);
@@ -242,6 +242,7 @@ fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
         Arg::from(&new.sealed_secrets),
         Arg::from(to_json(&new.secret_names)),
         Arg::from(to_json(&new.http_ports)),
+        Arg::from(to_json(&new.mounts)),
     ]
 }
 
@@ -346,6 +347,7 @@ impl SqlStore {
         if let Some(r) = earlier_reservation(&mut tx, new).await? {
             return Ok(Attempt::Done(Box::new(r), Vec::new()));
         }
+        super::volume_mounts::claim(&mut tx, self.backend, new).await?;
         let key = new.gpu_type.key();
         let Some((vram, type_name, most_on_one_node)) = gpus::largest(&mut tx, key).await? else {
             // No GPU of the type at all: the reason says which types there are.
@@ -373,7 +375,10 @@ impl SqlStore {
             },
             Want::Share { vram_mb } => NoFit::NoShare { wanted_mb: vram_mb },
         };
-        let reason = Reason::NoFit(reason).to_string();
+        let mut reason = Reason::NoFit(reason).to_string();
+        if new.node_filter != crate::NodeFilter::Any {
+            reason = format!("{reason}, {}", super::volume_mounts::filter_reason(new));
+        }
         let id = new_id();
         let mut batch = Batch::default();
         let caps = super::caps::push_read(&mut batch, &new.tenant_id);
@@ -390,6 +395,7 @@ impl SqlStore {
         };
         let mut batch = Batch::default();
         let row_part = push_inserts(&mut batch, std::slice::from_ref(&row), false);
+        super::volume_mounts::push_mounts(&mut batch, &id, &new.mounts);
         let Some(answers) = unless_replayed(batch.run(&mut tx, self.backend).await)? else {
             return Ok(Attempt::LostRace);
         };

@@ -19,7 +19,8 @@ pub(super) async fn list_nodes(
 ) -> Result<Vec<Node>> {
     let nodes = sqlx::query(
         "SELECT id, name, executor, gpu_backend, last_seen_at, telemetry, owner_id, status,
-                verification, verified, health, healthy, isolated, shared_network, cpus, memory_mb FROM nodes
+                verification, verified, health, healthy, isolated, shared_network, cpus, memory_mb,
+                volume_enforcement, volume_reason, volume_free_bytes, shared_volumes FROM nodes
          WHERE $1 = '' OR owner_id = $1 ORDER BY name",
     )
     .bind(owner.unwrap_or(""))
@@ -111,6 +112,18 @@ pub(super) async fn list_nodes(
                     .try_get::<Option<i64>, _>("memory_mb")?
                     .and_then(|m| u64::try_from(m).ok()),
                 last_seen_at: from_ts(last_seen)?,
+                volumes: match n.try_get::<Option<String>, _>("volume_enforcement")? {
+                    Some(enforcement) => Some(gpurent_types::agent::VolumeFacts {
+                        enforcement,
+                        reason: n.try_get("volume_reason")?,
+                        free_bytes: n
+                            .try_get::<Option<i64>, _>("volume_free_bytes")?
+                            .and_then(|b| u64::try_from(b).ok())
+                            .unwrap_or(0),
+                        shared: n.try_get::<i64, _>("shared_volumes")? != 0,
+                    }),
+                    None => None,
+                },
             })
         })
         .collect()

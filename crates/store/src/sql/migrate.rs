@@ -147,6 +147,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "login_throttle",
         include_str!("../../migrations/0033_login_throttle.sql"),
     ),
+    (
+        34,
+        "volumes",
+        include_str!("../../migrations/0034_volumes.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

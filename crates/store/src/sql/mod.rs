@@ -45,6 +45,9 @@ mod statements;
 mod sync;
 mod tunnels;
 mod users;
+mod volume_mounts;
+mod volume_nodes;
+mod volumes;
 mod wal;
 mod writer_thread;
 

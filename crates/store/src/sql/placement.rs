@@ -20,7 +20,7 @@ use super::create::{
 use super::gpus::{self, Claims, Lock};
 use super::queue::preempt_reservation;
 use super::{new_id, retry_transient, ts, Backend, SqlStore};
-use crate::{NewReservation, Result, StoreError};
+use crate::{NewReservation, NodeFilter, Result, StoreError};
 
 /// Plans made again after losing a compare-and-set race to another transaction.
 const PLACEMENT_ATTEMPTS: usize = 8;
@@ -175,8 +175,18 @@ impl SqlStore {
             Backend::Sqlite => &[Lock::Wait],
         };
         for &lock in locks {
-            let found =
-                gpus::candidates(conn, self.backend, key, new.want, live_since, lock).await?;
+            let found = if new.node_filter == NodeFilter::Any {
+                gpus::candidates(conn, self.backend, key, new.want, live_since, lock).await?
+            } else {
+                super::volume_mounts::filtered_candidates(
+                    conn,
+                    self.backend,
+                    key,
+                    live_since,
+                    &new.node_filter,
+                )
+                .await?
+            };
             let view = View {
                 gpus: found.gpus,
                 work: Vec::new(),
@@ -202,8 +212,16 @@ impl SqlStore {
         let Some(priority) = ask_priority(conn, new, prices).await? else {
             return Ok(None);
         };
-        let view = gpus::preemptible(conn, key, priority, live_since).await?;
-        if view.work.is_empty() {
+        let mut view = gpus::preemptible(conn, key, priority, live_since).await?;
+        match &new.node_filter {
+            NodeFilter::Any => {}
+            NodeFilter::Node(node) => view.gpus.retain(|g| g.node_id == *node),
+            NodeFilter::SharedVolumes => {
+                let shared = super::volume_mounts::shared_nodes(conn).await?;
+                view.gpus.retain(|g| shared.contains(&g.node_id));
+            }
+        }
+        if view.work.is_empty() || view.gpus.is_empty() {
             return Ok(None);
         }
         let ask = Ask {
@@ -243,6 +261,7 @@ impl SqlStore {
         if let Some(r) = earlier_reservation(&mut tx, new).await? {
             return Ok(Attempt::Done(Box::new(r), Vec::new()));
         }
+        super::volume_mounts::claim(&mut tx, self.backend, new).await?;
         let Some(Planned {
             plan,
             type_name,
@@ -252,7 +271,15 @@ impl SqlStore {
             .plan_new(&mut tx, new, prices, live_since, expected)
             .await?
         else {
-            let err = no_capacity_reason(&mut tx, new, live_since).await?;
+            let err = match no_capacity_reason(&mut tx, new, live_since).await? {
+                StoreError::NoCapacity(why) if new.node_filter != NodeFilter::Any => {
+                    StoreError::NoCapacity(format!(
+                        "{why}, {}",
+                        super::volume_mounts::filter_reason(new)
+                    ))
+                }
+                other => other,
+            };
             if new.queue && matches!(err, StoreError::NoCapacity(_)) {
                 return Ok(Attempt::Queue);
             }
@@ -277,6 +304,7 @@ impl SqlStore {
         // One batch: the row and meter, the claims, the versions, and the tenant's caps.
         let mut batch = Batch::default();
         let row_part = push_inserts(&mut batch, std::slice::from_ref(&row), false);
+        super::volume_mounts::push_mounts(&mut batch, &id, &new.mounts);
         let (claims, woken) = apply(
             &mut tx,
             self.backend,

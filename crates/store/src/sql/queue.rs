@@ -103,7 +103,8 @@ impl SqlStore {
     pub(super) async fn read_queue(&self, live_since: i64, now: i64) -> Result<QueueView> {
         let mut conn = self.pool.acquire().await?;
         let rows = sqlx::query(
-            "SELECT id, type_key, gpu_count, vram_mb, tier, priority, queued_at, duration_s
+            "SELECT id, type_key, gpu_count, vram_mb, tier, priority, queued_at, duration_s,
+                volumes
              FROM reservations WHERE status = 'pending' AND node_id IS NULL
              ORDER BY queued_at, id",
         )
@@ -123,6 +124,13 @@ impl SqlStore {
             if !keys.contains(&type_key) {
                 keys.push(type_key.clone());
             }
+            let mounts: Vec<crate::VolumeMountRow> =
+                serde_json::from_str(&r.try_get::<String, _>("volumes")?)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            // Two nodes' local volumes were refused when it was made.
+            let node_filter =
+                crate::NodeFilter::of(mounts.iter().map(|m| (m.kind, m.node_id.as_deref())))
+                    .map_err(StoreError::Corrupt)?;
             queued.push(QueuedReservation {
                 id: r.try_get("id")?,
                 type_key,
@@ -131,6 +139,7 @@ impl SqlStore {
                 priority: r.try_get("priority")?,
                 queued_at: from_ts(queued_at)?,
                 duration_s: mb(r.try_get("duration_s")?),
+                node_filter,
             });
         }
         let mut gpus = Vec::new();
@@ -147,7 +156,20 @@ impl SqlStore {
             );
             held.extend(gpus::held_on_type(&mut conn, key, live_since, now).await?);
         }
-        Ok(QueueView { queued, gpus, held })
+        let shared_volume_nodes = if queued
+            .iter()
+            .any(|q| q.node_filter == crate::NodeFilter::SharedVolumes)
+        {
+            super::volume_mounts::shared_nodes(&mut conn).await?
+        } else {
+            Vec::new()
+        };
+        Ok(QueueView {
+            queued,
+            gpus,
+            held,
+            shared_volume_nodes,
+        })
     }
 
     pub(super) async fn write_queue_reasons(&self, reasons: &[(String, String)]) -> Result<()> {

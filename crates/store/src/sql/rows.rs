@@ -17,7 +17,7 @@ macro_rules! reservation_fields {
         "id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier, price_per_hour, duration_s,
         gpus, image, command, created_at, started_at, ended_at, end_reason, end_message, bid,
         published, queue_reason, placed_at, on_node_loss, epoch, idle_reclaim, checkpoint,
-        secret_names, http_ports"
+        secret_names, http_ports, volumes"
     };
 }
 pub(crate) use reservation_fields;
@@ -25,7 +25,7 @@ pub(crate) use reservation_fields;
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
     r.created_at, r.started_at, r.ended_at, r.end_reason, r.end_message, COALESCE(m.charged, 0) AS charged,
-    COALESCE(m.held, 0) AS held, r.bid, r.published, r.queue_reason, r.placed_at, r.on_node_loss, r.epoch, r.idle_reclaim, r.checkpoint, r.secret_names, r.http_ports, n.name AS node_name
+    COALESCE(m.held, 0) AS held, r.bid, r.published, r.queue_reason, r.placed_at, r.on_node_loss, r.epoch, r.idle_reclaim, r.checkpoint, r.secret_names, r.http_ports, r.volumes, n.name AS node_name
     FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id
     LEFT JOIN meters m ON m.reservation_id = r.id";
 
@@ -88,6 +88,13 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
             .map_err(corrupt)?,
         http_ports: serde_json::from_str(&row.try_get::<String, _>("http_ports")?)
             .map_err(corrupt)?,
+        volumes: serde_json::from_str::<Vec<crate::VolumeMountRow>>(
+            &row.try_get::<String, _>("volumes")?,
+        )
+        .map_err(corrupt)?
+        .iter()
+        .map(crate::VolumeMountRow::shown)
+        .collect(),
         http: Vec::new(),
         // Connection details are the control plane's to add (they depend on its endpoint).
         ssh: None,

@@ -24,7 +24,7 @@ macro_rules! desired_select {
         concat!(
             "SELECT n.desired_version, n.health, r.id, r.status, r.epoch, r.gpus, r.vram_mb,
                     r.image, r.command, r.env, r.log_read, r.ports, r.stop_grace_s, r.checkpoint,
-                    r.secrets
+                    r.secrets, r.volumes
              FROM nodes n LEFT JOIN reservations r ON r.node_id = n.id AND r.status IN ",
             live_statuses!(),
             " WHERE n.id = ",
@@ -412,6 +412,13 @@ fn desired_of(
                     .try_get::<Option<i64>, _>("stop_grace_s")?
                     .map(|g| u64::try_from(g).unwrap_or(0)),
                 checkpoint: r.try_get::<i64, _>("checkpoint")? != 0,
+                mounts: serde_json::from_str::<Vec<crate::VolumeMountRow>>(
+                    &r.try_get::<String, _>("volumes")?,
+                )
+                .map_err(corrupt)?
+                .into_iter()
+                .map(crate::VolumeMountRow::for_agent)
+                .collect(),
                 secrets: Default::default(),
                 sealed_secrets: r.try_get("secrets")?,
             })

@@ -38,6 +38,8 @@ fn sync(samples: Vec<GpuSample>) -> SyncRequest {
         logs: vec![],
         host: None,
         events: Vec::new(),
+        volumes: Vec::new(),
+        volume_free_bytes: None,
     }
 }
 

@@ -41,6 +41,8 @@ pub fn one_gpu(tenant: &str) -> NewReservation {
         sealed_secrets: None,
         secret_names: vec![],
         limits: gpurent_store::TenantLimits::UNLIMITED,
+        mounts: Vec::new(),
+        node_filter: Default::default(),
     }
 }
 
@@ -63,6 +65,8 @@ pub fn report(id: &str, epoch: i64, state: InstanceState, exit_code: Option<i32>
         logs: vec![],
         host: None,
         events: Vec::new(),
+        volumes: Vec::new(),
+        volume_free_bytes: None,
     }
 }
 

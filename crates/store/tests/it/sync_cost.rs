@@ -46,6 +46,8 @@ fn heartbeat(node: &str, known: i64) -> SyncRequest {
         logs: vec![],
         host: None,
         events: Vec::new(),
+        volumes: Vec::new(),
+        volume_free_bytes: None,
     }
 }
 

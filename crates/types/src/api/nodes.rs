@@ -68,6 +68,10 @@ pub struct Node {
     /// The health rules its GPUs breach now; a node with any is `unhealthy` and gets no work.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub health: Vec<HealthIssue>,
+    /// What it offers for volumes (how a local one's size is enforced, the room, the shared
+    /// storage), as its agent last reported; absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<crate::agent::VolumeFacts>,
 }
 
 fn isolated_by_default() -> bool {

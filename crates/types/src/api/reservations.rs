@@ -128,6 +128,11 @@ pub struct CreateReservation {
     /// again (a reservation lists their names).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<String, String>,
+    /// Volumes to mount into the instance (at most 16): a volume read-write into one live
+    /// reservation at a time, read-only into any number. A node-local volume places the
+    /// reservation on its node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<super::MountVolume>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -198,6 +203,9 @@ pub struct Reservation {
     /// Ports of its instance published over HTTP through the control plane's proxy.
     #[serde(default)]
     pub http_ports: Vec<u16>,
+    /// The volumes its instance mounts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<super::MountedVolume>,
     /// Where its HTTP ports are reachable, while it runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http: Vec<HttpEndpoint>,

@@ -55,6 +55,7 @@ impl DockerExecutor {
         &self,
         a: &Assignment,
         volume: Option<&Path>,
+        binds: &[crate::executor::Bind],
     ) -> Result<(), AgentError> {
         let id = &a.reservation_id;
         let image = a.image.clone().ok_or_else(|| {
@@ -100,8 +101,26 @@ impl DockerExecutor {
         }
         let exposed: Vec<String> = a.ports.iter().map(|p| format!("{p}/tcp")).collect();
         let mut host_config = self.host_config(a);
+        let mut mounts = Vec::new();
         if let Some(volume) = volume {
-            host_config.binds = Some(vec![format!("{}:{CHECKPOINT_MOUNT}:rw", volume.display())]);
+            mounts.push(format!("{}:{CHECKPOINT_MOUNT}:rw", volume.display()));
+        }
+        if binds.iter().any(|b| !b.read_only) {
+            // A volume it writes is the user its image runs as (no capability lets it write
+            // another's files).
+            let (uid, gid) = self.image_user(&image).await;
+            for bind in binds.iter().filter(|b| !b.read_only) {
+                crate::volumes::chown_tree(&bind.source, uid, gid).map_err(|e| {
+                    docker_error("start", id, format!("chown {}: {e}", bind.source.display()))
+                })?;
+            }
+        }
+        for bind in binds {
+            let mode = if bind.read_only { "ro" } else { "rw" };
+            mounts.push(format!("{}:{}:{mode}", bind.source.display(), bind.target));
+        }
+        if !mounts.is_empty() {
+            host_config.binds = Some(mounts);
         }
         if !exposed.is_empty() {
             // Each port on a free port of the node, chosen by the Engine.
@@ -142,6 +161,27 @@ impl DockerExecutor {
             .map_err(|e| docker_error("start", id, refusal("start", &image, &e)))?;
         tracing::info!(reservation_id = %id, container = %name, gpus = %visible, "container started");
         Ok(())
+    }
+}
+
+impl DockerExecutor {
+    /// The uid and gid an image runs as: its `USER` when numeric (`1000`, `1000:1000`), root
+    /// when it has none; a user named in the image's own passwd is taken as root, with a
+    /// warning (its files stay root's).
+    async fn image_user(&self, image: &str) -> (u32, u32) {
+        let user = match self.docker.inspect_image(image).await {
+            Ok(inspect) => inspect.config.and_then(|c| c.user).unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let (u, g) = user.split_once(':').unwrap_or((user.as_str(), ""));
+        match (u, u.parse::<u32>()) {
+            ("" | "root", _) => (0, 0),
+            (_, Ok(uid)) => (uid, g.parse().unwrap_or(uid)),
+            (name, Err(_)) => {
+                tracing::warn!(%image, user = %name, "the image runs as a named user; its volumes stay root's");
+                (0, 0)
+            }
+        }
     }
 }
 

@@ -278,7 +278,16 @@ impl Executor for DockerExecutor {
     }
 
     async fn start(&self, a: &Assignment, volume: Option<&Path>) -> Result<(), AgentError> {
-        self.create_and_start(a, volume).await
+        self.create_and_start(a, volume, &[]).await
+    }
+
+    async fn start_with(
+        &self,
+        a: &Assignment,
+        volume: Option<&Path>,
+        binds: &[super::Bind],
+    ) -> Result<(), AgentError> {
+        self.create_and_start(a, volume, binds).await
     }
 
     async fn stop(&self, id: &str, grace: Option<Duration>) -> Result<(), AgentError> {

@@ -388,7 +388,16 @@ impl Executor for ProcessExecutor {
     }
 
     async fn start(&self, a: &Assignment, volume: Option<&Path>) -> Result<(), AgentError> {
-        self.spawn_instance(a, volume).await
+        self.spawn_instance(a, volume, &[]).await
+    }
+
+    async fn start_with(
+        &self,
+        a: &Assignment,
+        volume: Option<&Path>,
+        binds: &[super::Bind],
+    ) -> Result<(), AgentError> {
+        self.spawn_instance(a, volume, binds).await
     }
 
     async fn stop(&self, id: &str, grace: Option<Duration>) -> Result<(), AgentError> {

@@ -81,8 +81,16 @@ impl ProcessExecutor {
         &self,
         a: &Assignment,
         volume: Option<&Path>,
+        binds: &[crate::executor::Bind],
     ) -> Result<(), AgentError> {
         let id = &a.reservation_id;
+        if !binds.is_empty() && self.sandbox.is_none() {
+            return Err(exec_error(
+                "start",
+                id,
+                "volumes are mounted into isolated instances only, and this node runs them unisolated",
+            ));
+        }
         // Run without its image, a job would get the node's own system instead of what it
         // asked for: refused, saying why, rather than run on the wrong software.
         if let Some(image) = &a.image {
@@ -120,6 +128,12 @@ impl ProcessExecutor {
                         exec_error("start", id, format!("chown {}: {e}", volume.display()))
                     })?;
                 }
+                // A volume it writes is its uid's; one it reads is left as it is.
+                for bind in binds.iter().filter(|b| !b.read_only) {
+                    crate::volumes::chown_tree(&bind.source, uid, uid).map_err(|e| {
+                        exec_error("start", id, format!("chown {}: {e}", bind.source.display()))
+                    })?;
+                }
                 Some(uid)
             }
             None => None,
@@ -151,6 +165,7 @@ impl ProcessExecutor {
                 let spec = sandbox::Spec {
                     home: &home,
                     volume,
+                    binds,
                     env: &env,
                     gpus: &a.gpus,
                     own_network,
@@ -260,6 +275,7 @@ impl ProcessExecutor {
         let spec = sandbox::Spec {
             home: &home,
             volume: None,
+            binds: &[],
             env: &[],
             gpus: &[],
             own_network: true,

@@ -68,6 +68,7 @@ pub(super) async fn ls(api: &ApiClient, json: bool) -> Result<(), CliError> {
                     (false, _) => format!("{} (unisolated)/{}", n.executor, n.gpu_backend),
                 },
                 capacity(n),
+                volumes(n),
                 g.uuid.clone(),
                 g.model.clone(),
                 g.vram_gb.to_string(),
@@ -90,6 +91,7 @@ pub(super) async fn ls(api: &ApiClient, json: bool) -> Result<(), CliError> {
             "STATUS",
             "EXECUTOR/GPUS",
             "CPUS/MEM GB",
+            "VOLUMES",
             "GPU",
             "MODEL",
             "VRAM GB",
@@ -186,4 +188,23 @@ fn event_rows(events: &[Event]) -> Vec<Vec<String>> {
             ]
         })
         .collect()
+}
+
+/// How the node keeps volumes: `loop, 120 GB free`, `+shared` where it mounts the shared
+/// storage, `unavailable: why`, or `-`.
+fn volumes(n: &Node) -> String {
+    let Some(v) = &n.volumes else {
+        return "-".to_owned();
+    };
+    let mut text = match (v.enforcement.as_str(), &v.reason) {
+        ("unavailable", Some(why)) => format!("unavailable: {why}"),
+        (e, _) => format!(
+            "{e}, {} free",
+            gpurent_types::api::format_size(v.free_bytes)
+        ),
+    };
+    if v.shared {
+        text.push_str(" +shared");
+    }
+    text
 }

@@ -98,6 +98,14 @@ pub(super) async fn reserve(
                 })
             })
             .collect::<Result<_, _>>()?,
+        volumes: args
+            .volumes
+            .iter()
+            .map(|v| {
+                gpurent_types::api::MountVolume::parse(v)
+                    .map_err(|e| CliError::new("invalid_value", format!("--volume {e}")))
+            })
+            .collect::<Result<_, _>>()?,
     };
     // Always keyed, so that a retry through a failover (its first answer lost) reserves once.
     let key = args

@@ -100,6 +100,10 @@ fn summary(ctx: &Ctx, r: &Reservation) -> Markup {
             }
             dt { (l.t("Image", "镜像")) } dd { @if let Some(i) = &r.image { (raw(i)) } @else { "—" } }
             dt { (l.t("Command", "命令")) } dd { @if r.command.is_empty() { @if r.image.is_some() { (l.t("the image's own (interactive)", "镜像自带命令（交互式）")) } @else { (l.t("none: interactive, up for its hours", "无：交互式，在预订时长内保持运行")) } } @else { (raw(&shell_line(&r.command))) } }
+            @if !r.volumes.is_empty() {
+                dt { (l.t("Volumes", "存储卷")) }
+                dd { @for (i, v) in r.volumes.iter().enumerate() { @if i > 0 { ", " } (v.name) " → " (v.path) @if v.read_only { " (" (l.t("read-only", "只读")) ")" } } }
+            }
             dt { (l.t("Connect", "连接方式")) } dd { (connect(l, r)) }
             @if !r.http.is_empty() {
                 dt { (l.t("Published ports", "已发布端口")) }

@@ -8,7 +8,7 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use gpurent_billing::Size;
-use gpurent_types::api::{CreateReservation, Offer, Reservation};
+use gpurent_types::api::{CreateReservation, MountVolume, Offer, Reservation};
 use gpurent_types::{GpuType, Money, OnNodeLoss, Tier};
 use maud::{html, Markup};
 use serde::Deserialize;
@@ -36,6 +36,7 @@ pub(crate) struct ReserveForm {
     secrets: String,
     ports: String,
     http_ports: String,
+    volumes: String,
     queue: Option<String>,
     checkpoint: Option<String>,
     keep_idle: Option<String>,
@@ -133,6 +134,12 @@ impl ReserveForm {
             idle_reclaim: self.keep_idle.is_some().then_some(false),
             checkpoint: self.checkpoint.is_some(),
             secrets: pairs("secrets", &self.secrets)?,
+            volumes: self
+                .volumes
+                .split([',', '\n'])
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| MountVolume::parse(v).map_err(|e| field("volumes", e)))
+                .collect::<Result<_, _>>()?,
         })
     }
 }
@@ -402,6 +409,11 @@ fn reserve_form(ctx: &Ctx, offers: &[Offer], form: &ReserveForm, quote: &str) ->
                     textarea id="secrets" name="secrets" rows="3" autocomplete="off" {}
                 }
                 div {
+                    label for="volumes" { (l.t("Volumes", "存储卷")) " (" (raw("NAME:/PATH[:ro]")) ")" }
+                    input id="volumes" name="volumes" type="text" placeholder="data:/workspace" value=(form.volumes);
+                    p.hint { (l.t("Your volumes (gpurent volumes create), comma-separated: their data outlives the instance. A node-local volume runs the instance on its node.", "您的存储卷（gpurent volumes create），以逗号分隔：其数据在实例结束后仍保留。节点本地卷会让实例运行在该卷所在的节点上。")) }
+                }
+                div {
                     label for="http_ports" { (l.t("HTTP ports to publish", "发布的 HTTP 端口")) }
                     input id="http_ports" name="http_ports" type="text" placeholder="8888" value=(form.http_ports);
                 }
@@ -459,6 +471,7 @@ mod tests {
             bid: "0.90".into(),
             env: "A=1\nB = two\n".into(),
             http_ports: "8888, 6006".into(),
+            volumes: "data:/workspace, sets:/data:ro".into(),
             queue: Some("on".into()),
             ..ReserveForm::default()
         };
@@ -469,6 +482,8 @@ mod tests {
         assert_eq!(body.bid, Some(Money::from_str("0.90").unwrap()));
         assert_eq!(body.env.get("B").map(String::as_str), Some("two"));
         assert_eq!(body.http_ports, [8888, 6006]);
+        assert_eq!(body.volumes.len(), 2);
+        assert!(body.volumes[1].read_only);
         assert!(body.queue);
         let half = ReserveForm {
             vram_gb: String::new(),

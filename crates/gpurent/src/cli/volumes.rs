@@ -1,0 +1,35 @@
+//! `gpurent volumes`: storage that outlives instances, and its arguments.
+
+use clap::Subcommand;
+
+#[derive(Debug, Subcommand)]
+pub enum VolumesCommand {
+    /// Make a volume: on a node's disk (`--node`, or the node with the most room), or on the
+    /// storage every node of the shared kind mounts (`--shared`). Billed per GB-month of its
+    /// size until it is removed.
+    Create {
+        name: String,
+        /// Its size: 100GB, 500GiB, 1.5TB (GB and TB are powers of ten, GiB and TiB of two).
+        #[arg(long)]
+        size: String,
+        /// The node whose disk holds it (its name or id); work that mounts it runs there.
+        #[arg(long, conflicts_with = "shared")]
+        node: Option<String>,
+        /// On the shared volume storage: work that mounts it runs on any node that mounts
+        /// that storage, and moves with its data when its node is lost.
+        #[arg(long)]
+        shared: bool,
+    },
+    /// Your volumes (admin: everyone's), with their state, node and use.
+    Ls,
+    /// One volume, by name or id.
+    Get { name: String },
+    /// Grow a volume (a volume never shrinks), mounted or not.
+    Resize {
+        name: String,
+        #[arg(long)]
+        size: String,
+    },
+    /// Remove a volume and its data; refused while a reservation mounts it.
+    Rm { name: String },
+}

@@ -1,0 +1,172 @@
+//! The CLI's `volumes create|ls|get|resize|rm`: the caller's volumes.
+
+use std::time::Duration;
+
+use gpurent_types::api::{
+    format_size, parse_size, CreateVolume, ResizeVolume, Volume, VolumeKind, VolumeState,
+};
+
+use super::access::time;
+use super::client::segment;
+use crate::api_client::{ApiClient, CliError};
+use crate::cli::VolumesCommand;
+use crate::output::{print_json, print_line, print_table};
+
+/// How long `create` and `resize` wait for the node to make or grow the volume.
+const WAIT: Duration = Duration::from_secs(120);
+
+fn size_of(text: &str) -> Result<u64, CliError> {
+    parse_size(text).map_err(|e| CliError::new("invalid_value", format!("--size {e}")))
+}
+
+fn path_of(name: &str) -> String {
+    format!("/api/v1/volumes/{}", segment(name))
+}
+
+/// One volume as a table row.
+fn row(v: &Volume) -> Vec<String> {
+    vec![
+        v.name.clone(),
+        v.id.clone(),
+        match v.kind {
+            VolumeKind::Local => v.node.clone().unwrap_or_else(|| "-".into()),
+            VolumeKind::Shared => "shared".into(),
+        },
+        format_size(v.size_bytes),
+        v.used_bytes.map_or_else(|| "-".into(), format_size),
+        match &v.message {
+            Some(m) => format!("{}: {m}", v.state.as_str()),
+            None => v.state.as_str().to_owned(),
+        },
+        v.used_by
+            .iter()
+            .map(|u| {
+                if u.read_only {
+                    format!("{} (ro)", u.reservation_id)
+                } else {
+                    u.reservation_id.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        time(Some(v.created_at)),
+    ]
+}
+
+const HEADER: [&str; 8] = [
+    "NAME",
+    "ID",
+    "WHERE",
+    "SIZE",
+    "USED",
+    "STATE",
+    "MOUNTED BY",
+    "CREATED",
+];
+
+/// Waits, saying so on stderr, while the volume's node makes or grows it; the volume as it
+/// is at the end.
+async fn settled(api: &ApiClient, mut v: Volume) -> Result<Volume, CliError> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut said = false;
+    while matches!(v.state, VolumeState::Creating | VolumeState::Resizing)
+        && tokio::time::Instant::now() < deadline
+    {
+        if !said {
+            eprintln!(
+                "{} {} on node {}...",
+                if v.state == VolumeState::Creating {
+                    "making it"
+                } else {
+                    "growing it"
+                },
+                v.name,
+                v.node.as_deref().unwrap_or("?")
+            );
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        v = api.get(&path_of(&v.id)).await?;
+    }
+    Ok(v)
+}
+
+pub async fn volumes(api: &ApiClient, command: VolumesCommand, json: bool) -> Result<(), CliError> {
+    match command {
+        VolumesCommand::Create {
+            name,
+            size,
+            node,
+            shared,
+        } => {
+            let body = CreateVolume {
+                name,
+                size_bytes: size_of(&size)?,
+                node,
+                shared,
+            };
+            let v: Volume = api.post("/api/v1/volumes", &body, None).await?;
+            let v = settled(api, v).await?;
+            if json {
+                return print_json(&v);
+            }
+            print_table(&HEADER, &[row(&v)]);
+            failed(&v)?;
+        }
+        VolumesCommand::Ls => {
+            let vs: Vec<Volume> = api.get_all("/api/v1/volumes").await?;
+            if json {
+                return print_json(&vs);
+            }
+            print_table(&HEADER, &vs.iter().map(row).collect::<Vec<_>>());
+        }
+        VolumesCommand::Get { name } => {
+            let v: Volume = api.get(&path_of(&name)).await?;
+            if json {
+                return print_json(&v);
+            }
+            print_table(&HEADER, &[row(&v)]);
+            if let Some(e) = &v.enforcement {
+                print_line(&format!("size enforced by: {e}"));
+            }
+        }
+        VolumesCommand::Resize { name, size } => {
+            let body = ResizeVolume {
+                size_bytes: size_of(&size)?,
+            };
+            let v: Volume = api.patch(&path_of(&name), &body).await?;
+            let v = settled(api, v).await?;
+            if json {
+                return print_json(&v);
+            }
+            print_table(&HEADER, &[row(&v)]);
+            failed(&v)?;
+        }
+        VolumesCommand::Rm { name } => {
+            let v: Volume = api.delete(&path_of(&name)).await?;
+            if json {
+                return print_json(&v);
+            }
+            print_line(&format!(
+                "removed volume {} ({}); its node deletes its data",
+                v.name, v.id
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A volume its node could not make or grow is this command's failure.
+fn failed(v: &Volume) -> Result<(), CliError> {
+    match (&v.message, v.state) {
+        (Some(m), _) => Err(CliError::new(
+            "volume_failed",
+            format!("volume {}: {m}", v.name),
+        )),
+        (None, VolumeState::Failed) => Err(CliError::new(
+            "volume_failed",
+            format!("volume {} failed", v.name),
+        )),
+        _ => Ok(()),
+    }
+}

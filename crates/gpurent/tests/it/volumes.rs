@@ -1,0 +1,402 @@
+//! Volumes (issue 33) with real parts: a loop-mounted ext4 image on the agent's disk, bound
+//! into isolated processes and Docker containers; data written by one reservation read by the
+//! next on both executors; a write past the size gets ENOSPC while the node goes on; the
+//! lifecycle's refusals; and a shared volume that moves with its work when its node is lost.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::docker_and_processes::{agent, docker_and_isolation};
+use crate::support::{eventually, instance_pgid, Cluster, Daemon};
+
+/// Unmounts whatever is still mounted under a test's directory when the test ends (a volume
+/// an instance held when its agent was killed), before the directory is removed.
+pub(crate) struct Unmounts(pub PathBuf);
+
+impl Drop for Unmounts {
+    fn drop(&mut self) {
+        let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+            return;
+        };
+        let prefix = self.0.to_string_lossy().into_owned();
+        let mut points: Vec<&str> = table
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|p| p.starts_with(&prefix))
+            .collect();
+        // The deepest first.
+        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for point in points {
+            let _ = std::process::Command::new("umount")
+                .args(["-l", point])
+                .status();
+        }
+    }
+}
+
+fn root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
+        return true;
+    }
+    eprintln!("SKIPPED: volumes are loop-mounted, which needs root");
+    false
+}
+
+/// Waits for the reservation to end; its log.
+fn ended(cluster: &Cluster, token: &str, id: &str) -> (Value, String) {
+    eventually(&format!("{id} to end"), 90, || {
+        let s = cluster.get(token, id)["status"].clone();
+        s != "pending" && s != "starting" && s != "running" && s != "stopping"
+    });
+    let logs = cluster.cli(Some(token), false, &["logs", id]).stdout;
+    (cluster.get(token, id), logs)
+}
+
+#[test]
+fn a_volume_keeps_its_data_between_reservations_on_both_executors() {
+    if !docker_and_isolation() {
+        return;
+    }
+    let cluster = Cluster::start("127.0.0.1:0");
+    let _unmounts = Unmounts(cluster.dir.path().to_owned());
+    let (_agent, _containers, _) = agent(&cluster, "vols", &[]);
+    let node = cluster.nodes()[0].clone();
+    assert_eq!(node["volumes"]["enforcement"], "loop", "{node}");
+    let token = cluster.tenant("vic");
+    let vol = |args: &[&str]| cluster.cli(Some(&token), true, &[&["volumes"], args].concat());
+
+    let made = vol(&["create", "data", "--size", "64MiB"]);
+    assert_eq!(made.code, 0, "{made:?}");
+    let made = made.json();
+    assert_eq!(made["state"], "ready", "{made}");
+    assert_eq!(made["kind"], "local");
+    assert_eq!(made["size_bytes"], 64 << 20);
+    assert_eq!(made["node"], node["name"]);
+    let volume_id = made["id"].as_str().unwrap().to_owned();
+    let agent_dir = cluster.dir.path().join(node["name"].as_str().unwrap());
+    assert!(
+        agent_dir
+            .join("volumes")
+            .join(format!("{volume_id}.img"))
+            .is_file(),
+        "a loop image in the agent's volumes dir"
+    );
+
+    let run = |image: Option<&str>, mount: &str, script: &str| {
+        let mut args = vec!["--gpu", "rtx4090", "--hours", "1", "--volume", mount];
+        if let Some(image) = image {
+            args.extend(["--image", image]);
+        }
+        args.extend(["--", "sh", "-c", script]);
+        let id = cluster.reserve(&token, &args);
+        ended(&cluster, &token, &id)
+    };
+    // An isolated process writes; a container reads and appends; a process reads both.
+    let (r, logs) = run(
+        None,
+        "data:/workspace",
+        "echo one > /workspace/f && cat /workspace/f",
+    );
+    assert_eq!(r["status"], "stopped", "{r}\n{logs}");
+    assert_eq!(r["volumes"][0]["path"], "/workspace", "{r}");
+    assert!(logs.contains("one"), "{logs}");
+    let (r, logs) = run(
+        Some("gpurent-test/busybox"),
+        "data:/workspace",
+        "cat /workspace/f && echo two >> /workspace/f",
+    );
+    assert_eq!(r["status"], "stopped", "{r}\n{logs}");
+    assert!(
+        logs.contains("one"),
+        "the container reads what the process wrote: {logs}"
+    );
+    let (_, logs) = run(None, "data:/data", "cat /data/f");
+    assert!(
+        logs.contains("one\ntwo"),
+        "the process reads what the container wrote: {logs}"
+    );
+
+    // Read-only is read-only, in both.
+    let (_, logs) = run(
+        None,
+        "data:/data:ro",
+        "cat /data/f; touch /data/x || echo refused",
+    );
+    assert!(logs.contains("two") && logs.contains("refused"), "{logs}");
+    let (_, logs) = run(
+        Some("gpurent-test/busybox"),
+        "data:/data:ro",
+        "touch /data/x || echo refused",
+    );
+    assert!(logs.contains("refused"), "{logs}");
+
+    // Past its size: ENOSPC inside, on both executors; the node's disk and agent go on.
+    for image in [None, Some("gpurent-test/busybox")] {
+        let (r, logs) = run(
+            image,
+            "data:/workspace",
+            "dd if=/dev/zero of=/workspace/big bs=1M count=100; rm -f /workspace/big; echo after",
+        );
+        assert!(
+            logs.contains("No space left on device") && logs.contains("after"),
+            "{image:?}: {r}\n{logs}"
+        );
+    }
+    assert_eq!(cluster.nodes()[0]["status"], "ready");
+    let listed = vol(&["ls"]).json();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+
+    // One writer at a time; no removal while mounted.
+    let holder = cluster.reserve(
+        &token,
+        &[
+            "--gpu", "rtx4090", "--hours", "1", "--volume", "data:/w", "--", "sleep", "600",
+        ],
+    );
+    eventually("the holder running", 60, || {
+        cluster.get(&token, &holder)["status"] == "running"
+    });
+    let second = cluster.cli(
+        Some(&token),
+        true,
+        &[
+            "reserve", "--gpu", "rtx4090", "--hours", "1", "--volume", "data:/w", "--", "true",
+        ],
+    );
+    assert_ne!(second.code, 0);
+    assert!(
+        second
+            .stdout
+            .contains(&format!("mounted read-write by reservation {holder}")),
+        "{second:?}"
+    );
+    let busy = vol(&["rm", "data"]);
+    assert_ne!(busy.code, 0);
+    assert!(busy.stdout.contains("stop it first"), "{busy:?}");
+    let got = vol(&["get", "data"]).json();
+    assert_eq!(
+        got["used_by"][0]["reservation_id"],
+        holder.as_str(),
+        "{got}"
+    );
+    cluster.cli(Some(&token), true, &["stop", &holder]);
+    ended(&cluster, &token, &holder);
+
+    // Grown while unused; never shrunk.
+    let grown = vol(&["resize", "data", "--size", "128MiB"]);
+    assert_eq!(grown.code, 0, "{grown:?}");
+    assert_eq!(grown.json()["size_bytes"], 128 << 20);
+    let (_, logs) = run(
+        None,
+        "data:/workspace",
+        "dd if=/dev/zero of=/workspace/big bs=1M count=80 2>&1 && echo fits",
+    );
+    assert!(logs.contains("fits"), "the grown room is usable: {logs}");
+    let shrink = vol(&["resize", "data", "--size", "64MiB"]);
+    assert_ne!(shrink.code, 0);
+    assert!(shrink.stdout.contains("only grows"), "{shrink:?}");
+
+    // Removed: its node deletes it, and the name is free again.
+    let removed = vol(&["rm", "data"]);
+    assert_eq!(removed.code, 0, "{removed:?}");
+    eventually("the volume deleted", 30, || {
+        vol(&["ls"]).json().as_array().is_some_and(Vec::is_empty)
+    });
+    assert!(!agent_dir
+        .join("volumes")
+        .join(format!("{volume_id}.img"))
+        .exists());
+    cluster.ledger_check();
+}
+
+#[test]
+fn bad_volume_requests_are_refused_saying_why() {
+    if !root() {
+        return;
+    }
+    let cluster = Cluster::start("127.0.0.1:0");
+    let _unmounts = Unmounts(cluster.dir.path().to_owned());
+    let args = cluster.agent_args("disk", &[]);
+    let _agent = cluster.agent("disk", &args);
+    cluster.wait_ready(1);
+    let token = cluster.tenant("val");
+    let other = cluster.tenant("oscar");
+    let refused = |token: &str, args: &[&str], why: &str| {
+        let run = cluster.cli(Some(token), true, args);
+        assert_ne!(run.code, 0, "{args:?} must be refused: {run:?}");
+        assert!(
+            run.stdout.contains(why) || run.stderr.contains(why),
+            "{args:?}: {why:?} not in {run:?}"
+        );
+    };
+    refused(
+        &token,
+        &["volumes", "create", "big", "--size", "60TB"],
+        "room for",
+    );
+    refused(
+        &token,
+        &["volumes", "create", "x", "--size", "10 parsecs"],
+        "not one of",
+    );
+    refused(
+        &token,
+        &["volumes", "create", "../x", "--size", "1GB"],
+        "name:",
+    );
+    refused(
+        &token,
+        &["volumes", "create", "s", "--size", "1GB", "--shared"],
+        "shared volume storage",
+    );
+    refused(
+        &token,
+        &[
+            "volumes", "create", "n", "--size", "1GB", "--node", "nowhere",
+        ],
+        "no node",
+    );
+    let made = cluster.cli(
+        Some(&token),
+        true,
+        &["volumes", "create", "mine", "--size", "64MiB"],
+    );
+    assert_eq!(made.code, 0, "{made:?}");
+    refused(
+        &token,
+        &["volumes", "create", "mine", "--size", "64MiB"],
+        "you have a volume named",
+    );
+    // Another tenant's volume does not exist for them.
+    refused(&other, &["volumes", "get", "mine"], "not found");
+    refused(&other, &["volumes", "rm", "mine"], "not found");
+    let reserve = |token: &str, mount: &[&str], why: &str| {
+        let args = [
+            &["reserve", "--gpu", "rtx4090", "--hours", "1"],
+            mount,
+            &["--", "true"],
+        ]
+        .concat();
+        refused(token, &args, why);
+    };
+    reserve(&other, &["--volume", "mine:/data"], "you have no volume");
+    reserve(&token, &["--volume", "ghost:/data"], "you have no volume");
+    reserve(&token, &["--volume", "mine:/etc"], "system directory");
+    reserve(&token, &["--volume", "mine:data"], "absolute");
+    reserve(&token, &["--volume", "mine:/data/../etc"], "each part");
+    reserve(&token, &["--volume", "mine"], "NAME:PATH");
+    reserve(
+        &token,
+        &["--volume", "mine:/a", "--volume", "mine:/b"],
+        "mounted twice",
+    );
+    // Nothing was left behind by the refusals: no reservation, the volume unused.
+    let listed = cluster.cli(Some(&token), true, &["ls"]).json();
+    assert_eq!(listed.as_array().unwrap().len(), 0, "{listed}");
+    let got = cluster
+        .cli(Some(&token), true, &["volumes", "get", "mine"])
+        .json();
+    assert_eq!(got["used_by"].as_array().unwrap().len(), 0, "{got}");
+}
+
+/// Two agents mounting one shared volume storage; the one running the work is lost (kill
+/// -9, its instance with it) and the work runs again on the other, finding its files.
+#[test]
+fn a_shared_volume_moves_with_its_work_when_its_node_is_lost() {
+    if !root() {
+        return;
+    }
+    let cluster = Cluster::start("127.0.0.1:0");
+    let _unmounts = Unmounts(cluster.dir.path().to_owned());
+    let shared = cluster.dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let mut agents = Vec::new();
+    for name in ["near", "far"] {
+        // Isolated processes (volumes are bound into their sandboxes).
+        let join = cluster
+            .cli(Some(&cluster.admin), true, &["nodes", "join-token"])
+            .json();
+        let data = cluster.dir.path().join(name);
+        let args = [
+            "--server",
+            &cluster.url,
+            "agent",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--name",
+            name,
+            "--sim-gpus",
+            "1xRTX4090",
+            "--executor",
+            "process",
+            "--shared-volumes-dir",
+            shared.to_str().unwrap(),
+            "--join-token",
+            join["token"].as_str().unwrap(),
+        ];
+        let log = cluster.dir.path().join(format!("{name}.log"));
+        agents.push((name, Daemon::start_quiet(&args, &log)));
+    }
+    cluster.wait_ready(2);
+    let token = cluster.tenant("sam");
+    let made = cluster.cli(
+        Some(&token),
+        true,
+        &["volumes", "create", "ckpt", "--size", "1GB", "--shared"],
+    );
+    assert_eq!(made.code, 0, "{made:?}");
+    assert_eq!(made.json()["kind"], "shared");
+    let id = cluster.reserve(
+        &token,
+        &[
+            "--gpu",
+            "rtx4090",
+            "--hours",
+            "1",
+            "--volume",
+            "ckpt:/ckpt",
+            "--",
+            "sh",
+            "-c",
+            "echo \"run $GPURENT_EPOCH\" >> /ckpt/runs; cat /ckpt/runs; exec sleep 600",
+        ],
+    );
+    eventually("running", 60, || {
+        cluster.get(&token, &id)["status"] == "running"
+    });
+    let on = cluster.get(&token, &id)["node"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pgid = instance_pgid(&cluster.dir.path().join(&on), &id);
+    let (_, victim) = agents.iter_mut().find(|(n, _)| *n == on).unwrap();
+    victim.kill9();
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    eventually("the work on the other node", 60, || {
+        let r = cluster.get(&token, &id);
+        r["status"] == "running" && r["node"] != on.as_str() && r["epoch"] == 2
+    });
+    eventually("the second run to find the first one's file", 30, || {
+        let logs = cluster.cli(Some(&token), false, &["logs", &id]).stdout;
+        logs.contains("run 1\nrun 2")
+    });
+    let files: Vec<PathBuf> = std::fs::read_dir(&shared)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(
+        files.len(),
+        1,
+        "one directory on the shared storage: {files:?}"
+    );
+    assert!(Path::new(&files[0]).join("runs").is_file());
+    cluster.cli(Some(&token), true, &["stop", &id]);
+    ended(&cluster, &token, &id);
+    cluster.ledger_check();
+}

@@ -1,0 +1,353 @@
+//! Volumes: a tenant's storage that outlives their instances. The routes of `gpurent volumes`
+//! (make, list, get, grow, remove), where a new one goes, and what a reservation's
+//! `--volume NAME:PATH[:ro]` mounts and where it lets it run (docs/volumes.md).
+
+pub mod paths;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use gpurent_store::{NewVolume, NodeFilter, StoreError, VolumeMountRow, VolumeNode};
+use gpurent_types::api::{
+    format_size, CreateVolume, ErrorBody, MountVolume, ResizeVolume, Volume, VolumeKind,
+    VolumeState, MOUNTS_MAX, VOLUME_MAX_BYTES, VOLUME_MIN_BYTES,
+};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::pagination::PageQuery;
+use crate::state::AppState;
+
+/// The enforcements under which a node takes local volumes.
+const ENFORCED: [&str; 2] = ["loop", "project-quota"];
+
+fn check_size(size_bytes: u64) -> Result<(), ApiError> {
+    if !(VOLUME_MIN_BYTES..=VOLUME_MAX_BYTES).contains(&size_bytes) {
+        return Err(ApiError::Invalid(format!(
+            "size_bytes: from {} to {} (asked {})",
+            format_size(VOLUME_MIN_BYTES),
+            format_size(VOLUME_MAX_BYTES),
+            format_size(size_bytes)
+        )));
+    }
+    Ok(())
+}
+
+fn check_name(name: &str) -> Result<(), ApiError> {
+    let ok = name.len() <= 64
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if !ok {
+        return Err(ApiError::Invalid(format!(
+            "name: 1 to 64 letters, digits and - _ ., starting with a letter or digit (got {name:?})"
+        )));
+    }
+    Ok(())
+}
+
+/// The node a new local volume goes on: the one named (which must be live and keep volumes),
+/// else the live node with the most room.
+fn choose_node<'a>(
+    nodes: &'a [VolumeNode],
+    named: Option<&str>,
+) -> Result<&'a VolumeNode, ApiError> {
+    let keeps = |n: &VolumeNode| {
+        n.enforcement
+            .as_deref()
+            .is_some_and(|e| ENFORCED.contains(&e))
+    };
+    let Some(named) = named else {
+        return nodes
+            .iter()
+            .filter(|n| n.live && keeps(n))
+            .max_by_key(|n| n.room_bytes)
+            .ok_or_else(|| {
+                StoreError::NoCapacity(
+                    "no live node keeps volumes (agents with --volumes-dir, run as root); or make a shared one (--shared)".into(),
+                )
+                .into()
+            });
+    };
+    let node = nodes
+        .iter()
+        .find(|n| n.name == named || n.id == named)
+        .ok_or_else(|| ApiError::Invalid(format!("node: there is no node {named:?}")))?;
+    if !keeps(node) {
+        let why = match (&node.enforcement, &node.reason) {
+            (_, Some(reason)) => reason.clone(),
+            (None, None) => "its agent keeps no volumes (it has no --volumes-dir)".into(),
+            (Some(e), None) => format!("its volumes are {e}"),
+        };
+        return Err(
+            StoreError::Conflict(format!("node {} takes no volumes: {why}", node.name)).into(),
+        );
+    }
+    if !node.live {
+        return Err(StoreError::Conflict(format!(
+            "node {} is not live; a volume is made on a node that is",
+            node.name
+        ))
+        .into());
+    }
+    Ok(node)
+}
+
+/// Make a volume: on a node's disk (`node`, or the live node with the most room), or on the
+/// shared storage (`shared`). Billed per GB-month of its size from now until it is removed.
+#[utoipa::path(post, path = "/api/v1/volumes", tag = "volumes", security(("bearer" = [])),
+    request_body = CreateVolume,
+    responses((status = 201, body = Volume), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<CreateVolume>,
+) -> Result<(StatusCode, Json<Volume>), ApiError> {
+    check_name(&body.name)?;
+    check_size(body.size_bytes)?;
+    let nodes = state.store.volume_nodes(state.live_since()).await?;
+    let (kind, node_id) = match (body.shared, body.node.as_deref()) {
+        (true, Some(_)) => {
+            return Err(ApiError::Invalid(
+                "give node or shared, not both: a shared volume is on every node that mounts the shared storage".into(),
+            ))
+        }
+        (true, None) => {
+            if !nodes.iter().any(|n| n.shared) {
+                return Err(StoreError::Conflict(
+                    "no node mounts shared volume storage (agents with --shared-volumes-dir)"
+                        .into(),
+                )
+                .into());
+            }
+            (VolumeKind::Shared, None)
+        }
+        (false, named) => {
+            let node = choose_node(&nodes, named)?;
+            if i64::try_from(body.size_bytes).unwrap_or(i64::MAX) > node.room_bytes {
+                return Err(StoreError::NoCapacity(format!(
+                    "node {} has room for {} more of volumes; this needs {}",
+                    node.name,
+                    format_size(u64::try_from(node.room_bytes).unwrap_or(0)),
+                    format_size(body.size_bytes)
+                ))
+                .into());
+            }
+            (VolumeKind::Local, Some(node.id.clone()))
+        }
+    };
+    let volume = state
+        .store
+        .create_volume(
+            NewVolume {
+                owner_id: caller.0.id.clone(),
+                name: body.name,
+                kind,
+                node_id,
+                size_bytes: body.size_bytes,
+            },
+            state.now(),
+        )
+        .await?;
+    state.wake.wake_all();
+    Ok((StatusCode::CREATED, Json(volume)))
+}
+
+/// The caller's volumes (an admin: everyone's), newest first.
+#[utoipa::path(get, path = "/api/v1/volumes", tag = "volumes", security(("bearer" = [])),
+    params(PageQuery),
+    responses((status = 200, body = [Volume], headers(("X-Next-After" = String,
+        description = "The cursor of the next page, when this one is full"))),
+        (status = 422, body = ErrorBody)))]
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let page = query.page()?;
+    let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
+    let volumes = state
+        .store
+        .list_volumes(owner, page.limit, page.after.as_deref(), state.live_since())
+        .await?;
+    let next = page.next_header(volumes.len(), volumes.last().map(|v| v.id.as_str()));
+    Ok((axum::response::AppendHeaders(next), Json(volumes)))
+}
+
+/// One volume, by name or id: its state, its node, what it uses, who mounts it. Another
+/// user's is a 404.
+#[utoipa::path(get, path = "/api/v1/volumes/{name}", tag = "volumes", security(("bearer" = [])),
+    params(("name" = String, Path, description = "The volume's name or id")),
+    responses((status = 200, body = Volume), (status = 404, body = ErrorBody)))]
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<Volume>, ApiError> {
+    let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
+    Ok(Json(
+        state.store.volume(owner, &name, state.live_since()).await?,
+    ))
+}
+
+/// Grow a volume (never shrink it): at once where it is free, while mounted too.
+#[utoipa::path(patch, path = "/api/v1/volumes/{name}", tag = "volumes", security(("bearer" = [])),
+    params(("name" = String, Path, description = "The volume's name or id")),
+    request_body = ResizeVolume,
+    responses((status = 200, body = Volume), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub(crate) async fn resize(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(body): ApiJson<ResizeVolume>,
+) -> Result<Json<Volume>, ApiError> {
+    check_size(body.size_bytes)?;
+    let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
+    let volume = state
+        .store
+        .resize_volume(
+            owner,
+            &name,
+            body.size_bytes,
+            state.live_since(),
+            state.now(),
+        )
+        .await?;
+    state.wake.wake_all();
+    Ok(Json(volume))
+}
+
+/// Remove a volume and its data. Refused while a live reservation mounts it.
+#[utoipa::path(delete, path = "/api/v1/volumes/{name}", tag = "volumes", security(("bearer" = [])),
+    params(("name" = String, Path, description = "The volume's name or id")),
+    responses((status = 200, body = Volume), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub(crate) async fn remove(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<Volume>, ApiError> {
+    let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
+    let volume = state
+        .store
+        .remove_volume(owner, &name, state.live_since(), state.now())
+        .await?;
+    state.wake.wake_all();
+    Ok(Json(volume))
+}
+
+/// What a new reservation of `owner` mounts, checked: each volume theirs and usable, its path
+/// allowed, no volume twice, and where the volumes let it run. Whether another reservation
+/// mounts one is checked by the store, under the volume's lock.
+pub(crate) async fn mounts(
+    state: &AppState,
+    owner: &str,
+    asked: &[MountVolume],
+) -> Result<(Vec<VolumeMountRow>, NodeFilter), ApiError> {
+    if asked.is_empty() {
+        return Ok((Vec::new(), NodeFilter::Any));
+    }
+    if asked.len() > MOUNTS_MAX {
+        return Err(ApiError::Invalid(format!(
+            "volumes: at most {MOUNTS_MAX} per reservation"
+        )));
+    }
+    for m in asked {
+        paths::check(&m.path).map_err(|e| ApiError::Invalid(format!("volumes: {e}")))?;
+    }
+    paths::check_all(asked.iter().map(|m| m.path.as_str()))
+        .map_err(|e| ApiError::Invalid(format!("volumes: {e}")))?;
+    let mut rows: Vec<VolumeMountRow> = Vec::with_capacity(asked.len());
+    let mut nodes = Vec::with_capacity(asked.len());
+    for m in asked {
+        let volume = state
+            .store
+            .volume(Some(owner), &m.volume, state.live_since())
+            .await
+            .map_err(|e| match e {
+                StoreError::NotFound { .. } => ApiError::Invalid(format!(
+                    "volumes: you have no volume {:?} (gpurent volumes ls)",
+                    m.volume
+                )),
+                other => other.into(),
+            })?;
+        if rows.iter().any(|r| r.volume_id == volume.id) {
+            return Err(ApiError::Invalid(format!(
+                "volumes: {} is mounted twice; mount each volume once",
+                volume.name
+            )));
+        }
+        match volume.state {
+            VolumeState::Creating | VolumeState::Ready | VolumeState::Resizing => {}
+            // Its node is lost: the reservation waits for it in the queue, or is refused.
+            VolumeState::Unavailable => {}
+            VolumeState::Deleting | VolumeState::Failed => {
+                return Err(StoreError::Conflict(format!(
+                    "volume {} is {}{}",
+                    volume.name,
+                    volume.state.as_str(),
+                    volume
+                        .message
+                        .as_deref()
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
+                ))
+                .into())
+            }
+        }
+        let node_id = match volume.kind {
+            VolumeKind::Local => Some(local_node_id(state, &volume).await?),
+            VolumeKind::Shared => None,
+        };
+        let node_name = volume.node.clone();
+        nodes.push((volume.kind, node_id.clone()));
+        rows.push(VolumeMountRow {
+            volume_id: volume.id,
+            name: volume.name,
+            kind: volume.kind,
+            size_bytes: volume.size_bytes,
+            path: m.path.trim_end_matches('/').to_owned(),
+            read_only: m.read_only,
+            node_id,
+            node_name,
+        });
+    }
+    let filter = NodeFilter::of(nodes.iter().map(|(k, n)| (*k, n.as_deref())))
+        .map_err(|e| ApiError::Invalid(format!("volumes: {e}")))?;
+    // A local volume's node must mount the shared storage too for a shared one beside it.
+    if let (NodeFilter::Node(id), true) =
+        (&filter, rows.iter().any(|r| r.kind == VolumeKind::Shared))
+    {
+        let shared = state
+            .store
+            .volume_nodes(state.live_since())
+            .await?
+            .into_iter()
+            .any(|n| n.id == *id && n.shared);
+        if !shared {
+            return Err(ApiError::Invalid(
+                "volumes: its local volume's node does not mount the shared volume storage its shared volume is on".into(),
+            ));
+        }
+    }
+    Ok((rows, filter))
+}
+
+/// The id of a local volume's node (the volume shows its name).
+async fn local_node_id(state: &AppState, volume: &Volume) -> Result<String, ApiError> {
+    let nodes = state.store.volume_nodes(state.live_since()).await?;
+    nodes
+        .into_iter()
+        .find(|n| Some(&n.name) == volume.node.as_ref())
+        .map(|n| n.id)
+        .ok_or_else(|| StoreError::Corrupt(format!("volume {}'s node is gone", volume.id)).into())
+}
