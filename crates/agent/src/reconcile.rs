@@ -109,6 +109,7 @@ pub fn reports(desired: &[Assignment], actual: &[Observed]) -> Vec<InstanceRepor
                 message,
                 ports: Vec::new(),
                 end_reason: None,
+                disk: None,
             };
             match have.get(a.reservation_id.as_str()) {
                 Some(o) if o.epoch == a.epoch => Some(match &o.state {

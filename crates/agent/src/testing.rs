@@ -44,3 +44,24 @@ fn pgid_of(proc_dir: &Path) -> Option<i32> {
     let (_, rest) = stat.rsplit_once(") ")?;
     rest.split_whitespace().nth(2)?.parse().ok()
 }
+
+/// Unmounts whatever is mounted under `path` (the volumes and instances' disks of agents a
+/// test killed), deepest first and lazily (an instance may still hold one for a moment), so
+/// that removing the test's directory removes only what is the test's.
+pub fn unmount_under(path: &Path) {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let prefix = format!("{}/", path.to_string_lossy().trim_end_matches('/'));
+    let mut points: Vec<&str> = table
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| p.starts_with(&prefix))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for point in points {
+        let _ = std::process::Command::new("umount")
+            .args(["-l", point])
+            .status();
+    }
+}

@@ -368,6 +368,16 @@ pub struct InstanceReport {
     /// control plane had asked for a stop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_reason: Option<String>,
+    /// What its own disk holds and its size, measured now and then (a minute apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskUse>,
+}
+
+/// An instance's own disk: bytes used of its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DiskUse {
+    pub used_bytes: u64,
+    pub size_bytes: u64,
 }
 
 /// An instance's port and the node's port that reaches it.

@@ -63,6 +63,13 @@ impl Executor for ByImageExecutor {
         self.for_assignment(a).start(a, volume).await
     }
 
+    async fn disk_usage(&self, id: &str) -> Option<gpurent_types::agent::DiskUse> {
+        match self.processes.disk_usage(id).await {
+            Some(d) => Some(d),
+            None => self.containers.disk_usage(id).await,
+        }
+    }
+
     async fn start_with(
         &self,
         a: &Assignment,

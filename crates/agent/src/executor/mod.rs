@@ -23,7 +23,7 @@ pub use by_image::ByImageExecutor;
 pub use cgroup::{CgroupLimits, CgroupRoot};
 pub use docker::DockerExecutor;
 pub use limits::GpuLimits;
-pub use process::{Isolation, ProcessExecutor, DEFAULT_INSTANCE_UID_BASE};
+pub use process::{Isolation, ProcessExecutor, Scratch, DEFAULT_INSTANCE_UID_BASE};
 pub use resources::{HostCapacity, InstanceLimits, ResourcesPerGpu};
 pub use sandbox::UID_RANGE as INSTANCE_UID_RANGE;
 pub use sandbox::{running_as_root, system_tool};
@@ -157,6 +157,12 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
                 host_port: p,
             })
             .collect()
+    }
+
+    /// What the instance's own disk holds and its size, where the executor bounds it.
+    async fn disk_usage(&self, reservation_id: &str) -> Option<gpurent_types::agent::DiskUse> {
+        let _ = reservation_id;
+        None
     }
 
     /// The reservation whose instance runs the process `pid`, if any (for telemetry).

@@ -237,6 +237,7 @@ impl Agent {
         let mut own_stops: BTreeMap<String, (i64, String)> = BTreeMap::new();
         // The watchdog's events the control plane has not taken yet.
         let mut events: Vec<AgentEvent> = Vec::new();
+        let mut disks_measured = None;
         while !*shutdown.borrow() {
             stops.reap();
             let actual = self.observe(&failures).await?;
@@ -293,6 +294,7 @@ impl Agent {
             };
             self.add_ports(&desired, &mut instances, &mut published)
                 .await;
+            self.add_disks(&mut instances, &mut disks_measured).await;
             let telemetry = self.telemetry().await.map(|mut t| {
                 t.burn_in = burn_in.state();
                 t

@@ -43,6 +43,24 @@ impl Agent {
         }
     }
 
+    /// Running instances say what their disks hold, a minute apart (`measured`: when last).
+    pub(super) async fn add_disks(
+        &self,
+        reports: &mut [InstanceReport],
+        measured: &mut Option<tokio::time::Instant>,
+    ) {
+        if measured.is_some_and(|at| at.elapsed() < std::time::Duration::from_secs(60)) {
+            return;
+        }
+        *measured = Some(tokio::time::Instant::now());
+        for report in reports
+            .iter_mut()
+            .filter(|r| r.state == InstanceState::Running)
+        {
+            report.disk = self.executor.disk_usage(&report.reservation_id).await;
+        }
+    }
+
     /// The GPUs' telemetry, each compute process attributed to its reservation, and the CPU
     /// utilisation since the last heartbeat.
     pub(super) async fn telemetry(&self) -> Option<NodeTelemetry> {

@@ -425,6 +425,12 @@ pub struct NodeArgs {
     /// has them. Needs root; `nodes ls` says which, or why none.
     #[arg(long, value_name = "DIR")]
     pub volumes_dir: Option<PathBuf>,
+    /// Each instance's own disk (its directory, a container's writable layer), GB per GPU:
+    /// a write past it fails with ENOSPC inside the instance, the node untouched (enforced
+    /// as volumes are; a container's only where the Docker storage driver can). Default: the
+    /// volumes dir's free disk divided among the GPUs, at most 100. 0: unbounded.
+    #[arg(long, value_name = "GB")]
+    pub disk_per_gpu_gb: Option<u64>,
     /// Storage every node of the shared kind mounts here (NFS, CephFS, any POSIX file
     /// system): tenants' shared volumes, which work on them can use from any such node.
     #[arg(long, value_name = "DIR")]

@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use gpurent_agent::executor::docker::{engine_socket, CONNECT_TIMEOUT};
 use gpurent_agent::executor::{
     ByImageExecutor, DockerExecutor, GpuLimits, HostCapacity, Isolation, ProcessExecutor,
-    ResourcesPerGpu, SimExecutor,
+    ResourcesPerGpu, Scratch, SimExecutor,
 };
 use gpurent_agent::gpu::{FakeNvml, NvmlGpus, SimGpus};
 use gpurent_agent::tls::ClientTls;
@@ -26,11 +26,13 @@ pub async fn run(mut args: AgentArgs, server: &str, tls: ClientTls) -> anyhow::R
             .context("the TLS settings (--ca-cert, --tls-fingerprint) are not usable")?;
     }
     let name = args.name.clone().unwrap_or_else(host_name);
-    let (gpus, executor) = backends(&args.node, &name, &args.data_dir, &[], false).await?;
+    let volumes = volume_store(&args.node, &args.data_dir)?;
+    let (gpus, executor) =
+        backends(&args.node, &name, &args.data_dir, &[], false, &volumes).await?;
     let mut config = AgentConfig::new(server, args.data_dir.clone(), &name);
     config.join_token = args.join_token.clone();
     config.tls = tls;
-    configure_node(&mut config, &args.liveness, &args.node)?;
+    configure_node(&mut config, &args.liveness, &args.node, volumes);
     let agent = Agent::new(config, gpus, executor);
     let (stop, stopped) = watch::channel(false);
     if let Some(listen) = args.metrics_listen {
@@ -76,7 +78,8 @@ pub fn configure_node(
     config: &mut AgentConfig,
     liveness: &LivenessArgs,
     node: &NodeArgs,
-) -> anyhow::Result<()> {
+    volumes: gpurent_agent::volumes::VolumeStore,
+) {
     config.heartbeat = liveness.heartbeat();
     config.lease = node
         .lease_secs
@@ -98,15 +101,39 @@ pub fn configure_node(
     config.checkpoint.hook.clone_from(&node.checkpoint_hook);
     config.checkpoint.keep = std::time::Duration::from_secs(node.checkpoint_keep_days * 24 * 3600);
     config.vram_grace = std::time::Duration::from_secs(node.vram_grace_secs);
-    let volumes_dir = node
+    config.volumes = Some(volumes);
+}
+
+/// The node's store of volumes and instance disks: `--volumes-dir` (default DATA_DIR/volumes)
+/// and `--shared-volumes-dir`.
+pub fn volume_store(
+    node: &NodeArgs,
+    data_dir: &Path,
+) -> anyhow::Result<gpurent_agent::volumes::VolumeStore> {
+    let dir = node
         .volumes_dir
         .clone()
-        .unwrap_or_else(|| config.data_dir.join("volumes"));
-    config.volumes = Some(
-        gpurent_agent::volumes::VolumeStore::open(volumes_dir, node.shared_volumes_dir.clone())
-            .context("the volumes dirs are not usable (--volumes-dir, --shared-volumes-dir)")?,
-    );
-    Ok(())
+        .unwrap_or_else(|| data_dir.join("volumes"));
+    gpurent_agent::volumes::VolumeStore::open(dir, node.shared_volumes_dir.clone())
+        .context("the volumes dirs are not usable (--volumes-dir, --shared-volumes-dir)")
+}
+
+/// Each instance's disk per GPU, in bytes: `--disk-per-gpu-gb`, else the volumes dir's free
+/// disk divided among the GPUs, at most 100 GB; None: unbounded.
+fn disk_per_gpu(
+    node: &NodeArgs,
+    gpus: usize,
+    volumes: &gpurent_agent::volumes::VolumeStore,
+) -> Option<u64> {
+    const GB: u64 = 1_000_000_000;
+    match node.disk_per_gpu_gb {
+        Some(0) => None,
+        Some(gb) => Some(gb.saturating_mul(GB)),
+        None => {
+            let free = volumes.free_bytes().ok()?;
+            Some((free / u64::try_from(gpus.max(1)).unwrap_or(1)).min(100 * GB))
+        }
+    }
 }
 
 /// What instances are told of their GPU memory; with `--mps`, once the MPS control daemon
@@ -136,6 +163,7 @@ pub async fn backends(
     data_dir: &Path,
     secret: &[&Path],
     sim_fallback: bool,
+    volumes: &gpurent_agent::volumes::VolumeStore,
 ) -> anyhow::Result<(Arc<dyn GpuBackend>, Arc<dyn Executor>)> {
     let gpus: Arc<dyn GpuBackend> = match (&node.sim_gpus, &node.fake_nvml) {
         (Some(spec), _) => Arc::new(SimGpus::parse(spec, node_name)?),
@@ -153,6 +181,7 @@ pub async fn backends(
     // Containers get the GPUs through the NVIDIA runtime only when they are real.
     let real_gpus = gpus.name() == "nvml";
     let limits = gpu_limits(node, gpus.as_ref()).await?;
+    let disk = disk_per_gpu(node, gpus.discover()?.len(), volumes);
     // SFTP sessions run this binary's hidden `instance-sftp`.
     let helper =
         std::env::current_exe().context("cannot find this binary's path (SFTP sessions run it)")?;
@@ -175,6 +204,18 @@ pub async fn backends(
         if node.shared_network {
             executor = executor.with_shared_network();
         }
+        if let Some(per_gpu) = disk {
+            match Scratch::new(volumes.clone(), per_gpu) {
+                Ok(scratch) if executor.is_isolated() => {
+                    tracing::info!(per_gpu_bytes = per_gpu, "each instance's disk is bounded");
+                    executor = executor.with_scratch(scratch);
+                }
+                Ok(_) => {}
+                Err(why) => {
+                    tracing::warn!(%why, "instances' disks are UNBOUNDED: a tenant can fill this node's disk");
+                }
+            }
+        }
         Ok(Arc::new(executor))
     };
     let executor: Arc<dyn Executor> = match node.executor {
@@ -186,7 +227,8 @@ pub async fn backends(
                 .context("the docker executor needs a Docker Engine on its local socket")?
                 .scoped(node_name)
                 .with_entry_helper(helper.clone())
-                .with_gpu_limits(limits.clone()),
+                .with_gpu_limits(limits.clone())
+                .with_disk(disk),
         ),
         // Simulated GPUs too run real work: `auto` never picks the sim executor (a demo whose
         // `-- echo hi` printed nothing taught the wrong thing).
@@ -203,7 +245,8 @@ pub async fn backends(
                         docker
                             .scoped(node_name)
                             .with_entry_helper(helper.clone())
-                            .with_gpu_limits(limits.clone()),
+                            .with_gpu_limits(limits.clone())
+                            .with_disk(disk),
                     ),
                     &socket,
                     node.mps,

@@ -326,6 +326,7 @@ fn report(id: &str, epoch: i64, state: InstanceState) -> InstanceReport {
         message: None,
         ports: Vec::new(),
         end_reason: None,
+        disk: None,
     }
 }
 

@@ -73,11 +73,19 @@ pub async fn run(mut args: UpArgs, client_tls: ClientTls) -> anyhow::Result<()> 
 
     let name = super::agent::host_name();
     // The control plane's data dir (admin token, master key, database) holds the agent's.
-    let (gpus, executor) =
-        super::agent::backends(&args.node, &name, &agent_dir, &[&args.data_dir], true).await?;
+    let volumes = super::agent::volume_store(&args.node, &agent_dir)?;
+    let (gpus, executor) = super::agent::backends(
+        &args.node,
+        &name,
+        &agent_dir,
+        &[&args.data_dir],
+        true,
+        &volumes,
+    )
+    .await?;
     let mut config = AgentConfig::new(&base, agent_dir.clone(), &name);
     config.tls = agent_tls;
-    super::agent::configure_node(&mut config, &args.liveness, &args.node)?;
+    super::agent::configure_node(&mut config, &args.liveness, &args.node, volumes);
     if NodeIdentity::load(&agent_dir)?.is_none() {
         // The local agent joins like any other: with a join token, over HTTP.
         let admin = store

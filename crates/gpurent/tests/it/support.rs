@@ -244,9 +244,11 @@ pub struct Cluster {
 impl Drop for Cluster {
     /// Agents killed with SIGKILL leave their process executor's instances running (a restarted
     /// agent would adopt them): kill every process group whose command names this cluster's
-    /// directory (the instance wrappers do), so no workload outlives its test.
+    /// directory (the instance wrappers do), so no workload outlives its test; then unmount
+    /// the volumes and instance disks its agents mounted there.
     fn drop(&mut self) {
         gpurent_agent::testing::kill_processes_naming(self.dir.path());
+        gpurent_agent::testing::unmount_under(self.dir.path());
     }
 }
 

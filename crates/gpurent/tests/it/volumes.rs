@@ -3,39 +3,14 @@
 //! next on both executors; a write past the size gets ENOSPC while the node goes on; the
 //! lifecycle's refusals; and a shared volume that moves with its work when its node is lost.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 
 use crate::docker_and_processes::{agent, docker_and_isolation};
 use crate::support::{eventually, instance_pgid, Cluster, Daemon};
 
-/// Unmounts whatever is still mounted under a test's directory when the test ends (a volume
-/// an instance held when its agent was killed), before the directory is removed.
-pub(crate) struct Unmounts(pub PathBuf);
-
-impl Drop for Unmounts {
-    fn drop(&mut self) {
-        let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
-            return;
-        };
-        let prefix = self.0.to_string_lossy().into_owned();
-        let mut points: Vec<&str> = table
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|p| p.starts_with(&prefix))
-            .collect();
-        // The deepest first.
-        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        for point in points {
-            let _ = std::process::Command::new("umount")
-                .args(["-l", point])
-                .status();
-        }
-    }
-}
-
-fn root() -> bool {
+pub(crate) fn root() -> bool {
     use std::os::unix::fs::MetadataExt;
     if std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
         return true;
@@ -45,13 +20,32 @@ fn root() -> bool {
 }
 
 /// Waits for the reservation to end; its log.
+/// Waits for the reservation to end (saying, if it does not, where it stands and what the
+/// agents logged); the reservation and its log.
 fn ended(cluster: &Cluster, token: &str, id: &str) -> (Value, String) {
-    eventually(&format!("{id} to end"), 90, || {
-        let s = cluster.get(token, id)["status"].clone();
-        s != "pending" && s != "starting" && s != "running" && s != "stopping"
-    });
-    let logs = cluster.cli(Some(token), false, &["logs", id]).stdout;
-    (cluster.get(token, id), logs)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let r = cluster.get(token, id);
+        let s = r["status"].as_str().unwrap_or_default().to_owned();
+        if !["pending", "starting", "running", "stopping"].contains(&s.as_str()) {
+            let logs = cluster.cli(Some(token), false, &["logs", id]).stdout;
+            return (r, logs);
+        }
+        if std::time::Instant::now() > deadline {
+            let mut agents = String::new();
+            for entry in std::fs::read_dir(cluster.dir.path()).unwrap().flatten() {
+                let path = entry.path();
+                if path.extension().is_some_and(|e| e == "log") {
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                    agents.push_str(&format!("== {}\n", path.display()));
+                    agents.extend(tail.into_iter().rev().map(|l| format!("{l}\n")));
+                }
+            }
+            panic!("{id} did not end: {r}\n{agents}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 #[test]
@@ -60,7 +54,6 @@ fn a_volume_keeps_its_data_between_reservations_on_both_executors() {
         return;
     }
     let cluster = Cluster::start("127.0.0.1:0");
-    let _unmounts = Unmounts(cluster.dir.path().to_owned());
     let (_agent, _containers, _) = agent(&cluster, "vols", &[]);
     let node = cluster.nodes()[0].clone();
     assert_eq!(node["volumes"]["enforcement"], "loop", "{node}");
@@ -217,7 +210,6 @@ fn bad_volume_requests_are_refused_saying_why() {
         return;
     }
     let cluster = Cluster::start("127.0.0.1:0");
-    let _unmounts = Unmounts(cluster.dir.path().to_owned());
     let args = cluster.agent_args("disk", &[]);
     let _agent = cluster.agent("disk", &args);
     cluster.wait_ready(1);
@@ -309,7 +301,6 @@ fn a_shared_volume_moves_with_its_work_when_its_node_is_lost() {
         return;
     }
     let cluster = Cluster::start("127.0.0.1:0");
-    let _unmounts = Unmounts(cluster.dir.path().to_owned());
     let shared = cluster.dir.path().join("shared");
     std::fs::create_dir(&shared).unwrap();
     let mut agents = Vec::new();
@@ -370,6 +361,12 @@ fn a_shared_volume_moves_with_its_work_when_its_node_is_lost() {
         .as_str()
         .unwrap()
         .to_owned();
+    // Its file written (running is said as its sandbox starts) before its node goes.
+    eventually("the first run to write its file", 30, || {
+        std::fs::read_dir(&shared).unwrap().any(|e| {
+            std::fs::read_to_string(e.unwrap().path().join("runs")).is_ok_and(|r| r == "run 1\n")
+        })
+    });
     let pgid = instance_pgid(&cluster.dir.path().join(&on), &id);
     let (_, victim) = agents.iter_mut().find(|(n, _)| *n == on).unwrap();
     victim.kill9();
@@ -382,20 +379,26 @@ fn a_shared_volume_moves_with_its_work_when_its_node_is_lost() {
         let r = cluster.get(&token, &id);
         r["status"] == "running" && r["node"] != on.as_str() && r["epoch"] == 2
     });
-    eventually("the second run to find the first one's file", 30, || {
+    let runs = || {
+        let dirs: Vec<PathBuf> = std::fs::read_dir(&shared)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(
+            dirs.len() <= 1,
+            "one directory on the shared storage: {dirs:?}"
+        );
+        dirs.first()
+            .and_then(|d| std::fs::read_to_string(d.join("runs")).ok())
+            .unwrap_or_default()
+    };
+    eventually("the second run to add to the first one's file", 60, || {
+        runs() == "run 1\nrun 2\n"
+    });
+    eventually("the second run to have read it", 30, || {
         let logs = cluster.cli(Some(&token), false, &["logs", &id]).stdout;
         logs.contains("run 1\nrun 2")
     });
-    let files: Vec<PathBuf> = std::fs::read_dir(&shared)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(
-        files.len(),
-        1,
-        "one directory on the shared storage: {files:?}"
-    );
-    assert!(Path::new(&files[0]).join("runs").is_file());
     cluster.cli(Some(&token), true, &["stop", &id]);
     ended(&cluster, &token, &id);
     cluster.ledger_check();

@@ -152,6 +152,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "volumes",
         include_str!("../../migrations/0034_volumes.sql"),
     ),
+    (
+        35,
+        "instance_disk",
+        include_str!("../../migrations/0035_instance_disk.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

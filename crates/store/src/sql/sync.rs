@@ -241,6 +241,14 @@ async fn apply_report(
     let status: ReservationStatus = status
         .parse()
         .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
+    if let Some(disk) = report.disk {
+        sqlx::query("UPDATE reservations SET disk_used_bytes = $1, disk_bytes = $2 WHERE id = $3")
+            .bind(i64::try_from(disk.used_bytes).unwrap_or(i64::MAX))
+            .bind(i64::try_from(disk.size_bytes).unwrap_or(i64::MAX))
+            .bind(&report.reservation_id)
+            .execute(&mut *conn)
+            .await?;
+    }
     use InstanceState as S;
     use ReservationStatus as R;
     match (status, report.state) {

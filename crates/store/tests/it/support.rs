@@ -58,6 +58,7 @@ pub fn report(id: &str, epoch: i64, state: InstanceState, exit_code: Option<i32>
             message: None,
             ports: vec![],
             end_reason: None,
+            disk: None,
         }],
         known_version: None,
         wait_ms: None,

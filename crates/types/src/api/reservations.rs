@@ -206,6 +206,9 @@ pub struct Reservation {
     /// The volumes its instance mounts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<super::MountedVolume>,
+    /// What its instance's own disk holds of its size, as its node last measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<crate::agent::DiskUse>,
     /// Where its HTTP ports are reachable, while it runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http: Vec<HttpEndpoint>,

@@ -150,11 +150,34 @@ impl DockerExecutor {
             host_config: Some(host_config),
             ..Default::default()
         };
+        let mut body = body;
+        let disk = self
+            .disk_per_gpu
+            .filter(|_| self.storage_opt.load(std::sync::atomic::Ordering::Relaxed))
+            .map(|per_gpu| per_gpu.saturating_mul(a.gpus.len().max(1) as u64));
+        if let (Some(bytes), Some(hc)) = (disk, body.host_config.as_mut()) {
+            hc.storage_opt = Some(HashMap::from([("size".to_owned(), bytes.to_string())]));
+        }
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
-        self.docker
-            .create_container(Some(options), body)
+        let created = match self
+            .docker
+            .create_container(Some(options.clone()), body.clone())
             .await
-            .map_err(|e| docker_error("create", id, refusal("create", &image, &e)))?;
+        {
+            // This storage driver cannot bound a writable layer (overlay2 on ext4): said once,
+            // and containers go unbounded.
+            Err(e) if disk.is_some() && e.to_string().contains("storage-opt") => {
+                tracing::warn!(error = %e, "the Docker Engine cannot bound a container's disk (--storage-opt size needs overlay2 on XFS with pquota, btrfs or zfs): containers' writable layers are unbounded");
+                self.storage_opt
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+                if let Some(hc) = body.host_config.as_mut() {
+                    hc.storage_opt = None;
+                }
+                self.docker.create_container(Some(options), body).await
+            }
+            other => other,
+        };
+        created.map_err(|e| docker_error("create", id, refusal("create", &image, &e)))?;
         self.docker
             .start_container(&name, None)
             .await
@@ -225,6 +248,8 @@ mod tests {
             scope: None,
             entry_helper: PathBuf::from("gpurent"),
             gpu_limits: GpuLimits::default(),
+            disk_per_gpu: None,
+            storage_opt: Default::default(),
         };
         let requests = executor
             .host_config(&assignment)

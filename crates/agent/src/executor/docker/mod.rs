@@ -50,6 +50,12 @@ pub struct DockerExecutor {
     entry_helper: PathBuf,
     /// What containers are told of their GPU memory.
     gpu_limits: GpuLimits,
+    /// Each container's writable layer, bytes per GPU (`--disk-per-gpu-gb`), where the
+    /// Engine's storage driver can bound it (`--storage-opt size`: overlay2 on XFS with
+    /// `pquota`, btrfs, zfs).
+    disk_per_gpu: Option<u64>,
+    /// False once the Engine refused `--storage-opt size`: not asked again.
+    storage_opt: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn docker_error(action: &'static str, id: &str, e: impl std::fmt::Display) -> AgentError {
@@ -146,7 +152,16 @@ impl DockerExecutor {
             scope: None,
             entry_helper: crate::entry::sftp::default_helper(),
             gpu_limits: GpuLimits::default(),
+            disk_per_gpu: None,
+            storage_opt: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
         })
+    }
+
+    /// Bounds each container's writable layer to this many bytes per GPU where the Engine
+    /// can (else, said once, unbounded).
+    pub fn with_disk(mut self, per_gpu: Option<u64>) -> Self {
+        self.disk_per_gpu = per_gpu;
+        self
     }
 
     /// Only this agent's containers (`scope`: its node's name, the same after a restart, so

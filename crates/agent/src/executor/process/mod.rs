@@ -39,7 +39,10 @@ mod entry;
 mod network;
 mod output;
 mod procfs;
+mod scratch;
 mod start;
+
+pub use scratch::Scratch;
 
 use network::InstanceNetwork;
 pub(crate) use procfs::process_uid;
@@ -101,6 +104,8 @@ pub struct ProcessExecutor {
     entry_helper: PathBuf,
     /// What instances are told of their GPU memory.
     gpu_limits: GpuLimits,
+    /// Sandboxed instances' directories with a size; None: unbounded (in the data dir).
+    scratch: Option<Scratch>,
 }
 
 fn exec_error(action: &'static str, id: &str, e: impl std::fmt::Display) -> AgentError {
@@ -205,7 +210,14 @@ impl ProcessExecutor {
             uid_lock: tokio::sync::Mutex::new(()),
             entry_helper: crate::entry::sftp::default_helper(),
             gpu_limits: GpuLimits::default(),
+            scratch: None,
         })
+    }
+
+    /// Gives each sandboxed instance a directory of its disk size (`--disk-per-gpu-gb`).
+    pub fn with_scratch(mut self, scratch: Scratch) -> Self {
+        self.scratch = Some(scratch);
+        self
     }
 
     /// What instances are told of their GPU memory (`GPURENT_VRAM_LIMIT_MB`, MPS limits).
@@ -400,6 +412,14 @@ impl Executor for ProcessExecutor {
         self.spawn_instance(a, volume, binds).await
     }
 
+    async fn disk_usage(&self, id: &str) -> Option<gpurent_types::agent::DiskUse> {
+        let usage = self.scratch.as_ref()?.usage(id)?;
+        Some(gpurent_types::agent::DiskUse {
+            used_bytes: usage.used_bytes,
+            size_bytes: usage.size_bytes,
+        })
+    }
+
     async fn stop(&self, id: &str, grace: Option<Duration>) -> Result<(), AgentError> {
         let grace = grace.unwrap_or(self.grace);
         let dir = self.instance_dir(id);
@@ -450,6 +470,12 @@ impl Executor for ProcessExecutor {
         }
         if let Some(f) = &file {
             self.keep_output(f);
+        }
+        if let Some(scratch) = &self.scratch {
+            scratch
+                .remove(id)
+                .await
+                .map_err(|e| exec_error("stop", id, e))?;
         }
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(exec_error("stop", id, e)),

@@ -112,7 +112,14 @@ impl ProcessExecutor {
             return Err(exec_error("start", id, "an empty command"));
         };
         let dir = self.instance_dir(id);
-        let home = self.home_path(id);
+        std::fs::create_dir_all(&dir).map_err(|e| exec_error("start", id, e))?;
+        let home = match (&self.sandbox, &self.scratch) {
+            (Some(_), Some(scratch)) => scratch
+                .mount(id, a.gpus.len())
+                .await
+                .map_err(|e| exec_error("start", id, e))?,
+            _ => self.home_path(id),
+        };
         std::fs::create_dir_all(&home).map_err(|e| exec_error("start", id, e))?;
         set_mode(&dir, 0o700).map_err(|e| exec_error("start", id, e))?;
         set_mode(&home, 0o700).map_err(|e| exec_error("start", id, e))?;
@@ -370,6 +377,10 @@ impl ProcessExecutor {
             a.reservation_id.clone().into(),
         ));
         env.push(("GPURENT_EPOCH".into(), a.epoch.to_string().into()));
+        if let (true, Some(scratch)) = (isolated, &self.scratch) {
+            let mb = scratch.bytes_for(a.gpus.len()) / (1024 * 1024);
+            env.push(("GPURENT_DISK_MB".into(), mb.to_string().into()));
+        }
         env.extend(
             self.gpu_limits
                 .env(a)

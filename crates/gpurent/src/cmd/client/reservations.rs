@@ -222,6 +222,21 @@ pub(super) async fn get(api: &ApiClient, id: String, json: bool) -> Result<(), C
     if let Some(ssh) = &r.ssh {
         print_line(&format!("connect: {}", ssh.command));
     }
+    for v in &r.volumes {
+        print_line(&format!(
+            "volume {} at {}{}",
+            v.name,
+            v.path,
+            if v.read_only { " (read-only)" } else { "" }
+        ));
+    }
+    if let Some(disk) = &r.disk {
+        print_line(&format!(
+            "disk: {} used of {}",
+            gpurent_types::api::format_size(disk.used_bytes),
+            gpurent_types::api::format_size(disk.size_bytes)
+        ));
+    }
     // Why it failed, in the executor's words (`ls` has it in --json only).
     if let Some(message) = &r.end_message {
         print_line(&format!(

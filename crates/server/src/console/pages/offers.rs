@@ -411,7 +411,7 @@ fn reserve_form(ctx: &Ctx, offers: &[Offer], form: &ReserveForm, quote: &str) ->
                 div {
                     label for="volumes" { (l.t("Volumes", "存储卷")) " (" (raw("NAME:/PATH[:ro]")) ")" }
                     input id="volumes" name="volumes" type="text" placeholder="data:/workspace" value=(form.volumes);
-                    p.hint { (l.t("Your volumes (gpurent volumes create), comma-separated: their data outlives the instance. A node-local volume runs the instance on its node.", "您的存储卷（gpurent volumes create），以逗号分隔：其数据在实例结束后仍保留。节点本地卷会让实例运行在该卷所在的节点上。")) }
+                    p.hint { (l.t("Your volumes (gpurent volumes create), comma-separated: their data outlives the instance. A node-local volume runs the instance on its node.", "您已创建的存储卷，以逗号分隔：其数据在实例结束后仍保留。节点本地卷会让实例运行在该卷所在的节点上。")) }
                 }
                 div {
                     label for="http_ports" { (l.t("HTTP ports to publish", "发布的 HTTP 端口")) }
