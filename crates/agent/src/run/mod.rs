@@ -180,6 +180,7 @@ impl Agent {
             Err(_) => Vec::new(),
         };
         let live: Vec<&str> = running.iter().map(String::as_str).collect();
+        self.volumes.prune_disks(&live).await;
         let pruned = self.config.checkpoint.prune(&live);
         if pruned > 0 {
             tracing::info!(

@@ -148,6 +148,33 @@ impl Keeper {
         (reports, store.free_bytes().ok())
     }
 
+    /// Removes the disks of instances that are gone (a reboot, an instance killed while its
+    /// agent was down): none of `live` reservations'.
+    pub async fn prune_disks(&self, live: &[&str]) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let Ok(ids) = store.local_ids() else {
+            return;
+        };
+        for id in ids {
+            let Some(reservation) = id.strip_prefix("scratch-") else {
+                continue;
+            };
+            if live.contains(&reservation) {
+                continue;
+            }
+            match store.remove_local(&id).await {
+                Ok(()) => {
+                    tracing::info!(reservation_id = %reservation, "removed the disk of an instance that is gone")
+                }
+                Err(e) => {
+                    tracing::warn!(reservation_id = %reservation, error = %e, "cannot remove the disk of an instance that is gone")
+                }
+            }
+        }
+    }
+
     /// Reports a sync that failed did not deliver: sent with the next one.
     pub fn put_back(&self, reports: Vec<VolumeReport>) {
         let mut pending = self.lock_pending();

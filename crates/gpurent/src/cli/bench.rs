@@ -211,6 +211,10 @@ pub struct BenchRunningArgs {
     /// each (as `gpurent agent --shared-network`), to compare the two.
     #[arg(long)]
     pub shared_network: bool,
+    /// Each isolated process instance's disk, GB (as `gpurent agent --disk-per-gpu-gb`,
+    /// one GPU each): a loop-mounted image made at its start. 0: unbounded, as before.
+    #[arg(long, default_value_t = 10)]
+    pub disk_gb: u64,
 }
 
 #[derive(Debug, Args)]

@@ -83,10 +83,24 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
                     .context(
                         "the isolated process executor (root and bubblewrap; or pass --unisolated)",
                     )?;
-                    if args.shared_network {
+                    let executor = if args.shared_network {
                         executor.with_shared_network()
                     } else {
                         executor
+                    };
+                    if args.disk_gb == 0 {
+                        executor
+                    } else {
+                        let volumes = gpurent_agent::volumes::VolumeStore::open(
+                            dir.join("agent").join("volumes"),
+                            None,
+                        )?;
+                        let scratch = gpurent_agent::executor::Scratch::new(
+                            volumes,
+                            args.disk_gb.saturating_mul(1_000_000_000),
+                        )
+                        .map_err(|why| anyhow::anyhow!("instances' disks: {why}"))?;
+                        executor.with_scratch(scratch)
                     }
                 }),
                 None,
