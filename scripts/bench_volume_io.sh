@@ -51,7 +51,12 @@ size=$(( mib * 2 + 256 ))MiB
 cli --token "$token" volumes create io --size "$size" >/dev/null 2>&1
 volumes=$(ls -d "$dir"/data/agent/volumes)
 
-rate() { sed -n 's/.* copied, \([0-9.]*\) s.*/\1/p' | tail -1 | awk -v m="$mib" '{ printf "%.0f", m / $1 }'; }
+# MiB/s from the "elapsed MS ms" line a timed dd prints (busybox's dd says no time, and its
+# date no nanoseconds: /proc/uptime's hundredths are the clock).
+rate() { sed -n 's/^elapsed \([0-9]*\) ms$/\1/p' | tail -1 | awk -v m="$mib" '{ printf "%.0f", m * 1000 / ($1 > 0 ? $1 : 1) }'; }
+timed() {
+  echo "s=\$(cut -d' ' -f1 /proc/uptime); $1 >/dev/null 2>&1; e=\$(cut -d' ' -f1 /proc/uptime); awk -v s=\$s -v e=\$e 'BEGIN { printf \"elapsed %d ms\\n\", (e - s) * 1000 }'"
+}
 # One reservation's dd; its log.
 inside() {
   local image=$1 script=$2 args=(--gpu RTX-4090 --hours 1 --volume io:/v)
@@ -65,13 +70,13 @@ inside() {
   done
   cli --token "$token" logs "$id"
 }
-write="dd if=/dev/zero of=/v/f bs=1M count=$mib conv=fsync 2>&1"
-read="dd if=/v/f of=/dev/null bs=1M 2>&1"
+write=$(timed "dd if=/dev/zero of=/v/f bs=1M count=$mib conv=fsync")
+read=$(timed "dd if=/v/f of=/dev/null bs=1M")
 
 rows=()
-dd if=/dev/zero of="$volumes/outside" bs=1M count="$mib" conv=fsync 2>"$dir/w"
+sh -c "$(timed "dd if=/dev/zero of=$volumes/outside bs=1M count=$mib conv=fsync")" >"$dir/w"
 sync; echo 3 >/proc/sys/vm/drop_caches
-dd if="$volumes/outside" of=/dev/null bs=1M 2>"$dir/r"
+sh -c "$(timed "dd if=$volumes/outside of=/dev/null bs=1M")" >"$dir/r"
 ow=$(rate <"$dir/w"); or=$(rate <"$dir/r")
 rm -f "$volumes/outside"
 rows+=("outside (the volumes dir's disk)|$ow|$or")

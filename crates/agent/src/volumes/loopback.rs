@@ -120,6 +120,14 @@ async fn mount(inner: &Inner, id: &str) -> Result<(), VolumeError> {
         dir.as_os_str(),
     ];
     inner.tools.run(id, "mount", &args).await?;
+    // Direct I/O on the loop device: the image's blocks are cached once (by the volume's own
+    // file system), not twice, and a volume reads at its disk's speed (buffered: a quarter).
+    for device in loop_devices_of(&image) {
+        let direct = [OsStr::new("--direct-io=on"), OsStr::new(&device)];
+        if let Err(e) = inner.tools.run(id, "losetup", &direct).await {
+            tracing::warn!(volume = id, %device, error = %e, "the volume's loop device reads and writes through the page cache");
+        }
+    }
     tracing::info!(volume = id, "volume mounted");
     Ok(())
 }
