@@ -74,11 +74,11 @@ async fn settled(api: &ApiClient, mut v: Volume) -> Result<Volume, CliError> {
     {
         if !said {
             eprintln!(
-                "{} {} on node {}...",
+                "{} volume {} on node {}...",
                 if v.state == VolumeState::Creating {
-                    "making it"
+                    "making"
                 } else {
-                    "growing it"
+                    "growing"
                 },
                 v.name,
                 v.node.as_deref().unwrap_or("?")
