@@ -7,6 +7,7 @@ mod mig;
 mod price_list;
 mod quote;
 mod rate;
+mod storage;
 
 #[cfg(test)]
 mod golden;
@@ -16,3 +17,4 @@ pub use coherence::Incoherence;
 pub use price_list::{PriceList, PriceListError, Stepped, DEFAULT_CURRENCY};
 pub use quote::{Quote, QuoteError, Size};
 pub use rate::Rate;
+pub use storage::{storage_charge, storage_due, BYTES_PER_GB, SECONDS_PER_MONTH};
