@@ -33,6 +33,8 @@ pub struct PriceList {
     pub spot_grace_s: u64,
     /// The part of every charge paid to the owner of the node, in basis points.
     pub host_share_bps: u32,
+    /// A volume's price per GB (10^9 bytes) of its size per month (730 hours).
+    pub storage_per_gb_month: Money,
 }
 
 /// The duration-stepped ("high-performance") tier, in percent of the on-demand price of the
@@ -113,6 +115,8 @@ impl PriceList {
             spot_grace_s: 30,
             // Vast.ai and RunPod pass hosts about three quarters to four fifths of the price.
             host_share_bps: 8_000,
+            // RunPod's network volumes: 0.07 per GB-month.
+            storage_per_gb_month: Money::from_micros(70_000),
         };
         list.per_gb_hour_fallback = list
             .derived_per_gb_hour()

@@ -95,6 +95,9 @@ pub struct ServerConfig {
     /// A reservation's output is kept this long after it ended, then pruned by the
     /// maintenance loop (`--log-retention-days`, 30).
     pub log_retention: Duration,
+    /// A tenant whose balance is below zero keeps their volumes this long; then an admin may
+    /// delete them (`--storage-grace-days`, 7).
+    pub storage_grace: Duration,
     /// Elastic capacity: the scale policy and its hook (off unless a hook is configured).
     pub scale: ScaleConfig,
     /// What a node's host must pass before it gets work.
@@ -143,6 +146,7 @@ impl Default for ServerConfig {
             http: HttpLimits::default(),
             queue_timeout: Duration::from_secs(3600),
             log_retention: Duration::from_secs(30 * 86_400),
+            storage_grace: Duration::from_secs(7 * 86_400),
             scale: ScaleConfig::default(),
             host_policy: HostPolicy::default(),
             health_rules: HealthRules::default(),

@@ -23,7 +23,7 @@ use chrono::{DateTime, Utc};
 use gpurent_billing::PriceList;
 use gpurent_types::agent::{Assignment, SyncRequest};
 use gpurent_types::api::{
-    InvoiceLine, Node, NodeEarnings, Offer, Reservation, SpotStats, Usage, User,
+    InvoiceLine, Node, NodeEarnings, Offer, Reservation, SpotStats, StorageLine, Usage, User,
 };
 use gpurent_types::Money;
 
@@ -476,6 +476,15 @@ pub trait StatementStore: Send + Sync {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> Result<Vec<InvoiceLine>>;
+
+    /// The charges to a tenant for its volumes in [from, to), one line per volume, in the
+    /// order they were made.
+    async fn storage_lines(
+        &self,
+        user_id: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<StorageLine>>;
 
     /// What a host's nodes earned in [from, to), per node.
     async fn earnings(

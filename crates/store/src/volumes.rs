@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_types::agent::{NodeVolume, VolumeFacts, VolumeReport};
 use gpurent_types::api::{MountedVolume, Volume, VolumeKind};
+use gpurent_types::Money;
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -20,6 +21,10 @@ pub struct NewVolume {
     /// A local volume's node (its id).
     pub node_id: Option<String>,
     pub size_bytes: u64,
+    /// Its price per GB-month (the price list's, now).
+    pub price_per_gb_month: Money,
+    /// The part of its charges paid to its node's owner (a local volume).
+    pub host_share_bps: u32,
 }
 
 /// A volume a reservation mounts, as the reservation keeps it (`reservations.volumes`): what
@@ -190,20 +195,23 @@ pub trait VolumeStore: Send + Sync {
         live_since: DateTime<Utc>,
     ) -> Result<Volume>;
 
-    /// Grows a volume to `size_bytes` (a local one: `resizing` until its node grew it).
+    /// Grows a volume to `size_bytes` (a local one: `resizing` until its node grew it),
+    /// charged at its old size up to `now` and at the new one, at `price_per_gb_month`, after.
     /// `Conflict` for a size not above the one it has, or a volume being deleted;
     /// `NoCapacity` when its node has not the room.
+    #[allow(clippy::too_many_arguments)]
     async fn resize_volume(
         &self,
         owner: Option<&str>,
         name_or_id: &str,
         size_bytes: u64,
+        price_per_gb_month: Money,
         live_since: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Volume>;
 
-    /// Removes a volume: `deleting` until a node deleted its data. `Conflict` while a live
-    /// reservation mounts it.
+    /// Removes a volume: `deleting` until a node deleted its data, charged up to `now`.
+    /// `Conflict` while a live reservation mounts it.
     async fn remove_volume(
         &self,
         owner: Option<&str>,
@@ -211,6 +219,14 @@ pub trait VolumeStore: Send + Sync {
         live_since: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Volume>;
+
+    /// Charges every volume last settled a `period` ago or more up to `now`
+    /// (`sql/volume_billing.rs`). The number of volumes settled.
+    async fn settle_volumes(
+        &self,
+        now: DateTime<Utc>,
+        period: std::time::Duration,
+    ) -> Result<usize>;
 
     /// The nodes as volume placement sees them, by id.
     async fn volume_nodes(&self, live_since: DateTime<Utc>) -> Result<Vec<VolumeNode>>;

@@ -48,6 +48,11 @@ use super::{PriceList, DEFAULT_CURRENCY};
 /// [spot]
 /// min_bid_percent = 40
 /// grace_seconds = 30
+///
+/// # Volumes (`gpurent volumes create`): per GB (10^9 bytes) of their size per month
+/// # (730 hours), charged per second. A file in another currency than USD gives it.
+/// [storage]
+/// per_gb_month = "0.07"
 /// ```
 ///
 /// `[shares] per_gb_hour = "0.10"` still sets an explicit per-GB price of shares instead of
@@ -65,6 +70,13 @@ struct PriceFile {
     stepped: Option<SteppedFile>,
     reserved: Option<ReservedFile>,
     spot: Option<SpotFile>,
+    storage: Option<StorageFile>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StorageFile {
+    per_gb_month: String,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -288,6 +300,21 @@ impl PriceList {
                 }
                 list.spot_grace_s = grace;
             }
+        }
+        match &file.storage {
+            Some(storage) => {
+                list.storage_per_gb_month = price("storage.per_gb_month", &storage.per_gb_month)?;
+            }
+            None if list.currency != DEFAULT_CURRENCY => {
+                return Err(setting(
+                    "storage",
+                    &format!(
+                        "the built-in volume price is 0.07 {DEFAULT_CURRENCY} per GB-month; a price file in {} gives its own: [storage] per_gb_month",
+                        list.currency
+                    ),
+                ));
+            }
+            None => {}
         }
         if let Some(p) = file.host_share_percent {
             list.host_share_bps = percent("host_share_percent", p, 0..=100)? * 100;

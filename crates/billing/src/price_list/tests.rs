@@ -64,6 +64,12 @@ fn a_bad_price_file_says_what_is_wrong() {
             "currency = \"CNY\"\n[gpu]\n\"T4\" = \"5\"",
             "unlisted models need per_gb_hour",
         ),
+        (
+            "currency = \"CNY\"\nper_gb_hour = \"0.50\"",
+            "[storage] per_gb_month",
+        ),
+        ("[storage]\nper_gb_month = \"0\"", "storage.per_gb_month"),
+        ("[storage]\nper_gb_month = 0.07", "per_gb_month"),
     ];
     for (text, mentions) in cases {
         let err = PriceList::from_toml(text).map(|_| ()).unwrap_err();
@@ -161,7 +167,9 @@ fn the_per_gb_price_of_unlisted_models_is_the_listed_models_median() {
 /// priced per GB in its own currency.
 #[test]
 fn another_currency_prices_everything_itself() {
-    let list = parse("currency = \"CNY\"\nper_gb_hour = \"0.50\"\n[gpu]\n\"H200\" = \"60\"\n");
+    let list = parse(
+        "currency = \"CNY\"\nper_gb_hour = \"0.50\"\n[gpu]\n\"H200\" = \"60\"\n[storage]\nper_gb_month = \"0.50\"\n",
+    );
     assert_eq!(list.currency(), "CNY");
     assert_eq!(
         list.price_per_gpu_hour(&t("RTX 4090"), 24_564).to_string(),
@@ -172,6 +180,19 @@ fn another_currency_prices_everything_itself() {
         "60.00"
     );
     // Without per_gb_hour, unlisted models follow the listed ones it knows the memory of.
-    let list = parse("currency = \"EUR\"\n[gpu]\n\"RTX 4090\" = \"2.40\"\n");
+    let list = parse(
+        "currency = \"EUR\"\n[gpu]\n\"RTX 4090\" = \"2.40\"\n[storage]\nper_gb_month = \"0.06\"\n",
+    );
     assert_eq!(list.per_gb_hour_fallback().to_string(), "0.10");
+}
+
+/// Volumes cost 0.07 per GB-month unless the file says otherwise.
+#[test]
+fn storage_has_a_price_of_its_own() {
+    assert_eq!(
+        PriceList::defaults().storage_per_gb_month.to_string(),
+        "0.07"
+    );
+    let list = parse("[storage]\nper_gb_month = \"0.10\"\n");
+    assert_eq!(list.storage_per_gb_month.to_string(), "0.10");
 }

@@ -324,6 +324,11 @@ pub struct KeysArgs {
     #[arg(long, value_name = "DAYS", default_value_t = 30,
         value_parser = clap::value_parser!(u32).range(1..))]
     pub log_retention_days: u32,
+    /// Days a tenant whose balance is below zero keeps their volumes' data (still charged);
+    /// after that an admin may delete them (`gpurent volumes rm`). Nothing is deleted on its own.
+    #[arg(long, value_name = "DAYS", default_value_t = 7,
+        value_parser = clap::value_parser!(u32).range(1..=365))]
+    pub storage_grace_days: u32,
 }
 
 #[derive(Debug, Args)]

@@ -208,6 +208,9 @@ pub async fn start(
             log_retention: std::time::Duration::from_secs(
                 u64::from(keys.log_retention_days) * 86_400,
             ),
+            storage_grace: std::time::Duration::from_secs(
+                u64::from(keys.storage_grace_days) * 86_400,
+            ),
             master_key,
             session_ttl: std::time::Duration::from_secs(u64::from(access.session_hours) * 3600),
             rate_limits: live.rate_limits,

@@ -34,10 +34,17 @@ fn row(v: &Volume) -> Vec<String> {
         },
         format_size(v.size_bytes),
         v.used_bytes.map_or_else(|| "-".into(), format_size),
-        match &v.message {
-            Some(m) => format!("{}: {m}", v.state.as_str()),
-            None => v.state.as_str().to_owned(),
+        match (&v.message, v.deletable_after) {
+            (Some(m), _) => format!("{}: {m}", v.state.as_str()),
+            (None, Some(after)) => format!(
+                "{}, unpaid: may be deleted after {}",
+                v.state.as_str(),
+                time(Some(after))
+            ),
+            (None, None) => v.state.as_str().to_owned(),
         },
+        format!("{}/GB-mo", v.price_per_gb_month),
+        v.charged.to_string(),
         v.used_by
             .iter()
             .map(|u| {
@@ -53,13 +60,15 @@ fn row(v: &Volume) -> Vec<String> {
     ]
 }
 
-const HEADER: [&str; 8] = [
+const HEADER: [&str; 10] = [
     "NAME",
     "ID",
     "WHERE",
     "SIZE",
     "USED",
     "STATE",
+    "PRICE",
+    "CHARGED",
     "MOUNTED BY",
     "CREATED",
 ];

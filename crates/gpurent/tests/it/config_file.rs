@@ -287,7 +287,7 @@ fn up_runs_from_a_file_and_sighup_reloads_what_can_change() {
     // Another currency would change the books: refused whole, the old prices stay.
     std::fs::write(
         &prices,
-        "currency = \"CNY\"\n[gpu]\n\"RTX 4090\" = \"20\"\n",
+        "currency = \"CNY\"\n[gpu]\n\"RTX 4090\" = \"20\"\n[storage]\nper_gb_month = \"0.50\"\n",
     )
     .unwrap();
     hup(&up);

@@ -66,6 +66,10 @@ fn a_volume_keeps_its_data_between_reservations_on_both_executors() {
     assert_eq!(made["state"], "ready", "{made}");
     assert_eq!(made["kind"], "local");
     assert_eq!(made["size_bytes"], 64 << 20);
+    // The command line's contract names these too.
+    assert_eq!(made["status"], "ready", "{made}");
+    assert_eq!(made["size_gb"], 0.067108864);
+    assert_eq!(made["price_per_gb_month"], "0.07");
     assert_eq!(made["node"], node["name"]);
     let volume_id = made["id"].as_str().unwrap().to_owned();
     let agent_dir = cluster.dir.path().join(node["name"].as_str().unwrap());

@@ -1,5 +1,5 @@
 //! The periodic work of the control plane: fencing nodes not heard from for the node TTL
-//! (their work rescheduled by the same tick's scheduling pass), settling running reservations every period,
+//! (their work rescheduled by the same tick's scheduling pass), settling running reservations and volumes every period,
 //! expiring those whose time is up, the scheduling pass over queued reservations (also run
 //! at once when woken), forgetting day-old idempotency keys, pruning reservations' output and
 //! the audit trail (hourly) past their retention, and elastic capacity (when due).
@@ -36,6 +36,10 @@ async fn pass(state: &AppState, fence: Fence) -> Result<(), JobError> {
     for node in settled.stopped_on {
         state.wake.wake(&node);
     }
+    state
+        .store
+        .settle_volumes(now, state.config.settlement_period)
+        .await?;
     let nodes = state.store.expire_due(now).await?;
     for node in nodes {
         state.wake.wake(&node);

@@ -24,7 +24,8 @@ pub(crate) struct InvoiceQuery {
     format: Option<String>,
 }
 
-/// The invoice of a calendar month (UTC): every charge to the tenant in it, per reservation.
+/// The invoice of a calendar month (UTC): every charge to the tenant in it, per reservation
+/// and per volume.
 #[utoipa::path(get, path = "/api/v1/invoices/{month}", tag = "users", security(("bearer" = [])),
     params(("month" = String, Path, description = "YYYY-MM"), InvoiceQuery),
     responses((status = 200, body = Invoice), (status = 200, body = String, content_type = "text/csv"),
@@ -63,9 +64,12 @@ pub(crate) async fn invoice(
     let user_id = whose(&state, &caller, query.user_id).await?;
     let user = state.store.get_user(&user_id).await?;
     let lines = state.store.invoice_lines(&user_id, from, to).await?;
+    let storage = state.store.storage_lines(&user_id, from, to).await?;
     let total = lines
         .iter()
-        .try_fold(Money::ZERO, |t, l| t.checked_add(l.amount))
+        .map(|l| l.amount)
+        .chain(storage.iter().map(|l| l.amount))
+        .try_fold(Money::ZERO, Money::checked_add)
         .ok_or_else(|| ApiError::Invalid("the invoice total overflows".into()))?;
     let invoice = Invoice {
         number: format!(
@@ -81,6 +85,7 @@ pub(crate) async fn invoice(
         period_end: to,
         currency: state.live().prices.currency().to_owned(),
         lines,
+        storage,
         total,
     };
     if csv {
@@ -101,7 +106,7 @@ pub(crate) async fn invoice(
 /// One row per line and a total row; RFC 4180 quoting.
 pub(crate) fn invoice_csv(invoice: &Invoice) -> String {
     let mut out = String::from(
-        "invoice,month,reservation_id,gpu_type,gpu_count,vram_gb,tier,price_per_hour,started_at,ended_at,amount,currency\r\n",
+        "invoice,month,reservation_id,gpu_type,gpu_count,vram_gb,tier,price_per_hour,started_at,ended_at,amount,currency,volume_id,volume,size_bytes,price_per_gb_month\r\n",
     );
     let time = |t: Option<chrono::DateTime<chrono::Utc>>| {
         t.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
@@ -139,10 +144,29 @@ pub(crate) fn invoice_csv(invoice: &Invoice) -> String {
                 time(*ended_at),
                 amount.to_string(),
                 invoice.currency.clone(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
             ],
         );
     }
-    let mut total = vec![String::new(); 12];
+    // A volume's line: its time is from its making to its removal.
+    for line in &invoice.storage {
+        let mut cells = vec![String::new(); 16];
+        cells[0] = invoice.number.clone();
+        cells[1] = invoice.month.clone();
+        cells[8] = time(Some(line.created_at));
+        cells[9] = time(line.deleted_at);
+        cells[10] = line.amount.to_string();
+        cells[11] = invoice.currency.clone();
+        cells[12] = line.volume_id.clone();
+        cells[13] = line.name.clone();
+        cells[14] = line.size_bytes.to_string();
+        cells[15] = line.price_per_gb_month.to_string();
+        row(&mut out, &cells);
+    }
+    let mut total = vec![String::new(); 16];
     total[0] = invoice.number.clone();
     total[1] = invoice.month.clone();
     total[2] = "total".to_owned();

@@ -2,6 +2,7 @@
 //! (make, list, get, grow, remove), where a new one goes, and what a reservation's
 //! `--volume NAME:PATH[:ro]` mounts and where it lets it run (docs/volumes.md).
 
+pub mod billing;
 pub mod paths;
 
 use axum::extract::State;
@@ -100,10 +101,12 @@ fn choose_node<'a>(
 }
 
 /// Make a volume: on a node's disk (`node`, or the live node with the most room), or on the
-/// shared storage (`shared`). Billed per GB-month of its size from now until it is removed.
+/// shared storage (`shared`). Billed per GB-month of its size from now until it is removed;
+/// the balance must cover a day of it (402).
 #[utoipa::path(post, path = "/api/v1/volumes", tag = "volumes", security(("bearer" = [])),
     request_body = CreateVolume,
     responses((status = 201, body = Volume), (status = 400, body = ErrorBody),
+        (status = 402, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn create(
     State(state): State<AppState>,
@@ -143,6 +146,8 @@ pub(crate) async fn create(
             (VolumeKind::Local, Some(node.id.clone()))
         }
     };
+    billing::check_credit(&state, &caller.0.id, body.size_bytes).await?;
+    let (price_per_gb_month, host_share_bps) = billing::price(&state);
     let volume = state
         .store
         .create_volume(
@@ -152,6 +157,8 @@ pub(crate) async fn create(
                 kind,
                 node_id,
                 size_bytes: body.size_bytes,
+                price_per_gb_month,
+                host_share_bps,
             },
             state.now(),
         )
@@ -178,6 +185,10 @@ pub(crate) async fn list(
         .list_volumes(owner, page.limit, page.after.as_deref(), state.live_since())
         .await?;
     let next = page.next_header(volumes.len(), volumes.last().map(|v| v.id.as_str()));
+    let volumes: Vec<Volume> = volumes
+        .into_iter()
+        .map(|v| billing::with_grace(&state, v))
+        .collect();
     Ok((axum::response::AppendHeaders(next), Json(volumes)))
 }
 
@@ -192,9 +203,8 @@ pub(crate) async fn get(
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<Volume>, ApiError> {
     let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
-    Ok(Json(
-        state.store.volume(owner, &name, state.live_since()).await?,
-    ))
+    let volume = state.store.volume(owner, &name, state.live_since()).await?;
+    Ok(Json(billing::with_grace(&state, volume)))
 }
 
 /// Grow a volume (never shrink it): at once where it is free, while mounted too.
@@ -202,6 +212,7 @@ pub(crate) async fn get(
     params(("name" = String, Path, description = "The volume's name or id")),
     request_body = ResizeVolume,
     responses((status = 200, body = Volume), (status = 400, body = ErrorBody),
+        (status = 402, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub(crate) async fn resize(
@@ -212,12 +223,16 @@ pub(crate) async fn resize(
 ) -> Result<Json<Volume>, ApiError> {
     check_size(body.size_bytes)?;
     let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
+    let volume = state.store.volume(owner, &name, state.live_since()).await?;
+    billing::check_credit(&state, &volume.owner_id, body.size_bytes).await?;
+    let (price_per_gb_month, _) = billing::price(&state);
     let volume = state
         .store
         .resize_volume(
             owner,
-            &name,
+            &volume.id,
             body.size_bytes,
+            price_per_gb_month,
             state.live_since(),
             state.now(),
         )
@@ -226,7 +241,8 @@ pub(crate) async fn resize(
     Ok(Json(volume))
 }
 
-/// Remove a volume and its data. Refused while a live reservation mounts it.
+/// Remove a volume and its data, charged up to now. Refused while a live reservation mounts
+/// it; an admin removes another user's only after its owner was unpaid for the storage grace.
 #[utoipa::path(delete, path = "/api/v1/volumes/{name}", tag = "volumes", security(("bearer" = [])),
     params(("name" = String, Path, description = "The volume's name or id")),
     responses((status = 200, body = Volume), (status = 404, body = ErrorBody),
@@ -237,12 +253,14 @@ pub(crate) async fn remove(
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<Volume>, ApiError> {
     let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
+    let volume = state.store.volume(owner, &name, state.live_since()).await?;
+    billing::check_removal(&state, &caller, &volume).await?;
     let volume = state
         .store
-        .remove_volume(owner, &name, state.live_since(), state.now())
+        .remove_volume(owner, &volume.id, state.live_since(), state.now())
         .await?;
     state.wake.wake_all();
-    Ok(Json(volume))
+    Ok(Json(billing::with_grace(&state, volume)))
 }
 
 /// What a new reservation of `owner` mounts, checked: each volume theirs and usable, its path

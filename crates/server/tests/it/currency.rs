@@ -83,7 +83,7 @@ async fn the_currency_is_shown_with_every_amount(backend: Backend) {
         rows.len() == 3
             && rows[1..]
                 .iter()
-                .all(|r| r.ends_with(&format!(",{charged},CNY"))),
+                .all(|r| r.ends_with(&format!(",{charged},CNY,,,,"))),
         "{csv}"
     );
 

@@ -64,6 +64,7 @@ mod tokens;
 mod topology;
 mod validation;
 mod verification;
+mod volume_billing;
 mod volumes;
 
 /// Runs an async test body once per store backend.

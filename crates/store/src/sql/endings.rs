@@ -261,6 +261,7 @@ async fn pay(conn: &mut AnyConnection, p: &Payment<'_>, bill: &ending::Bill) -> 
                 at: p.at,
                 kind: *kind,
                 node_id: *node_id,
+                volume_id: None,
             },
         )
         .await?;

@@ -66,6 +66,7 @@ pub(crate) async fn pay_host_share(
             at,
             kind: Kind::Earning,
             node_id,
+            volume_id: None,
         },
     )
     .await
@@ -103,6 +104,8 @@ pub(crate) struct Transfer<'a> {
     pub kind: Kind,
     /// The node that earned it (host earnings).
     pub node_id: Option<&'a str>,
+    /// The volume it is for (its charges and the host's earnings from it).
+    pub volume_id: Option<&'a str>,
 }
 
 /// Records the transfer unless one with its id exists. True when it was recorded now.
@@ -274,8 +277,8 @@ pub(crate) fn push_holds(batch: &mut super::batch::Batch, holds: &[Hold<'_>]) ->
 async fn insert(conn: &mut AnyConnection, t: &Transfer<'_>, on_conflict: &str) -> Result<u64> {
     Ok(sqlx::query(&format!(
         "INSERT INTO transfers (id, debit_account, credit_account, amount, reservation_id,
-            created_at, kind, node_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) {on_conflict}"
+            created_at, kind, node_id, volume_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) {on_conflict}"
     ))
     .bind(t.id)
     .bind(t.debit)
@@ -285,6 +288,7 @@ async fn insert(conn: &mut AnyConnection, t: &Transfer<'_>, on_conflict: &str) -
     .bind(t.at)
     .bind(t.kind.as_str())
     .bind(t.node_id)
+    .bind(t.volume_id)
     .execute(&mut *conn)
     .await?
     .rows_affected())

@@ -157,6 +157,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "instance_disk",
         include_str!("../../migrations/0035_instance_disk.sql"),
     ),
+    (
+        36,
+        "volume_billing",
+        include_str!("../../migrations/0036_volume_billing.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

@@ -45,6 +45,7 @@ mod statements;
 mod sync;
 mod tunnels;
 mod users;
+mod volume_billing;
 mod volume_mounts;
 mod volume_nodes;
 mod volumes;

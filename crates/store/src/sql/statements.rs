@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use gpurent_types::api::{InvoiceLine, NodeEarnings, SpotStats};
+use gpurent_types::api::{InvoiceLine, NodeEarnings, SpotStats, StorageLine};
 use gpurent_types::{Money, Tier};
 use sqlx::Row;
 
 use super::ledger;
 use super::rows::{reservation_from_row, RESERVATION_COLUMNS};
-use super::{ts, SqlStore};
+use super::{from_ts, ts, SqlStore};
 use crate::{Result, StatementStore, StoreError};
 
 #[async_trait]
@@ -25,7 +25,7 @@ impl StatementStore for SqlStore {
         // Exactly the charges `usage` counts, grouped by reservation.
         let charges = sqlx::query(
             "SELECT reservation_id, CAST(SUM(amount) AS BIGINT) AS amount FROM transfers
-             WHERE debit_account IN ($1, $2) AND kind = 'charge'
+             WHERE debit_account IN ($1, $2) AND kind = 'charge' AND volume_id IS NULL
                AND created_at >= $3 AND created_at < $4
              GROUP BY reservation_id ORDER BY reservation_id",
         )
@@ -61,6 +61,46 @@ impl StatementStore for SqlStore {
             (a.started_at, &a.reservation_id).cmp(&(b.started_at, &b.reservation_id))
         });
         Ok(lines)
+    }
+
+    async fn storage_lines(
+        &self,
+        user_id: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<StorageLine>> {
+        // Exactly the volume charges `usage` counts, grouped by volume.
+        let rows = sqlx::query(
+            "SELECT v.id, v.name, v.size_bytes, v.price_per_gb_month, v.created_at, v.deleted_at,
+                    c.amount
+             FROM (SELECT volume_id, CAST(SUM(amount) AS BIGINT) AS amount FROM transfers
+                   WHERE debit_account = $1 AND kind = 'charge' AND volume_id IS NOT NULL
+                     AND created_at >= $2 AND created_at < $3
+                   GROUP BY volume_id) c
+             JOIN volumes v ON v.id = c.volume_id
+             ORDER BY v.created_at, v.id",
+        )
+        .bind(ledger::user_account(user_id))
+        .bind(ts(from))
+        .bind(ts(to))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(StorageLine {
+                    volume_id: r.try_get("id")?,
+                    name: r.try_get("name")?,
+                    size_bytes: u64::try_from(r.try_get::<i64, _>("size_bytes")?).unwrap_or(0),
+                    price_per_gb_month: Money::from_micros(r.try_get("price_per_gb_month")?),
+                    created_at: from_ts(r.try_get("created_at")?)?,
+                    deleted_at: r
+                        .try_get::<Option<i64>, _>("deleted_at")?
+                        .map(from_ts)
+                        .transpose()?,
+                    amount: Money::from_micros(r.try_get("amount")?),
+                })
+            })
+            .collect()
     }
 
     async fn earnings(

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use gpurent_types::api::{DayUsage, ReservationUsage, Usage, User};
+use gpurent_types::api::{DayUsage, ReservationUsage, Usage, User, VolumeUsage};
 use gpurent_types::{Money, Role};
 use sqlx::Row;
 
@@ -140,6 +140,7 @@ impl UserStore for SqlStore {
                 at,
                 kind: Kind::Credit,
                 node_id: None,
+                volume_id: None,
             },
         )
         .await?;
@@ -210,6 +211,7 @@ impl UserStore for SqlStore {
                 at: ts(now),
                 kind: Kind::Credit,
                 node_id: None,
+                volume_id: None,
             },
         )
         .await?;
@@ -243,10 +245,11 @@ impl UserStore for SqlStore {
     async fn usage(&self, user_id: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Usage> {
         // Charges come out of the balance, or out of the hold for prepaid blocks.
         let rows = sqlx::query(
-            "SELECT reservation_id, amount, created_at FROM transfers
-             WHERE debit_account IN ($1, $4) AND kind = 'charge'
-               AND created_at >= $2 AND created_at < $3
-             ORDER BY created_at",
+            "SELECT t.reservation_id, t.volume_id, v.name AS volume_name, t.amount, t.created_at
+             FROM transfers t LEFT JOIN volumes v ON v.id = t.volume_id
+             WHERE t.debit_account IN ($1, $4) AND t.kind = 'charge'
+               AND t.created_at >= $2 AND t.created_at < $3
+             ORDER BY t.created_at",
         )
         .bind(ledger::user_account(user_id))
         .bind(ts(from))
@@ -254,16 +257,32 @@ impl UserStore for SqlStore {
         .bind(ledger::hold_account(user_id))
         .fetch_all(&self.pool)
         .await?;
-        let mut by_reservation: std::collections::BTreeMap<String, i64> = Default::default();
-        let mut by_day: std::collections::BTreeMap<String, i64> = Default::default();
+        let mut by_reservation: BTreeMap<String, i64> = BTreeMap::new();
+        let mut by_volume: BTreeMap<(String, String), i64> = BTreeMap::new();
+        let mut by_day: BTreeMap<String, i64> = BTreeMap::new();
         let mut total = 0i64;
         for row in rows {
-            let reservation: String = row.try_get("reservation_id")?;
             let amount: i64 = row.try_get("amount")?;
+            match (
+                row.try_get::<Option<String>, _>("reservation_id")?,
+                row.try_get::<Option<String>, _>("volume_id")?,
+            ) {
+                (Some(reservation), _) => *by_reservation.entry(reservation).or_default() += amount,
+                (None, Some(volume)) => {
+                    let name: Option<String> = row.try_get("volume_name")?;
+                    *by_volume
+                        .entry((volume, name.unwrap_or_default()))
+                        .or_default() += amount;
+                }
+                (None, None) => {
+                    return Err(StoreError::Corrupt(
+                        "a charge for neither a reservation nor a volume".into(),
+                    ))
+                }
+            }
             let day = from_ts(row.try_get("created_at")?)?
                 .format("%Y-%m-%d")
                 .to_string();
-            *by_reservation.entry(reservation).or_default() += amount;
             *by_day.entry(day).or_default() += amount;
             total += amount;
         }
@@ -276,6 +295,14 @@ impl UserStore for SqlStore {
                 .into_iter()
                 .map(|(reservation_id, m)| ReservationUsage {
                     reservation_id,
+                    charged: Money::from_micros(m),
+                })
+                .collect(),
+            volumes: by_volume
+                .into_iter()
+                .map(|((volume_id, name), m)| VolumeUsage {
+                    volume_id,
+                    name,
                     charged: Money::from_micros(m),
                 })
                 .collect(),
@@ -389,6 +416,37 @@ impl UserStore for SqlStore {
             *owed.entry(row.try_get("node_id")?).or_default() +=
                 ledger::host_part(row.try_get("charged_to")?, bps)
                     - ledger::host_part(row.try_get("charged_from")?, bps);
+        }
+        // A volume was charged in transfers exactly what it says it was.
+        let off: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT v.id, v.charged, CAST(COALESCE(SUM(t.amount), 0) AS BIGINT) AS transferred
+             FROM volumes v LEFT JOIN transfers t ON t.volume_id = v.id AND t.kind = 'charge'
+             GROUP BY v.id, v.charged HAVING v.charged <> COALESCE(SUM(t.amount), 0)
+             ORDER BY v.id",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        check
+            .problems
+            .extend(off.into_iter().map(|(id, charged, transferred)| {
+                format!(
+                    "volume {id} was charged {} but its charges add up to {}",
+                    Money::from_micros(charged),
+                    Money::from_micros(transferred)
+                )
+            }));
+        // And a share of what its local volumes were charged over their lives.
+        let volumes = sqlx::query(
+            "SELECT v.node_id, v.charged, v.host_share_bps
+             FROM volumes v JOIN nodes n ON n.id = v.node_id
+             WHERE v.kind = 'local' AND v.charged > 0 AND v.host_share_bps > 0
+               AND n.owner_id IS NOT NULL",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in volumes {
+            *owed.entry(row.try_get("node_id")?).or_default() +=
+                ledger::host_part(row.try_get("charged")?, row.try_get("host_share_bps")?);
         }
         let earned = sqlx::query(
             "SELECT node_id, CAST(SUM(amount) AS BIGINT) AS earned FROM transfers

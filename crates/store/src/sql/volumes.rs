@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_types::agent::{NodeVolume, VolumeFacts, VolumeReport};
 use gpurent_types::api::{Volume, VolumeKind, VolumeState, VolumeUser};
+use gpurent_types::Money;
 use sqlx::{AnyConnection, Row};
 
 use super::fragments::live_statuses;
@@ -18,6 +19,7 @@ use crate::{Backend, NewVolume, Result, StoreError, VolumeNode, VolumeStore};
 /// A volume's columns and its node's, for [`volume_of`].
 const VOLUME_SELECT: &str = "SELECT v.id, v.name, v.owner_id, v.kind, v.size_bytes, v.used_bytes,
         v.state, v.message, v.created_at, v.node_id, n.name AS node_name,
+        v.price_per_gb_month, v.charged, v.unpaid_since,
         n.volume_enforcement, n.last_seen_at, n.status AS node_status
      FROM volumes v LEFT JOIN nodes n ON n.id = v.node_id";
 
@@ -50,13 +52,16 @@ fn volume_of(row: &sqlx::any::AnyRow, live_since: i64) -> Result<Volume> {
     if kind == VolumeKind::Local && !node_live && state != VolumeState::Deleting {
         state = VolumeState::Unavailable;
     }
+    let size_bytes = bytes(row.try_get("size_bytes")?);
     Ok(Volume {
         id: row.try_get("id")?,
         name: row.try_get("name")?,
         owner_id: row.try_get("owner_id")?,
         kind,
-        size_bytes: bytes(row.try_get("size_bytes")?),
+        size_bytes,
+        size_gb: gpurent_types::api::size_in_gb(size_bytes),
         state,
+        status: state,
         node: row.try_get("node_name")?,
         enforcement: match kind {
             VolumeKind::Local => row.try_get("volume_enforcement")?,
@@ -66,6 +71,13 @@ fn volume_of(row: &sqlx::any::AnyRow, live_since: i64) -> Result<Volume> {
         used_by: Vec::new(),
         message: row.try_get("message")?,
         created_at: from_ts(row.try_get("created_at")?)?,
+        price_per_gb_month: Money::from_micros(row.try_get("price_per_gb_month")?),
+        charged: Money::from_micros(row.try_get("charged")?),
+        unpaid_since: row
+            .try_get::<Option<i64>, _>("unpaid_since")?
+            .map(from_ts)
+            .transpose()?,
+        deletable_after: None,
     })
 }
 
@@ -185,8 +197,9 @@ impl VolumeStore for SqlStore {
             VolumeKind::Shared => "ready",
         };
         sqlx::query(
-            "INSERT INTO volumes (id, owner_id, name, kind, node_id, size_bytes, state, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO volumes (id, owner_id, name, kind, node_id, size_bytes, state, created_at,
+                price_per_gb_month, host_share_bps, billed_from, billed_until)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $8, $8)",
         )
         .bind(&id)
         .bind(&new.owner_id)
@@ -196,6 +209,8 @@ impl VolumeStore for SqlStore {
         .bind(signed(new.size_bytes))
         .bind(state)
         .bind(ts(now))
+        .bind(new.price_per_gb_month.micros())
+        .bind(i64::from(new.host_share_bps))
         .execute(&mut *tx)
         .await
         .map_err(StoreError::from)
@@ -257,8 +272,9 @@ impl VolumeStore for SqlStore {
         owner: Option<&str>,
         name_or_id: &str,
         size_bytes: u64,
+        price_per_gb_month: Money,
         live_since: DateTime<Utc>,
-        _now: DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<Volume> {
         let live_since = ts(live_since);
         let mut tx = self.begin().await?;
@@ -275,13 +291,19 @@ impl VolumeStore for SqlStore {
                 return Err(no_room(node_id, more, room));
             }
         }
+        // Charged at the old size up to now; a new stretch at the new size from now.
+        let at = ts(now);
+        super::volume_billing::settle(&mut tx, self.backend, &volume.id, at).await?;
         let grown = sqlx::query(
             "UPDATE volumes SET size_bytes = $1,
-                state = CASE WHEN kind = 'local' THEN 'resizing' ELSE state END, message = NULL
+                state = CASE WHEN kind = 'local' THEN 'resizing' ELSE state END, message = NULL,
+                price_per_gb_month = $3, billed_from = $4, billed_until = $4, stretch_charged = 0
              WHERE id = $2 AND size_bytes < $1 AND state IN ('creating', 'ready', 'resizing')",
         )
         .bind(signed(size_bytes))
         .bind(&volume.id)
+        .bind(price_per_gb_month.micros())
+        .bind(at)
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -325,6 +347,8 @@ impl VolumeStore for SqlStore {
                 volume.name, user.reservation_id
             )));
         }
+        // Charged up to its removal, and no further.
+        super::volume_billing::settle(&mut tx, self.backend, &volume.id, ts(now)).await?;
         sqlx::query(
             "UPDATE volumes SET state = 'deleting', deleted_at = $1
              WHERE id = $2 AND state <> 'deleted'",
@@ -338,6 +362,14 @@ impl VolumeStore for SqlStore {
         tx.commit().await?;
         tracing::info!(volume_id = %volume.id, "volume removed");
         Ok(volume)
+    }
+
+    async fn settle_volumes(
+        &self,
+        now: DateTime<Utc>,
+        period: std::time::Duration,
+    ) -> Result<usize> {
+        self.settle_volume_charges(now, period).await
     }
 
     async fn volume_nodes(&self, live_since: DateTime<Utc>) -> Result<Vec<VolumeNode>> {

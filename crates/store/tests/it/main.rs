@@ -28,5 +28,6 @@ mod shared_keys;
 mod support;
 mod sync_cost;
 mod tunnels;
+mod volume_billing;
 mod wal;
 mod writer_connection;

@@ -35,7 +35,17 @@ pub struct Usage {
     pub to: DateTime<Utc>,
     pub total: Money,
     pub reservations: Vec<ReservationUsage>,
+    /// What each volume was charged.
+    #[serde(default)]
+    pub volumes: Vec<VolumeUsage>,
     pub days: Vec<DayUsage>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct VolumeUsage {
+    pub volume_id: String,
+    pub name: String,
+    pub charged: Money,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
@@ -64,7 +74,24 @@ pub struct Invoice {
     pub period_end: DateTime<Utc>,
     pub currency: String,
     pub lines: Vec<InvoiceLine>,
+    /// One line per volume charged in the month.
+    #[serde(default)]
+    pub storage: Vec<StorageLine>,
     pub total: Money,
+}
+
+/// One volume's charges within an invoice's month.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct StorageLine {
+    pub volume_id: String,
+    pub name: String,
+    /// Its size now (a resize within the month is charged at each size for its time).
+    pub size_bytes: u64,
+    pub price_per_gb_month: Money,
+    pub created_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_at: Option<DateTime<Utc>>,
+    pub amount: Money,
 }
 
 /// One reservation's charges within an invoice's month.

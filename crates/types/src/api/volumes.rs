@@ -5,6 +5,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::Money;
+
 /// The smallest volume, in bytes (64 MiB).
 pub const VOLUME_MIN_BYTES: u64 = 64 << 20;
 /// The largest volume, in bytes (64 TiB).
@@ -105,14 +107,18 @@ pub struct VolumeUser {
     pub read_only: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Volume {
     pub id: String,
     pub name: String,
     pub owner_id: String,
     pub kind: VolumeKind,
     pub size_bytes: u64,
+    /// `size_bytes` in GB (10^9 bytes), as `--size` takes it.
+    pub size_gb: f64,
     pub state: VolumeState,
+    /// `state` again, by the name the command line's contract gives it.
+    pub status: VolumeState,
     /// The node whose disk holds it (a local volume), by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
@@ -129,6 +135,18 @@ pub struct Volume {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// What it costs per GB (10^9 bytes) of its size per month (730 hours), charged per
+    /// second while it exists.
+    pub price_per_gb_month: Money,
+    /// What it was charged so far.
+    pub charged: Money,
+    /// Since when its owner's balance has been below zero: its data is kept for the storage
+    /// grace, then an admin may delete it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unpaid_since: Option<DateTime<Utc>>,
+    /// When its grace runs out (`unpaid_since` plus the server's storage grace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletable_after: Option<DateTime<Utc>>,
 }
 
 /// A volume to mount into a reservation's instance (`--volume NAME:/workspace[:ro]`).
@@ -176,6 +194,13 @@ pub struct MountedVolume {
     pub path: String,
     #[serde(default)]
     pub read_only: bool,
+}
+
+/// `bytes` in GB (10^9 bytes): a size as a person reads it, exact to the byte below 2^53.
+pub fn size_in_gb(bytes: u64) -> f64 {
+    #[allow(clippy::cast_precision_loss)] // sizes far below 2^53 bytes
+    let gb = bytes as f64 / 1e9;
+    gb
 }
 
 /// `1.5GB`, `100GB`, `64MiB`, `2TB`, `1073741824`: a size in bytes. `GB` and `TB` are powers

@@ -1,6 +1,8 @@
 //! Money: the balance, credit grants, usage, invoices and hosts' earnings.
 
-use gpurent_types::api::{Balance, CreditGranted, Earnings, GrantCredit, Invoice, Usage};
+use gpurent_types::api::{
+    format_size, Balance, CreditGranted, Earnings, GrantCredit, Invoice, Usage,
+};
 use gpurent_types::Money;
 
 use super::{money, segment};
@@ -67,6 +69,15 @@ pub(super) async fn usage(api: &ApiClient, window: Window, json: bool) -> Result
         .map(|r| vec![r.reservation_id.clone(), r.charged.to_string()])
         .collect();
     print_table(&["RESERVATION", "CHARGED"], &rows);
+    if !u.volumes.is_empty() {
+        print_line("");
+        let rows: Vec<Vec<String>> = u
+            .volumes
+            .iter()
+            .map(|v| vec![v.name.clone(), v.volume_id.clone(), v.charged.to_string()])
+            .collect();
+        print_table(&["VOLUME", "ID", "CHARGED"], &rows);
+    }
     print_line(&format!("total {}", u.total));
 
     Ok(())
@@ -115,6 +126,23 @@ pub(super) async fn invoice(
         })
         .collect();
     print_table(&["RESERVATION", "GPUS", "TIER", "PRICE/H", "AMOUNT"], &rows);
+    if !invoice.storage.is_empty() {
+        print_line("");
+        let rows: Vec<Vec<String>> = invoice
+            .storage
+            .iter()
+            .map(|l| {
+                vec![
+                    l.name.clone(),
+                    l.volume_id.clone(),
+                    format_size(l.size_bytes),
+                    l.price_per_gb_month.to_string(),
+                    l.amount.to_string(),
+                ]
+            })
+            .collect();
+        print_table(&["VOLUME", "ID", "SIZE", "PRICE/GB-MO", "AMOUNT"], &rows);
+    }
     print_line(&format!("total {} {}", invoice.total, invoice.currency));
 
     Ok(())

@@ -6,7 +6,7 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::{Datelike, Duration, NaiveDate};
-use gpurent_types::api::{Balance, DayUsage, Invoice, Usage};
+use gpurent_types::api::{format_size, Balance, DayUsage, Invoice, Usage};
 use gpurent_types::{Money, Role};
 use maud::{html, Markup};
 use serde::Deserialize;
@@ -174,6 +174,26 @@ pub(crate) async fn page(
                 }
                 @if usage.reservations.len() > ROWS { (more(l, usage.reservations.len())) }
             }
+            @if !usage.volumes.is_empty() {
+                h3 { (l.t("Per volume", "按存储卷")) }
+                div.scroll {
+                    table.charges {
+                        thead { tr {
+                            th scope="col" { (l.t("Volume", "存储卷")) }
+                            th scope="col" { (l.t("Charged", "扣费")) }
+                        } }
+                        tbody {
+                            @for v in usage.volumes.iter().take(ROWS) {
+                                tr data-volume-id=(v.volume_id) {
+                                    th scope="row" { (raw(&v.name)) }
+                                    td { (money(v.charged)) }
+                                }
+                            }
+                        }
+                    }
+                }
+                @if usage.volumes.len() > ROWS { (more(l, usage.volumes.len())) }
+            }
         }
         section aria-labelledby="invoice-h" {
             h2 id="invoice-h" { (l.t("Monthly invoice", "月度账单")) }
@@ -288,9 +308,9 @@ fn invoice_table(l: Lang, invoice: &Invoice) -> Markup {
             (l.t("Invoice number", "账单编号")) " " (raw(&invoice.number)) " · "
             (raw(&invoice.user_name)) " · " (invoice.month)
         }
-        @if invoice.lines.is_empty() {
+        @if invoice.lines.is_empty() && invoice.storage.is_empty() {
             p.empty { (l.t("No charges this month.", "本月没有扣费。")) }
-        } @else {
+        } @else if !invoice.lines.is_empty() {
             div.scroll {
                 table.invoice {
                     thead { tr {
@@ -326,6 +346,33 @@ fn invoice_table(l: Lang, invoice: &Invoice) -> Markup {
             }
         }
         @if invoice.lines.len() > ROWS { (more(l, invoice.lines.len())) }
+        @if !invoice.storage.is_empty() {
+            div.scroll {
+                table.invoice {
+                    thead { tr {
+                        th scope="col" { (l.t("Volume", "存储卷")) }
+                        th scope="col" { (l.t("Size", "大小")) }
+                        th scope="col" { (l.t("Price per GB-month", "每 GB 每月价格")) }
+                        th scope="col" { (l.t("Made", "创建时间")) }
+                        th scope="col" { (l.t("Removed", "删除时间")) }
+                        th scope="col" { (l.t("Amount", "金额")) }
+                    } }
+                    tbody {
+                        @for line in invoice.storage.iter().take(ROWS) {
+                            tr data-volume-id=(line.volume_id) {
+                                th scope="row" { (raw(&line.name)) }
+                                td { (format_size(line.size_bytes)) }
+                                td { (money(line.price_per_gb_month)) }
+                                td { (maybe_time(Some(line.created_at))) }
+                                td { (maybe_time(line.deleted_at)) }
+                                td { (money(line.amount)) }
+                            }
+                        }
+                    }
+                }
+            }
+            @if invoice.storage.len() > ROWS { (more(l, invoice.storage.len())) }
+        }
         @if invoice.lines.is_empty() {
             p { (l.t("Total", "合计")) ": " span data-field="invoice-total" { (money(invoice.total)) } }
         }
