@@ -350,7 +350,7 @@ impl VolumeStore for SqlStore {
         // Charged up to its removal, and no further.
         super::volume_billing::settle(&mut tx, self.backend, &volume.id, ts(now)).await?;
         sqlx::query(
-            "UPDATE volumes SET state = 'deleting', deleted_at = $1
+            "UPDATE volumes SET state = 'deleting', deleted_at = COALESCE(deleted_at, $1)
              WHERE id = $2 AND state <> 'deleted'",
         )
         .bind(ts(now))

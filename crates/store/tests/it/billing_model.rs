@@ -8,16 +8,21 @@
 //! reservation charged exactly what an independent model computes (the rate over the seconds
 //! it ran; a reserved block in full unless the platform ended it), the tenant's balance down by
 //! exactly the sum with nothing left held, the node's owner paid exactly its share, and the
-//! ledger balanced. On SQLite and PostgreSQL.
+//! ledger balanced. Volumes made, grown and removed among them are charged exactly their size
+//! per second of each stretch (`gpurent_billing::storage_charge`), their node's owner paid its
+//! share of a local one. On SQLite and PostgreSQL.
 
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use chrono::Duration;
-use gpurent_billing::{PriceList, Rate};
+use gpurent_billing::{storage_charge, PriceList, Rate, BYTES_PER_GB};
 use gpurent_store::prelude::*;
-use gpurent_store::{Backend, NewReservation, NodeAction, Scope, SqlStore};
-use gpurent_types::agent::{AgentEvent, AgentEventKind, GpuInfo, InstanceState, SyncRequest};
+use gpurent_store::{Backend, NewReservation, NewVolume, NodeAction, Scope, SqlStore};
+use gpurent_types::agent::{
+    AgentEvent, AgentEventKind, GpuInfo, InstanceState, SyncRequest, VolumeFacts,
+};
+use gpurent_types::api::VolumeKind;
 use gpurent_types::{GpuType, Money, OnNodeLoss, Tier};
 use proptest::prelude::*;
 
@@ -58,6 +63,11 @@ enum Op {
     Timeouts,
     Advance(u32),
     Restart,
+    /// A volume of this many GB, on the node (or shared).
+    MakeVolume(u64, bool),
+    /// Volume i grows by this many GB.
+    GrowVolume(usize, u64),
+    RemoveVolume(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -78,7 +88,56 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Settle),
         4 => (1u32..2000).prop_map(Op::Advance),
         1 => Just(Op::Restart),
+        1 => ((1u64..500), any::<bool>()).prop_map(|(gb, local)| Op::MakeVolume(gb, local)),
+        1 => ((0usize..3), (1u64..200)).prop_map(|(i, gb)| Op::GrowVolume(i, gb)),
+        1 => (0usize..3).prop_map(Op::RemoveVolume),
     ]
+}
+
+/// The model of one volume: its stretches (from, GB) and when it was removed.
+#[derive(Debug, Clone)]
+struct VolumeModel {
+    id: String,
+    local: bool,
+    stretches: Vec<(i64, u64)>,
+    removed: Option<i64>,
+}
+
+impl VolumeModel {
+    /// What it was charged by `end` (its removal, else `end`): each stretch's size for its
+    /// seconds, rounded down once per stretch.
+    fn charge(&self, end: i64) -> Money {
+        let end = self.removed.unwrap_or(end);
+        let mut total = Money::ZERO;
+        for (i, (from, gb)) in self.stretches.iter().enumerate() {
+            let to = self.stretches.get(i + 1).map_or(end, |(next, _)| *next);
+            let seconds = u64::try_from(to - from).unwrap_or(0);
+            total = total
+                .checked_add(storage_charge(
+                    PriceList::defaults().storage_per_gb_month,
+                    gb * BYTES_PER_GB,
+                    seconds,
+                ))
+                .unwrap();
+        }
+        total
+    }
+}
+
+/// The node keeps volumes, with room for any the schedule makes.
+async fn keeps_volumes(store: &SqlStore, node: &str) {
+    store
+        .set_volume_facts(
+            node,
+            Some(&VolumeFacts {
+                enforcement: "loop".into(),
+                reason: None,
+                free_bytes: 1_000_000 * BYTES_PER_GB,
+                shared: true,
+            }),
+        )
+        .await
+        .unwrap();
 }
 
 /// The model of one reservation, in whole seconds since t0.
@@ -209,9 +268,74 @@ async fn run(backend: Backend, ops: Vec<Op>) {
     let mut now = 0i64;
     let at = |s: i64| t0() + Duration::seconds(s);
     let mut models: Vec<Model> = Vec::new();
+    let mut volumes: Vec<VolumeModel> = Vec::new();
     let mut reserved = 0;
     for op in ops {
         match op {
+            Op::MakeVolume(gb, local) => {
+                keeps_volumes(&store, &node).await;
+                let v = store
+                    .create_volume(
+                        NewVolume {
+                            owner_id: tenant.clone(),
+                            name: format!("v{}", volumes.len()),
+                            kind: if local {
+                                VolumeKind::Local
+                            } else {
+                                VolumeKind::Shared
+                            },
+                            node_id: local.then(|| node.clone()),
+                            size_bytes: gb * BYTES_PER_GB,
+                            price_per_gb_month: prices.storage_per_gb_month,
+                            host_share_bps: prices.host_share_bps,
+                        },
+                        at(now),
+                    )
+                    .await
+                    .unwrap();
+                volumes.push(VolumeModel {
+                    id: v.id,
+                    local,
+                    stretches: vec![(now, gb)],
+                    removed: None,
+                });
+            }
+            Op::GrowVolume(i, more) => {
+                let Some(v) = volumes.get_mut(i) else {
+                    continue;
+                };
+                keeps_volumes(&store, &node).await;
+                let gb = v.stretches.last().map_or(0, |(_, gb)| *gb) + more;
+                let grown = store
+                    .resize_volume(
+                        None,
+                        &v.id,
+                        gb * BYTES_PER_GB,
+                        prices.storage_per_gb_month,
+                        at(now),
+                        at(now),
+                    )
+                    .await;
+                match (grown, v.removed) {
+                    (Ok(_), None) => v.stretches.push((now, gb)),
+                    (Err(e), Some(_)) => assert!(e.to_string().contains("deleting"), "{e}"),
+                    (got, removed) => panic!("grown {got:?}, removed at {removed:?}"),
+                }
+            }
+            Op::RemoveVolume(i) => {
+                let Some(v) = volumes.get_mut(i) else {
+                    continue;
+                };
+                let removed = store.remove_volume(None, &v.id, at(now), at(now)).await;
+                match v.removed {
+                    // Removed again: it is deleting already, charged no further.
+                    Some(_) => {}
+                    None => {
+                        removed.unwrap();
+                        v.removed = Some(now);
+                    }
+                }
+            }
             Op::Reserve(tier, stop_on_loss) => {
                 let (tier, hours) = TIERS[tier];
                 let new = NewReservation {
@@ -433,6 +557,10 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     .settle_due(at(now), StdDuration::from_secs(60))
                     .await
                     .unwrap();
+                store
+                    .settle_volumes(at(now), StdDuration::from_secs(60))
+                    .await
+                    .unwrap();
             }
             Op::Advance(s) => now += i64::from(s),
             Op::Restart => {
@@ -476,13 +604,36 @@ async fn run(backend: Backend, ops: Vec<Op>) {
         );
         total = total.checked_add(m.charge()).unwrap();
     }
+    // The volumes left are charged up to the end too.
+    store
+        .settle_volumes(at(now + 5), StdDuration::from_secs(1))
+        .await
+        .unwrap();
+    let listed = store
+        .list_volumes(Some(&tenant), 100, None, at(now))
+        .await
+        .unwrap();
+    for v in &volumes {
+        let got = listed.iter().find(|l| l.id == v.id);
+        // A removed volume is listed while its node has not deleted it (here: never).
+        let got = got.unwrap_or_else(|| panic!("volume {} not listed", v.id));
+        assert_eq!(got.charged, v.charge(now + 5), "volume {v:?}: {got:?}");
+        total = total.checked_add(v.charge(now + 5)).unwrap();
+    }
     let (balance, held, _) = store.accounts(&tenant).await.unwrap();
     assert_eq!(Money::units(100_000).checked_sub(balance), Some(total));
     assert_eq!(held, Money::ZERO);
-    // The owner's share is rounded down once per reservation, on its total.
+    // The owner's share is rounded down once per reservation and per local volume, on its
+    // total.
     let share: i64 = models
         .iter()
         .map(|m| m.charge().micros() * 8_000 / 10_000)
+        .chain(
+            volumes
+                .iter()
+                .filter(|v| v.local)
+                .map(|v| v.charge(now + 5).micros() * 8_000 / 10_000),
+        )
         .sum();
     let (_, _, earned) = store.accounts(&owner).await.unwrap();
     assert_eq!(earned, Money::from_micros(share));
