@@ -19,6 +19,7 @@ use crate::client::ControlPlane;
 use crate::entry::{Entered, EntryKind, EntryRequest, Pty};
 use crate::executor::Executor;
 use crate::reconcile::ObservedState;
+use crate::run::volumes::Keeper;
 
 /// Bytes read from an instance per data frame.
 const CHUNK: usize = 32 * 1024;
@@ -31,10 +32,11 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::fro
 const MAX_STREAMS: u32 = 4096;
 
 /// Holds the tunnel open until `shutdown` turns true.
-pub async fn hold(
+pub(crate) async fn hold(
     client: ControlPlane,
     token: String,
     executor: Arc<dyn Executor>,
+    volumes: Arc<Keeper>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut wait = BACKOFF.0;
@@ -42,7 +44,7 @@ pub async fn hold(
         let served = async {
             let upgraded = client.open_tunnel(&token).await?;
             tracing::info!("tunnel to the control plane open");
-            serve(upgraded, executor.clone()).await;
+            serve(upgraded, executor.clone(), volumes.clone()).await;
             Ok::<_, crate::AgentError>(())
         };
         let started = tokio::time::Instant::now();
@@ -67,12 +69,13 @@ pub async fn hold(
 }
 
 /// Serves HTTP/2 on the tunnel, this side the server, until it closes.
-async fn serve(upgraded: reqwest::Upgraded, executor: Arc<dyn Executor>) {
+async fn serve(upgraded: reqwest::Upgraded, executor: Arc<dyn Executor>, volumes: Arc<Keeper>) {
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let executor = executor.clone();
+        let volumes = volumes.clone();
         async move {
             let (tx, body) = frame_channel();
-            tokio::spawn(stream(request.into_body(), tx, executor));
+            tokio::spawn(stream(request.into_body(), tx, executor, volumes));
             Ok::<_, Infallible>(hyper::Response::new(body))
         }
     });
@@ -90,8 +93,14 @@ async fn serve(upgraded: reqwest::Upgraded, executor: Arc<dyn Executor>) {
     }
 }
 
-/// One stream: enters the instance it names and pipes it both ways.
-async fn stream(body: Incoming, tx: FrameSender, executor: Arc<dyn Executor>) {
+/// One stream: enters the instance it names (or serves the volume it names) and pipes it both
+/// ways.
+async fn stream(
+    body: Incoming,
+    tx: FrameSender,
+    executor: Arc<dyn Executor>,
+    volumes: Arc<Keeper>,
+) {
     let mut rx = FrameReceiver::new(body);
     let open = match tokio::time::timeout(OPEN_TIMEOUT, rx.next()).await {
         Ok(Ok(Some(Frame::Open(open)))) => open,
@@ -107,7 +116,13 @@ async fn stream(body: Incoming, tx: FrameSender, executor: Arc<dyn Executor>) {
     };
     let reservation = open.reservation_id.clone();
     let what = open.kind.as_str();
-    let entered = match enter(&*executor, open).await {
+    let entered = match open.kind {
+        StreamKind::VolumeFiles { volume_id, shared } => {
+            volume_files(&volumes, &volume_id, shared).await
+        }
+        _ => enter(&*executor, open).await,
+    };
+    let entered = match entered {
         Ok(entered) => entered,
         Err(why) => {
             tracing::info!(%reservation, what, %why, "tunnel: cannot enter the instance");
@@ -121,6 +136,12 @@ async fn stream(body: Incoming, tx: FrameSender, executor: Arc<dyn Executor>) {
     }
     pipe(entered, what == "tcp", rx, tx).await;
     tracing::debug!(%reservation, what, "tunnel: stream ended");
+}
+
+/// A volume's files over SFTP, confined to it, with no instance.
+async fn volume_files(volumes: &Keeper, volume_id: &str, shared: bool) -> Result<Entered, String> {
+    let dir = volumes.dir_of(volume_id, shared).await?;
+    crate::entry::sftp::serve_volume(&crate::entry::sftp::default_helper(), volume_id, &dir)
 }
 
 /// Checks that the instance runs here at the epoch the control plane placed, then enters it.
@@ -161,6 +182,9 @@ async fn enter(executor: &dyn Executor, open: OpenStream) -> Result<Entered, Str
             StreamKind::Exec { command } => EntryKind::Exec { command },
             StreamKind::Sftp => EntryKind::Sftp,
             StreamKind::Tcp { port } => EntryKind::Tcp { port },
+            StreamKind::VolumeFiles { .. } => {
+                return Err("a volume's files are not in an instance".to_owned())
+            }
         },
         pty: open.pty.map(|p| Pty {
             term: p.term,

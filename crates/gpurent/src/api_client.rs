@@ -272,23 +272,7 @@ impl ApiClient {
             return Ok(response);
         }
         let status = response.status();
-        if let (StatusCode::UNAUTHORIZED, Some(hint)) = (status, &self.unauthorized_hint) {
-            return Err(Failure::Answered(CliError::new(
-                "unauthorized",
-                hint.clone(),
-            )));
-        }
-        let error = match response.json::<ErrorBody>().await {
-            Ok(body) => CliError {
-                code: body.error.code,
-                message: body.error.message,
-            },
-            Err(_) if status == StatusCode::UNAUTHORIZED => CliError::new(
-                "unauthorized",
-                "no or bad token: pass --token or set GPURENT_TOKEN",
-            ),
-            Err(_) => CliError::new("http_error", format!("the control plane answered {status}")),
-        };
+        let error = self.error_of(response).await;
         Err(if is_failover_status(status) {
             Failure::Transient {
                 why: format!("the control plane answered {status} ({})", error.message),
@@ -299,6 +283,61 @@ impl ApiClient {
         } else {
             Failure::Answered(error)
         })
+    }
+
+    /// What an answer that is not a success says: the API's error, or the hint for a 401.
+    async fn error_of(&self, response: reqwest::Response) -> CliError {
+        let status = response.status();
+        if let (StatusCode::UNAUTHORIZED, Some(hint)) = (status, &self.unauthorized_hint) {
+            return CliError::new("unauthorized", hint.clone());
+        }
+        match response.json::<ErrorBody>().await {
+            Ok(body) => CliError {
+                code: body.error.code,
+                message: body.error.message,
+            },
+            Err(_) if status == StatusCode::UNAUTHORIZED => CliError::new(
+                "unauthorized",
+                "no or bad token: pass --token or set GPURENT_TOKEN",
+            ),
+            Err(_) => CliError::new("http_error", format!("the control plane answered {status}")),
+        }
+    }
+
+    /// A GET upgraded to `protocol` (`Upgrade: PROTOCOL`): the connection that follows, once
+    /// the control plane answers 101. Sent once (what follows is not safe to repeat).
+    pub async fn upgrade(&self, path: &str, protocol: &str) -> Result<reqwest::Upgraded, CliError> {
+        let url = format!("{}{path}", self.base);
+        let mut request = self
+            .http
+            .get(&url)
+            .header(reqwest::header::CONNECTION, "upgrade")
+            .header(reqwest::header::UPGRADE, protocol);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let unreachable = |why: String| {
+            CliError::new(
+                "unreachable",
+                format!("cannot reach the control plane at {}: {why}", self.base),
+            )
+        };
+        let response = tokio::time::timeout(self.retry.try_timeout, request.send())
+            .await
+            .map_err(|_| {
+                unreachable(format!(
+                    "no answer within {}s (GPURENT_TRY_TIMEOUT)",
+                    self.retry.try_timeout.as_secs_f64()
+                ))
+            })?
+            .map_err(|e| unreachable(chain(&e)))?;
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            return Err(self.error_of(response).await);
+        }
+        response
+            .upgrade()
+            .await
+            .map_err(|e| unreachable(format!("the upgrade failed: {}", chain(&e))))
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {

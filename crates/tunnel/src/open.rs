@@ -1,5 +1,5 @@
 //! What a stream asks the agent for: which instance, and a shell, a command, SFTP or a TCP
-//! port inside it.
+//! port inside it; or a volume's files, with no instance.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +30,9 @@ pub enum StreamKind {
     Sftp,
     /// A TCP connection to a port inside the instance (`ssh -L`, published HTTP ports).
     Tcp { port: u16 },
+    /// SFTP confined to a volume's directory, with no instance (`gpurent volumes cp`); the
+    /// stream's reservation id is empty and its epoch 0.
+    VolumeFiles { volume_id: String, shared: bool },
 }
 
 impl StreamKind {
@@ -40,6 +43,7 @@ impl StreamKind {
             StreamKind::Exec { .. } => "exec",
             StreamKind::Sftp => "sftp",
             StreamKind::Tcp { .. } => "tcp",
+            StreamKind::VolumeFiles { .. } => "volume-files",
         }
     }
 }

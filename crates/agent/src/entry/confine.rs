@@ -265,6 +265,24 @@ pub fn enter_root_of(pid: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes `dir` the root and the working directory (for the SFTP helper serving a volume with
+/// no instance: every path and symlink then resolves inside the volume). Needs
+/// CAP_SYS_CHROOT; the caller drops it (`drop_privileges`) before serving, so that the root
+/// cannot be left again.
+pub fn chroot_into(dir: &Path) -> io::Result<()> {
+    let root = open_path(dir, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)?;
+    // SAFETY: system calls on an open descriptor and static C strings.
+    unsafe {
+        if libc::fchdir(root.as_raw_fd()) != 0
+            || libc::chroot(c".".as_ptr()) != 0
+            || libc::chdir(c"/".as_ptr()) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Joins the PID namespace of process `pid` and forks: returns in the child, which is in
 /// that namespace (so it ends with the instance: its init's death kills every member) and
 /// dies with its parent; the parent waits for it and exits as it exited. For the SFTP

@@ -27,7 +27,7 @@ use crate::{AgentError, CheckpointConfig, Executor, GpuBackend, NodeIdentity};
 mod output;
 mod register;
 mod report;
-mod volumes;
+pub(crate) mod volumes;
 
 /// The longest the end of an instance is held back while its output is shipped: output that
 /// keeps coming (from a process it left behind) must not keep its reservation going.
@@ -99,7 +99,7 @@ pub struct Agent {
     client: ControlPlane,
     cpu: std::sync::Mutex<CpuSampler>,
     metrics: Arc<AgentMetrics>,
-    volumes: volumes::Keeper,
+    volumes: Arc<volumes::Keeper>,
 }
 
 impl Agent {
@@ -116,7 +116,7 @@ impl Agent {
         let cpu = std::sync::Mutex::new(CpuSampler::new(config.cpu.clone()));
         Agent {
             metrics: Arc::new(AgentMetrics::new(&config.name)),
-            volumes: volumes::Keeper::new(config.volumes.clone()),
+            volumes: Arc::new(volumes::Keeper::new(config.volumes.clone())),
             cpu,
             config,
             gpus,
@@ -193,6 +193,7 @@ impl Agent {
             self.client.clone(),
             identity.node_token.clone(),
             Arc::clone(&self.executor),
+            Arc::clone(&self.volumes),
             shutdown.clone(),
         ));
         let outcome = self

@@ -2,6 +2,7 @@
 //! answers say so, measured now and then, and bound into the instances that mount them.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -181,6 +182,49 @@ impl Keeper {
         let newer = std::mem::take(&mut *pending);
         *pending = reports;
         pending.extend(newer);
+    }
+
+    /// Where a volume's files are on this node, to serve them with no instance (`gpurent
+    /// volumes cp`): a local volume made here (mounted again if it is not), or a shared one on
+    /// the shared storage (made if new). Never an instance's own disk.
+    pub async fn dir_of(&self, volume_id: &str, shared: bool) -> Result<PathBuf, String> {
+        let Some(store) = &self.store else {
+            return Err("this node keeps no volumes".to_owned());
+        };
+        if volume_id.starts_with("scratch-") {
+            return Err(format!("{volume_id:?} is not a volume"));
+        }
+        if shared {
+            if !store.has_shared() {
+                return Err("this node does not mount the shared volume storage".to_owned());
+            }
+            return store
+                .ensure_shared(volume_id)
+                .await
+                .map_err(|e| e.to_string());
+        }
+        let size = self
+            .lock_known()
+            .get(volume_id)
+            .filter(|v| v.kind == VolumeKind::Local && !v.remove)
+            .map(|v| v.size_bytes);
+        let Some(size) = size else {
+            return Err(format!(
+                "volume {volume_id} is not on this node (yet); try again in a moment"
+            ));
+        };
+        if !store
+            .local_ids()
+            .is_ok_and(|ids| ids.iter().any(|i| i == volume_id))
+        {
+            return Err(format!(
+                "the data of volume {volume_id} is missing on this node"
+            ));
+        }
+        store
+            .ensure_local(volume_id, size)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// The assignment's volumes, ready on this node, as binds for its executor.

@@ -73,8 +73,11 @@ pub struct ServerTlsArgs {
 #[derive(Debug, clap::Args)]
 pub struct InstanceSftpArgs {
     /// A process of the instance whose mount namespace and root to enter (none: the node's).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "chroot")]
     pub pid: Option<i32>,
+    /// A directory to make the root instead (a volume served with no instance); needs root.
+    #[arg(long)]
+    pub chroot: Option<PathBuf>,
     /// The uid to become (none: stay as started).
     #[arg(long)]
     pub uid: Option<u32>,

@@ -32,4 +32,18 @@ pub enum VolumesCommand {
     },
     /// Remove a volume and its data; refused while a reservation mounts it.
     Rm { name: String },
+    /// Copy files into or out of a volume with no instance running (no GPU is billed): one
+    /// side is NAME:PATH in the volume (its root is `/`), the other a local path.
+    #[command(
+        after_help = "Examples:\n  gpurent volumes cp ./data.tar data:/\n                              gpurent volumes cp -r ./dataset data:/datasets/\n                              gpurent volumes cp -r data:/checkpoints ./"
+    )]
+    Cp {
+        /// What to copy: a local path, or NAME:PATH in a volume.
+        src: String,
+        /// Where to: a local path, or NAME:PATH (a directory: into it, under the source's name).
+        dst: String,
+        /// Copy a directory and everything in it.
+        #[arg(short = 'r', long)]
+        recursive: bool,
+    },
 }

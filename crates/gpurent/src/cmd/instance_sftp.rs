@@ -2,7 +2,8 @@
 //! stdin/stdout. It first enters the instance's mount namespace and root (while the process
 //! is still single-threaded, before any runtime exists), so every path and symlink resolves
 //! inside the instance and never on the node, and its PID namespace, so that it ends with
-//! the instance; then it becomes the instance's user.
+//! the instance; then it becomes the instance's user. A volume served with no instance is
+//! made the root (chroot) instead, and its owner becomes the user.
 
 use std::collections::HashMap;
 use std::fs;
@@ -77,6 +78,14 @@ fn confine(args: &InstanceSftpArgs) -> io::Result<()> {
             io::Error::new(
                 e.kind(),
                 format!("cannot enter the root of process {pid}: {e}"),
+            )
+        })?;
+    }
+    if let Some(dir) = &args.chroot {
+        gpurent_agent::entry::confine::chroot_into(dir).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot make {} the root: {e}", dir.display()),
             )
         })?;
     }

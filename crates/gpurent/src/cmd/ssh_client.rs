@@ -412,17 +412,7 @@ impl Connection {
             .request_subsystem(true, "sftp")
             .await
             .map_err(|e| self.closed(e))?;
-        let config = russh_sftp::client::Config {
-            // Bigger writes and more of them in flight than the defaults (32 KiB, 16): a
-            // relayed link has latency to hide. The server's own limits still apply.
-            max_write_packet_len: 256 * 1024,
-            max_concurrent_reads: 32,
-            max_concurrent_writes: 32,
-            // A request waits behind the ones before it (an fsync of a big file, say).
-            request_timeout_secs: 120,
-            ..russh_sftp::client::Config::default()
-        };
-        SftpSession::new_with_config(channel.into_stream(), config)
+        SftpSession::new_with_config(channel.into_stream(), super::cp::sftp_config())
             .await
             .map_err(|e| SshClientError::NoSftp {
                 user: self.target.user.clone(),

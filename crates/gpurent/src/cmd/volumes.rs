@@ -1,13 +1,19 @@
-//! The CLI's `volumes create|ls|get|resize|rm`: the caller's volumes.
+//! The CLI's `volumes create|ls|get|resize|rm|cp`: the caller's volumes.
 
 use std::time::Duration;
 
 use gpurent_types::api::{
     format_size, parse_size, CreateVolume, ResizeVolume, Volume, VolumeKind, VolumeState,
+    VOLUME_FILES_UPGRADE,
 };
+
+use std::time::Instant;
+
+use russh_sftp::client::SftpSession;
 
 use super::access::time;
 use super::client::segment;
+use super::cp::{self, Location};
 use crate::api_client::{ApiClient, CliError};
 use crate::cli::VolumesCommand;
 use crate::output::{print_json, print_line, print_table};
@@ -151,6 +157,11 @@ pub async fn volumes(api: &ApiClient, command: VolumesCommand, json: bool) -> Re
             print_table(&HEADER, &[row(&v)]);
             failed(&v)?;
         }
+        VolumesCommand::Cp {
+            src,
+            dst,
+            recursive,
+        } => return copy(api, &src, &dst, recursive, json).await,
         VolumesCommand::Rm { name } => {
             let v: Volume = api.delete(&path_of(&name)).await?;
             if json {
@@ -163,6 +174,60 @@ pub async fn volumes(api: &ApiClient, command: VolumesCommand, json: bool) -> Re
         }
     }
     Ok(())
+}
+
+/// `volumes cp`: SFTP on an upgraded API connection, relayed by the control plane to an agent
+/// that holds the volume and serves it confined to it; no instance is needed.
+async fn copy(
+    api: &ApiClient,
+    src: &str,
+    dst: &str,
+    recursive: bool,
+    json: bool,
+) -> Result<(), CliError> {
+    let (name, upload_from, remote, download_to) =
+        match (Location::parse(src), Location::parse(dst)) {
+            (Location::Local(src), Location::Remote { id, path }) => (id, Some(src), path, None),
+            (Location::Remote { id, path }, Location::Local(dst)) => (id, None, path, Some(dst)),
+            (Location::Local(_), Location::Local(_)) => {
+                return Err(CliError::new(
+                    "invalid_value",
+                    "neither side is in a volume: write one of them as NAME:PATH",
+                ))
+            }
+            (Location::Remote { .. }, Location::Remote { .. }) => {
+                return Err(CliError::new(
+                    "invalid_value",
+                    "both sides are in volumes: copy through a local file",
+                ))
+            }
+        };
+    // Paths start at the volume's root, absolute or not.
+    let remote = remote.trim_start_matches('/').to_owned();
+    // The whole volume copied into a local directory goes under the volume's name.
+    let download_to = match download_to {
+        Some(local) if remote.is_empty() && local.is_dir() => Some(local.join(&name)),
+        other => other,
+    };
+    let started = Instant::now();
+    let io = api
+        .upgrade(&format!("{}/files", path_of(&name)), VOLUME_FILES_UPGRADE)
+        .await?;
+    let sftp = SftpSession::new_with_config(io, cp::sftp_config())
+        .await
+        .map_err(|e| {
+            CliError::new(
+                "volume_files",
+                format!("volume {name}'s node did not start serving its files: {e}"),
+            )
+        })?;
+    let bytes = match (upload_from, download_to) {
+        (Some(local), _) => cp::upload(&sftp, &local, &remote, recursive).await,
+        (_, Some(local)) => cp::download(&sftp, &remote, &local, recursive).await,
+        (None, None) => Ok(0),
+    };
+    let _ = sftp.close().await;
+    cp::report(bytes?, started, json)
 }
 
 /// A volume its node could not make or grow is this command's failure.

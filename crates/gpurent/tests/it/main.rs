@@ -64,6 +64,7 @@ mod tls;
 mod tls_renewal;
 mod unisolated;
 mod upgrade;
+mod volume_files;
 mod volumes;
 mod vram_watchdog;
 mod web_terminal;

@@ -3,30 +3,20 @@
 //! spliced both ways once the app answers 101.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use bytes::BytesMut;
-use gpurent_tunnel::{Frame, OpenStream, StreamKind};
+use gpurent_tunnel::{OpenStream, StreamKind};
 use gpurent_types::api::Reservation;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::host::ViaHost;
 use super::{access, Target};
 use crate::error::ApiError;
 use crate::metrics::SshCounts;
 use crate::state::AppState;
-use crate::tunnel::Stream;
-
-/// Bytes buffered between hyper and the tunnel stream, and read per data frame.
-const BUFFER: usize = 64 * 1024;
-/// How long the instance's side may go on sending after the proxy's side is done with a
-/// connection, before the stream is dropped.
-const LINGER: Duration = Duration::from_secs(30);
 
 /// Headers of one hop only (RFC 9110 7.6.1), never forwarded as they are.
 const HOP_BY_HOP: &[&str] = &[
@@ -83,7 +73,7 @@ pub(super) async fn forward(
         Ok(stream) => stream,
         Err(e) => return bad_gateway(e.to_string()),
     };
-    let io = pump(stream);
+    let io = stream.into_io();
     let (mut sender, connection) = match hyper::client::conn::http1::Builder::new()
         .handshake::<_, Body>(TokioIo::new(io))
         .await
@@ -291,54 +281,6 @@ fn splice(state: &AppState, client: hyper::upgrade::OnUpgrade, app: hyper::upgra
         let _ = tokio::io::copy_bidirectional(&mut client, &mut app).await;
         SshCounts::down(&metrics.proxy.websockets);
     });
-}
-
-/// The tunnel stream as a byte stream for hyper: one end of an in-memory pipe, whose other
-/// end two pumps join to the stream's frames.
-fn pump(stream: Stream) -> DuplexStream {
-    let (near, far) = tokio::io::duplex(BUFFER);
-    let (mut read, mut write) = tokio::io::split(far);
-    let Stream { tx, mut rx } = stream;
-    tokio::spawn(async move {
-        let up = async {
-            let mut buf = BytesMut::with_capacity(BUFFER);
-            loop {
-                buf.reserve(BUFFER);
-                match read.read_buf(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        if tx.send(Frame::Data(buf.split().freeze())).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-            let _ = tx.send(Frame::Eof).await;
-        };
-        let down = async {
-            loop {
-                match rx.next().await {
-                    Ok(Some(Frame::Data(data))) => {
-                        if write.write_all(&data).await.is_err() {
-                            break;
-                        }
-                    }
-                    Ok(Some(Frame::Eof | Frame::Exit(_)) | None) | Err(_) => break,
-                    Ok(Some(_)) => {}
-                }
-            }
-            let _ = write.shutdown().await;
-        };
-        tokio::pin!(down);
-        tokio::select! {
-            () = up => {
-                // The proxy's side is done; the app's may still be sending (a half close).
-                let _ = tokio::time::timeout(LINGER, &mut down).await;
-            }
-            () = &mut down => {}
-        }
-    });
-    near
 }
 
 #[cfg(test)]

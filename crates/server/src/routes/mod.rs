@@ -62,6 +62,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
             crate::volumes::resize,
             crate::volumes::remove
         ))
+        .routes(routes!(crate::volumes::files::files))
         .routes(routes!(crate::proxy::links::create))
         .routes(routes!(ssh::ssh_endpoint))
         .routes(routes!(nodes::create_join_token))

@@ -2,6 +2,7 @@
 //! connected, and opening a stream to an instance through its node's tunnel, here or, when
 //! the agent is connected to another replica, through that replica ([`relay`]).
 
+mod io;
 pub(crate) mod relay;
 pub(crate) mod route;
 

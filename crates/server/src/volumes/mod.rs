@@ -1,8 +1,9 @@
 //! Volumes: a tenant's storage that outlives their instances. The routes of `gpurent volumes`
-//! (make, list, get, grow, remove), where a new one goes, and what a reservation's
+//! (make, list, get, grow, remove; their files in [`files`]), where a new one goes, and what a reservation's
 //! `--volume NAME:PATH[:ro]` mounts and where it lets it run (docs/volumes.md).
 
 pub mod billing;
+pub mod files;
 pub mod paths;
 
 use axum::extract::State;

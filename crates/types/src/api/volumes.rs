@@ -13,6 +13,9 @@ pub const VOLUME_MIN_BYTES: u64 = 64 << 20;
 pub const VOLUME_MAX_BYTES: u64 = 64 << 40;
 /// The most volumes one reservation mounts.
 pub const MOUNTS_MAX: usize = 16;
+/// The protocol in the `Upgrade` header of `GET /api/v1/volumes/{name}/files`: SFTP v3 follows,
+/// confined to the volume (`gpurent volumes cp`).
+pub const VOLUME_FILES_UPGRADE: &str = "gpurent-sftp/1";
 
 /// Where a volume lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -67,6 +67,7 @@ impl DockerExecutor {
                         why: format!("the container's user {user:?} is not in its /etc/passwd"),
                     })?;
                 let sftp = SftpTarget {
+                    chroot: None,
                     root_of: Some(pid),
                     user: Some((uid, gid)),
                     home,

@@ -106,6 +106,7 @@ impl ProcessExecutor {
             EntryKind::Tcp { port } => tcp::connect(id, *port, target.namespaces_of).await,
             EntryKind::Sftp => {
                 let sftp = SftpTarget {
+                    chroot: None,
                     root_of: target.namespaces_of,
                     user: target.user,
                     home: target.home.to_string_lossy().into_owned(),
