@@ -6,6 +6,7 @@ mod api;
 mod bench;
 mod config;
 mod daemon;
+mod templates;
 mod volumes;
 
 use std::path::PathBuf;
@@ -16,6 +17,7 @@ pub use api::*;
 pub use bench::*;
 pub use config::*;
 pub use daemon::*;
+pub use templates::*;
 pub use volumes::*;
 
 #[derive(Debug, Parser)]

@@ -31,6 +31,7 @@ pub mod shared_keys;
 pub mod ssh;
 pub mod ssh_keys;
 mod state;
+mod templates;
 pub mod tls;
 pub mod tunnel;
 mod validate;

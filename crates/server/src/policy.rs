@@ -74,6 +74,10 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("PATCH", "/api/v1/volumes/{name}", ANY),
     ("DELETE", "/api/v1/volumes/{name}", ANY),
     ("GET", "/api/v1/volumes/{name}/files", ANY),
+    ("POST", "/api/v1/templates", ANY),
+    ("GET", "/api/v1/templates", ANY),
+    ("GET", "/api/v1/templates/{name}", ANY),
+    ("DELETE", "/api/v1/templates/{name}", ANY),
     // Published HTTP ports, any method: the proxy lets in only the reservation's owner (a
     // bearer token, or a proxy cookie from a one-time link) and answers 404 to anyone else.
     ("*", "/proxy/{id}/{port}", Access::Public),

@@ -266,6 +266,25 @@ pub fn reservation(
     })
 }
 
+/// A name a user gives their volume or template: 1 to 64 letters, digits and `- _ .`,
+/// starting with a letter or digit (it goes in paths and command lines as it is).
+pub fn resource_name(name: &str) -> Result<(), ApiError> {
+    let ok = name.len() <= 64
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if !ok {
+        return Err(ApiError::Invalid(format!(
+            "name: 1 to 64 letters, digits and - _ ., starting with a letter or digit (got {name:?})"
+        )));
+    }
+    Ok(())
+}
+
 /// Identifies a request body for idempotency: the same key with another body is refused.
 pub(crate) fn request_hash<T: serde::Serialize>(body: &T) -> String {
     let json = serde_json::to_vec(body).unwrap_or_default();

@@ -13,6 +13,7 @@ mod proxy;
 mod shared_keys;
 mod sql;
 mod ssh_keys;
+mod templates;
 pub mod testing;
 mod tunnels;
 mod usage_facts;
@@ -39,6 +40,7 @@ pub use proxy::{ProxyGrant, ProxyStore, ProxyTokenKind};
 pub use shared_keys::SharedKeyStore;
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
 pub use ssh_keys::{NewSshKey, SshKeyStore};
+pub use templates::{NewTemplate, TemplateStore};
 pub use tunnels::{TunnelHolder, TunnelStore};
 pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};
 pub use volumes::{NewVolume, NodeFilter, VolumeMountRow, VolumeNode, VolumeStore};
@@ -47,7 +49,8 @@ pub use volumes::{NewVolume, NodeFilter, VolumeMountRow, VolumeNode, VolumeStore
 pub mod prelude {
     pub use crate::{
         AccessStore, AuditStore, MetricsStore, NodeStore, ProxyStore, ReservationStore,
-        SharedKeyStore, SshKeyStore, StatementStore, Store, TunnelStore, UserStore, VolumeStore,
+        SharedKeyStore, SshKeyStore, StatementStore, Store, TemplateStore, TunnelStore, UserStore,
+        VolumeStore,
     };
 }
 
@@ -67,6 +70,7 @@ pub trait Store:
     + ProxyStore
     + SharedKeyStore
     + VolumeStore
+    + TemplateStore
     + std::fmt::Debug
 {
 }
@@ -84,6 +88,7 @@ impl<T> Store for T where
         + ProxyStore
         + SharedKeyStore
         + VolumeStore
+        + TemplateStore
         + std::fmt::Debug
 {
 }

@@ -10,12 +10,14 @@ mod audit;
 mod books;
 mod nodes;
 mod reservations;
+mod templates;
 mod volumes;
 
 pub use audit::*;
 pub use books::*;
 pub use nodes::*;
 pub use reservations::*;
+pub use templates::*;
 pub use volumes::*;
 
 pub use crate::access_api::{

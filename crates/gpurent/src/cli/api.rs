@@ -23,6 +23,9 @@ pub enum ApiCommand {
     /// Volumes: storage that outlives instances (`reserve --volume NAME:/workspace`).
     #[command(subcommand)]
     Volumes(super::VolumesCommand),
+    /// Templates: named instance setups that `reserve --template NAME` starts from.
+    #[command(subcommand)]
+    Templates(super::TemplatesCommand),
     /// Log in with a password (GPURENT_PASSWORD, else one line of stdin); prints a session
     /// token that expires.
     Login { name: String },
@@ -47,7 +50,7 @@ pub enum ApiCommand {
     Earnings(Window),
     /// Reserve GPUs.
     #[command(after_help = "Guide: docs/tenants.md (tiers, prices, queueing, images, ports).")]
-    Reserve(ReserveArgs),
+    Reserve(Box<ReserveArgs>),
     /// Show one reservation.
     Get { id: String },
     /// Print a one-time link to a published HTTP port (`reserve --http-port`) for a browser:
@@ -260,8 +263,15 @@ pub struct ReserveArgs {
     /// Highest price per hour, for spot.
     #[arg(long)]
     pub bid: Option<String>,
+    /// The image to run (Docker executor); without one, an isolated process.
     #[arg(long)]
     pub image: Option<String>,
+    /// Start from a template (`gpurent templates ls`: yours, or a public one such as shell,
+    /// jupyter, pytorch): its image, command, environment and HTTP ports, each overridden by
+    /// the flag given here (`--env` adds to its environment); `--volume NAME` without a path
+    /// goes to its volume mount.
+    #[arg(long, value_name = "NAME")]
+    pub template: Option<String>,
     /// Environment variables, K=V.
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
@@ -294,10 +304,11 @@ pub struct ReserveArgs {
     /// container) that a rescheduled run finds again, on nodes that share checkpoint storage.
     #[arg(long)]
     pub checkpoint: bool,
-    /// A volume to mount, NAME:PATH or NAME:PATH:ro (`gpurent volumes create`); repeatable.
+    /// A volume to mount, NAME:PATH or NAME:PATH:ro (`gpurent volumes create`), or NAME alone
+    /// with a template that has a volume mount; repeatable.
     /// A volume is mounted read-write by one reservation at a time, read-only by any number;
     /// a node-local one places the reservation on its node.
-    #[arg(long = "volume", short = 'v', value_name = "NAME:PATH[:ro]")]
+    #[arg(long = "volume", short = 'v', value_name = "NAME[:PATH[:ro]]")]
     pub volumes: Vec<String>,
     /// Makes a retried reservation happen once.
     #[arg(long)]

@@ -81,7 +81,7 @@ pub async fn run(
         }) => billing::grant_credit(&api, user_id, amount, idempotency_key, json).await?,
         Command::Balance => billing::balance(&api, json).await?,
         Command::Offers => reservations::offers(&api, json).await?,
-        Command::Reserve(args) => reservations::reserve(&api, args, json).await?,
+        Command::Reserve(args) => reservations::reserve(&api, *args, json).await?,
         Command::Usage(window) => billing::usage(&api, window, json).await?,
         Command::Invoice { month, csv, user } => {
             billing::invoice(&api, month, csv, user, json).await?
@@ -136,6 +136,7 @@ pub async fn run(
         Command::Tokens(command) => super::access::tokens(&api, command, json).await?,
         Command::Keys(command) => super::ssh_keys::keys(&api, command, json).await?,
         Command::Volumes(command) => super::volumes::volumes(&api, command, json).await?,
+        Command::Templates(command) => super::templates::templates(&api, command, json).await?,
         Command::Login { name } => super::access::login(&api, &name, json).await?,
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());

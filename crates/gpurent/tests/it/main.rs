@@ -60,6 +60,7 @@ mod ssh_keys_cli;
 mod ssh_replicas;
 mod ssh_support;
 mod support;
+mod templates;
 mod tls;
 mod tls_renewal;
 mod unisolated;

@@ -63,6 +63,8 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
             crate::volumes::remove
         ))
         .routes(routes!(crate::volumes::files::files))
+        .routes(routes!(crate::templates::create, crate::templates::list))
+        .routes(routes!(crate::templates::get, crate::templates::remove))
         .routes(routes!(crate::proxy::links::create))
         .routes(routes!(ssh::ssh_endpoint))
         .routes(routes!(nodes::create_join_token))

@@ -48,6 +48,7 @@ pub(crate) async fn create(
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateReservation>,
 ) -> Result<(StatusCode, Json<Reservation>), ApiError> {
+    let body = crate::templates::apply(&state, &caller.0.id, body).await?;
     let card = card_vram_mb(&state, &body).await?;
     let mut new = validate::reservation(&caller.0.id, &body, idempotency_key(&headers)?, card)?;
     new.limits = state.live().tenant_limits;

@@ -37,23 +37,6 @@ fn check_size(size_bytes: u64) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn check_name(name: &str) -> Result<(), ApiError> {
-    let ok = name.len() <= 64
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if !ok {
-        return Err(ApiError::Invalid(format!(
-            "name: 1 to 64 letters, digits and - _ ., starting with a letter or digit (got {name:?})"
-        )));
-    }
-    Ok(())
-}
-
 /// The node a new local volume goes on: the one named (which must be live and keep volumes),
 /// else the live node with the most room.
 fn choose_node<'a>(
@@ -114,7 +97,7 @@ pub(crate) async fn create(
     caller: Caller,
     ApiJson(body): ApiJson<CreateVolume>,
 ) -> Result<(StatusCode, Json<Volume>), ApiError> {
-    check_name(&body.name)?;
+    crate::validate::resource_name(&body.name)?;
     check_size(body.size_bytes)?;
     let nodes = state.store.volume_nodes(state.live_since()).await?;
     let (kind, node_id) = match (body.shared, body.node.as_deref()) {
@@ -281,6 +264,12 @@ pub(crate) async fn mounts(
         )));
     }
     for m in asked {
+        if m.path.is_empty() {
+            return Err(ApiError::Invalid(format!(
+                "volumes: {:?} has no path: give NAME:PATH (data:/workspace), or a template with a volume mount",
+                m.volume
+            )));
+        }
         paths::check(&m.path).map_err(|e| ApiError::Invalid(format!("volumes: {e}")))?;
     }
     paths::check_all(asked.iter().map(|m| m.path.as_str()))

@@ -59,6 +59,7 @@ mod ssh_channels;
 mod ssh_keys;
 mod ssh_limits;
 mod telemetry;
+mod templates;
 mod tiers;
 mod tokens;
 mod topology;

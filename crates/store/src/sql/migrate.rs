@@ -162,6 +162,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "volume_billing",
         include_str!("../../migrations/0036_volume_billing.sql"),
     ),
+    (
+        37,
+        "templates",
+        include_str!("../../migrations/0037_templates.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

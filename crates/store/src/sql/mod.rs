@@ -43,6 +43,7 @@ mod shared_keys;
 mod ssh_keys;
 mod statements;
 mod sync;
+mod templates;
 mod tunnels;
 mod users;
 mod volume_billing;

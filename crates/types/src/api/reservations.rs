@@ -133,6 +133,11 @@ pub struct CreateReservation {
     /// reservation on its node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<super::MountVolume>,
+    /// Start from this template (yours, else a public one): its image, command, environment
+    /// and HTTP ports, each overridden by the field given here (`env` is merged); a volume
+    /// given without a path goes to its volume mount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -266,4 +271,18 @@ pub struct ReservationSsh {
 pub struct ReservationStopped {
     pub id: String,
     pub status: ReservationStatus,
+}
+
+/// A command line as one text (the console's form, `templates create --command`): run by
+/// `sh -c` when it uses the shell (pipes, `;`, quotes, variables), else split into words and
+/// run directly (an image need not have a shell).
+pub fn command_words(text: &str) -> Vec<String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Vec::new();
+    }
+    if text.contains(|c: char| "|&;<>()$`\\\"'*?[]#~=%{}\n".contains(c)) {
+        return vec!["sh".into(), "-c".into(), text.into()];
+    }
+    text.split_whitespace().map(str::to_owned).collect()
 }

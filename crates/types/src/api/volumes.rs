@@ -166,10 +166,18 @@ pub struct MountVolume {
 
 impl MountVolume {
     /// `NAME:PATH` or `NAME:PATH:ro` (`:rw` too), as the CLI's `--volume` and the console's
-    /// form take it.
+    /// form take it; a bare `NAME` has no path, which only a template's volume mount gives.
     pub fn parse(text: &str) -> Result<MountVolume, String> {
         let bad = || format!("{text:?} is not NAME:PATH or NAME:PATH:ro (data:/workspace)");
-        let mut parts = text.trim().splitn(3, ':');
+        let text = text.trim();
+        if !text.is_empty() && !text.contains(':') {
+            return Ok(MountVolume {
+                volume: text.to_owned(),
+                path: String::new(),
+                read_only: false,
+            });
+        }
+        let mut parts = text.splitn(3, ':');
         let (Some(volume), Some(path)) = (parts.next(), parts.next()) else {
             return Err(bad());
         };
@@ -320,9 +328,11 @@ mod tests {
         );
         assert!(MountVolume::parse(" sets:/data:ro ").unwrap().read_only);
         assert!(!MountVolume::parse("sets:/data:rw").unwrap().read_only);
-        for bad in ["data", ":/x", "data:", "data:/x:rx", ""] {
+        for bad in [":/x", "data:", "data:/x:rx", ""] {
             assert!(MountVolume::parse(bad).is_err(), "{bad}");
         }
+        // A bare name: the template's volume mount gives its path.
+        assert_eq!(MountVolume::parse("data").unwrap().path, "");
     }
 
     #[test]

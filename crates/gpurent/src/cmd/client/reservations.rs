@@ -106,6 +106,7 @@ pub(super) async fn reserve(
                     .map_err(|e| CliError::new("invalid_value", format!("--volume {e}")))
             })
             .collect::<Result<_, _>>()?,
+        template: args.template,
     };
     // Always keyed, so that a retry through a failover (its first answer lost) reserves once.
     let key = args

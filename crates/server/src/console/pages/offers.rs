@@ -8,7 +8,9 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use gpurent_billing::Size;
-use gpurent_types::api::{CreateReservation, MountVolume, Offer, Reservation};
+use gpurent_types::api::{
+    command_words, CreateReservation, MountVolume, Offer, Reservation, Template,
+};
 use gpurent_types::{GpuType, Money, OnNodeLoss, Tier};
 use maud::{html, Markup};
 use serde::Deserialize;
@@ -30,6 +32,7 @@ pub(crate) struct ReserveForm {
     hours: String,
     tier: String,
     bid: String,
+    template: String,
     image: String,
     command: String,
     env: String,
@@ -96,19 +99,6 @@ fn ports(name: &'static str, text: &str) -> Result<Vec<u16>, FieldError> {
         .collect()
 }
 
-/// A command line as one text: run by `sh -c` when it uses the shell (pipes, `;`, quotes,
-/// variables), else split into words and run directly (an image need not have a shell).
-pub(crate) fn command_words(text: &str) -> Vec<String> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Vec::new();
-    }
-    if text.contains(|c: char| "|&;<>()$`\\\"'*?[]#~=%{}\n".contains(c)) {
-        return vec!["sh".into(), "-c".into(), text.into()];
-    }
-    text.split_whitespace().map(str::to_owned).collect()
-}
-
 impl ReserveForm {
     pub(crate) fn to_api(&self) -> Result<CreateReservation, FieldError> {
         let hours = opt::<f64>("hours", &self.hours)?.unwrap_or(1.0);
@@ -140,14 +130,27 @@ impl ReserveForm {
                 .filter(|v| !v.trim().is_empty())
                 .map(|v| MountVolume::parse(v).map_err(|e| field("volumes", e)))
                 .collect::<Result<_, _>>()?,
+            template: Some(self.template.trim().to_owned()).filter(|t| !t.is_empty()),
         })
     }
 }
 
-pub(crate) async fn page(State(state): State<AppState>, ctx: Ctx) -> Result<Response, PageError> {
+/// `/offers?template=NAME`: the form starting from that template.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct StartFrom {
+    template: String,
+}
+
+pub(crate) async fn page(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    Query(start): Query<StartFrom>,
+) -> Result<Response, PageError> {
     let api = ctx.api(&state)?;
     let offers: Vec<Offer> = api.get("/api/v1/offers").await.map_err(|f| ctx.failed(f))?;
     let form = ReserveForm {
+        template: start.template,
         gpu_type: offers
             .iter()
             .find(|o| o.available > 0)
@@ -157,7 +160,18 @@ pub(crate) async fn page(State(state): State<AppState>, ctx: Ctx) -> Result<Resp
         ..ReserveForm::default()
     };
     let quote = quote_text(&state, ctx.lang, &offers, &form);
-    Ok(render(&ctx, StatusCode::OK, &offers, &form, None, &quote))
+    let templates: Vec<Template> = api
+        .get("/api/v1/templates")
+        .await
+        .map_err(|f| ctx.failed(f))?;
+    Ok(render(
+        &ctx,
+        StatusCode::OK,
+        (&offers, &templates),
+        &form,
+        None,
+        &quote,
+    ))
 }
 
 /// Reserves and leads to the new instance's page; a refusal shows the form again with why.
@@ -188,10 +202,14 @@ pub(crate) async fn reserve(
     }
     let offers: Vec<Offer> = api.get("/api/v1/offers").await.map_err(|f| ctx.failed(f))?;
     let quote = quote_text(&state, ctx.lang, &offers, &form);
+    let templates: Vec<Template> = api
+        .get("/api/v1/templates")
+        .await
+        .map_err(|f| ctx.failed(f))?;
     Ok(render(
         &ctx,
         failure.status,
-        &offers,
+        (&offers, &templates),
         &form,
         Some(&failure),
         &quote,
@@ -263,6 +281,28 @@ fn quote_of(
     Ok((quote.price_per_hour, total, quote.hold, body.hours))
 }
 
+/// The description of a template shipped with gpurent, in the page's language.
+fn shipped_description(l: Lang, t: &Template) -> Option<&'static str> {
+    if t.owner.is_some() || !t.public {
+        return None;
+    }
+    Some(match t.name.as_str() {
+        "shell" => l.t(
+            "an interactive instance with no image, up for its hours",
+            "无镜像的交互式实例，在预订时长内保持运行",
+        ),
+        "jupyter" => l.t(
+            "JupyterLab on port 8888, published for you only",
+            "JupyterLab，端口 8888，仅对您发布",
+        ),
+        "pytorch" => l.t(
+            "PyTorch with CUDA; its shell stays up",
+            "带 CUDA 的 PyTorch；其 shell 保持运行",
+        ),
+        _ => return None,
+    })
+}
+
 fn tier_name(l: Lang, tier: Tier) -> &'static str {
     match tier {
         Tier::OnDemand => l.t("on-demand", "按需"),
@@ -275,7 +315,7 @@ fn tier_name(l: Lang, tier: Tier) -> &'static str {
 fn render(
     ctx: &Ctx,
     status: StatusCode,
-    offers: &[Offer],
+    (offers, templates): (&[Offer], &[Template]),
     form: &ReserveForm,
     failure: Option<&Failure>,
     quote: &str,
@@ -289,7 +329,7 @@ fn render(
         section aria-labelledby="reserve-h" {
             h2 id="reserve-h" { (l.t("Reserve", "预订")) }
             @if let Some(f) = failure { (alert(l, f)) }
-            (reserve_form(ctx, offers, form, quote))
+            (reserve_form(ctx, (offers, templates), form, quote))
         }
     };
     ctx.page_with_status(status, l.t("Offers", "算力市场"), body)
@@ -342,7 +382,12 @@ fn offers_table(l: Lang, offers: &[Offer]) -> Markup {
     }
 }
 
-fn reserve_form(ctx: &Ctx, offers: &[Offer], form: &ReserveForm, quote: &str) -> Markup {
+fn reserve_form(
+    ctx: &Ctx,
+    (offers, templates): (&[Offer], &[Template]),
+    form: &ReserveForm,
+    quote: &str,
+) -> Markup {
     let l = ctx.lang;
     let key = if form.idempotency_key.is_empty() {
         crate::auth::new_token("rsv")
@@ -390,6 +435,20 @@ fn reserve_form(ctx: &Ctx, offers: &[Offer], form: &ReserveForm, quote: &str) ->
                 div {
                     label for="bid" { (l.t("Spot bid per hour", "竞价出价（每小时）")) }
                     input id="bid" name="bid" type="text" inputmode="decimal" placeholder="0.80" value=(form.bid);
+                }
+                div.wide {
+                    label for="template" { (l.t("Start from a template", "从模板开始")) }
+                    select id="template" name="template" {
+                        option value="" selected[form.template.is_empty()] { (l.t("none", "不使用")) }
+                        @for t in templates {
+                            // Names and their owners' descriptions are data, not the console's text.
+                            option value=(t.name) selected[t.name == form.template] translate="no" {
+                                (t.name)
+                                @if let Some(d) = shipped_description(l, t).or(t.description.as_deref()) { " — " (d) }
+                            }
+                        }
+                    }
+                    p.hint { (l.t("Its image, command, environment and HTTP ports, where the fields below are left empty; a volume given as NAME alone goes to its volume mount. All of them:", "模板提供镜像、命令、环境变量和 HTTP 端口（下方字段留空时使用）；只写卷名的存储卷挂载到模板的挂载点。查看全部：")) " " code { "gpurent templates ls" } }
                 }
                 div.wide {
                     label for="image" { (l.t("Image (Docker executor)", "镜像（Docker 执行器）")) }
