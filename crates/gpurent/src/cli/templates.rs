@@ -13,9 +13,9 @@ pub enum TemplatesCommand {
     )]
     Create {
         name: String,
-        /// The image its instances run.
+        /// The image its instances run; none: an isolated process.
         #[arg(long)]
-        image: String,
+        image: Option<String>,
         /// The command line (run by `sh -c` when it uses the shell); none: the image's own.
         #[arg(long)]
         command: Option<String>,

@@ -1,7 +1,8 @@
 //! A tenant's day in the web console, in a real Chromium: log in through the form, reserve
 //! through the reserve form, watch the instance start and its log grow without reloading,
 //! see a stop made with the CLI reach the instances list live, stop through the page's
-//! button; then find the charge on the billing page and in the downloaded invoice CSV.
+//! button; then find the charge on the billing page and in the downloaded invoice CSV. The
+//! reserve form started from a template (issue 33).
 
 use std::time::Duration;
 
@@ -99,6 +100,64 @@ fn console_tenant_reserves_watches_its_log_and_stops() {
     console.wait_status(&ada.token, &id, "stopped");
     browser.assert_no_console_errors("the instance page after its stop");
     console.cluster.ledger_check();
+}
+
+#[test]
+fn console_reserve_form_starts_from_a_template() {
+    if !browser::available() {
+        return;
+    }
+    let console = Console::with_gpus(1);
+    let ada = console.user("ada", "tenant");
+    let made = console.cluster.cli(
+        Some(&ada.token),
+        true,
+        &[
+            "templates",
+            "create",
+            "greeter",
+            "--command",
+            "sh -c 'echo from-template $GREETING; sleep 600'",
+            "--env",
+            "GREETING=hi",
+            "--description",
+            "says hello",
+        ],
+    );
+    assert_eq!(made.code, 0, "{made:?}");
+    let browser = Browser::start(Lang::En);
+    console.login(&browser, &ada);
+
+    // The form starts from the template named in the link; the shipped ones are offered too.
+    browser.goto(&console.page("/offers?template=greeter"));
+    let form = "form[data-form=\"reserve\"]";
+    browser.find(form);
+    let chosen = browser.execute("return document.getElementById('template').value;", vec![]);
+    assert_eq!(chosen, "greeter");
+    let offered = browser.text("#template");
+    for name in ["shell", "jupyter", "pytorch", "greeter"] {
+        assert!(offered.contains(name), "{name} not offered: {offered}");
+    }
+    browser.fill("gpu_type", "RTX4090");
+    browser.fill("gpu_count", "1");
+    browser.fill("hours", "1");
+    browser.click(&format!("{form} [type=\"submit\"]"));
+    let path = browser.wait_for_path("/instances/ID", SHOWN, |p| {
+        p.strip_prefix("/instances/")
+            .is_some_and(|id| !id.is_empty())
+    });
+    let id = path.trim_start_matches("/instances/").to_owned();
+    // Its command and environment came from the template.
+    let r = console.cluster.get(&ada.token, &id);
+    assert_eq!(r["command"][0], "sh", "{r}");
+    browser.wait_for_text(
+        "[data-field=\"log\"]",
+        "from-template hi",
+        Duration::from_secs(60),
+    );
+    browser.assert_no_console_errors("the instance page");
+    stop_from_page(&browser);
+    console.wait_status(&ada.token, &id, "stopped");
 }
 
 #[test]

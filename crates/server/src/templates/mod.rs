@@ -27,7 +27,7 @@ fn check(body: &CreateTemplate) -> Result<(), ApiError> {
         hours: 1.0,
         tier: None,
         bid: None,
-        image: Some(body.image.clone()),
+        image: body.image.clone(),
         command: body.command.clone(),
         env: body.env.clone(),
         ports: Vec::new(),
@@ -92,7 +92,7 @@ pub(crate) async fn create(
             NewTemplate {
                 owner_id: caller.0.id.clone(),
                 name: body.name,
-                image: Some(body.image),
+                image: body.image,
                 command: body.command,
                 env: body.env,
                 http_ports: body.http_ports,

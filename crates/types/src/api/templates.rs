@@ -46,7 +46,9 @@ pub struct Template {
 pub struct CreateTemplate {
     /// 1 to 64 letters, digits and `- _ .`, starting with a letter or digit.
     pub name: String,
-    pub image: String,
+    /// The image its instances run; none: an isolated process (on any node).
+    #[serde(default)]
+    pub image: Option<String>,
     #[serde(default)]
     pub command: Vec<String>,
     #[serde(default)]
