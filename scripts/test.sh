@@ -499,6 +499,8 @@ export GPURENT_TEST_DOCKER="${GPURENT_TEST_DOCKER:-1}"
 if [ "$GPURENT_TEST_DOCKER" = 1 ]; then
   ensure_docker
   ensure_test_image
+  # The image pull tests start their own registry from Debian's package.
+  command -v docker-registry >/dev/null 2>&1 || apt_install docker-registry
 fi
 
 if [ -n "${GPURENT_TEST_DATABASE_URL:-}" ]; then

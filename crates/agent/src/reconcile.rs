@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use gpurent_types::agent::{Assignment, InstanceReport, InstanceState};
+use gpurent_types::agent::{Assignment, InstanceReport, InstanceState, PullProgress};
 
 /// What the agent sees of one instance on the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,10 +12,15 @@ pub struct Observed {
     pub reservation_id: String,
     pub epoch: i64,
     pub state: ObservedState,
+    /// How its image's pull went, where its node pulled it (reported while it runs too, so
+    /// the last figures are the final ones).
+    pub pull: Option<PullProgress>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ObservedState {
+    /// Not started yet: its node pulls its image.
+    Pulling(PullProgress),
     Running,
     /// The workload ended by itself.
     Exited(i32),
@@ -110,10 +115,20 @@ pub fn reports(desired: &[Assignment], actual: &[Observed]) -> Vec<InstanceRepor
                 ports: Vec::new(),
                 end_reason: None,
                 disk: None,
+                pull: None,
             };
             match have.get(a.reservation_id.as_str()) {
                 Some(o) if o.epoch == a.epoch => Some(match &o.state {
-                    ObservedState::Running if a.run => report(InstanceState::Running, None, None),
+                    ObservedState::Pulling(progress) if a.run => InstanceReport {
+                        pull: Some(progress.clone()),
+                        ..report(InstanceState::Starting, None, None)
+                    },
+                    // Cancelled: its stop is reported once it is gone.
+                    ObservedState::Pulling(_) => return None,
+                    ObservedState::Running if a.run => InstanceReport {
+                        pull: o.pull.clone(),
+                        ..report(InstanceState::Running, None, None)
+                    },
                     // Still to be stopped: say nothing until it is gone.
                     ObservedState::Running => return None,
                     ObservedState::Exited(code) => {
@@ -172,6 +187,7 @@ mod tests {
             reservation_id: id.to_owned(),
             epoch,
             state,
+            pull: None,
         }
     }
 

@@ -371,6 +371,20 @@ pub struct InstanceReport {
     /// What its own disk holds and its size, measured now and then (a minute apart).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskUse>,
+    /// While it is `starting` because its node pulls its image: how far the pull is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<PullProgress>,
+}
+
+/// How far a node's pull of an instance's image is: layers and bytes (downloaded of those
+/// whose size the registry said so far).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PullProgress {
+    pub image: String,
+    pub layers_done: u32,
+    pub layers_total: u32,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
 }
 
 /// An instance's own disk: bytes used of its size.

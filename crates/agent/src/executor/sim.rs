@@ -52,6 +52,7 @@ impl Executor for SimExecutor {
                 reservation_id: a.reservation_id.clone(),
                 epoch: a.epoch,
                 state,
+                pull: None,
             },
         );
         tracing::info!(reservation_id = %a.reservation_id, gpus = ?a.gpus, "sim instance started");

@@ -507,6 +507,7 @@ impl Agent {
                             reservation_id: a.reservation_id.clone(),
                             epoch: a.epoch,
                             state: ObservedState::Failed(e.to_string()),
+                            pull: None,
                         },
                     );
                 }

@@ -140,9 +140,38 @@ async fn exit_codes_are_reported() {
     no_image.image = None;
     let err = e.start(&no_image, None).await.unwrap_err();
     assert!(err.to_string().contains("needs an image"), "{err}");
-    let mut missing = assignment(&unique("missing"), "true");
+    // An image the node lacks is pulled in the background; one no registry has fails then,
+    // saying so, and its lines are the instance's output.
+    let missing_id = unique("missing");
+    let mut missing = assignment(&missing_id, "true");
     missing.image = Some("gpurent-test/does-not-exist:1".into());
-    assert!(e.start(&missing, None).await.is_err());
+    e.start(&missing, None).await.unwrap();
+    let mut failed = None;
+    for _ in 0..2400 {
+        if let Some(ObservedState::Failed(why)) = state_of(&e, &missing_id).await {
+            failed = Some(why);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let why = failed.expect("the pull of a missing image fails");
+    assert!(
+        why.contains("cannot pull image gpurent-test/does-not-exist:1"),
+        "{why}"
+    );
+    let output = e
+        .read_output(&missing_id, 0, 1 << 20)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output).contains("gpurent: pulling image"));
+    assert!(e
+        .kept_outputs()
+        .await
+        .unwrap()
+        .contains(&(missing_id.clone(), 3)));
+    e.forget_output(&missing_id, 3).await.unwrap();
+    assert_eq!(state_of(&e, &missing_id).await, None, "forgotten");
 }
 
 #[tokio::test]
@@ -168,7 +197,8 @@ async fn a_new_agent_adopts_running_containers() {
         vec![Observed {
             reservation_id: id.clone(),
             epoch: 3,
-            state: ObservedState::Running
+            state: ObservedState::Running,
+            pull: None,
         }]
     );
     second.stop(&id, None).await.unwrap();

@@ -73,7 +73,8 @@ async fn runs_with_its_gpus_and_only_its_environment() {
         vec![Observed {
             reservation_id: "r1".into(),
             epoch: 7,
-            state: ObservedState::Running
+            state: ObservedState::Running,
+            pull: None,
         }]
     );
     e.stop("r1", None).await.unwrap();
@@ -199,7 +200,8 @@ async fn a_restarted_agent_adopts_running_instances() {
         vec![Observed {
             reservation_id: "long".into(),
             epoch: 7,
-            state: ObservedState::Running
+            state: ObservedState::Running,
+            pull: None,
         }]
     );
     second.stop("long", None).await.unwrap();

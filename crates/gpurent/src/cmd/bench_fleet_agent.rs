@@ -327,6 +327,7 @@ fn report(id: &str, epoch: i64, state: InstanceState) -> InstanceReport {
         ports: Vec::new(),
         end_reason: None,
         disk: None,
+        pull: None,
     }
 }
 

@@ -35,6 +35,7 @@ mod ha_stack;
 mod help_guides;
 mod host_limits;
 mod http_ports;
+mod image_pulls;
 mod instance_disk;
 mod instance_network;
 mod instance_sftp;

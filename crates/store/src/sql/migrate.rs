@@ -167,6 +167,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "templates",
         include_str!("../../migrations/0037_templates.sql"),
     ),
+    (
+        38,
+        "image_pulls",
+        include_str!("../../migrations/0038_image_pulls.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

@@ -17,7 +17,7 @@ macro_rules! reservation_fields {
         "id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier, price_per_hour, duration_s,
         gpus, image, command, created_at, started_at, ended_at, end_reason, end_message, bid,
         published, queue_reason, placed_at, on_node_loss, epoch, idle_reclaim, checkpoint,
-        secret_names, http_ports, volumes, disk_used_bytes, disk_bytes"
+        secret_names, http_ports, volumes, disk_used_bytes, disk_bytes, pull"
     };
 }
 pub(crate) use reservation_fields;
@@ -25,7 +25,7 @@ pub(crate) use reservation_fields;
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
     r.created_at, r.started_at, r.ended_at, r.end_reason, r.end_message, COALESCE(m.charged, 0) AS charged,
-    COALESCE(m.held, 0) AS held, r.bid, r.published, r.queue_reason, r.placed_at, r.on_node_loss, r.epoch, r.idle_reclaim, r.checkpoint, r.secret_names, r.http_ports, r.volumes, r.disk_used_bytes, r.disk_bytes, n.name AS node_name
+    COALESCE(m.held, 0) AS held, r.bid, r.published, r.queue_reason, r.placed_at, r.on_node_loss, r.epoch, r.idle_reclaim, r.checkpoint, r.secret_names, r.http_ports, r.volumes, r.disk_used_bytes, r.disk_bytes, r.pull, n.name AS node_name
     FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id
     LEFT JOIN meters m ON m.reservation_id = r.id";
 
@@ -108,6 +108,11 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
             }),
             _ => None,
         },
+        pull: row
+            .try_get::<Option<String>, _>("pull")?
+            .map(|p| serde_json::from_str(&p))
+            .transpose()
+            .map_err(corrupt)?,
     })
 }
 

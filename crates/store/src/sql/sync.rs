@@ -249,6 +249,16 @@ async fn apply_report(
             .execute(&mut *conn)
             .await?;
     }
+    if let Some(pull) = &report.pull {
+        // Only a change is written (a pulled instance's running reports repeat the figures).
+        sqlx::query(
+            "UPDATE reservations SET pull = $1 WHERE id = $2 AND (pull IS NULL OR pull <> $1)",
+        )
+        .bind(serde_json::to_string(pull).unwrap_or_default())
+        .bind(&report.reservation_id)
+        .execute(&mut *conn)
+        .await?;
+    }
     use InstanceState as S;
     use ReservationStatus as R;
     match (status, report.state) {

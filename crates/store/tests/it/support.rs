@@ -59,6 +59,7 @@ pub fn report(id: &str, epoch: i64, state: InstanceState, exit_code: Option<i32>
             ports: vec![],
             end_reason: None,
             disk: None,
+            pull: None,
         }],
         known_version: None,
         wait_ms: None,

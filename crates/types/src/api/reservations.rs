@@ -214,6 +214,9 @@ pub struct Reservation {
     /// What its instance's own disk holds of its size, as its node last measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<crate::agent::DiskUse>,
+    /// How far its node's pull of its image is (while `starting`; the last figures after).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<crate::agent::PullProgress>,
     /// Where its HTTP ports are reachable, while it runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http: Vec<HttpEndpoint>,

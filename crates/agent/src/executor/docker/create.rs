@@ -12,7 +12,6 @@ use super::{
     container_name, docker_error, refusal, DockerExecutor, LABEL_EPOCH, LABEL_MANAGED,
     LABEL_RESERVATION, LABEL_SCOPE,
 };
-use crate::executor::Executor;
 use crate::AgentError;
 
 /// Where a container sees its checkpoint volume.
@@ -50,7 +49,8 @@ impl DockerExecutor {
         }
     }
 
-    /// The container of an assignment, created and started (an earlier epoch's goes first).
+    /// The container of an assignment, created and started; when the node lacks its image,
+    /// the image is pulled first, in the background (the instance is `starting` meanwhile).
     pub(super) async fn create_and_start(
         &self,
         a: &Assignment,
@@ -61,9 +61,32 @@ impl DockerExecutor {
         let image = a.image.clone().ok_or_else(|| {
             docker_error("start", id, "the docker executor needs an image (--image)")
         })?;
+        match self.docker.inspect_image(&image).await {
+            Ok(_) => self.create_container(a, volume, binds, None).await,
+            Err(e) if super::is_not_found(&e) => {
+                self.pull_then_start(a, volume, binds, &image);
+                Ok(())
+            }
+            Err(e) => Err(docker_error("inspect the image of", id, e)),
+        }
+    }
+
+    /// The container of an assignment, created and started (an earlier epoch's goes first),
+    /// with the lines and final figures of its image's pull, if it was pulled, in labels.
+    pub(super) async fn create_container(
+        &self,
+        a: &Assignment,
+        volume: Option<&Path>,
+        binds: &[crate::executor::Bind],
+        pulled: Option<(String, gpurent_types::agent::PullProgress)>,
+    ) -> Result<(), AgentError> {
+        let id = &a.reservation_id;
+        let image = a.image.clone().ok_or_else(|| {
+            docker_error("start", id, "the docker executor needs an image (--image)")
+        })?;
         let name = container_name(id);
         // A container left by an earlier epoch of this reservation goes first.
-        self.stop(id, None).await?;
+        self.stop_container(id, None).await?;
         let visible = a.gpus.join(",");
         // The reserved variables are the executor's alone: a tenant's copy is dropped rather
         // than left beside ours (the NVIDIA runtime reads NVIDIA_VISIBLE_DEVICES to pick the
@@ -96,6 +119,12 @@ impl DockerExecutor {
             (LABEL_RESERVATION.to_owned(), id.clone()),
             (LABEL_EPOCH.to_owned(), a.epoch.to_string()),
         ]);
+        if let Some((log, progress)) = pulled {
+            labels.insert(super::LABEL_PULL_LOG.to_owned(), log);
+            if let Ok(json) = serde_json::to_string(&progress) {
+                labels.insert(super::LABEL_PULL.to_owned(), json);
+            }
+        }
         if let Some(scope) = &self.scope {
             labels.insert(LABEL_SCOPE.to_owned(), scope.clone());
         }
@@ -250,6 +279,7 @@ mod tests {
             gpu_limits: GpuLimits::default(),
             disk_per_gpu: None,
             storage_opt: Default::default(),
+            pulls: Default::default(),
         };
         let requests = executor
             .host_config(&assignment)

@@ -27,6 +27,9 @@ use crate::AgentError;
 
 mod create;
 mod enter;
+mod pull;
+
+pub use pull::{LABEL_PULL, LABEL_PULL_LOG};
 
 pub const LABEL_MANAGED: &str = "io.gpurent.managed";
 pub const LABEL_RESERVATION: &str = "io.gpurent.reservation";
@@ -56,6 +59,8 @@ pub struct DockerExecutor {
     disk_per_gpu: Option<u64>,
     /// False once the Engine refused `--storage-opt size`: not asked again.
     storage_opt: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Images being pulled for instances (shared by clones: the pull's task holds one).
+    pulls: pull::Pulls,
 }
 
 fn docker_error(action: &'static str, id: &str, e: impl std::fmt::Display) -> AgentError {
@@ -154,6 +159,7 @@ impl DockerExecutor {
             gpu_limits: GpuLimits::default(),
             disk_per_gpu: None,
             storage_opt: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            pulls: pull::Pulls::default(),
         })
     }
 
@@ -264,12 +270,27 @@ impl DockerExecutor {
         Ok(Some(all))
     }
 
-    /// The output of the reservation's container, else of its kept one.
+    /// The output of the reservation's container, else of its kept one, after the lines of
+    /// the pull of its image (kept in a label); while the image is pulled, those lines alone.
     async fn output(&self, id: &str, upto: Option<u64>) -> Result<Option<Vec<u8>>, AgentError> {
-        match self.logs_of(id, &container_name(id), upto).await? {
-            Some(all) => Ok(Some(all)),
-            None => self.logs_of(id, &kept_name(id), upto).await,
+        for name in [container_name(id), kept_name(id)] {
+            if let Some(all) = self.logs_of(id, &name, upto).await? {
+                let mut out = self.pull_log_of(&name).await.into_bytes();
+                out.extend_from_slice(&all);
+                return Ok(Some(out));
+            }
         }
+        Ok(self.pulls.log(id).map(String::into_bytes))
+    }
+
+    /// The pull lines a container keeps in its label (empty: its image was there).
+    async fn pull_log_of(&self, name: &str) -> String {
+        self.docker
+            .inspect_container(name, None::<InspectContainerOptions>)
+            .await
+            .ok()
+            .and_then(|c| c.config?.labels?.remove(LABEL_PULL_LOG))
+            .unwrap_or_default()
     }
 
     async fn exit_code(&self, name: &str) -> Option<i64> {
@@ -282,30 +303,9 @@ impl DockerExecutor {
     }
 }
 
-#[async_trait]
-impl Executor for DockerExecutor {
-    fn name(&self) -> &'static str {
-        "docker"
-    }
-
-    fn runs_containers(&self) -> bool {
-        true
-    }
-
-    async fn start(&self, a: &Assignment, volume: Option<&Path>) -> Result<(), AgentError> {
-        self.create_and_start(a, volume, &[]).await
-    }
-
-    async fn start_with(
-        &self,
-        a: &Assignment,
-        volume: Option<&Path>,
-        binds: &[super::Bind],
-    ) -> Result<(), AgentError> {
-        self.create_and_start(a, volume, binds).await
-    }
-
-    async fn stop(&self, id: &str, grace: Option<Duration>) -> Result<(), AgentError> {
+impl DockerExecutor {
+    /// Stops the reservation's container and keeps it (renamed) while its output is shipped.
+    async fn stop_container(&self, id: &str, grace: Option<Duration>) -> Result<(), AgentError> {
         let name = container_name(id);
         let grace_s = grace.map_or(self.grace_s, |g| {
             i32::try_from(g.as_secs()).unwrap_or(i32::MAX)
@@ -342,18 +342,52 @@ impl Executor for DockerExecutor {
         }
         self.remove(id, &name).await
     }
+}
+
+#[async_trait]
+impl Executor for DockerExecutor {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    fn runs_containers(&self) -> bool {
+        true
+    }
+
+    async fn start(&self, a: &Assignment, volume: Option<&Path>) -> Result<(), AgentError> {
+        self.create_and_start(a, volume, &[]).await
+    }
+
+    async fn start_with(
+        &self,
+        a: &Assignment,
+        volume: Option<&Path>,
+        binds: &[super::Bind],
+    ) -> Result<(), AgentError> {
+        self.create_and_start(a, volume, binds).await
+    }
+
+    async fn stop(&self, id: &str, grace: Option<Duration>) -> Result<(), AgentError> {
+        // A pull under way for it stops too.
+        self.pulls.cancel(id);
+        self.stop_container(id, grace).await
+    }
 
     async fn kept_outputs(&self) -> Result<Vec<(String, i64)>, AgentError> {
-        Ok(self
+        let mut kept: Vec<(String, i64)> = self
             .managed()
             .await?
             .iter()
             .filter(|c| is_kept(c))
             .filter_map(labelled)
-            .collect())
+            .collect();
+        // A failed pull's lines are its instance's output.
+        kept.extend(self.pulls.failed());
+        Ok(kept)
     }
 
     async fn forget_output(&self, id: &str, epoch: i64) -> Result<(), AgentError> {
+        self.pulls.done(id, epoch);
         let name = kept_name(id);
         let inspect = match self
             .docker
@@ -398,10 +432,32 @@ impl Executor for DockerExecutor {
                     ObservedState::Exited(i32::try_from(code).unwrap_or(-1))
                 }
             };
+            let pull = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_PULL))
+                .and_then(|j| serde_json::from_str(j).ok());
             observed.push(Observed {
                 reservation_id: id,
                 epoch,
                 state,
+                pull,
+            });
+        }
+        // Instances whose image is being pulled, or whose pull failed: no container yet.
+        for (id, epoch, pull) in self.pulls.observed() {
+            if observed.iter().any(|o| o.reservation_id == id) {
+                continue;
+            }
+            let state = match pull {
+                Ok(progress) => ObservedState::Pulling(progress),
+                Err(why) => ObservedState::Failed(why),
+            };
+            observed.push(Observed {
+                reservation_id: id,
+                epoch,
+                state,
+                pull: None,
             });
         }
         Ok(observed)

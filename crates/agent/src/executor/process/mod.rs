@@ -504,6 +504,7 @@ impl Executor for ProcessExecutor {
                     reservation_id: f.reservation_id,
                     epoch: f.epoch,
                     state,
+                    pull: None,
                 }
             })
             .collect())

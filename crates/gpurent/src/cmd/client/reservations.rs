@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gpurent_types::api::{CreateReservation, Offer, Reservation, ReservationStopped};
-use gpurent_types::Tier;
+use gpurent_types::{ReservationStatus, Tier};
 
 use super::{money, opt_time, segment};
 use crate::api_client::{ApiClient, CliError};
@@ -236,6 +236,17 @@ pub(super) async fn get(api: &ApiClient, id: String, json: bool) -> Result<(), C
             "disk: {} used of {}",
             gpurent_types::api::format_size(disk.used_bytes),
             gpurent_types::api::format_size(disk.size_bytes)
+        ));
+    }
+    if let (Some(p), ReservationStatus::Starting | ReservationStatus::Pending) = (&r.pull, r.status)
+    {
+        print_line(&format!(
+            "pulling {}: {} of {} layers, {} of {}",
+            p.image,
+            p.layers_done,
+            p.layers_total,
+            gpurent_types::api::format_size(p.bytes_done),
+            gpurent_types::api::format_size(p.bytes_total)
         ));
     }
     // Why it failed, in the executor's words (`ls` has it in --json only).

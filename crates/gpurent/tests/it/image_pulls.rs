@@ -1,0 +1,205 @@
+//! Image pulls (issue 33, part 7) with a real Docker Engine and a real registry (Debian's
+//! `docker-registry`, started here on a free port): an image the node lacks is pulled while
+//! the reservation is `starting`, its progress in `get` and its lines in the log, and then it
+//! runs; an image the registry does not have ends the reservation `failed` in the registry's
+//! words.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::docker_and_processes::{agent, docker_and_isolation};
+use crate::support::{eventually, Cluster};
+
+/// A registry on 127.0.0.1 (which the Engine trusts over plain HTTP), killed when dropped.
+struct Registry {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Registry {
+    /// None (the test says it is skipped) where Debian's `docker-registry` is not installed.
+    fn start() -> Option<Registry> {
+        if Command::new("docker-registry")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("SKIPPED: no docker-registry here (scripts/test.sh installs it)");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("registry.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let registry = Registry {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the registry did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Some(registry)
+    }
+
+    fn image(&self, name: &str) -> String {
+        format!("127.0.0.1:{}/{name}", self.port)
+    }
+}
+
+/// Removes the test's images from the Engine when dropped.
+struct Images(Vec<String>);
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for image in &self.0 {
+            let _ = Command::new("docker")
+                .args(["image", "rm", "-f", image])
+                .output();
+        }
+    }
+}
+
+fn docker(args: &[&str]) {
+    let out = Command::new("docker").args(args).output().unwrap();
+    assert!(out.status.success(), "docker {args:?}: {out:?}");
+}
+
+#[test]
+fn a_missing_image_is_pulled_with_progress_and_a_bad_one_fails_in_the_registrys_words() {
+    if !docker_and_isolation() {
+        return;
+    }
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    // An image with a 24 MB layer of random bytes, pushed to the registry and gone from the
+    // Engine.
+    let image = registry.image(&format!("gpurent-test/pulled:{}", std::process::id()));
+    let _images = Images(vec![image.clone()]);
+    let builder = format!("gpurent-pull-build-{}", std::process::id());
+    docker(&[
+        "run",
+        "--name",
+        &builder,
+        "gpurent-test/busybox",
+        "sh",
+        "-c",
+        "head -c 24000000 /dev/urandom > /payload",
+    ]);
+    docker(&["commit", &builder, &image]);
+    docker(&["rm", "-f", &builder]);
+    docker(&["push", &image]);
+    docker(&["image", "rm", &image]);
+
+    let cluster = Cluster::start("127.0.0.1:0");
+    let (_agent, _containers, _) = agent(&cluster, "pull", &[]);
+    let token = cluster.tenant("pia");
+    eventually("a GPU offered", 60, || {
+        cluster
+            .cli(Some(&token), true, &["offers"])
+            .json()
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| o["available"].as_u64() >= Some(1)))
+    });
+    let id = cluster.reserve(
+        &token,
+        &[
+            "--gpu",
+            "rtx4090",
+            "--hours",
+            "1",
+            "--image",
+            &image,
+            "--",
+            "sh",
+            "-c",
+            "echo pulled-image-ran; sleep 600",
+        ],
+    );
+    let mut seen_starting = false;
+    eventually("the pulled image running", 120, || {
+        let r = cluster.get(&token, &id);
+        assert_ne!(r["status"], "failed", "{r}");
+        seen_starting |= r["status"] == "starting" && r["pull"]["image"] == image.as_str();
+        r["status"] == "running"
+    });
+    let r = cluster.get(&token, &id);
+    assert_eq!(
+        r["pull"]["image"],
+        image.as_str(),
+        "the pull's figures: {r}"
+    );
+    // The final figures: every layer, every byte (the payload's 24 MB at least).
+    assert!(r["pull"]["layers_total"].as_u64() >= Some(1), "{r}");
+    assert_eq!(r["pull"]["layers_done"], r["pull"]["layers_total"], "{r}");
+    assert_eq!(r["pull"]["bytes_done"], r["pull"]["bytes_total"], "{r}");
+    assert!(r["pull"]["bytes_total"].as_u64() > Some(20_000_000), "{r}");
+    eprintln!("seen starting with the pull's progress: {seen_starting}");
+    let logs = || cluster.cli(Some(&token), false, &["logs", &id]).stdout;
+    eventually("its output after the pull's lines", 30, || {
+        logs().contains("pulled-image-ran")
+    });
+    let log = logs();
+    let pulling = log.find(&format!("gpurent: pulling image {image}"));
+    let pulled = log.find(&format!("gpurent: pulled {image} ("));
+    let ran = log.find("pulled-image-ran");
+    assert!(
+        pulling.is_some() && pulling < pulled && pulled < ran,
+        "the pull's lines, then the instance's own output: {log}"
+    );
+    assert!(log.contains(" layers, "), "{log}");
+    cluster.cli(Some(&token), true, &["stop", &id]);
+    eventually("stopped", 60, || {
+        cluster.get(&token, &id)["status"] == "stopped"
+    });
+
+    // An image the registry does not have: failed, in the registry's words.
+    let missing = registry.image("gpurent-test/no-such-image:1");
+    let bad = cluster.reserve(
+        &token,
+        &[
+            "--gpu", "rtx4090", "--hours", "1", "--image", &missing, "--", "true",
+        ],
+    );
+    eventually("the bad pull to fail", 60, || {
+        cluster.get(&token, &bad)["status"] == "failed"
+    });
+    let r = cluster.get(&token, &bad);
+    let message = r["end_message"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        message.contains(&format!("cannot pull image {missing}"))
+            && (message.contains("not found") || message.contains("unknown")),
+        "{r}"
+    );
+    assert_eq!(r["charged"], "0.00", "a failed pull is not billed: {r}");
+    cluster.ledger_check();
+}
