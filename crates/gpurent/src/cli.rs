@@ -6,6 +6,7 @@ mod api;
 mod bench;
 mod config;
 mod daemon;
+mod registries;
 mod templates;
 mod volumes;
 
@@ -17,6 +18,7 @@ pub use api::*;
 pub use bench::*;
 pub use config::*;
 pub use daemon::*;
+pub use registries::*;
 pub use templates::*;
 pub use volumes::*;
 

@@ -22,6 +22,7 @@ mod policy;
 mod proxy;
 mod rate_limit;
 mod reauth;
+mod registries;
 pub mod reload;
 mod report;
 mod routes;

@@ -16,6 +16,7 @@ use utoipa::{Modify, OpenApi};
         (name = "reservations", description = "Offers and reservations of GPUs"),
         (name = "volumes", description = "Storage that outlives instances"),
         (name = "templates", description = "Named instance setups that reservations start from"),
+        (name = "registries", description = "Your credentials for private image registries"),
         (name = "nodes", description = "GPU hosts (admin)"),
         (name = "agent", description = "The node agent protocol"),
         (name = "reports", description = "Usage reports (admin)"),

@@ -78,6 +78,9 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/api/v1/templates", ANY),
     ("GET", "/api/v1/templates/{name}", ANY),
     ("DELETE", "/api/v1/templates/{name}", ANY),
+    ("POST", "/api/v1/registries", ANY),
+    ("GET", "/api/v1/registries", ANY),
+    ("DELETE", "/api/v1/registries/{host}", ANY),
     // Published HTTP ports, any method: the proxy lets in only the reservation's owner (a
     // bearer token, or a proxy cookie from a one-time link) and answers 404 to anyone else.
     ("*", "/proxy/{id}/{port}", Access::Public),

@@ -10,6 +10,7 @@ pub mod backup;
 mod error;
 mod model;
 mod proxy;
+mod registries;
 mod shared_keys;
 mod sql;
 mod ssh_keys;
@@ -37,6 +38,7 @@ pub use model::{
     QueuedReservation, Reserved, Scope, Synced, Want,
 };
 pub use proxy::{ProxyGrant, ProxyStore, ProxyTokenKind};
+pub use registries::{NewRegistry, RegistryStore};
 pub use shared_keys::SharedKeyStore;
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
 pub use ssh_keys::{NewSshKey, SshKeyStore};
@@ -48,9 +50,9 @@ pub use volumes::{NewVolume, NodeFilter, VolumeMountRow, VolumeNode, VolumeStore
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        AccessStore, AuditStore, MetricsStore, NodeStore, ProxyStore, ReservationStore,
-        SharedKeyStore, SshKeyStore, StatementStore, Store, TemplateStore, TunnelStore, UserStore,
-        VolumeStore,
+        AccessStore, AuditStore, MetricsStore, NodeStore, ProxyStore, RegistryStore,
+        ReservationStore, SharedKeyStore, SshKeyStore, StatementStore, Store, TemplateStore,
+        TunnelStore, UserStore, VolumeStore,
     };
 }
 
@@ -71,6 +73,7 @@ pub trait Store:
     + SharedKeyStore
     + VolumeStore
     + TemplateStore
+    + RegistryStore
     + std::fmt::Debug
 {
 }
@@ -89,6 +92,7 @@ impl<T> Store for T where
         + SharedKeyStore
         + VolumeStore
         + TemplateStore
+        + RegistryStore
         + std::fmt::Debug
 {
 }

@@ -376,6 +376,35 @@ pub struct InstanceReport {
     pub pull: Option<PullProgress>,
 }
 
+/// The name under which a reservation's secrets carry its owner's credential for its image's
+/// registry (JSON `RegistryAuth`): a reserved name, so no executor puts it in an instance's
+/// environment; the agent uses it for the pull only.
+pub const REGISTRY_AUTH_SECRET: &str = "GPURENT_REGISTRY_AUTH";
+
+/// A registry credential for one pull.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryAuth {
+    pub host: String,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryAuth")
+            .field("host", &self.host)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Assignment {
+    /// Its owner's credential for its image's registry, if it carries one.
+    pub fn registry_auth(&self) -> Option<RegistryAuth> {
+        serde_json::from_str(self.secrets.0.get(REGISTRY_AUTH_SECRET)?).ok()
+    }
+}
+
 /// How far a node's pull of an instance's image is: layers and bytes (downloaded of those
 /// whose size the registry said so far).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -26,6 +26,9 @@ pub enum ApiCommand {
     /// Templates: named instance setups that `reserve --template NAME` starts from.
     #[command(subcommand)]
     Templates(super::TemplatesCommand),
+    /// Your credentials for private image registries, used for your pulls only.
+    #[command(subcommand)]
+    Registries(super::RegistriesCommand),
     /// Log in with a password (GPURENT_PASSWORD, else one line of stdin); prints a session
     /// token that expires.
     Login { name: String },

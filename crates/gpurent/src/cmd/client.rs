@@ -137,6 +137,7 @@ pub async fn run(
         Command::Keys(command) => super::ssh_keys::keys(&api, command, json).await?,
         Command::Volumes(command) => super::volumes::volumes(&api, command, json).await?,
         Command::Templates(command) => super::templates::templates(&api, command, json).await?,
+        Command::Registries(command) => super::registries::registries(&api, command, json).await?,
         Command::Login { name } => super::access::login(&api, &name, json).await?,
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());

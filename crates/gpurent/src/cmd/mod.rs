@@ -29,6 +29,7 @@ pub mod open;
 pub mod port_forward;
 pub mod prereqs;
 pub mod private;
+pub mod registries;
 pub mod reload;
 pub mod report;
 pub mod report_csv;

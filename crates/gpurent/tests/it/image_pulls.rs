@@ -35,21 +35,40 @@ impl Registry {
             eprintln!("SKIPPED: no docker-registry here (scripts/test.sh installs it)");
             return None;
         }
-        let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
+        Some(Registry::serve(tempfile::tempdir().unwrap(), port, None))
+    }
+
+    /// The same registry (its storage, its port) again, now asking for `htpasswd`'s users.
+    fn with_auth(self, htpasswd: &str) -> Registry {
+        let mut this = self;
+        let _ = this.child.kill();
+        let _ = this.child.wait();
+        let dir = std::mem::replace(&mut this._dir, tempfile::tempdir().unwrap());
+        let port = this.port;
+        drop(this);
+        Registry::serve(dir, port, Some(htpasswd))
+    }
+
+    fn serve(dir: tempfile::TempDir, port: u16, htpasswd: Option<&str>) -> Registry {
         let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
-                dir.path().join("data").display()
-            ),
-        )
-        .unwrap();
+        let mut text = format!(
+            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            dir.path().join("data").display()
+        );
+        if let Some(users) = htpasswd {
+            let file = dir.path().join("htpasswd");
+            std::fs::write(&file, users).unwrap();
+            text.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: gpurent-test\n    path: {}\n",
+                file.display()
+            ));
+        }
+        std::fs::write(&config, text).unwrap();
         let child = Command::new("docker-registry")
             .arg("serve")
             .arg(&config)
@@ -67,7 +86,7 @@ impl Registry {
             assert!(Instant::now() < deadline, "the registry did not start");
             std::thread::sleep(Duration::from_millis(100));
         }
-        Some(registry)
+        registry
     }
 
     fn image(&self, name: &str) -> String {
@@ -93,6 +112,28 @@ fn docker(args: &[&str]) {
     assert!(out.status.success(), "docker {args:?}: {out:?}");
 }
 
+/// An image of the test busybox with `bytes` of random data, pushed to the registry as
+/// `image` and gone from the Engine.
+fn push(image: &str, bytes: u64) {
+    let builder = format!("gpurent-pull-build-{}", std::process::id());
+    docker(&[
+        "run",
+        "--name",
+        &builder,
+        "gpurent-test/busybox",
+        "sh",
+        "-c",
+        &format!("head -c {bytes} /dev/urandom > /payload"),
+    ]);
+    docker(&["commit", &builder, image]);
+    docker(&["rm", "-f", &builder]);
+    docker(&["push", image]);
+    docker(&["image", "rm", image]);
+}
+
+/// `user:pull-s3cret` for the registry (bcrypt, as its htpasswd wants).
+const HTPASSWD: &str = "tess:$2b$05$jeQHQwd.XmdlshcRdeN5ouT8z3aUkXdwP5oPmHbGpXNQix8zxEt0q\n";
+
 #[test]
 fn a_missing_image_is_pulled_with_progress_and_a_bad_one_fails_in_the_registrys_words() {
     if !docker_and_isolation() {
@@ -105,20 +146,7 @@ fn a_missing_image_is_pulled_with_progress_and_a_bad_one_fails_in_the_registrys_
     // Engine.
     let image = registry.image(&format!("gpurent-test/pulled:{}", std::process::id()));
     let _images = Images(vec![image.clone()]);
-    let builder = format!("gpurent-pull-build-{}", std::process::id());
-    docker(&[
-        "run",
-        "--name",
-        &builder,
-        "gpurent-test/busybox",
-        "sh",
-        "-c",
-        "head -c 24000000 /dev/urandom > /payload",
-    ]);
-    docker(&["commit", &builder, &image]);
-    docker(&["rm", "-f", &builder]);
-    docker(&["push", &image]);
-    docker(&["image", "rm", &image]);
+    push(&image, 24_000_000);
 
     let cluster = Cluster::start("127.0.0.1:0");
     let (_agent, _containers, _) = agent(&cluster, "pull", &[]);
@@ -201,5 +229,115 @@ fn a_missing_image_is_pulled_with_progress_and_a_bad_one_fails_in_the_registrys_
         "{r}"
     );
     assert_eq!(r["charged"], "0.00", "a failed pull is not billed: {r}");
+    cluster.ledger_check();
+}
+
+#[test]
+fn a_private_registry_answers_401_without_the_tenants_credential_and_pulls_with_it() {
+    if !docker_and_isolation() {
+        return;
+    }
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let image = registry.image(&format!("gpurent-test/private:{}", std::process::id()));
+    let _images = Images(vec![image.clone()]);
+    push(&image, 1_000_000);
+    let registry = registry.with_auth(HTPASSWD);
+    let host = format!("127.0.0.1:{}", registry.port);
+
+    let cluster = Cluster::start("127.0.0.1:0");
+    let (_agent, _containers, _) = agent(&cluster, "priv", &[]);
+    let token = cluster.tenant("tess");
+    let other = cluster.tenant("otto");
+    eventually("a GPU offered", 60, || {
+        cluster
+            .cli(Some(&token), true, &["offers"])
+            .json()
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| o["available"].as_u64() >= Some(1)))
+    });
+    let reserve = |token: &str| {
+        cluster.reserve(
+            token,
+            &[
+                "--gpu",
+                "rtx4090",
+                "--hours",
+                "1",
+                "--image",
+                &image,
+                "--",
+                "echo",
+                "private-ran",
+            ],
+        )
+    };
+    let ended = |token: &str, id: &str| {
+        eventually(&format!("{id} to end"), 90, || {
+            ["failed", "stopped"].contains(&cluster.get(token, id)["status"].as_str().unwrap_or(""))
+        });
+        cluster.get(token, id)
+    };
+
+    // Without a credential: failed, in the registry's words (401).
+    let first = reserve(&token);
+    let r = ended(&token, &first);
+    assert_eq!(r["status"], "failed", "{r}");
+    let message = r["end_message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("cannot pull image {image}"))
+            && (message.contains("unauthorized") || message.contains("no basic auth")),
+        "{r}"
+    );
+
+    // The tenant keeps a credential (the password on stdin, never shown again).
+    let mut add = Command::new(crate::support::BIN)
+        .args(["--server", &cluster.url, "--token", &token, "--json"])
+        .args(["registries", "add", &host, "--username", "tess"])
+        .env_remove("GPURENT_REGISTRY_PASSWORD")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    add.stdin
+        .take()
+        .unwrap()
+        .write_all(b"pull-s3cret\n")
+        .unwrap();
+    let added = add.wait_with_output().unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let listed = cluster.cli(Some(&token), true, &["registries", "ls"]);
+    assert_eq!(listed.json()[0]["host"], host.as_str(), "{listed:?}");
+    assert!(!listed.stdout.contains("pull-s3cret"), "never shown again");
+    let second = reserve(&token);
+    let r = ended(&token, &second);
+    assert_eq!(r["status"], "stopped", "pulled with the credential: {r}");
+    let logs = cluster.cli(Some(&token), false, &["logs", &second]).stdout;
+    assert!(logs.contains("private-ran"), "{logs}");
+    // Nobody else's pulls use it, and the instance's environment never had it.
+    let env = cluster.reserve(
+        &token,
+        &[
+            "--gpu", "rtx4090", "--hours", "1", "--image", &image, "--", "env",
+        ],
+    );
+    ended(&token, &env);
+    let logs = cluster.cli(Some(&token), false, &["logs", &env]).stdout;
+    assert!(
+        !logs.contains("pull-s3cret") && !logs.contains("REGISTRY_AUTH"),
+        "{logs}"
+    );
+    docker(&["image", "rm", "-f", &image]);
+    let theirs = reserve(&other);
+    let r = ended(&other, &theirs);
+    assert_eq!(
+        r["status"], "failed",
+        "another tenant does not get the credential: {r}"
+    );
+    let removed = cluster.cli(Some(&token), true, &["registries", "rm", &host]);
+    assert_eq!(removed.code, 0, "{removed:?}");
     cluster.ledger_check();
 }

@@ -65,6 +65,8 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(crate::volumes::files::files))
         .routes(routes!(crate::templates::create, crate::templates::list))
         .routes(routes!(crate::templates::get, crate::templates::remove))
+        .routes(routes!(crate::registries::add, crate::registries::list))
+        .routes(routes!(crate::registries::remove))
         .routes(routes!(crate::proxy::links::create))
         .routes(routes!(ssh::ssh_endpoint))
         .routes(routes!(nodes::create_join_token))

@@ -54,10 +54,17 @@ pub(crate) async fn create(
     new.limits = state.live().tenant_limits;
     (new.mounts, new.node_filter) =
         crate::volumes::mounts(&state, &caller.0.id, &body.volumes).await?;
-    if !body.secrets.is_empty() {
+    // The owner's credential for the image's registry goes with the secrets (a reserved name:
+    // never in the instance's environment; not among the names a reservation shows).
+    let mut secrets = body.secrets.clone();
+    if let Some((name, auth)) =
+        crate::registries::pull_secret(&state, &caller.0.id, body.image.as_deref()).await?
+    {
+        secrets.insert(name, auth);
+    }
+    if !secrets.is_empty() {
         new.sealed_secrets = Some(
-            crate::secrets::seal(&*state.config.master_key, &body.secrets)
-                .map_err(ApiError::from)?,
+            crate::secrets::seal(&*state.config.master_key, &secrets).map_err(ApiError::from)?,
         );
     }
     let now = state.now();

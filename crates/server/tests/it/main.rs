@@ -48,6 +48,7 @@ mod proxy_support;
 mod proxy_websockets;
 mod queue;
 mod readiness;
+mod registries;
 mod reports;
 mod revoke;
 mod roles;

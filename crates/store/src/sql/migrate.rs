@@ -172,6 +172,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "image_pulls",
         include_str!("../../migrations/0038_image_pulls.sql"),
     ),
+    (
+        39,
+        "registries",
+        include_str!("../../migrations/0039_registries.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

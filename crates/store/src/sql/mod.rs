@@ -33,6 +33,7 @@ mod placement;
 mod proxy;
 mod queue;
 mod read_cache;
+mod registries;
 mod reports;
 mod reservations;
 mod rows;

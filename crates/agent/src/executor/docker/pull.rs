@@ -62,9 +62,10 @@ impl DockerExecutor {
         let volume = volume.map(std::path::Path::to_owned);
         let binds = binds.to_vec();
         let image = image.to_owned();
+        let auth = a.registry_auth();
         let task = tokio::spawn(async move {
             let started = Instant::now();
-            if let Err(why) = this.pull(&id, &image).await {
+            if let Err(why) = this.pull(&id, &image, auth).await {
                 tracing::warn!(reservation_id = %id, %image, %why, "pull failed");
                 this.pulls.fail(&id, why);
                 return;
@@ -82,12 +83,25 @@ impl DockerExecutor {
         self.pulls.set_task(&key, task.abort_handle());
     }
 
-    async fn pull(&self, id: &str, image: &str) -> Result<(), String> {
+    /// Pulls `image`, with its owner's credential for its registry if the assignment carries
+    /// one (used for this pull only).
+    async fn pull(
+        &self,
+        id: &str,
+        image: &str,
+        auth: Option<gpurent_types::agent::RegistryAuth>,
+    ) -> Result<(), String> {
         let docker = self.docker.clone().with_timeout(PULL_AT_MOST);
         let options = CreateImageOptionsBuilder::default()
             .from_image(image)
             .build();
-        let mut stream = docker.create_image(Some(options), None, None);
+        let credentials = auth.map(|a| bollard::auth::DockerCredentials {
+            username: Some(a.username),
+            password: Some(a.password),
+            serveraddress: Some(a.host),
+            ..Default::default()
+        });
+        let mut stream = docker.create_image(Some(options), None, credentials);
         let mut tally = Tally::default();
         loop {
             match tokio::time::timeout(STALLED, stream.next()).await {
