@@ -18,7 +18,7 @@ pub mod workload;
 
 pub use best_fit::place;
 pub use live::place_expecting;
-pub use plan::{plan, Ask, Plan};
+pub use plan::{plan, preferred_order, Ask, Plan};
 pub use preempt::{choose_victims, Victim};
 
 /// One candidate GPU as the placer sees it.

@@ -68,6 +68,30 @@ pub struct View {
     pub work: Vec<Work>,
 }
 
+/// The candidates' order with the GPUs of the `preferred` nodes (those that have the image
+/// asked for) first, each part in the order it had: the placers look at the candidates' order
+/// only to break ties, so a preferred node wins a tie and never a better fit.
+pub fn preferred_order(gpus: &[Gpu], preferred: &std::collections::BTreeSet<String>) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..gpus.len()).collect();
+    order.sort_by_key(|&i| !preferred.contains(&gpus[i].node_id));
+    order
+}
+
+impl View {
+    /// The GPUs in [`preferred_order`].
+    pub fn prefer_nodes(&mut self, preferred: &std::collections::BTreeSet<String>) {
+        let order = preferred_order(&self.gpus, preferred);
+        let mut old: Vec<Option<Gpu>> = std::mem::take(&mut self.gpus)
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.gpus = order
+            .iter()
+            .filter_map(|&i| old.get_mut(i)?.take())
+            .collect();
+    }
+}
+
 /// What is asked: the request and its priority ([`tier_priority`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ask {

@@ -252,6 +252,10 @@ pub trait NodeStore: Send + Sync {
         verification: &gpurent_types::api::HostVerification,
     ) -> Result<()>;
 
+    /// Records the images a node's Engine has, as its agent reported them (placement prefers a
+    /// node that has a reservation's image, among equal fits).
+    async fn set_node_images(&self, node_id: &str, images: &[String]) -> Result<()>;
+
     /// Records whether a node's executor isolates instances, as its agent reported when it
     /// started.
     async fn set_isolation(&self, node_id: &str, isolated: bool) -> Result<()>;

@@ -461,6 +461,23 @@ pub struct SyncRequest {
     /// Bytes free on the file system of its local volumes, measured with their use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_free_bytes: Option<u64>,
+    /// The images its Engine has (`name:tag`, at most `NODE_IMAGES_MAX`), when they changed:
+    /// placement prefers a node that has a reservation's image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Vec<String>>,
+}
+
+/// The most images a node reports.
+pub const NODE_IMAGES_MAX: usize = 1000;
+
+/// An image name as the Engine lists it: `:latest` where it names no tag.
+pub fn image_with_tag(image: &str) -> String {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if last.contains(':') || last.contains('@') {
+        image.to_owned()
+    } else {
+        format!("{image}:latest")
+    }
 }
 
 /// Something the agent saw on its GPUs, for `gpurent events` and, when it names a

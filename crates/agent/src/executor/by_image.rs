@@ -142,6 +142,14 @@ impl Executor for ByImageExecutor {
             .await
     }
 
+    async fn images(&self) -> Vec<String> {
+        self.containers.images().await
+    }
+
+    async fn prepull(&self, images: &[String]) {
+        self.containers.prepull(images).await;
+    }
+
     async fn owner_of(&self, pid: u32) -> Option<String> {
         match self.processes.owner_of(pid).await {
             Some(owner) => Some(owner),

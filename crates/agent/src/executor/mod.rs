@@ -165,6 +165,24 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// The images this node has (`name:tag`), for placement's image-locality bonus; none
+    /// for executors that run no images.
+    async fn images(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Pulls these images in the background where they are missing, to keep them warm
+    /// (`gpurent agent --prepull`); executors that run no images say so and do nothing.
+    async fn prepull(&self, images: &[String]) {
+        if !images.is_empty() {
+            tracing::warn!(
+                executor = self.name(),
+                ?images,
+                "this executor runs no images: --prepull does nothing"
+            );
+        }
+    }
+
     /// The reservation whose instance runs the process `pid`, if any (for telemetry).
     async fn owner_of(&self, pid: u32) -> Option<String> {
         let _ = pid;

@@ -24,6 +24,7 @@ use crate::tls::ClientTls;
 use crate::vram::{Verdict, Watchdog};
 use crate::{AgentError, CheckpointConfig, Executor, GpuBackend, NodeIdentity};
 
+mod images;
 mod output;
 mod register;
 mod report;
@@ -68,6 +69,8 @@ pub struct AgentConfig {
     pub vram_grace: Duration,
     /// Tenants' volumes (`--volumes-dir`, `--shared-volumes-dir`); none: the node keeps none.
     pub volumes: Option<crate::volumes::VolumeStore>,
+    /// Images to pull at start where missing, to keep them warm (`--prepull`).
+    pub prepull: Vec<String>,
 }
 
 impl AgentConfig {
@@ -86,6 +89,7 @@ impl AgentConfig {
             tls: ClientTls::default(),
             vram_grace: Duration::from_secs(10),
             volumes: None,
+            prepull: Vec::new(),
             data_dir,
         }
     }
@@ -156,6 +160,7 @@ impl Agent {
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), AgentError> {
         let facts = self.host_facts();
         crate::host::check_toolkit(&facts)?;
+        self.executor.prepull(&self.config.prepull).await;
         if let Some(toolkit) = &facts.container_toolkit {
             tracing::info!(%toolkit, "NVIDIA Container Toolkit");
         }
@@ -240,6 +245,7 @@ impl Agent {
         // The watchdog's events the control plane has not taken yet.
         let mut events: Vec<AgentEvent> = Vec::new();
         let mut disks_measured = None;
+        let mut image_reports = images::ImageReports::default();
         while !*shutdown.borrow() {
             stops.reap();
             let actual = self.observe(&failures).await?;
@@ -340,6 +346,7 @@ impl Agent {
             // Events go out at once rather than after a long poll.
             let wait = if events.is_empty() { wait } else { 0 };
             let (volume_reports, volume_free_bytes) = self.volumes.take_reports();
+            let images = image_reports.due(&*self.executor).await;
             let request = SyncRequest {
                 // The inventory only until the control plane has it; telemetry every time.
                 gpus: if known_version.is_none() {
@@ -360,6 +367,7 @@ impl Agent {
                 events: events.clone(),
                 volumes: volume_reports.clone(),
                 volume_free_bytes,
+                images: images.clone(),
             };
             // A control plane that does not answer at all must not hold the agent past its
             // lease: the call (retries included) gets what is left of the lease, at least two
@@ -398,6 +406,7 @@ impl Agent {
             match response {
                 Ok(response) => {
                     self.metrics.synced();
+                    image_reports.delivered(images);
                     last_contact = sent;
                     fenced = false;
                     known_version = Some(response.version);

@@ -443,6 +443,10 @@ pub struct NodeArgs {
     /// system): tenants' shared volumes, which work on them can use from any such node.
     #[arg(long, value_name = "DIR")]
     pub shared_volumes_dir: Option<PathBuf>,
+    /// Images to keep warm: pulled at start where the Engine lacks them (placement prefers
+    /// a node that has a reservation's image). Comma-separated, or repeated.
+    #[arg(long, value_name = "IMAGE,...", value_delimiter = ',')]
+    pub prepull: Vec<String>,
     /// Days a checkpoint volume no instance uses is kept (removed when the agent starts).
     #[arg(long, value_name = "DAYS", default_value_t = 7)]
     pub checkpoint_keep_days: u64,

@@ -102,6 +102,7 @@ pub fn configure_node(
     config.checkpoint.keep = std::time::Duration::from_secs(node.checkpoint_keep_days * 24 * 3600);
     config.vram_grace = std::time::Duration::from_secs(node.vram_grace_secs);
     config.volumes = Some(volumes);
+    config.prepull.clone_from(&node.prepull);
 }
 
 /// The node's store of volumes and instance disks: `--volumes-dir` (default DATA_DIR/volumes)

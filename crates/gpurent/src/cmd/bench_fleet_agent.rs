@@ -314,6 +314,7 @@ pub fn sync_request(
         events: Vec::new(),
         volumes: Vec::new(),
         volume_free_bytes: None,
+        images: None,
     }
 }
 

@@ -341,3 +341,48 @@ fn a_private_registry_answers_401_without_the_tenants_credential_and_pulls_with_
     assert_eq!(removed.code, 0, "{removed:?}");
     cluster.ledger_check();
 }
+
+#[test]
+fn an_owner_keeps_an_image_warm_with_prepull_and_work_needs_no_pull() {
+    if !docker_and_isolation() {
+        return;
+    }
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let image = registry.image(&format!("gpurent-test/warm:{}", std::process::id()));
+    let _images = Images(vec![image.clone()]);
+    push(&image, 1_000_000);
+    let cluster = Cluster::start("127.0.0.1:0");
+    let (_agent, _containers, _) = agent(&cluster, "warm", &["--prepull", &image]);
+    eventually("the image pulled at start", 60, || {
+        Command::new("docker")
+            .args(["image", "inspect", &image])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let token = cluster.tenant("wes");
+    eventually("a GPU offered", 60, || {
+        cluster
+            .cli(Some(&token), true, &["offers"])
+            .json()
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| o["available"].as_u64() >= Some(1)))
+    });
+    let id = cluster.reserve(
+        &token,
+        &[
+            "--gpu", "rtx4090", "--hours", "1", "--image", &image, "--", "echo", "warm-ran",
+        ],
+    );
+    eventually("it ran", 60, || {
+        cluster.get(&token, &id)["status"] == "stopped"
+    });
+    let r = cluster.get(&token, &id);
+    assert!(r.get("pull").is_none(), "no pull was needed: {r}");
+    let logs = cluster.cli(Some(&token), false, &["logs", &id]).stdout;
+    assert!(
+        logs.contains("warm-ran") && !logs.contains("gpurent: pulling"),
+        "{logs}"
+    );
+}

@@ -222,4 +222,31 @@ proptest! {
             prop_assert!(crate::place(&slots(&view.gpus), &request).is_err());
         }
     }
+
+    /// Preferring nodes (an image-locality bonus) changes only ties: a request fits exactly
+    /// when it fits without the preference, preempts only when it would have, and a gang of
+    /// whole GPUs goes to a node as tight as the one it would have had.
+    #[test]
+    fn a_preferred_node_wins_ties_only(
+        view in view(),
+        request in request(),
+        priority in prop_oneof![0i64..9, Just(ON_DEMAND)],
+        preferred in proptest::collection::btree_set(0usize..5, 0..3),
+    ) {
+        let ask = Ask { request, priority };
+        let plain = plan(&view, &ask, &[]);
+        let mut preferring = view.clone();
+        let preferred: BTreeSet<String> = preferred.iter().map(|n| format!("n{n}")).collect();
+        preferring.prefer_nodes(&preferred);
+        let chosen = plan(&preferring, &ask, &[]);
+        prop_assert_eq!(plain.is_ok(), chosen.is_ok());
+        let (Ok(a), Ok(b)) = (plain, chosen) else { return Ok(()) };
+        prop_assert_eq!(a.victims.is_empty(), b.victims.is_empty());
+        let free_whole = |node: &str| {
+            view.gpus.iter().filter(|g| g.node_id == node && g.free_mb >= g.vram_mb).count()
+        };
+        if a.victims.is_empty() && matches!(request, Request::Whole { .. }) {
+            prop_assert_eq!(free_whole(&a.node_id), free_whole(&b.node_id));
+        }
+    }
 }

@@ -232,6 +232,10 @@ pub(crate) async fn sync(
             state.wake.wake_scheduler();
         }
     }
+    if let Some(images) = &body.images {
+        let images = &images[..images.len().min(gpurent_types::agent::NODE_IMAGES_MAX)];
+        state.store.set_node_images(&node_id, images).await?;
+    }
     if !body.volumes.is_empty() || body.volume_free_bytes.is_some() {
         state
             .store

@@ -209,6 +209,14 @@ impl SqlStore {
             candidates.insert(key, gpus::candidates_in(&answers, part, &key.0)?);
         }
 
+        // The nodes that have each image asked for (the image-locality bonus).
+        let mut having: HashMap<&str, std::collections::BTreeSet<String>> = HashMap::new();
+        for image in jobs.iter().filter_map(|j| j.new.image.as_deref()) {
+            if !having.contains_key(image) {
+                having.insert(image, super::node_images::having(tx, image).await?);
+            }
+        }
+
         // Plan each job in order on what the earlier ones left.
         let mut free: HashMap<String, u64> = HashMap::new();
         // A key already used (or used twice in the batch) is a replay, answered alone.
@@ -227,8 +235,14 @@ impl SqlStore {
             let Some(found) = candidates.get(&group_of(new)) else {
                 continue;
             };
+            // Among equal fits, a node that has the image; the names follow the GPUs' order.
+            let preferred = new.image.as_deref().and_then(|i| having.get(i));
+            let order = match preferred {
+                Some(p) if !p.is_empty() => gpurent_sched::preferred_order(&found.gpus, p),
+                _ => (0..found.gpus.len()).collect(),
+            };
             let mut view = View {
-                gpus: found.gpus.clone(),
+                gpus: order.iter().map(|&i| found.gpus[i].clone()).collect(),
                 work: Vec::new(),
             };
             for g in &mut view.gpus {
@@ -288,8 +302,8 @@ impl SqlStore {
             accepted.push(Accepted {
                 job: i,
                 id: new_id(),
-                type_name: found.type_names[first].clone(),
-                node_name: found.node_names[first].clone(),
+                type_name: found.type_names[order[first]].clone(),
+                node_name: found.node_names[order[first]].clone(),
                 plan,
                 quote,
             });

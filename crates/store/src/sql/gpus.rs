@@ -36,6 +36,34 @@ pub(super) struct Candidates {
     pub node_names: Vec<String>,
 }
 
+impl Candidates {
+    /// The GPUs in `gpurent_sched::preferred_order` (the preferred nodes' first; the placers
+    /// look at the order only to break ties), their names with them.
+    pub fn prefer_nodes(&mut self, preferred: &std::collections::BTreeSet<String>) {
+        if preferred.is_empty() {
+            return;
+        }
+        let order = gpurent_sched::preferred_order(&self.gpus, preferred);
+        let take = |v: &mut Vec<String>| {
+            let mut old: Vec<Option<String>> = std::mem::take(v).into_iter().map(Some).collect();
+            *v = order
+                .iter()
+                .filter_map(|&i| old.get_mut(i)?.take())
+                .collect();
+        };
+        take(&mut self.type_names);
+        take(&mut self.node_names);
+        let mut old: Vec<Option<Gpu>> = std::mem::take(&mut self.gpus)
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.gpus = order
+            .iter()
+            .filter_map(|&i| old.get_mut(i)?.take())
+            .collect();
+    }
+}
+
 /// How the candidate read locks on PostgreSQL (SQLite has one writer and locks nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Lock {

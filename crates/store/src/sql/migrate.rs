@@ -177,6 +177,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "registries",
         include_str!("../../migrations/0039_registries.sql"),
     ),
+    (
+        40,
+        "node_images",
+        include_str!("../../migrations/0040_node_images.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

@@ -27,6 +27,7 @@ mod login_throttle;
 mod logs;
 mod metrics;
 mod migrate;
+mod node_images;
 mod node_store;
 mod nodes;
 mod placement;

@@ -50,6 +50,10 @@ impl NodeStore for SqlStore {
         nodes::set_verification(self, node_id, verification).await
     }
 
+    async fn set_node_images(&self, node_id: &str, images: &[String]) -> Result<()> {
+        super::node_images::set(self, node_id, images).await
+    }
+
     async fn set_isolation(&self, node_id: &str, isolated: bool) -> Result<()> {
         nodes::set_isolation(self, node_id, isolated).await
     }

@@ -187,6 +187,11 @@ impl SqlStore {
                 )
                 .await?
             };
+            let mut found = found;
+            // Among equal fits, a node that has the image (its pull is saved).
+            if let Some(image) = &new.image {
+                found.prefer_nodes(&super::node_images::having(conn, image).await?);
+            }
             let view = View {
                 gpus: found.gpus,
                 work: Vec::new(),

@@ -40,6 +40,7 @@ fn sync(samples: Vec<GpuSample>) -> SyncRequest {
         events: Vec::new(),
         volumes: Vec::new(),
         volume_free_bytes: None,
+        images: None,
     }
 }
 

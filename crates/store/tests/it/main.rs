@@ -13,6 +13,7 @@ mod failover;
 mod gpu_hours;
 mod health;
 mod idempotency;
+mod image_locality;
 mod lifecycle;
 mod liveness;
 mod login_throttle;

@@ -69,6 +69,7 @@ pub fn report(id: &str, epoch: i64, state: InstanceState, exit_code: Option<i32>
         events: Vec::new(),
         volumes: Vec::new(),
         volume_free_bytes: None,
+        images: None,
     }
 }
 

@@ -48,6 +48,7 @@ fn heartbeat(node: &str, known: i64) -> SyncRequest {
         events: Vec::new(),
         volumes: Vec::new(),
         volume_free_bytes: None,
+        images: None,
     }
 }
 

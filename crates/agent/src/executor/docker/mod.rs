@@ -486,6 +486,16 @@ impl Executor for DockerExecutor {
         Ok(self.output(id, None).await?.map(|all| all.len() as u64))
     }
 
+    async fn images(&self) -> Vec<String> {
+        self.image_tags().await
+    }
+
+    async fn prepull(&self, images: &[String]) {
+        for image in images {
+            self.prepull_one(image);
+        }
+    }
+
     async fn published_ports(&self, a: &Assignment) -> Vec<PublishedPort> {
         if a.ports.is_empty() {
             return Vec::new();

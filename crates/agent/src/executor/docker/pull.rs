@@ -83,6 +83,51 @@ impl DockerExecutor {
         self.pulls.set_task(&key, task.abort_handle());
     }
 
+    /// The Engine's images by `name:tag`, sorted, at most `NODE_IMAGES_MAX`.
+    pub(super) async fn image_tags(&self) -> Vec<String> {
+        let listed = match self
+            .docker
+            .list_images(None::<bollard::query_parameters::ListImagesOptions>)
+            .await
+        {
+            Ok(listed) => listed,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the Engine's images");
+                return Vec::new();
+            }
+        };
+        let mut tags: Vec<String> = listed
+            .into_iter()
+            .flat_map(|i| i.repo_tags)
+            .filter(|t| !t.starts_with("<none>"))
+            .collect();
+        tags.sort();
+        tags.dedup();
+        tags.truncate(gpurent_types::agent::NODE_IMAGES_MAX);
+        tags
+    }
+
+    /// Pulls `image` in the background unless the Engine has it (`--prepull`), saying how it
+    /// went in the agent's log.
+    pub(super) fn prepull_one(&self, image: &str) {
+        let this = self.clone();
+        let image = image.to_owned();
+        tokio::spawn(async move {
+            if this.docker.inspect_image(&image).await.is_ok() {
+                tracing::info!(%image, "prepull: the image is here");
+                return;
+            }
+            let started = Instant::now();
+            let key = format!("prepull:{image}");
+            match this.pull(&key, &image, None).await {
+                Ok(()) => {
+                    tracing::info!(%image, took = ?started.elapsed(), "prepull: pulled the image")
+                }
+                Err(why) => tracing::warn!(%image, %why, "prepull: the pull failed"),
+            }
+        });
+    }
+
     /// Pulls `image`, with its owner's credential for its registry if the assignment carries
     /// one (used for this pull only).
     async fn pull(
