@@ -386,3 +386,120 @@ fn an_owner_keeps_an_image_warm_with_prepull_and_work_needs_no_pull() {
         "{logs}"
     );
 }
+
+/// A TCP relay to `to` that cuts the connection that has carried `limit` bytes back, and
+/// every connection after it (a registry lost half way through a download: the Engine's
+/// resumed downloads find it gone); it runs until the test ends.
+fn cutting_relay(to: u16, limit: u64) -> u16 {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let gone = Arc::new(AtomicBool::new(false));
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            if gone.load(Ordering::SeqCst) {
+                drop(client);
+                continue;
+            }
+            let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", to)) else {
+                continue;
+            };
+            let gone = gone.clone();
+            let (mut c_read, mut s_write) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c_read, &mut s_write);
+            });
+            let (mut s_read, mut c_write) = (server, client);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                let mut sent = 0u64;
+                while let Ok(n) = s_read.read(&mut buf) {
+                    if n == 0 || c_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    sent += n as u64;
+                    if sent > limit {
+                        gone.store(true, Ordering::SeqCst);
+                        break;
+                    }
+                }
+                let _ = c_write.shutdown(std::net::Shutdown::Both);
+                let _ = s_read.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn a_pull_cut_off_half_way_fails_the_reservation_saying_so_and_the_node_goes_on() {
+    if !docker_and_isolation() {
+        return;
+    }
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let name = format!("gpurent-test/cut:{}", std::process::id());
+    let direct = registry.image(&name);
+    push(&direct, 24_000_000);
+    // The same repository through a relay that cuts each download after 4 MB.
+    let relay = cutting_relay(registry.port, 4_000_000);
+    let image = format!("127.0.0.1:{relay}/{name}");
+    let _images = Images(vec![direct, image.clone()]);
+    let cluster = Cluster::start("127.0.0.1:0");
+    let (_agent, _containers, _) = agent(&cluster, "cut", &[]);
+    let token = cluster.tenant("cora");
+    eventually("a GPU offered", 60, || {
+        cluster
+            .cli(Some(&token), true, &["offers"])
+            .json()
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| o["available"].as_u64() >= Some(1)))
+    });
+    let id = cluster.reserve(
+        &token,
+        &[
+            "--gpu", "rtx4090", "--hours", "1", "--image", &image, "--", "true",
+        ],
+    );
+    let mut seen_bytes = 0;
+    eventually("the cut pull to fail", 180, || {
+        let r = cluster.get(&token, &id);
+        seen_bytes = seen_bytes.max(r["pull"]["bytes_done"].as_u64().unwrap_or(0));
+        assert!(
+            !["running", "stopped"].contains(&r["status"].as_str().unwrap_or("")),
+            "{r}"
+        );
+        r["status"] == "failed"
+    });
+    let r = cluster.get(&token, &id);
+    let message = r["end_message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("cannot pull image {image}")),
+        "{r}"
+    );
+    assert_eq!(r["charged"], "0.00", "{r}");
+    eprintln!("bytes seen pulled before the cut: {seen_bytes}; the failure: {message}");
+    // The node goes on: its next reservation runs.
+    let next = cluster.reserve(
+        &token,
+        &[
+            "--gpu",
+            "rtx4090",
+            "--hours",
+            "1",
+            "--image",
+            "gpurent-test/busybox",
+            "--",
+            "echo",
+            "after-the-cut",
+        ],
+    );
+    eventually("the next one to run", 60, || {
+        cluster.get(&token, &next)["status"] == "stopped"
+    });
+    assert_eq!(cluster.nodes()[0]["status"], "ready");
+}
