@@ -215,6 +215,11 @@ pub struct BenchRunningArgs {
     /// one GPU each): a loop-mounted image made at its start. 0: unbounded, as before.
     #[arg(long, default_value_t = 10)]
     pub disk_gb: u64,
+    /// Docker executor: remove the image from the Engine before each reservation, so that its
+    /// node pulls it (from its registry: `--image HOST:PORT/NAME:TAG`), and time `docker pull`
+    /// of the same image as many times, for comparison.
+    #[arg(long)]
+    pub pull: bool,
 }
 
 #[derive(Debug, Args)]

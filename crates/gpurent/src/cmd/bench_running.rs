@@ -1,6 +1,7 @@
 //! `gpurent bench running`: reserve-to-running latency on a real executor. One reservation at a
 //! time: POST, then the control plane's own timestamps `created_at` → `started_at` (the agent's
-//! first `running` report), so client polling adds nothing to the figure.
+//! first `running` report), so client polling adds nothing to the figure. With `--pull`, each
+//! reservation's image is pulled by its node first, against `docker pull` of it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,39 @@ struct RunningResult {
     p99_ms: f64,
     max_ms: f64,
     mean_ms: f64,
+    /// With `--pull`: the median of as many `docker pull`s of the image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    docker_pull_ms: Option<f64>,
+}
+
+/// Removes `image` from the Engine (gone already is fine).
+fn remove_image(image: &str) -> anyhow::Result<()> {
+    let out = std::process::Command::new("docker")
+        .args(["image", "rm", "-f", image])
+        .output()
+        .context("docker image rm")?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && !text.contains("No such image") {
+        bail!("docker image rm {image}: {text}");
+    }
+    Ok(())
+}
+
+/// `docker pull IMAGE` from nothing, timed.
+fn docker_pull(image: &str) -> anyhow::Result<Duration> {
+    remove_image(image)?;
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new("docker")
+        .args(["pull", "-q", image])
+        .output()
+        .context("docker pull")?;
+    if !out.status.success() {
+        bail!(
+            "docker pull {image}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(started.elapsed())
 }
 
 pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
@@ -108,6 +142,16 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
             ),
             ExecutorKind::Sim => (Arc::new(SimExecutor::new()), None, vec![]),
         };
+    if args.pull && image.is_none() {
+        bail!("--pull is for the docker executor (its image is what is pulled)");
+    }
+    let mut baseline = Vec::new();
+    if let (true, Some(image)) = (args.pull, &image) {
+        for _ in 0..args.reservations {
+            baseline.push(docker_pull(image)?);
+        }
+        eprintln!("bench: docker pull {image}: {baseline:?}");
+    }
     let name = executor.name();
     let mut config = AgentConfig::new(&base, dir.join("agent"), "bench-node");
     config.join_token = Some(JOIN_TOKEN.to_owned());
@@ -140,7 +184,16 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
         serde_json::json!({"gpu_type": "rtx4090", "hours": 1, "image": image, "command": command});
     let mut latencies = Vec::new();
     let mut ids = Vec::new();
+    // A pull may take minutes; an image already there, milliseconds.
+    let (polls, poll) = if args.pull {
+        (36_000, Duration::from_millis(50))
+    } else {
+        (2000, Duration::from_millis(5))
+    };
     for _ in 0..args.reservations {
+        if let (true, Some(image)) = (args.pull, &image) {
+            remove_image(image)?;
+        }
         let created: Reservation = http
             .post(format!("{base}/api/v1/reservations"))
             .bearer_auth(tenant)
@@ -151,7 +204,7 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
             .json()
             .await?;
         let mut running = None;
-        for _ in 0..2000 {
+        for _ in 0..polls {
             let r: Reservation = http
                 .get(format!("{base}/api/v1/reservations/{}", created.id))
                 .bearer_auth(tenant)
@@ -166,9 +219,9 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
             if r.status.is_terminal() {
                 bail!("reservation {} ended as {} before running", r.id, r.status);
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(poll).await;
         }
-        let latency = running.context("a reservation did not start within 10 s")?;
+        let latency = running.context("a reservation did not start in time")?;
         latencies.push(latency.to_std().unwrap_or_default());
         ids.push(created.id);
     }
@@ -210,6 +263,10 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
         p99_ms: pct(0.99),
         max_ms: pct(1.0),
         mean_ms: mean,
+        docker_pull_ms: (!baseline.is_empty()).then(|| {
+            baseline.sort();
+            percentile_ms(&baseline, 0.5)
+        }),
     };
     if json {
         return print_json(&result).map_err(|e| anyhow::anyhow!(e));
@@ -222,6 +279,7 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
             "p99 ms",
             "max ms",
             "mean ms",
+            "docker pull ms",
         ],
         &[vec![
             result.executor.clone(),
@@ -230,6 +288,9 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
             format!("{:.1}", result.p99_ms),
             format!("{:.1}", result.max_ms),
             format!("{:.1}", result.mean_ms),
+            result
+                .docker_pull_ms
+                .map_or_else(|| "-".to_owned(), |ms| format!("{ms:.1}")),
         ]],
     );
     Ok(())
