@@ -61,25 +61,23 @@ impl DockerExecutor {
         let image = a.image.clone().ok_or_else(|| {
             docker_error("start", id, "the docker executor needs an image (--image)")
         })?;
-        match self.docker.inspect_image(&image).await {
-            Ok(_) => self.create_container(a, volume, binds, None).await,
-            Err(e) if super::is_not_found(&e) => {
-                self.pull_then_start(a, volume, binds, &image);
-                Ok(())
-            }
-            Err(e) => Err(docker_error("inspect the image of", id, e)),
+        // Created at once where the Engine has the image (no extra round trip to ask first).
+        if !self.create_container(a, volume, binds, None).await? {
+            self.pull_then_start(a, volume, binds, &image);
         }
+        Ok(())
     }
 
     /// The container of an assignment, created and started (an earlier epoch's goes first),
     /// with the lines and final figures of its image's pull, if it was pulled, in labels.
+    /// False, with nothing started, where the Engine does not have the image.
     pub(super) async fn create_container(
         &self,
         a: &Assignment,
         volume: Option<&Path>,
         binds: &[crate::executor::Bind],
         pulled: Option<(String, gpurent_types::agent::PullProgress)>,
-    ) -> Result<(), AgentError> {
+    ) -> Result<bool, AgentError> {
         let id = &a.reservation_id;
         let image = a.image.clone().ok_or_else(|| {
             docker_error("start", id, "the docker executor needs an image (--image)")
@@ -206,13 +204,18 @@ impl DockerExecutor {
             }
             other => other,
         };
-        created.map_err(|e| docker_error("create", id, refusal("create", &image, &e)))?;
+        match created {
+            Err(e) if super::is_not_found(&e) => return Ok(false),
+            other => {
+                other.map_err(|e| docker_error("create", id, refusal("create", &image, &e)))?;
+            }
+        }
         self.docker
             .start_container(&name, None)
             .await
             .map_err(|e| docker_error("start", id, refusal("start", &image, &e)))?;
         tracing::info!(reservation_id = %id, container = %name, gpus = %visible, "container started");
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -76,7 +76,11 @@ impl DockerExecutor {
                 .create_container(&a, volume.as_deref(), &binds, pulled)
                 .await
             {
-                Ok(()) => this.pulls.done(&id, a.epoch),
+                Ok(true) => this.pulls.done(&id, a.epoch),
+                Ok(false) => this.pulls.fail(
+                    &id,
+                    format!("the image {image} was gone from the node right after its pull"),
+                ),
                 Err(e) => this.pulls.fail(&id, e.to_string()),
             }
         });
