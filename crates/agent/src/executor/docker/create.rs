@@ -283,6 +283,7 @@ mod tests {
             disk_per_gpu: None,
             storage_opt: Default::default(),
             pulls: Default::default(),
+            pull_logs: Default::default(),
         };
         let requests = executor
             .host_config(&assignment)

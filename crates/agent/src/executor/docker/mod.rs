@@ -61,6 +61,9 @@ pub struct DockerExecutor {
     storage_opt: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Images being pulled for instances (shared by clones: the pull's task holds one).
     pulls: pull::Pulls,
+    /// The pull lines of containers whose image was pulled, by container name, as `list`
+    /// last saw their labels (so that reading output asks the Engine nothing more).
+    pull_logs: std::sync::Arc<std::sync::Mutex<HashMap<String, String>>>,
 }
 
 fn docker_error(action: &'static str, id: &str, e: impl std::fmt::Display) -> AgentError {
@@ -160,6 +163,7 @@ impl DockerExecutor {
             disk_per_gpu: None,
             storage_opt: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
             pulls: pull::Pulls::default(),
+            pull_logs: Default::default(),
         })
     }
 
@@ -275,7 +279,13 @@ impl DockerExecutor {
     async fn output(&self, id: &str, upto: Option<u64>) -> Result<Option<Vec<u8>>, AgentError> {
         for name in [container_name(id), kept_name(id)] {
             if let Some(all) = self.logs_of(id, &name, upto).await? {
-                let mut out = self.pull_log_of(&name).await.into_bytes();
+                // A container just made by its pull's task may not be listed yet: its pull's
+                // own lines then (the label holds the same).
+                let prefix = self
+                    .pull_log_of(&name)
+                    .or_else(|| self.pulls.log(id))
+                    .unwrap_or_default();
+                let mut out = prefix.into_bytes();
                 out.extend_from_slice(&all);
                 return Ok(Some(out));
             }
@@ -283,14 +293,36 @@ impl DockerExecutor {
         Ok(self.pulls.log(id).map(String::into_bytes))
     }
 
-    /// The pull lines a container keeps in its label (empty: its image was there).
-    async fn pull_log_of(&self, name: &str) -> String {
-        self.docker
-            .inspect_container(name, None::<InspectContainerOptions>)
-            .await
-            .ok()
-            .and_then(|c| c.config?.labels?.remove(LABEL_PULL_LOG))
-            .unwrap_or_default()
+    /// The pull lines a container keeps in its label (empty: its image was there), as `list`
+    /// last saw them.
+    fn pull_log_of(&self, name: &str) -> Option<String> {
+        self.pull_logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// A container made after a pull: its lines known before `list` sees its label.
+    fn note_pull_log(&self, name: String, log: String) {
+        self.pull_logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, log);
+    }
+
+    /// Keeps the pull lines of the containers listed (by each of their names).
+    fn note_pull_logs(&self, containers: &[ContainerSummary]) {
+        let mut logs = self.pull_logs.lock().unwrap_or_else(|p| p.into_inner());
+        logs.clear();
+        for c in containers {
+            let Some(log) = c.labels.as_ref().and_then(|l| l.get(LABEL_PULL_LOG)) else {
+                continue;
+            };
+            for name in c.names.iter().flatten() {
+                logs.insert(name.trim_start_matches('/').to_owned(), log.clone());
+            }
+        }
     }
 
     async fn exit_code(&self, name: &str) -> Option<i64> {
@@ -411,7 +443,9 @@ impl Executor for DockerExecutor {
 
     async fn list(&self) -> Result<Vec<Observed>, AgentError> {
         let mut observed = Vec::new();
-        for c in self.managed().await? {
+        let containers = self.managed().await?;
+        self.note_pull_logs(&containers);
+        for c in containers {
             // A kept container is stopped and gone as far as the agent's plan goes.
             if is_kept(&c) {
                 continue;

@@ -71,12 +71,18 @@ impl DockerExecutor {
                 return;
             }
             let pulled = this.pulls.finish(&id, started.elapsed());
+            let log = pulled.as_ref().map(|(log, _)| log.clone());
             tracing::info!(reservation_id = %id, %image, took = ?started.elapsed(), "pulled the image");
             match this
                 .create_container(&a, volume.as_deref(), &binds, pulled)
                 .await
             {
-                Ok(true) => this.pulls.done(&id, a.epoch),
+                Ok(true) => {
+                    if let Some(log) = log {
+                        this.note_pull_log(super::container_name(&id), log);
+                    }
+                    this.pulls.done(&id, a.epoch);
+                }
                 Ok(false) => this.pulls.fail(
                     &id,
                     format!("the image {image} was gone from the node right after its pull"),
