@@ -55,8 +55,11 @@ fn a_volume_keeps_its_data_between_reservations_on_both_executors() {
     }
     let cluster = Cluster::start("127.0.0.1:0");
     let (_agent, _containers, _) = agent(&cluster, "vols", &[]);
+    // The node's facts are written in the sync that made it ready, a moment after.
+    eventually("the node's volume facts", 30, || {
+        cluster.nodes()[0]["volumes"]["enforcement"] == "loop"
+    });
     let node = cluster.nodes()[0].clone();
-    assert_eq!(node["volumes"]["enforcement"], "loop", "{node}");
     let token = cluster.tenant("vic");
     let vol = |args: &[&str]| cluster.cli(Some(&token), true, &[&["volumes"], args].concat());
 

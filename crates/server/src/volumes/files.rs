@@ -23,8 +23,8 @@ use crate::state::AppState;
     security(("bearer" = [])),
     params(("name" = String, Path, description = "The volume's name or id")),
     responses((status = 101, description = "SFTP v3 follows, confined to the volume"),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 502, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 502, body = ErrorBody)))]
 pub(crate) async fn files(
     State(state): State<AppState>,
     caller: Caller,

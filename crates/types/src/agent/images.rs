@@ -66,7 +66,10 @@ mod tests {
     #[test]
     fn names_without_a_tag_are_latest() {
         assert_eq!(image_with_tag("busybox"), "busybox:latest");
-        assert_eq!(image_with_tag("127.0.0.1:5000/x"), "127.0.0.1:5000/x:latest");
+        assert_eq!(
+            image_with_tag("127.0.0.1:5000/x"),
+            "127.0.0.1:5000/x:latest"
+        );
         assert_eq!(image_with_tag("127.0.0.1:5000/x:1"), "127.0.0.1:5000/x:1");
         assert_eq!(image_with_tag("x@sha256:ab"), "x@sha256:ab");
     }
