@@ -45,7 +45,7 @@ pub use ssh_keys::{NewSshKey, SshKeyStore};
 pub use templates::{NewTemplate, TemplateStore};
 pub use tunnels::{TunnelHolder, TunnelStore};
 pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};
-pub use volumes::{NewVolume, NodeFilter, VolumeMountRow, VolumeNode, VolumeStore};
+pub use volumes::{NewVolume, NodeFilter, VolumeMountRow, VolumeNode, VolumeStore, VolumeTie};
 
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {

@@ -156,6 +156,8 @@ pub struct QueuedReservation {
     pub duration_s: u64,
     /// Where its volumes let it run.
     pub node_filter: crate::NodeFilter,
+    /// The node-local volume that ties it to its node, and that node's state when down.
+    pub tie: Option<crate::VolumeTie>,
 }
 
 /// A GPU of a live node, with the memory free on it, and its type (`GpuType::key`).

@@ -67,6 +67,48 @@ impl VolumeMountRow {
     }
 }
 
+/// The node-local volume that ties a reservation to its node, for the reason it is told when
+/// it waits or is refused: the volume's name, its node's name, and the node's state when it
+/// cannot take work now (`lost`, `unreachable`, `draining`, ... as `nodes ls` says).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeTie {
+    pub volume: String,
+    pub node_name: String,
+    pub node_down: Option<String>,
+}
+
+impl VolumeTie {
+    /// The tie of a reservation mounting `mounts` (its first local volume), with its node's
+    /// state once known.
+    pub fn of(mounts: &[VolumeMountRow]) -> Option<Self> {
+        mounts
+            .iter()
+            .find(|m| m.kind == VolumeKind::Local)
+            .map(|m| VolumeTie {
+                volume: m.name.clone(),
+                node_name: m
+                    .node_name
+                    .clone()
+                    .unwrap_or_else(|| "(its node)".to_owned()),
+                node_down: None,
+            })
+    }
+
+    /// In words: where it runs, and when.
+    pub fn describe(&self) -> String {
+        match &self.node_down {
+            None => format!(
+                "its volume {} is on node {}: it runs there or nowhere",
+                self.volume, self.node_name
+            ),
+            Some(state) => format!(
+                "its volume {} is on node {}, which is {state}: it runs there once that node is back",
+                self.volume, self.node_name
+            ),
+        }
+    }
+}
+
 /// Where a reservation may be placed, by the volumes it mounts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum NodeFilter {
@@ -137,6 +179,16 @@ mod tests {
             Ok(NodeFilter::SharedVolumes)
         );
         assert!(!NodeFilter::Node("n1".into()).describe().contains("n1"));
+        let mut tie = VolumeTie {
+            volume: "data".into(),
+            node_name: "keeper".into(),
+            node_down: None,
+        };
+        assert!(tie
+            .describe()
+            .contains("on node keeper: it runs there or nowhere"));
+        tie.node_down = Some("lost".into());
+        assert!(tie.describe().contains("keeper, which is lost"));
         let both = [(VolumeKind::Shared, None), (VolumeKind::Local, Some("n1"))];
         assert_eq!(NodeFilter::of(both), Ok(NodeFilter::Node("n1".into())));
         let same = [

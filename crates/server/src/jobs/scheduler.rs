@@ -137,9 +137,12 @@ pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) ->
             ),
             other => other.to_string(),
         };
-        let text = match &q.node_filter {
-            gpurent_store::NodeFilter::Any => text,
-            filter => format!("{text}; {}", filter.describe()),
+        let text = match (&q.node_filter, &q.tie) {
+            (gpurent_store::NodeFilter::Any, _) => text,
+            // Its node is down: that, not the room on the others, is why it waits.
+            (_, Some(tie)) if tie.node_down.is_some() => tie.describe(),
+            (_, Some(tie)) => format!("{text}; {}", tie.describe()),
+            (filter, None) => format!("{text}; {}", filter.describe()),
         };
         plan.reasons.push((q.id.clone(), text));
     }
@@ -184,6 +187,7 @@ mod tests {
             queued_at: at(queued_at),
             duration_s: 3600,
             node_filter: Default::default(),
+            tie: None,
         }
     }
 

@@ -208,6 +208,15 @@ pub(crate) async fn resize(
     check_size(body.size_bytes)?;
     let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
     let volume = state.store.volume(owner, &name, state.live_since()).await?;
+    if volume.state == VolumeState::Unavailable {
+        // Its node would grow it only once back, and it would be charged meanwhile.
+        return Err(StoreError::Conflict(format!(
+            "volume {} is unavailable: its node {} is not live; resize it once the node is back",
+            volume.name,
+            volume.node.as_deref().unwrap_or("-")
+        ))
+        .into());
+    }
     billing::check_credit(&state, &volume.owner_id, body.size_bytes).await?;
     let (price_per_gb_month, _) = billing::price(&state);
     let volume = state

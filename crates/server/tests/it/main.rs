@@ -67,6 +67,7 @@ mod topology;
 mod validation;
 mod verification;
 mod volume_billing;
+mod volume_node_loss;
 mod volumes;
 
 /// Runs an async test body once per store backend.

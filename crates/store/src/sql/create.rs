@@ -377,7 +377,8 @@ impl SqlStore {
         };
         let mut reason = Reason::NoFit(reason).to_string();
         if new.node_filter != crate::NodeFilter::Any {
-            reason = format!("{reason}, {}", super::volume_mounts::filter_reason(new));
+            let tie = super::volume_mounts::filter_reason(&mut tx, new, live_since).await?;
+            reason = format!("{reason}, {tie}");
         }
         let id = new_id();
         let mut batch = Batch::default();

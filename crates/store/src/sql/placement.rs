@@ -278,10 +278,8 @@ impl SqlStore {
         else {
             let err = match no_capacity_reason(&mut tx, new, live_since).await? {
                 StoreError::NoCapacity(why) if new.node_filter != NodeFilter::Any => {
-                    StoreError::NoCapacity(format!(
-                        "{why}, {}",
-                        super::volume_mounts::filter_reason(new)
-                    ))
+                    let tie = super::volume_mounts::filter_reason(&mut tx, new, live_since).await?;
+                    StoreError::NoCapacity(format!("{why}, {tie}"))
                 }
                 other => other,
             };

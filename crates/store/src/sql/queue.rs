@@ -139,6 +139,18 @@ impl SqlStore {
                 priority: r.try_get("priority")?,
                 queued_at: from_ts(queued_at)?,
                 duration_s: mb(r.try_get("duration_s")?),
+                tie: match &node_filter {
+                    crate::NodeFilter::Node(node) => match crate::VolumeTie::of(&mounts) {
+                        Some(mut tie) => {
+                            tie.node_down =
+                                super::volume_mounts::node_down(&mut conn, node, live_since)
+                                    .await?;
+                            Some(tie)
+                        }
+                        None => None,
+                    },
+                    _ => None,
+                },
                 node_filter,
             });
         }

@@ -190,18 +190,47 @@ pub(super) async fn shared_nodes(conn: &mut AnyConnection) -> Result<Vec<String>
     )
 }
 
-/// Why a reservation its volumes tie down waits, in words: where its volumes let it run.
-pub(super) fn filter_reason(new: &NewReservation) -> String {
-    let local = new
-        .mounts
-        .iter()
-        .find(|m| m.kind == gpurent_types::api::VolumeKind::Local);
-    match (&new.node_filter, local) {
-        (NodeFilter::Node(_), Some(m)) => format!(
-            "and its volume {} is on node {}: it runs there or nowhere",
-            m.name,
-            m.node_name.as_deref().unwrap_or("(its node)")
-        ),
-        (filter, _) => format!("and {}", filter.describe()),
+/// Why a reservation its volumes tie down waits, in words: where its volumes let it run, and
+/// (read now) whether that node can take work.
+pub(super) async fn filter_reason(
+    conn: &mut AnyConnection,
+    new: &NewReservation,
+    live_since: i64,
+) -> Result<String> {
+    match (&new.node_filter, crate::VolumeTie::of(&new.mounts)) {
+        (NodeFilter::Node(node), Some(mut tie)) => {
+            tie.node_down = node_down(conn, node, live_since).await?;
+            Ok(format!("and {}", tie.describe()))
+        }
+        (filter, _) => Ok(format!("and {}", filter.describe())),
     }
+}
+
+/// The state of node `id` in `nodes ls`'s words when it cannot take work now (`lost`,
+/// `unreachable`, `draining`, `unverified`, `unhealthy`, or `removed`), none when it can.
+pub(super) async fn node_down(
+    conn: &mut AnyConnection,
+    id: &str,
+    live_since: i64,
+) -> Result<Option<String>> {
+    let row =
+        sqlx::query("SELECT status, last_seen_at, verified, healthy FROM nodes WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let Some(row) = row else {
+        return Ok(Some("removed".to_owned()));
+    };
+    let status: String = row.try_get("status")?;
+    Ok(if status != "ready" {
+        Some(status)
+    } else if row.try_get::<i64, _>("last_seen_at")? < live_since {
+        Some("unreachable".to_owned())
+    } else if row.try_get::<i64, _>("verified")? == 0 {
+        Some("unverified".to_owned())
+    } else if row.try_get::<i64, _>("healthy")? == 0 {
+        Some("unhealthy".to_owned())
+    } else {
+        None
+    })
 }
