@@ -108,3 +108,92 @@ fn an_instance_that_fills_its_disk_gets_enospc_and_its_neighbour_goes_on() {
         "the instances' disks are removed: {left:?}"
     );
 }
+
+/// A container's own disk: where the Engine's storage driver can bound it, a write past it gets
+/// ENOSPC; where it cannot (overlay2 on ext4, as here), the agent's watch stops the container,
+/// which ends `failed` saying why. Either way its neighbour goes on and the node stays ready.
+#[test]
+fn a_container_that_fills_its_disk_is_bounded_and_its_neighbour_goes_on() {
+    if !crate::host_limits::engine_answers() {
+        eprintln!("SKIPPED: no Docker Engine here (GPURENT_TEST_DOCKER=0 skips)");
+        return;
+    }
+    let cluster = Cluster::start("127.0.0.1:0");
+    let (_agent, _containers, _) = agent(&cluster, "ddisk", &["--disk-per-gpu-gb", "1"]);
+    let token = cluster.tenant("dora");
+    let logs = |id: &str| cluster.cli(Some(&token), false, &["logs", id]).stdout;
+    let image = ["--image", "gpurent-test/busybox:latest"];
+    let neighbour = cluster.reserve(
+        &token,
+        &[
+            &["--gpu", "rtx4090", "--hours", "1"][..],
+            &image,
+            &[
+                "--",
+                "sh",
+                "-c",
+                "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done",
+            ],
+        ]
+        .concat(),
+    );
+    let filler = cluster.reserve(
+        &token,
+        &[
+            &["--gpu", "rtx4090", "--hours", "1"][..],
+            &image,
+            &[
+                "--",
+                "sh",
+                "-c",
+                "dd if=/dev/zero of=/big bs=1M count=1400; echo dd ended; exec sleep 600",
+            ],
+        ]
+        .concat(),
+    );
+    let mut last = serde_json::Value::Null;
+    eventually("the filler to be bounded", 90, || {
+        last = cluster.get(&token, &filler);
+        last["status"] == "failed" || logs(&filler).contains("No space left on device")
+    });
+    if last["status"] == "failed" {
+        // The watch: it wrote past its size and was stopped, saying so.
+        let message = last["end_message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("past its size of 1.0 GB") && message.contains("volume"),
+            "{last}"
+        );
+        eventually(
+            "its container to be removed once its output was read",
+            60,
+            || {
+                crate::host_limits::docker(&[
+                    "ps",
+                    "-aq",
+                    "--filter",
+                    &format!("label=io.gpurent.reservation={filler}"),
+                ])
+                .is_empty()
+            },
+        );
+        assert!(logs(&filler).contains("dd ended") || !logs(&filler).is_empty());
+    }
+    let ticks = |log: &str| log.matches("tick").count();
+    let before = ticks(&logs(&neighbour));
+    eventually("the neighbour to go on", 30, || {
+        ticks(&logs(&neighbour)) > before + 5
+    });
+    assert_eq!(cluster.nodes()[0]["status"], "ready");
+    // `get` says what the neighbour's disk holds, of its size.
+    let mut got = serde_json::Value::Null;
+    for _ in 0..120 {
+        got = cluster.get(&token, &neighbour);
+        if got["disk"]["size_bytes"].is_u64() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    assert_eq!(got["disk"]["size_bytes"], 1_000_000_000_u64, "{got}");
+    assert!(got["disk"]["used_bytes"].is_u64(), "{got}");
+    cluster.cli(Some(&token), true, &["stop", &neighbour]);
+}

@@ -178,13 +178,17 @@ impl DockerExecutor {
             ..Default::default()
         };
         let mut body = body;
-        let disk = self
-            .disk_per_gpu
-            .filter(|_| self.storage_opt.load(std::sync::atomic::Ordering::Relaxed))
-            .map(|per_gpu| per_gpu.saturating_mul(a.gpus.len().max(1) as u64));
-        if let (Some(bytes), Some(hc)) = (disk, body.host_config.as_mut()) {
+        let disk = self.disk.size_for(a.gpus.len());
+        let by_engine = disk.filter(|_| self.disk.engine_may());
+        if let (Some(bytes), Some(hc)) = (by_engine, body.host_config.as_mut()) {
             hc.storage_opt = Some(HashMap::from([("size".to_owned(), bytes.to_string())]));
         }
+        let label = |body: &mut ContainerCreateBody, by_engine: bool| {
+            if let (Some(bytes), Some(labels)) = (disk, body.labels.as_mut()) {
+                labels.extend(super::disk::DiskWatch::labels(bytes, by_engine));
+            }
+        };
+        label(&mut body, by_engine.is_some());
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
         let created = match self
             .docker
@@ -192,14 +196,16 @@ impl DockerExecutor {
             .await
         {
             // This storage driver cannot bound a writable layer (overlay2 on ext4): said once,
-            // and containers go unbounded.
-            Err(e) if disk.is_some() && e.to_string().contains("storage-opt") => {
-                tracing::warn!(error = %e, "the Docker Engine cannot bound a container's disk (--storage-opt size needs overlay2 on XFS with pquota, btrfs or zfs): containers' writable layers are unbounded");
-                self.storage_opt
-                    .store(false, std::sync::atomic::Ordering::Relaxed);
+            // and the watch bounds containers' disks from now on.
+            Err(e) if by_engine.is_some() && e.to_string().contains("storage-opt") => {
+                self.disk.engine_refused(&e);
                 if let Some(hc) = body.host_config.as_mut() {
                     hc.storage_opt = None;
                 }
+                if let Some(labels) = body.labels.as_mut() {
+                    labels.remove(super::disk::LABEL_DISK_ENGINE);
+                }
+                label(&mut body, false);
                 self.docker.create_container(Some(options), body).await
             }
             other => other,
@@ -215,6 +221,9 @@ impl DockerExecutor {
             .await
             .map_err(|e| docker_error("start", id, refusal("start", &image, &e)))?;
         tracing::info!(reservation_id = %id, container = %name, gpus = %visible, "container started");
+        if disk.is_some() {
+            self.ensure_disk_watch();
+        }
         Ok(true)
     }
 }
@@ -280,8 +289,7 @@ mod tests {
             scope: None,
             entry_helper: PathBuf::from("gpurent"),
             gpu_limits: GpuLimits::default(),
-            disk_per_gpu: None,
-            storage_opt: Default::default(),
+            disk: Default::default(),
             pulls: Default::default(),
             pull_logs: Default::default(),
         };

@@ -26,6 +26,7 @@ use crate::reconcile::{Observed, ObservedState};
 use crate::AgentError;
 
 mod create;
+mod disk;
 mod enter;
 mod pull;
 
@@ -53,12 +54,9 @@ pub struct DockerExecutor {
     entry_helper: PathBuf,
     /// What containers are told of their GPU memory.
     gpu_limits: GpuLimits,
-    /// Each container's writable layer, bytes per GPU (`--disk-per-gpu-gb`), where the
-    /// Engine's storage driver can bound it (`--storage-opt size`: overlay2 on XFS with
-    /// `pquota`, btrfs, zfs).
-    disk_per_gpu: Option<u64>,
-    /// False once the Engine refused `--storage-opt size`: not asked again.
-    storage_opt: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Each container's writable layer, bytes per GPU (`--disk-per-gpu-gb`): bounded by the
+    /// Engine where its storage driver can, else watched.
+    disk: disk::DiskWatch,
     /// Images being pulled for instances (shared by clones: the pull's task holds one).
     pulls: pull::Pulls,
     /// The pull lines of containers whose image was pulled, by container name, as `list`
@@ -160,17 +158,16 @@ impl DockerExecutor {
             scope: None,
             entry_helper: crate::entry::sftp::default_helper(),
             gpu_limits: GpuLimits::default(),
-            disk_per_gpu: None,
-            storage_opt: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            disk: disk::DiskWatch::default(),
             pulls: pull::Pulls::default(),
             pull_logs: Default::default(),
         })
     }
 
-    /// Bounds each container's writable layer to this many bytes per GPU where the Engine
-    /// can (else, said once, unbounded).
+    /// Bounds each container's writable layer to this many bytes per GPU: by the Engine
+    /// where it can, else by a watch that stops a container grown past it.
     pub fn with_disk(mut self, per_gpu: Option<u64>) -> Self {
-        self.disk_per_gpu = per_gpu;
+        self.disk = disk::DiskWatch::new(per_gpu);
         self
     }
 
@@ -293,38 +290,6 @@ impl DockerExecutor {
         Ok(self.pulls.log(id).map(String::into_bytes))
     }
 
-    /// The pull lines a container keeps in its label (empty: its image was there), as `list`
-    /// last saw them.
-    fn pull_log_of(&self, name: &str) -> Option<String> {
-        self.pull_logs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .cloned()
-    }
-
-    /// A container made after a pull: its lines known before `list` sees its label.
-    fn note_pull_log(&self, name: String, log: String) {
-        self.pull_logs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name, log);
-    }
-
-    /// Keeps the pull lines of the containers listed (by each of their names).
-    fn note_pull_logs(&self, containers: &[ContainerSummary]) {
-        let mut logs = self.pull_logs.lock().unwrap_or_else(|p| p.into_inner());
-        logs.clear();
-        for c in containers {
-            let Some(log) = c.labels.as_ref().and_then(|l| l.get(LABEL_PULL_LOG)) else {
-                continue;
-            };
-            for name in c.names.iter().flatten() {
-                logs.insert(name.trim_start_matches('/').to_owned(), log.clone());
-            }
-        }
-    }
-
     async fn exit_code(&self, name: &str) -> Option<i64> {
         let inspect = self
             .docker
@@ -420,6 +385,7 @@ impl Executor for DockerExecutor {
 
     async fn forget_output(&self, id: &str, epoch: i64) -> Result<(), AgentError> {
         self.pulls.done(id, epoch);
+        self.disk.forget(id, epoch);
         let name = kept_name(id);
         let inspect = match self
             .docker
@@ -466,6 +432,13 @@ impl Executor for DockerExecutor {
                     ObservedState::Exited(i32::try_from(code).unwrap_or(-1))
                 }
             };
+            if c.labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(disk::LABEL_DISK))
+            {
+                // Found after a restart: watched again.
+                self.ensure_disk_watch();
+            }
             let pull = c
                 .labels
                 .as_ref()
@@ -477,6 +450,17 @@ impl Executor for DockerExecutor {
                 state,
                 pull,
             });
+        }
+        // Instances the disk watch stopped: failed, saying why (their output is kept).
+        for (id, epoch, why) in self.disk.overgrown() {
+            if !observed.iter().any(|o| o.reservation_id == id) {
+                observed.push(Observed {
+                    reservation_id: id,
+                    epoch,
+                    state: ObservedState::Failed(why),
+                    pull: None,
+                });
+            }
         }
         // Instances whose image is being pulled, or whose pull failed: no container yet.
         for (id, epoch, pull) in self.pulls.observed() {
@@ -518,6 +502,10 @@ impl Executor for DockerExecutor {
 
     async fn output_size(&self, id: &str) -> Result<Option<u64>, AgentError> {
         Ok(self.output(id, None).await?.map(|all| all.len() as u64))
+    }
+
+    async fn disk_usage(&self, reservation_id: &str) -> Option<gpurent_types::agent::DiskUse> {
+        self.disk.usage(reservation_id)
     }
 
     async fn images(&self) -> Vec<String> {

@@ -396,6 +396,40 @@ impl Pulls {
     }
 }
 
+impl DockerExecutor {
+    /// The pull lines a container keeps in its label (empty: its image was there), as `list`
+    /// last saw them.
+    pub(super) fn pull_log_of(&self, name: &str) -> Option<String> {
+        self.pull_logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// A container made after a pull: its lines known before `list` sees its label.
+    pub(super) fn note_pull_log(&self, name: String, log: String) {
+        self.pull_logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, log);
+    }
+
+    /// Keeps the pull lines of the containers listed (by each of their names).
+    pub(super) fn note_pull_logs(&self, containers: &[bollard::models::ContainerSummary]) {
+        let mut logs = self.pull_logs.lock().unwrap_or_else(|p| p.into_inner());
+        logs.clear();
+        for c in containers {
+            let Some(log) = c.labels.as_ref().and_then(|l| l.get(LABEL_PULL_LOG)) else {
+                continue;
+            };
+            for name in c.names.iter().flatten() {
+                logs.insert(name.trim_start_matches('/').to_owned(), log.clone());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
