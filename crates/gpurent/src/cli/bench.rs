@@ -240,6 +240,9 @@ pub struct BenchSettleArgs {
     pub database_url: Option<String>,
     #[arg(long, default_value_t = 100_000)]
     pub reservations: usize,
+    /// Ready volumes of 100 GB to settle too, each period, after the reservations.
+    #[arg(long, default_value_t = 10_000)]
+    pub volumes: usize,
     /// Periods to settle, one minute apart (the first after the bulk load, then steady ones).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=100))]
     pub periods: u16,

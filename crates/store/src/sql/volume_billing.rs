@@ -35,6 +35,20 @@ pub(super) async fn settle(
     id: &str,
     until: i64,
 ) -> Result<()> {
+    match charge(conn, backend, id, until).await? {
+        Some(owner) => mark_unpaid(conn, &owner, until).await,
+        None => Ok(()),
+    }
+}
+
+/// `settle` but for marking its owner's volumes unpaid: its owner, when it was charged (the
+/// periodic settlement marks each owner once per batch).
+async fn charge(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    id: &str,
+    until: i64,
+) -> Result<Option<String>> {
     let lock = match backend {
         Backend::Postgres => " FOR UPDATE OF v",
         Backend::Sqlite => "",
@@ -50,11 +64,11 @@ pub(super) async fn settle(
     .fetch_optional(&mut *conn)
     .await?
     else {
-        return Ok(());
+        return Ok(None);
     };
     let billed_until: i64 = row.try_get("billed_until")?;
     if until <= billed_until {
-        return Ok(());
+        return Ok(None);
     }
     let owner: String = row.try_get("owner_id")?;
     let billed_from: i64 = row.try_get("billed_from")?;
@@ -77,7 +91,7 @@ pub(super) async fn settle(
     .execute(&mut *conn)
     .await?;
     if due == 0 {
-        return Ok(());
+        return Ok(Some(owner));
     }
     ledger::transfer(
         conn,
@@ -118,7 +132,7 @@ pub(super) async fn settle(
         )
         .await?;
     }
-    mark_unpaid(conn, &owner, until).await
+    Ok(Some(owner))
 }
 
 /// Marks `owner`'s billed volumes unpaid from `at` while their balance is below zero (from
@@ -175,8 +189,12 @@ impl SqlStore {
             }
             retry_transient("settle volumes", || async {
                 let mut tx = self.begin().await?;
+                let mut owners = std::collections::BTreeSet::new();
                 for id in &ids {
-                    settle(&mut tx, self.backend, id, at).await?;
+                    owners.extend(charge(&mut tx, self.backend, id, at).await?);
+                }
+                for owner in &owners {
+                    mark_unpaid(&mut tx, owner, at).await?;
                 }
                 tx.commit().await?;
                 Ok(())
