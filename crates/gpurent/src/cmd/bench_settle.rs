@@ -170,12 +170,16 @@ pub async fn run(args: BenchSettleArgs, json: bool) -> anyhow::Result<()> {
         periods,
         volumes: args.volumes,
         #[allow(clippy::cast_precision_loss)]
-        volumes_per_second: args.volumes as f64
-            / if volumes_steady > 0.0 {
+        volumes_per_second: if args.volumes == 0 {
+            0.0
+        } else {
+            let slowest = if volumes_steady > 0.0 {
                 volumes_steady
             } else {
                 volume_periods[0]
-            },
+            };
+            args.volumes as f64 / slowest
+        },
         volume_periods,
         ledger_ok: ledger.ok(),
     };

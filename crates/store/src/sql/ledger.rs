@@ -296,7 +296,7 @@ async fn insert(conn: &mut AnyConnection, t: &Transfer<'_>, on_conflict: &str) -
 
 /// Moves an account's balance; an account that does not exist is an error (and the
 /// transaction, with its transfer row, is abandoned).
-async fn add(conn: &mut AnyConnection, account: &str, delta: i64) -> Result<()> {
+pub(crate) async fn add(conn: &mut AnyConnection, account: &str, delta: i64) -> Result<()> {
     let moved = sqlx::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
         .bind(delta)
         .bind(account)

@@ -66,22 +66,12 @@ impl SqlStore {
         .execute(&mut *tx)
         .await?;
         let held = price_per_hour.micros() * i64::try_from(n).unwrap_or(i64::MAX);
-        for (account, delta) in [
-            (ledger::hold_account(tenant_id), held),
-            (ledger::user_account(tenant_id), -held),
-        ] {
-            sqlx::query("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
-                .bind(delta)
-                .bind(account)
-                .execute(&mut *tx)
-                .await?;
-        }
+        ledger::add(&mut tx, &ledger::hold_account(tenant_id), held).await?;
+        ledger::add(&mut tx, &ledger::user_account(tenant_id), -held).await?;
         tx.commit().await?;
         Ok(())
     }
-}
 
-impl SqlStore {
     /// Benchmarks only: `n` ready node-local volumes of `size_bytes` of one tenant on one
     /// node, made at `made_at` at `per_gb_month`, written in bulk (billed from then; their
     /// node's owner earns 80%).
@@ -100,12 +90,12 @@ impl SqlStore {
         multi_row(
             &mut tx,
             n,
-            6,
+            7,
             "INSERT INTO volumes (id, owner_id, name, kind, node_id, size_bytes, made_bytes,
                 used_bytes, state, created_at, price_per_gb_month, host_share_bps, billed_from,
                 billed_until)
              SELECT v.column1, v.column2, v.column3, 'local', v.column4, v.column5, v.column5, 0,
-                'ready', v.column6, 70000, 8000, v.column6, v.column6 FROM (VALUES ",
+                'ready', v.column6, v.column7, 8000, v.column6, v.column6 FROM (VALUES ",
             ") AS v",
             |i, q| {
                 q.bind(new_id())
@@ -114,14 +104,10 @@ impl SqlStore {
                     .bind(node_id.to_owned())
                     .bind(size)
                     .bind(at)
+                    .bind(per_gb_month.micros())
             },
         )
         .await?;
-        sqlx::query("UPDATE volumes SET price_per_gb_month = $1 WHERE owner_id = $2")
-            .bind(per_gb_month.micros())
-            .bind(tenant_id)
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
         Ok(())
     }

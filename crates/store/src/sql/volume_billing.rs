@@ -41,8 +41,8 @@ pub(super) async fn settle(
     }
 }
 
-/// `settle` but for marking its owner's volumes unpaid: its owner, when it was charged (the
-/// periodic settlement marks each owner once per batch).
+/// The charge of `settle`, without marking the owner's volumes: the owner, when the volume was
+/// billed up to `until` (the periodic settlement marks each owner once per batch).
 async fn charge(
     conn: &mut AnyConnection,
     backend: Backend,
