@@ -165,6 +165,13 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Resolves when an instance changed on its own between the agent's looks (an image's
+    /// pull ended and its container started, or it failed): the agent then reports at once
+    /// rather than after its long poll. Never, for executors that start instances at once.
+    async fn changed(&self) {
+        std::future::pending::<()>().await;
+    }
+
     /// The images this node has (`name:tag`), for placement's image-locality bonus; none
     /// for executors that run no images.
     async fn images(&self) -> Vec<String> {

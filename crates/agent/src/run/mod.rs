@@ -387,14 +387,16 @@ impl Agent {
             // The lease runs out while this sync is still trying: fence then, not when the
             // call gives up.
             let lease_end = last_contact + self.config.lease;
-            // None: a stop worked and is reported at once, by a new sync instead of this long
-            // poll (the control plane took this one's report when it came). A failed stop
+            // None: a stop worked, or an instance changed on its own (a pull ended), and is
+            // reported at once, by a new sync instead of this long poll (the control plane took
+            // this one's report when it came). A failed stop
             // waits for the next heartbeat rather than retrying in a tight loop.
             let response = loop {
                 tokio::select! {
                     r = &mut sync => break Some(r.unwrap_or(Err(AgentError::SyncTimedOut { after: budget }))),
                     _ = shutdown.changed() => return Ok(()),
                     stopped = stops.finished(), if !stops.is_empty() => if stopped { break None },
+                    () = self.executor.changed() => break None,
                     () = tokio::time::sleep_until(lease_end), if !fenced => {
                         self.fence(stops).await;
                         fenced = true;

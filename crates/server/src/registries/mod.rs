@@ -7,7 +7,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use gpurent_store::NewRegistry;
 use gpurent_types::agent::{RegistryAuth, REGISTRY_AUTH_SECRET};
-use gpurent_types::api::{registry_host, AddRegistry, ErrorBody, Registry};
+use gpurent_types::api::{
+    canonical_host, registry_host, registry_of, AddRegistry, ErrorBody, Registry,
+};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -20,7 +22,7 @@ const PURPOSE: &[u8] = b"gpurent-registry-password-v1";
 const HOST_MAX: usize = 255;
 const TEXT_MAX: usize = 4096;
 
-fn check(body: &AddRegistry) -> Result<(), ApiError> {
+fn check(body: &mut AddRegistry) -> Result<(), ApiError> {
     let host_ok = !body.host.is_empty()
         && body.host.len() <= HOST_MAX
         && body
@@ -30,10 +32,11 @@ fn check(body: &AddRegistry) -> Result<(), ApiError> {
         && registry_host(&format!("{}/x", body.host)) == Some(body.host.as_str());
     if !host_ok {
         return Err(ApiError::Invalid(format!(
-            "host: a registry host as image names give it (HOST[:PORT], with a dot or a port, or localhost), got {:?}",
+            "host: a registry host as image names give it (HOST[:PORT], with a dot or a port, or localhost; docker.io for images with no host in their name), got {:?}",
             body.host
         )));
     }
+    body.host = canonical_host(&body.host).to_owned();
     if body.username.is_empty() || body.username.len() > TEXT_MAX {
         return Err(ApiError::Invalid(format!(
             "username: 1 to {TEXT_MAX} bytes"
@@ -56,9 +59,9 @@ fn check(body: &AddRegistry) -> Result<(), ApiError> {
 pub(crate) async fn add(
     State(state): State<AppState>,
     caller: Caller,
-    ApiJson(body): ApiJson<AddRegistry>,
+    ApiJson(mut body): ApiJson<AddRegistry>,
 ) -> Result<(StatusCode, Json<Registry>), ApiError> {
-    check(&body)?;
+    check(&mut body)?;
     let sealed_password =
         crate::secrets::seal_bytes(&*state.config.master_key, body.password.as_bytes(), PURPOSE)?;
     let registry = state
@@ -96,18 +99,22 @@ pub(crate) async fn remove(
     ApiPath(host): ApiPath<String>,
 ) -> Result<Json<Registry>, ApiError> {
     Ok(Json(
-        state.store.remove_registry(&caller.0.id, &host).await?,
+        state
+            .store
+            .remove_registry(&caller.0.id, canonical_host(&host))
+            .await?,
     ))
 }
 
 /// The secret a new reservation of `owner` with `image` carries for its pull: their
-/// credential for the image's registry host, if they keep one.
+/// credential for the image's registry (`docker.io` for an image with no host), if they keep
+/// one.
 pub(crate) async fn pull_secret(
     state: &AppState,
     owner: &str,
     image: Option<&str>,
 ) -> Result<Option<(String, String)>, ApiError> {
-    let Some(host) = image.and_then(registry_host) else {
+    let Some(host) = image.map(registry_of) else {
         return Ok(None);
     };
     let Some((username, sealed)) = state.store.registry_secret(owner, host).await? else {

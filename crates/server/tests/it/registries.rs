@@ -1,6 +1,7 @@
 //! Registry credentials through the API, on both stores: kept per tenant, never shown again,
 //! replaced for the same host, removed; bad hosts refused; and carried, sealed, only by the
-//! owner's reservations of an image on that host, never shown among their secrets' names.
+//! owner's reservations of an image on that host (docker.io's for an image with no host),
+//! never shown among their secrets' names.
 
 use gpurent_store::Backend;
 use reqwest::StatusCode;
@@ -88,6 +89,37 @@ async fn credentials_are_kept_per_tenant_and_never_shown(backend: Backend) {
     assert!(of(&plain["id"])["secrets"]
         .get("GPURENT_REGISTRY_AUTH")
         .is_none());
+
+    // An image with no host is of the default registry, whose credential is docker.io's
+    // (index.docker.io is the same host).
+    let hub = json!({"host": "index.docker.io", "username": "ada-hub", "password": "pw"});
+    let (status, kept) = ada.client.post("/api/v1/registries", &hub).await;
+    assert_eq!(status, StatusCode::CREATED, "{kept}");
+    assert_eq!(kept["host"], "docker.io");
+    let (status, r) = ada
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "vram_gb": 2, "hours": 1,
+            "image": "pytorch/pytorch:2.5"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{r}");
+    let (_, answer) = node.post("/api/v1/agent/sync", &sync).await;
+    let auth = answer["assignments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["reservation_id"] == r["id"])
+        .map(|a| a["secrets"]["GPURENT_REGISTRY_AUTH"].clone())
+        .unwrap();
+    let auth: serde_json::Value = serde_json::from_str(auth.as_str().unwrap()).unwrap();
+    assert_eq!(
+        auth,
+        json!({"host": "docker.io", "username": "ada-hub", "password": "pw"})
+    );
+    let (status, _, body) = ada
+        .client
+        .send("DELETE", "/api/v1/registries/docker.io", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
 
     let (status, _, body) = ada
         .client

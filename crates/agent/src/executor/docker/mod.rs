@@ -508,6 +508,10 @@ impl Executor for DockerExecutor {
         self.disk.usage(reservation_id)
     }
 
+    async fn changed(&self) {
+        self.pulls.ended().await;
+    }
+
     async fn images(&self) -> Vec<String> {
         self.image_tags().await
     }

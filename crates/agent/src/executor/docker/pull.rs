@@ -68,6 +68,7 @@ impl DockerExecutor {
             if let Err(why) = this.pull(&id, &image, auth).await {
                 tracing::warn!(reservation_id = %id, %image, %why, "pull failed");
                 this.pulls.fail(&id, why);
+                this.pulls.tell_ended();
                 return;
             }
             let pulled = this.pulls.finish(&id, started.elapsed());
@@ -89,6 +90,7 @@ impl DockerExecutor {
                 ),
                 Err(e) => this.pulls.fail(&id, e.to_string()),
             }
+            this.pulls.tell_ended();
         });
         self.pulls.set_task(&key, task.abort_handle());
     }
@@ -153,7 +155,12 @@ impl DockerExecutor {
         let credentials = auth.map(|a| bollard::auth::DockerCredentials {
             username: Some(a.username),
             password: Some(a.password),
-            serveraddress: Some(a.host),
+            // The default registry by the address the Docker CLI gives it.
+            serveraddress: Some(if a.host == gpurent_types::api::DEFAULT_REGISTRY {
+                "https://index.docker.io/v1/".to_owned()
+            } else {
+                a.host
+            }),
             ..Default::default()
         });
         let mut stream = docker.create_image(Some(options), None, credentials);
@@ -275,6 +282,9 @@ struct Pull {
 #[derive(Debug, Default, Clone)]
 pub struct Pulls {
     inner: Arc<Mutex<HashMap<String, Pull>>>,
+    /// Told when a pull ends (its container started, or it failed), so that the agent reports
+    /// it at once rather than after its long poll.
+    ended: Arc<tokio::sync::Notify>,
 }
 
 impl Pulls {
@@ -348,6 +358,16 @@ impl Pulls {
             p.failed = Some(why);
             p.task = None;
         }
+    }
+
+    /// Waits until a pull ends (one that ended since the last wait counts).
+    pub async fn ended(&self) {
+        self.ended.notified().await;
+    }
+
+    /// Says that a pull ended: its container started, or it failed.
+    fn tell_ended(&self) {
+        self.ended.notify_one();
     }
 
     /// The pull's log so far, for the instance's own log while it has no container.
