@@ -118,6 +118,10 @@ fn run_daemon(
             report_daemon(runtime.block_on(cmd::bench::run(args, json)))
         }
         DaemonCommand::Bench(BenchCommand::Running(args)) => {
+            // Its agent's log, only when asked for (it would cut into the table).
+            if std::env::var_os("GPURENT_LOG").is_some() {
+                init_logging();
+            }
             report_daemon(runtime.block_on(cmd::bench_running::run(args, json)))
         }
         DaemonCommand::Bench(BenchCommand::Settle(args)) => {
