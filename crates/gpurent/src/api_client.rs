@@ -240,34 +240,19 @@ impl ApiClient {
     ) -> Result<reqwest::Response, Failure> {
         let url = format!("{}{path}", self.base);
         let mut request = self.http.request(method, &url);
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
         if let Some(body) = body {
             request = request.json(body);
         }
         if let Some(key) = idempotency_key {
             request = request.header("Idempotency-Key", key);
         }
-        let unreachable = |why: String| {
-            let error = CliError::new(
-                "unreachable",
-                format!("cannot reach the control plane at {}: {why}", self.base),
-            );
-            Failure::Transient {
+        let response = self
+            .sent(request)
+            .await
+            .map_err(|error| Failure::Transient {
                 why: error.message.clone(),
                 error,
-            }
-        };
-        let response = tokio::time::timeout(self.retry.try_timeout, request.send())
-            .await
-            .map_err(|_| {
-                unreachable(format!(
-                    "no answer within {}s (GPURENT_TRY_TIMEOUT)",
-                    self.retry.try_timeout.as_secs_f64()
-                ))
-            })?
-            .map_err(|e| unreachable(chain(&e)))?;
+            })?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -304,40 +289,49 @@ impl ApiClient {
         }
     }
 
-    /// A GET upgraded to `protocol` (`Upgrade: PROTOCOL`): the connection that follows, once
-    /// the control plane answers 101. Sent once (what follows is not safe to repeat).
-    pub async fn upgrade(&self, path: &str, protocol: &str) -> Result<reqwest::Upgraded, CliError> {
-        let url = format!("{}{path}", self.base);
-        let mut request = self
-            .http
-            .get(&url)
-            .header(reqwest::header::CONNECTION, "upgrade")
-            .header(reqwest::header::UPGRADE, protocol);
+    /// Sends `request` once, with the token: the answer, whatever its status, or why there
+    /// was none (unreachable, or no answer within the try's timeout).
+    async fn sent(
+        &self,
+        mut request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, CliError> {
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
-        let unreachable = |why: String| {
-            CliError::new(
-                "unreachable",
-                format!("cannot reach the control plane at {}: {why}", self.base),
-            )
-        };
-        let response = tokio::time::timeout(self.retry.try_timeout, request.send())
+        tokio::time::timeout(self.retry.try_timeout, request.send())
             .await
             .map_err(|_| {
-                unreachable(format!(
+                self.unreachable(format!(
                     "no answer within {}s (GPURENT_TRY_TIMEOUT)",
                     self.retry.try_timeout.as_secs_f64()
                 ))
             })?
-            .map_err(|e| unreachable(chain(&e)))?;
+            .map_err(|e| self.unreachable(chain(&e)))
+    }
+
+    fn unreachable(&self, why: String) -> CliError {
+        CliError::new(
+            "unreachable",
+            format!("cannot reach the control plane at {}: {why}", self.base),
+        )
+    }
+
+    /// A GET upgraded to `protocol` (`Upgrade: PROTOCOL`): the connection that follows, once
+    /// the control plane answers 101. Sent once (what follows is not safe to repeat).
+    pub async fn upgrade(&self, path: &str, protocol: &str) -> Result<reqwest::Upgraded, CliError> {
+        let request = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header(reqwest::header::CONNECTION, "upgrade")
+            .header(reqwest::header::UPGRADE, protocol);
+        let response = self.sent(request).await?;
         if response.status() != StatusCode::SWITCHING_PROTOCOLS {
             return Err(self.error_of(response).await);
         }
         response
             .upgrade()
             .await
-            .map_err(|e| unreachable(format!("the upgrade failed: {}", chain(&e))))
+            .map_err(|e| self.unreachable(format!("the upgrade failed: {}", chain(&e))))
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
