@@ -501,6 +501,10 @@ if [ "$GPURENT_TEST_DOCKER" = 1 ]; then
   ensure_test_image
   # The image pull tests start their own registry from Debian's package.
   command -v docker-registry >/dev/null 2>&1 || apt_install docker-registry
+  # A container's disk bounded by the Engine: the test runs an Engine of its own on a btrfs.
+  if is_root && grep -qw btrfs /proc/filesystems; then
+    command -v mkfs.btrfs >/dev/null 2>&1 || apt_install btrfs-progs
+  fi
 fi
 
 if [ -n "${GPURENT_TEST_DATABASE_URL:-}" ]; then

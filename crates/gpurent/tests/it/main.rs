@@ -37,6 +37,7 @@ mod host_limits;
 mod http_ports;
 mod image_pulls;
 mod instance_disk;
+mod instance_disk_engine;
 mod instance_network;
 mod instance_sftp;
 mod interactive;

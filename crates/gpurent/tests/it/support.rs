@@ -107,9 +107,20 @@ impl Daemon {
 
     /// Starts `PROGRAM ARGS` (e.g. `gpurent` run by another program) printing no ready line.
     pub fn start_quiet_with(program: &str, args: &[&str], log: &Path) -> Daemon {
+        Daemon::start_quiet_env(program, args, &[], log)
+    }
+
+    /// `start_quiet_with` with more environment variables (`DOCKER_HOST`, say).
+    pub fn start_quiet_env(
+        program: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Daemon {
         let log = std::fs::File::create(log).expect("log file");
         let child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
