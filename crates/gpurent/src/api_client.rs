@@ -451,6 +451,16 @@ impl ApiClient {
             .await
     }
 
+    /// A PUT: sending it twice does what sending it once does.
+    pub async fn put<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, CliError> {
+        self.send_json(Method::PUT, path, body, None, Resend::Safe)
+            .await
+    }
+
     /// A POST whose success has no body (204).
     pub async fn post_no_content<B: Serialize>(
         &self,

@@ -7,6 +7,7 @@ mod bench;
 mod config;
 mod daemon;
 mod registries;
+mod teams;
 mod templates;
 mod volumes;
 
@@ -19,6 +20,7 @@ pub use bench::*;
 pub use config::*;
 pub use daemon::*;
 pub use registries::*;
+pub use teams::*;
 pub use templates::*;
 pub use volumes::*;
 

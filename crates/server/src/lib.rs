@@ -32,6 +32,7 @@ pub mod shared_keys;
 pub mod ssh;
 pub mod ssh_keys;
 mod state;
+mod teams;
 mod templates;
 pub mod tls;
 pub mod tunnel;

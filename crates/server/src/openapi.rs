@@ -17,6 +17,7 @@ use utoipa::{Modify, OpenApi};
         (name = "volumes", description = "Storage that outlives instances"),
         (name = "templates", description = "Named instance setups that reservations start from"),
         (name = "registries", description = "Your credentials for private image registries"),
+        (name = "teams", description = "Teams: a shared balance, members with roles, and the reservations made for it"),
         (name = "nodes", description = "GPU hosts (admin)"),
         (name = "agent", description = "The node agent protocol"),
         (name = "reports", description = "Usage reports (admin)"),

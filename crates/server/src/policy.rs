@@ -58,6 +58,13 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/api/v1/ssh-keys", ANY),
     ("DELETE", "/api/v1/ssh-keys/{id}", ANY),
     ("GET", "/api/v1/balance", ANY),
+    // Within a team, what a member may do is its role's (`teams/roles.rs`).
+    ("POST", "/api/v1/teams", ANY),
+    ("GET", "/api/v1/teams", ANY),
+    ("GET", "/api/v1/teams/{name}", ANY),
+    ("PUT", "/api/v1/teams/{name}/members/{user}", ANY),
+    ("DELETE", "/api/v1/teams/{name}/members/{user}", ANY),
+    ("POST", "/api/v1/teams/{name}/credit", ANY),
     ("GET", "/api/v1/usage", ANY),
     ("GET", "/api/v1/invoices/{month}", ANY),
     ("GET", "/api/v1/earnings", ANY),

@@ -231,6 +231,7 @@ pub fn reservation(
     http_ports(&body.http_ports)?;
     Ok(NewReservation {
         tenant_id: tenant_id.to_owned(),
+        created_by: None,
         gpu_type,
         want,
         duration_s,

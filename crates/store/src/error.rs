@@ -100,7 +100,7 @@ impl StoreError {
             if e.code().as_deref() == Some("55P03"))
     }
 
-    pub(crate) fn not_found(what: &'static str, id: &str) -> Self {
+    pub fn not_found(what: &'static str, id: &str) -> Self {
         StoreError::NotFound {
             what,
             id: id.to_owned(),

@@ -14,6 +14,7 @@ mod registries;
 mod shared_keys;
 mod sql;
 mod ssh_keys;
+mod teams;
 mod templates;
 pub mod testing;
 mod tunnels;
@@ -42,6 +43,7 @@ pub use registries::{NewRegistry, RegistryStore};
 pub use shared_keys::SharedKeyStore;
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
 pub use ssh_keys::{NewSshKey, SshKeyStore};
+pub use teams::TeamStore;
 pub use templates::{NewTemplate, TemplateStore};
 pub use tunnels::{TunnelHolder, TunnelStore};
 pub use usage_facts::{FleetGpu, GpuHour, UsageFacts, UsedReservation};
@@ -51,8 +53,8 @@ pub use volumes::{NewVolume, NodeFilter, VolumeMountRow, VolumeNode, VolumeStore
 pub mod prelude {
     pub use crate::{
         AccessStore, AuditStore, MetricsStore, NodeStore, ProxyStore, RegistryStore,
-        ReservationStore, SharedKeyStore, SshKeyStore, StatementStore, Store, TemplateStore,
-        TunnelStore, UserStore, VolumeStore,
+        ReservationStore, SharedKeyStore, SshKeyStore, StatementStore, Store, TeamStore,
+        TemplateStore, TunnelStore, UserStore, VolumeStore,
     };
 }
 
@@ -74,6 +76,7 @@ pub trait Store:
     + VolumeStore
     + TemplateStore
     + RegistryStore
+    + TeamStore
     + std::fmt::Debug
 {
 }
@@ -93,6 +96,7 @@ impl<T> Store for T where
         + VolumeStore
         + TemplateStore
         + RegistryStore
+        + TeamStore
         + std::fmt::Debug
 {
 }

@@ -20,9 +20,10 @@ pub struct AuthUser {
     pub role: Role,
 }
 
-/// Whose reservations a query may see: a tenant only its own, an admin all.
+/// Whose reservations a query may see: a tenant its own and its teams', an admin all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
+    /// A user's: their own, and those of the teams they are a member of (any role).
     Tenant(String),
     All,
 }
@@ -95,7 +96,10 @@ pub use gpurent_sched::Request as Want;
 
 #[derive(Debug, Clone)]
 pub struct NewReservation {
+    /// Who owns and pays for it: a user, or the team it is made for.
     pub tenant_id: String,
+    /// The member who made it, where it is a team's.
+    pub created_by: Option<String>,
     pub gpu_type: GpuType,
     pub want: Want,
     pub duration_s: u64,

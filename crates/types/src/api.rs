@@ -11,6 +11,7 @@ mod books;
 mod nodes;
 mod registries;
 mod reservations;
+mod teams;
 mod templates;
 mod volumes;
 
@@ -19,6 +20,7 @@ pub use books::*;
 pub use nodes::*;
 pub use registries::*;
 pub use reservations::*;
+pub use teams::*;
 pub use templates::*;
 pub use volumes::*;
 

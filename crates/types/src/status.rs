@@ -74,6 +74,34 @@ string_enum!(
 );
 
 string_enum!(
+    /// What a member may do in a team: an owner everything, its credit included; an admin
+    /// manage its members; a member reserve, stop and enter; a viewer only look.
+    TeamRole, "team role" {
+        Owner => "owner",
+        Admin => "admin",
+        Member => "member",
+        Viewer => "viewer"
+    }
+);
+
+impl TeamRole {
+    /// How much the role may do: owner 3, admin 2, member 1, viewer 0.
+    pub fn rank(self) -> u8 {
+        match self {
+            TeamRole::Owner => 3,
+            TeamRole::Admin => 2,
+            TeamRole::Member => 1,
+            TeamRole::Viewer => 0,
+        }
+    }
+
+    /// Whether the role is at least `other`.
+    pub fn at_least(self, other: TeamRole) -> bool {
+        self.rank() >= other.rank()
+    }
+}
+
+string_enum!(
     /// How a reservation is priced and whether it may be preempted.
     Tier, "tier" {
         OnDemand => "on-demand",

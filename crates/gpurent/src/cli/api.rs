@@ -11,7 +11,7 @@ pub enum ApiCommand {
     /// Manage users (admin).
     #[command(subcommand)]
     Users(UsersCommand),
-    /// Prepaid credit (admin).
+    /// Prepaid credit: grant it (admin), move yours into a team.
     #[command(subcommand)]
     Credit(CreditCommand),
     /// API tokens: create with an expiry, list, revoke.
@@ -29,6 +29,9 @@ pub enum ApiCommand {
     /// Your credentials for private image registries, used for your pulls only.
     #[command(subcommand)]
     Registries(super::RegistriesCommand),
+    /// Teams: a shared balance, members with roles, reservations made for the team.
+    #[command(subcommand)]
+    Teams(super::TeamsCommand),
     /// Log in with a password (GPURENT_PASSWORD, else one line of stdin); prints a session
     /// token that expires.
     Login { name: String },
@@ -163,11 +166,20 @@ pub enum UsersCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum CreditCommand {
-    /// Grant prepaid credit to a user.
+    /// Grant prepaid credit to a user or a team, by id (admin).
     Grant {
         user_id: String,
         amount: String,
         /// Makes a retried grant apply once.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// Move your own credit into a team's balance (an owner of the team).
+    Move {
+        amount: String,
+        #[arg(long, value_name = "TEAM")]
+        to_team: String,
+        /// Makes a retried move apply once.
         #[arg(long)]
         idempotency_key: Option<String>,
     },
@@ -275,6 +287,10 @@ pub struct ReserveArgs {
     /// goes to its volume mount.
     #[arg(long, value_name = "NAME")]
     pub template: Option<String>,
+    /// Make it for a team you are a member of (`gpurent teams ls`): paid from the team's
+    /// balance, seen by its members, stopped by its members and above.
+    #[arg(long, value_name = "NAME")]
+    pub team: Option<String>,
     /// Environment variables, K=V.
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,

@@ -27,7 +27,7 @@ pub(crate) fn segment(id: &str) -> String {
         .collect()
 }
 
-fn money(s: &str, what: &str) -> Result<Money, CliError> {
+pub(crate) fn money(s: &str, what: &str) -> Result<Money, CliError> {
     s.parse::<Money>()
         .map_err(|e| CliError::new("invalid_value", format!("{what}: {e}")))
 }
@@ -138,6 +138,12 @@ pub async fn run(
         Command::Volumes(command) => super::volumes::volumes(&api, command, json).await?,
         Command::Templates(command) => super::templates::templates(&api, command, json).await?,
         Command::Registries(command) => super::registries::registries(&api, command, json).await?,
+        Command::Teams(command) => super::teams::teams(&api, command, json).await?,
+        Command::Credit(CreditCommand::Move {
+            amount,
+            to_team,
+            idempotency_key,
+        }) => super::teams::move_credit(&api, &amount, &to_team, idempotency_key, json).await?,
         Command::Login { name } => super::access::login(&api, &name, json).await?,
         Command::Openapi => {
             return print_json(&gpurent_server::openapi_document());

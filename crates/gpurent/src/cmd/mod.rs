@@ -42,6 +42,7 @@ pub mod ssh;
 pub mod ssh_client;
 pub mod ssh_config;
 pub mod ssh_keys;
+pub mod teams;
 pub mod templates;
 pub mod tls;
 pub mod up;

@@ -62,6 +62,7 @@ mod ssh_keys_cli;
 mod ssh_replicas;
 mod ssh_support;
 mod support;
+mod teams_cli;
 mod templates;
 mod tls;
 mod tls_renewal;

@@ -170,12 +170,15 @@ fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
     )))
 }
 
-/// The user may enter the reservation now: it is theirs (an admin's: any), or it is a 404 as
-/// in the API; it runs, or it is a 409 with the SSH endpoint's words for why not.
+/// The user may enter the reservation now: it is theirs (an admin's: any; a team member's:
+/// their team's), or it is a 404 as in the API (a 403 for a team's viewer); it runs, or it is a 409 with the SSH endpoint's words for why not.
 async fn admit(state: &AppState, user: &AuthUser, reservation_id: &str) -> Result<(), ApiError> {
     let r = state
         .store
         .get_reservation(reservation_id, &Scope::of(user))
+        .await?;
+    // A team's instance is entered by its members and above, not its viewers.
+    crate::teams::reservation_action(state, user, &r, crate::teams::roles::TeamAction::Enter)
         .await?;
     match (r.status, r.node) {
         (ReservationStatus::Running, Some(_)) => Ok(()),

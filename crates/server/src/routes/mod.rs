@@ -67,6 +67,13 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(crate::templates::get, crate::templates::remove))
         .routes(routes!(crate::registries::add, crate::registries::list))
         .routes(routes!(crate::registries::remove))
+        .routes(routes!(crate::teams::create, crate::teams::list))
+        .routes(routes!(crate::teams::get))
+        .routes(routes!(
+            crate::teams::set_member,
+            crate::teams::remove_member
+        ))
+        .routes(routes!(crate::teams::move_credit))
         .routes(routes!(crate::proxy::links::create))
         .routes(routes!(ssh::ssh_endpoint))
         .routes(routes!(nodes::create_join_token))

@@ -13,6 +13,7 @@ use crate::error::ApiError;
 use crate::extract::{idempotency_key, ApiJson, ApiPath, ApiQuery};
 use crate::pagination::PageQuery;
 use crate::state::AppState;
+use crate::teams::roles::TeamAction;
 use crate::validate;
 
 /// What can be rented now: free whole GPUs per type and their on-demand price.
@@ -50,10 +51,12 @@ pub(crate) async fn create(
 ) -> Result<(StatusCode, Json<Reservation>), ApiError> {
     let body = crate::templates::apply(&state, &caller.0.id, body).await?;
     let card = card_vram_mb(&state, &body).await?;
-    let mut new = validate::reservation(&caller.0.id, &body, idempotency_key(&headers)?, card)?;
+    // Made for a team, it is the team's: paid from its balance, its volumes mounted.
+    let (tenant, created_by) = crate::teams::payer(&state, &caller.0, body.team.as_deref()).await?;
+    let mut new = validate::reservation(&tenant, &body, idempotency_key(&headers)?, card)?;
+    new.created_by = created_by;
     new.limits = state.live().tenant_limits;
-    (new.mounts, new.node_filter) =
-        crate::volumes::mounts(&state, &caller.0.id, &body.volumes).await?;
+    (new.mounts, new.node_filter) = crate::volumes::mounts(&state, &tenant, &body.volumes).await?;
     // The owner's credential for the image's registry goes with the secrets (a reserved name:
     // never in the instance's environment; not among the names a reservation shows).
     let mut secrets = body.secrets.clone();
@@ -69,7 +72,8 @@ pub(crate) async fn create(
     }
     let now = state.now();
     let expected = state.expected.note(new.gpu_type.key(), new.want);
-    let (reservation, nodes) = match note.within(&state) {
+    let team = body.team.clone();
+    let (mut reservation, nodes) = match note.within(&state) {
         Some(record) => {
             let reserved = state
                 .store
@@ -111,6 +115,10 @@ pub(crate) async fn create(
     }
     if reservation.queue_reason.is_some() {
         state.wake.wake_scheduler();
+    }
+    // The insert's answer does not read the team's name back.
+    if reservation.tenant_id != caller.0.id {
+        reservation.team = reservation.team.or(team);
     }
     note.reservation(&reservation);
     Ok((StatusCode::CREATED, Json(reservation)))
@@ -190,10 +198,11 @@ pub(crate) async fn stop(
     note: AuditNote,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ReservationStopped>, ApiError> {
-    let (r, node) = state
-        .store
-        .request_stop(&id, &Scope::of(&caller.0), state.now())
-        .await?;
+    let scope = Scope::of(&caller.0);
+    // A team's reservation is stopped by its members and above, not its viewers.
+    let current = state.store.get_reservation(&id, &scope).await?;
+    crate::teams::reservation_action(&state, &caller.0, &current, TeamAction::Stop).await?;
+    let (r, node) = state.store.request_stop(&id, &scope, state.now()).await?;
     if let Some(node) = node {
         state.wake.wake(&node);
     }

@@ -1,5 +1,6 @@
 //! Who may connect as which SSH user: the user name is a reservation id, and a key gets in
-//! only if it is one of the reservation owner's keys and the reservation runs.
+//! only if it is one of the reservation owner's keys (for a team's, of a member who may enter
+//! its instances) and the reservation runs.
 
 use gpurent_store::{Scope, Store, StoreError};
 use gpurent_types::ReservationStatus;
@@ -8,9 +9,10 @@ use russh::keys::ssh_key::{HashAlg, PublicKey};
 /// What the endpoint does with a key offered for a user name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    /// The owner's key and a running reservation: in.
+    /// The owner's key (or, for a team's, a member's) and a running reservation: in.
     Enter {
         reservation_id: String,
+        /// Whose key it is: who enters.
         tenant_id: String,
     },
     /// The owner's key, but the reservation does not run: the owner is told why (only the
@@ -19,6 +21,37 @@ pub enum Decision {
     /// Anything else (unknown reservation, someone else's key, a store failure): refused,
     /// all the same way, so a refusal says nothing about what exists.
     Refuse,
+}
+
+/// Whose key `fingerprint` is among those that may enter the reservation: its owner's, or,
+/// for a team's, those of its members who may enter its instances (not its viewers).
+async fn key_holder(
+    store: &dyn Store,
+    reservation: &gpurent_types::api::Reservation,
+    fingerprint: &str,
+) -> Result<Option<String>, StoreError> {
+    let owner = &reservation.tenant_id;
+    if store
+        .ssh_key_by_fingerprint(owner, fingerprint)
+        .await?
+        .is_some()
+    {
+        return Ok(Some(owner.clone()));
+    }
+    if reservation.team.is_none() {
+        return Ok(None);
+    }
+    for member in store.team_members(owner).await? {
+        if crate::teams::roles::may(member.role, crate::teams::roles::TeamAction::Enter)
+            && store
+                .ssh_key_by_fingerprint(&member.user_id, fingerprint)
+                .await?
+                .is_some()
+        {
+            return Ok(Some(member.user_id));
+        }
+    }
+    Ok(None)
 }
 
 /// Decides for `user` (a reservation id) and the offered `key`.
@@ -41,21 +74,18 @@ pub async fn decide(store: &dyn Store, user: &str, key: &PublicKey) -> Decision 
         }
     };
     let fingerprint = key.fingerprint(HashAlg::Sha256).to_string();
-    match store
-        .ssh_key_by_fingerprint(&reservation.tenant_id, &fingerprint)
-        .await
-    {
-        Ok(Some(_)) => {}
+    let who = match key_holder(store, &reservation, &fingerprint).await {
+        Ok(Some(who)) => who,
         Ok(None) => return Decision::Refuse,
         Err(e) => {
             tracing::warn!(error = %e, "ssh: cannot look up the key");
             return Decision::Refuse;
         }
-    }
+    };
     match reservation.status {
         ReservationStatus::Running => Decision::Enter {
             reservation_id: reservation.id,
-            tenant_id: reservation.tenant_id,
+            tenant_id: who,
         },
         status => Decision::NotRunning {
             message: not_running(&reservation.id, status, reservation.ended_at),

@@ -39,6 +39,7 @@ fn check(body: &CreateTemplate) -> Result<(), ApiError> {
         secrets: Default::default(),
         volumes: Vec::new(),
         template: None,
+        team: None,
     };
     crate::validate::reservation("template", &as_reservation, None, None)?;
     if let Some(path) = &body.volume_mount {

@@ -59,6 +59,7 @@ mod slow_clients;
 mod ssh_channels;
 mod ssh_keys;
 mod ssh_limits;
+mod teams;
 mod telemetry;
 mod templates;
 mod tiers;

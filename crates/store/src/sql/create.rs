@@ -154,12 +154,12 @@ pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) ->
                 env, created_at, idempotency_key, request_hash, ports, price_step_s,
                 price_after, host_share_bps, priority, placed_at, queued_at, queue_reason,
                 type_key, on_node_loss, idle_reclaim, checkpoint, secrets, secret_names,
-                http_ports, volumes)
+                http_ports, volumes, created_by)
              VALUES {} RETURNING ",
                 reservation_fields!(),
                 ", node_id, price_step_s, price_after, host_share_bps,
                 CAST(0 AS BIGINT) AS charged, CAST(0 AS BIGINT) AS held,
-                CAST(NULL AS TEXT) AS node_name"
+                CAST(NULL AS TEXT) AS node_name, CAST(NULL AS TEXT) AS team_name"
             ),
             values.join(", ")
         ),
@@ -197,7 +197,7 @@ pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) ->
 }
 
 /// The arguments of one row of [`push_inserts`], in its columns' order (less the literals).
-const ROW_ARGS: usize = 33;
+const ROW_ARGS: usize = 34;
 
 fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
     let (new, quote) = (row.new, row.quote);
@@ -243,6 +243,7 @@ fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
         Arg::from(to_json(&new.secret_names)),
         Arg::from(to_json(&new.http_ports)),
         Arg::from(to_json(&new.mounts)),
+        Arg::from(&new.created_by),
     ]
 }
 

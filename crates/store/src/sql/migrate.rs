@@ -182,6 +182,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "node_images",
         include_str!("../../migrations/0040_node_images.sql"),
     ),
+    (41, "teams", include_str!("../../migrations/0041_teams.sql")),
 ];
 
 /// The last migration this binary knows.

@@ -46,6 +46,7 @@ mod shared_keys;
 mod ssh_keys;
 mod statements;
 mod sync;
+mod teams;
 mod templates;
 mod tunnels;
 mod users;

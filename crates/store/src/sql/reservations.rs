@@ -12,7 +12,8 @@ use sqlx::Row;
 use super::gpus::placeable;
 use super::nodes::bump_version;
 use super::rows::{
-    fetch_reservation, reservation_from_row, scope_param, stop_meter, RESERVATION_COLUMNS,
+    fetch_reservation, reservation_from_row, scope_param, seen_tenants, stop_meter,
+    RESERVATION_COLUMNS,
 };
 use super::{gib, retry_transient, ts, SqlStore};
 use crate::{NewReservation, RecordWithin, ReservationStore, Reserved, Result, Scope, StoreError};
@@ -136,12 +137,13 @@ impl ReservationStore for SqlStore {
         // Newest first; the cursor is the last reservation of the previous page, looked up in
         // the caller's scope: another tenant's id answers an empty page, as an unknown one, so
         // a cursor cannot probe which ids exist.
+        let seen = seen_tenants(1);
         sqlx::query(&format!(
-            "SELECT {RESERVATION_COLUMNS} WHERE ($1 = '' OR r.tenant_id = $1)
+            "SELECT {RESERVATION_COLUMNS} WHERE ($1 = '' OR r.tenant_id IN {seen})
                AND ($2 = '' OR r.created_at < (SELECT c.created_at FROM reservations c
-                                               WHERE c.id = $2 AND ($1 = '' OR c.tenant_id = $1))
+                                               WHERE c.id = $2 AND ($1 = '' OR c.tenant_id IN {seen}))
                     OR (r.created_at = (SELECT c.created_at FROM reservations c
-                                        WHERE c.id = $2 AND ($1 = '' OR c.tenant_id = $1))
+                                        WHERE c.id = $2 AND ($1 = '' OR c.tenant_id IN {seen}))
                         AND r.id > $2))
              ORDER BY r.created_at DESC, r.id LIMIT $3"
         ))

@@ -17,7 +17,7 @@ macro_rules! reservation_fields {
         "id, tenant_id, status, gpu_type, gpu_count, vram_mb, tier, price_per_hour, duration_s,
         gpus, image, command, created_at, started_at, ended_at, end_reason, end_message, bid,
         published, queue_reason, placed_at, on_node_loss, epoch, idle_reclaim, checkpoint,
-        secret_names, http_ports, volumes, disk_used_bytes, disk_bytes, pull"
+        secret_names, http_ports, volumes, disk_used_bytes, disk_bytes, pull, created_by"
     };
 }
 pub(crate) use reservation_fields;
@@ -25,9 +25,10 @@ pub(crate) use reservation_fields;
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
     r.created_at, r.started_at, r.ended_at, r.end_reason, r.end_message, COALESCE(m.charged, 0) AS charged,
-    COALESCE(m.held, 0) AS held, r.bid, r.published, r.queue_reason, r.placed_at, r.on_node_loss, r.epoch, r.idle_reclaim, r.checkpoint, r.secret_names, r.http_ports, r.volumes, r.disk_used_bytes, r.disk_bytes, r.pull, n.name AS node_name
+    COALESCE(m.held, 0) AS held, r.bid, r.published, r.queue_reason, r.placed_at, r.on_node_loss, r.epoch, r.idle_reclaim, r.checkpoint, r.secret_names, r.http_ports, r.volumes, r.disk_used_bytes, r.disk_bytes, r.pull, r.created_by, n.name AS node_name, t.name AS team_name
     FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id
-    LEFT JOIN meters m ON m.reservation_id = r.id";
+    LEFT JOIN meters m ON m.reservation_id = r.id
+    LEFT JOIN users t ON t.id = r.tenant_id AND t.kind = 'team'";
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
@@ -49,6 +50,8 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
     Ok(Reservation {
         id: row.try_get("id")?,
         tenant_id: row.try_get("tenant_id")?,
+        team: row.try_get("team_name")?,
+        created_by: row.try_get("created_by")?,
         status: status.parse::<ReservationStatus>().map_err(corrupt)?,
         gpu_type: row.try_get("gpu_type")?,
         gpu_count: u32::try_from(row.try_get::<i64, _>("gpu_count")?).map_err(corrupt)?,
@@ -123,6 +126,15 @@ fn waited_seconds(placed: i64, created: i64) -> f64 {
     micros / 1e6
 }
 
+/// The tenants a `Scope::Tenant` user sees, as SQL on its id at `$n`: themselves and the teams
+/// they are a member of (any role; what a role may do is the server's to say).
+pub(crate) fn seen_tenants(n: usize) -> String {
+    format!(
+        "(SELECT CAST(${n} AS TEXT) UNION ALL
+          SELECT tm.team_id FROM team_members tm WHERE tm.user_id = ${n})"
+    )
+}
+
 pub(crate) fn scope_param(scope: &Scope) -> &str {
     match scope {
         Scope::Tenant(id) => id,
@@ -137,7 +149,8 @@ pub(crate) async fn fetch_reservation(
 ) -> Result<Reservation> {
     // Another tenant's reservation is reported as not found, not forbidden.
     let row = sqlx::query(&format!(
-        "SELECT {RESERVATION_COLUMNS} WHERE r.id = $1 AND ($2 = '' OR r.tenant_id = $2)"
+        "SELECT {RESERVATION_COLUMNS} WHERE r.id = $1 AND ($2 = '' OR r.tenant_id IN {})",
+        seen_tenants(2)
     ))
     .bind(id)
     .bind(scope_param(scope))

@@ -107,7 +107,7 @@ impl UserStore for SqlStore {
         .rows_affected();
         if inserted == 0 {
             return Err(StoreError::Conflict(format!(
-                "a user named {:?} already exists",
+                "a user or team named {:?} already exists",
                 new.name
             )));
         }
@@ -167,9 +167,9 @@ impl UserStore for SqlStore {
 
     async fn list_users(&self, limit: u32, after: Option<&str>) -> Result<Vec<User>> {
         sqlx::query(&format!(
-            "SELECT {USER_COLUMNS} WHERE $1 = ''
+            "SELECT {USER_COLUMNS} WHERE u.kind = 'user' AND ($1 = ''
                 OR u.created_at > (SELECT created_at FROM users WHERE id = $1)
-                OR (u.created_at = (SELECT created_at FROM users WHERE id = $1) AND u.id > $1)
+                OR (u.created_at = (SELECT created_at FROM users WHERE id = $1) AND u.id > $1))
              ORDER BY u.created_at, u.id LIMIT $2"
         ))
         .bind(after.unwrap_or(""))

@@ -22,6 +22,7 @@ pub fn t0() -> DateTime<Utc> {
 pub fn one_gpu(tenant: &str) -> NewReservation {
     NewReservation {
         tenant_id: tenant.to_owned(),
+        created_by: None,
         gpu_type: GpuType::parse("rtx 4090").expect("type"),
         want: Want::Whole { count: 1 },
         duration_s: 3600,

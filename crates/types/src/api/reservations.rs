@@ -138,6 +138,10 @@ pub struct CreateReservation {
     /// given without a path goes to its volume mount.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
+    /// Make it for this team (a member or above): paid from the team's balance, seen by its
+    /// members, stopped by its members and above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -181,8 +185,14 @@ pub struct Reservation {
     /// A spot reservation's bid per hour (what it pays).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub bid: Option<Money>,
-    /// The tenant who owns it.
+    /// The tenant who owns it and pays for it: a user, or the team it was made for.
     pub tenant_id: String,
+    /// The team it was made for, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    /// The member who made it, where it is a team's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
     /// Why a queued reservation still waits (`pending` without a node); null otherwise.
     #[serde(default)]
     pub queue_reason: Option<String>,

@@ -107,6 +107,7 @@ pub(super) async fn reserve(
             })
             .collect::<Result<_, _>>()?,
         template: args.template,
+        team: args.team,
     };
     // Always keyed, so that a retry through a failover (its first answer lost) reserves once.
     let key = args
@@ -222,6 +223,12 @@ pub(super) async fn get(api: &ApiClient, id: String, json: bool) -> Result<(), C
     }
     if let Some(ssh) = &r.ssh {
         print_line(&format!("connect: {}", ssh.command));
+    }
+    if let Some(team) = &r.team {
+        print_line(&format!(
+            "team: {team} (paid from its balance; made by {})",
+            r.created_by.as_deref().unwrap_or("-")
+        ));
     }
     for v in &r.volumes {
         print_line(&format!(

@@ -131,6 +131,7 @@ impl ReserveForm {
                 .map(|v| MountVolume::parse(v).map_err(|e| field("volumes", e)))
                 .collect::<Result<_, _>>()?,
             template: Some(self.template.trim().to_owned()).filter(|t| !t.is_empty()),
+            team: None,
         })
     }
 }

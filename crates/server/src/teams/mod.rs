@@ -1,0 +1,217 @@
+//! Teams: the routes of `gpurent teams` and `credit move`, and what a member may do to a
+//! team's reservations (`reservation_action`). A team is a tenant of its own: its reservations
+//! are paid from its balance; its members see them, and act on them as their role allows
+//! (`roles.rs`). Docs: docs/teams.md.
+
+pub(crate) mod roles;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use gpurent_store::AuthUser;
+use gpurent_types::api::{
+    CreateTeam, CreditMoved, ErrorBody, MoveCredit, Reservation, SetMember, Team, TeamMember,
+};
+use gpurent_types::{Role, TeamRole};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{idempotency_key, ApiJson, ApiPath};
+use crate::state::AppState;
+use roles::{effective, require, TeamAction};
+
+/// The team named `name` and the caller's role for acting in it; a team they are not in is a
+/// 404, as one that does not exist.
+async fn team_for(
+    state: &AppState,
+    caller: &AuthUser,
+    name: &str,
+) -> Result<(Team, TeamRole), ApiError> {
+    let not_found = || ApiError::Store(gpurent_store::StoreError::not_found("team", name));
+    let team = state.store.team_by_name(name).await?;
+    let role = state.store.team_role(&team.id, &caller.id).await?;
+    let role = effective(caller, role).ok_or_else(not_found)?;
+    Ok((team, role))
+}
+
+/// Whether the caller may do `action` to a reservation they can see: theirs, any for a
+/// platform admin, else their team's as their role there allows (a 403 saying which role it
+/// needs).
+pub(crate) async fn reservation_action(
+    state: &AppState,
+    caller: &AuthUser,
+    reservation: &Reservation,
+    action: TeamAction,
+) -> Result<(), ApiError> {
+    if caller.role == Role::Admin || reservation.tenant_id == caller.id {
+        return Ok(());
+    }
+    let role = state
+        .store
+        .team_role(&reservation.tenant_id, &caller.id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::Store(gpurent_store::StoreError::not_found(
+                "reservation",
+                &reservation.id,
+            ))
+        })?;
+    let team = reservation
+        .team
+        .as_deref()
+        .unwrap_or(&reservation.tenant_id);
+    require(team, role, action)
+}
+
+/// The tenant a new reservation is made for: the caller, or the team it names when the
+/// caller may reserve for it.
+pub(crate) async fn payer(
+    state: &AppState,
+    caller: &AuthUser,
+    team: Option<&str>,
+) -> Result<(String, Option<String>), ApiError> {
+    let Some(name) = team else {
+        return Ok((caller.id.clone(), None));
+    };
+    let (team, role) = team_for(state, caller, name).await?;
+    require(&team.name, role, TeamAction::Reserve)?;
+    Ok((team.id, Some(caller.id.clone())))
+}
+
+/// Make a team: you are its first owner. Its name is unique among users and teams.
+#[utoipa::path(post, path = "/api/v1/teams", tag = "teams", security(("bearer" = [])),
+    request_body = CreateTeam,
+    responses((status = 201, body = Team), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<CreateTeam>,
+) -> Result<(StatusCode, Json<Team>), ApiError> {
+    crate::validate::resource_name(&body.name)?;
+    let team = state
+        .store
+        .create_team(&body.name, &caller.0.id, state.now())
+        .await?;
+    tracing::info!(team = %team.name, owner = %caller.0.id, "team created");
+    Ok((StatusCode::CREATED, Json(team)))
+}
+
+/// Your teams and your role in each (a platform admin: every team).
+#[utoipa::path(get, path = "/api/v1/teams", tag = "teams", security(("bearer" = [])),
+    responses((status = 200, body = [Team])))]
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Vec<Team>>, ApiError> {
+    let whose = (caller.0.role != Role::Admin).then_some(caller.0.id.as_str());
+    Ok(Json(state.store.list_teams(whose).await?))
+}
+
+/// A team of yours, with its members.
+#[utoipa::path(get, path = "/api/v1/teams/{name}", tag = "teams", security(("bearer" = [])),
+    params(("name" = String, Path)),
+    responses((status = 200, body = Team), (status = 404, body = ErrorBody)))]
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<Team>, ApiError> {
+    let (mut team, _) = team_for(&state, &caller.0, &name).await?;
+    team.role = state.store.team_role(&team.id, &caller.0.id).await?;
+    team.members = state.store.team_members(&team.id).await?;
+    Ok(Json(team))
+}
+
+/// Add a user to a team, or change their role (an admin of the team: below owner; an owner:
+/// any role).
+#[utoipa::path(put, path = "/api/v1/teams/{name}/members/{user}", tag = "teams",
+    security(("bearer" = [])),
+    params(("name" = String, Path), ("user" = String, Path, description = "A user's name")),
+    request_body = SetMember,
+    responses((status = 200, body = TeamMember), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(crate) async fn set_member(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath((name, user)): ApiPath<(String, String)>,
+    ApiJson(body): ApiJson<SetMember>,
+) -> Result<Json<TeamMember>, ApiError> {
+    let (team, role) = team_for(&state, &caller.0, &name).await?;
+    require(&team.name, role, TeamAction::ManageMembers)?;
+    let user_id = state.store.user_id_by_name(&user).await?;
+    let current = state.store.team_role(&team.id, &user_id).await?;
+    if body.role == TeamRole::Owner || current == Some(TeamRole::Owner) {
+        require(&team.name, role, TeamAction::ManageOwners)?;
+    }
+    let member = state
+        .store
+        .set_member(&team.id, &user_id, body.role, state.now())
+        .await?;
+    tracing::info!(team = %team.name, user = %user, role = %body.role, by = %caller.0.id, "team member set");
+    Ok(Json(member))
+}
+
+/// Remove a member (an admin of the team: below owner; an owner: anyone). Anyone may leave a
+/// team; its last owner may not.
+#[utoipa::path(delete, path = "/api/v1/teams/{name}/members/{user}", tag = "teams",
+    security(("bearer" = [])),
+    params(("name" = String, Path), ("user" = String, Path, description = "A user's name")),
+    responses((status = 200, body = TeamMember), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(crate) async fn remove_member(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath((name, user)): ApiPath<(String, String)>,
+) -> Result<Json<TeamMember>, ApiError> {
+    let (team, role) = team_for(&state, &caller.0, &name).await?;
+    let user_id = state.store.user_id_by_name(&user).await?;
+    if user_id != caller.0.id {
+        require(&team.name, role, TeamAction::ManageMembers)?;
+        if state.store.team_role(&team.id, &user_id).await? == Some(TeamRole::Owner) {
+            require(&team.name, role, TeamAction::ManageOwners)?;
+        }
+    }
+    let gone = state.store.remove_member(&team.id, &user_id).await?;
+    tracing::info!(team = %team.name, user = %user, by = %caller.0.id, "team member removed");
+    Ok(Json(gone))
+}
+
+/// Move your own credit into a team's balance (an owner of the team). With an
+/// `Idempotency-Key`, a retried move is made once.
+#[utoipa::path(post, path = "/api/v1/teams/{name}/credit", tag = "teams", security(("bearer" = [])),
+    params(("name" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    request_body = MoveCredit,
+    responses((status = 200, body = CreditMoved), (status = 402, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub(crate) async fn move_credit(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<MoveCredit>,
+) -> Result<Json<CreditMoved>, ApiError> {
+    let (team, role) = team_for(&state, &caller.0, &name).await?;
+    require(&team.name, role, TeamAction::MoveCredit)?;
+    let amount = crate::validate::grant_amount(body.amount)?;
+    let who = &caller.0.id;
+    let transfer_id = match idempotency_key(&headers)? {
+        Some(key) => format!("move:{who}:{}:key:{key}", team.id),
+        None => format!(
+            "move:{who}:{}:once:{}",
+            team.id,
+            hex::encode(rand::random::<[u8; 16]>())
+        ),
+    };
+    let (balance, team_balance) = state
+        .store
+        .move_credit(who, &team.id, amount, &transfer_id, state.now())
+        .await?;
+    tracing::info!(team = %team.name, by = %who, %amount, "credit moved into a team");
+    Ok(Json(CreditMoved {
+        amount,
+        balance,
+        team_balance,
+    }))
+}
