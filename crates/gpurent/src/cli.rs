@@ -9,6 +9,7 @@ mod daemon;
 mod registries;
 mod teams;
 mod templates;
+mod tokens;
 mod volumes;
 
 use std::path::PathBuf;
@@ -22,6 +23,7 @@ pub use daemon::*;
 pub use registries::*;
 pub use teams::*;
 pub use templates::*;
+pub use tokens::*;
 pub use volumes::*;
 
 #[derive(Debug, Parser)]

@@ -77,6 +77,15 @@ impl Caller {
     pub fn is_admin(&self) -> bool {
         self.0.role == Role::Admin
     }
+
+    /// Whose reservations the caller sees: a token bound to a team only that team's; else
+    /// the user's own and their teams' (an admin: all).
+    pub fn scope(&self) -> gpurent_store::Scope {
+        match &self.1.team_id {
+            Some(team) => gpurent_store::Scope::Tenant(team.clone()),
+            None => gpurent_store::Scope::of(&self.0),
+        }
+    }
 }
 
 impl FromRequestParts<AppState> for Caller {

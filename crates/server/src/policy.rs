@@ -4,7 +4,7 @@
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use gpurent_types::Role;
+use gpurent_types::{Role, TokenScope};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -17,17 +17,38 @@ pub enum Access {
     /// A node agent with its own credential (a join token or a node token), which the
     /// handler checks; user tokens never pass.
     Node,
-    /// A user with a valid token and one of these roles. What the user may see within the
-    /// route (its own reservations, its own user) is the handler's and the store's `Scope`.
-    Roles(&'static [Role]),
+    /// A user with a valid token, one of these roles, and a token whose scopes cover the
+    /// route. What the user may see within the route (its own reservations, its own user) is
+    /// the handler's and the store's `Scope`.
+    Roles(&'static [Role], Need),
     /// A console page for a logged-in user with one of these roles (the session cookie), and
     /// its CSRF token when it changes anything; without a session, the login page.
     Page(&'static [Role]),
 }
 
-const ANY: Access = Access::Roles(&[Role::Admin, Role::Host, Role::Tenant]);
-const ADMIN: Access = Access::Roles(&[Role::Admin]);
-const ADMIN_HOST: Access = Access::Roles(&[Role::Admin, Role::Host]);
+/// What a token's scopes must allow for a route (`tokens create --scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// This scope.
+    Scope(TokenScope),
+    /// A token without scopes (a login, or a token made without `--scope`): the account's own
+    /// settings, credentials, money moved, and every platform admin's and host's route.
+    Unscoped,
+    /// Any token; the handler bounds what it does by the token's scopes (`tokens create`).
+    AnyToken,
+}
+
+const ALL: &[Role] = &[Role::Admin, Role::Host, Role::Tenant];
+const READ: Access = Access::Roles(ALL, Need::Scope(TokenScope::Read));
+const RESERVE: Access = Access::Roles(ALL, Need::Scope(TokenScope::Reserve));
+const SSH: Access = Access::Roles(ALL, Need::Scope(TokenScope::Ssh));
+const VOLUMES: Access = Access::Roles(ALL, Need::Scope(TokenScope::Volumes));
+const BILLING: Access = Access::Roles(ALL, Need::Scope(TokenScope::Billing));
+const TEAM_ADMIN: Access = Access::Roles(ALL, Need::Scope(TokenScope::Admin));
+const OWN: Access = Access::Roles(ALL, Need::Unscoped);
+const ANY_TOKEN: Access = Access::Roles(ALL, Need::AnyToken);
+const ADMIN: Access = Access::Roles(&[Role::Admin], Need::Unscoped);
+const ADMIN_HOST: Access = Access::Roles(&[Role::Admin, Role::Host], Need::Unscoped);
 const PAGE_ANY: Access = Access::Page(&[Role::Admin, Role::Host, Role::Tenant]);
 const PAGE_ADMIN: Access = Access::Page(&[Role::Admin]);
 const PAGE_ADMIN_HOST: Access = Access::Page(&[Role::Admin, Role::Host]);
@@ -47,53 +68,54 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("POST", "/api/v1/internal/relay/{node}", Access::Node),
     ("POST", "/api/v1/users", ADMIN),
     ("GET", "/api/v1/users", ADMIN),
-    ("GET", "/api/v1/users/{id}", ANY),
+    ("GET", "/api/v1/users/{id}", READ),
     ("PATCH", "/api/v1/users/{id}", ADMIN),
     ("POST", "/api/v1/users/{id}/credit", ADMIN),
-    ("POST", "/api/v1/users/{id}/password", ANY),
-    ("POST", "/api/v1/tokens", ANY),
-    ("GET", "/api/v1/tokens", ANY),
-    ("DELETE", "/api/v1/tokens/{id}", ANY),
-    ("POST", "/api/v1/ssh-keys", ANY),
-    ("GET", "/api/v1/ssh-keys", ANY),
-    ("DELETE", "/api/v1/ssh-keys/{id}", ANY),
-    ("GET", "/api/v1/balance", ANY),
-    // Within a team, what a member may do is its role's (`teams/roles.rs`).
-    ("POST", "/api/v1/teams", ANY),
-    ("GET", "/api/v1/teams", ANY),
-    ("GET", "/api/v1/teams/{name}", ANY),
-    ("PUT", "/api/v1/teams/{name}/members/{user}", ANY),
-    ("DELETE", "/api/v1/teams/{name}/members/{user}", ANY),
-    ("POST", "/api/v1/teams/{name}/credit", ANY),
-    ("GET", "/api/v1/usage", ANY),
-    ("GET", "/api/v1/invoices/{month}", ANY),
-    ("GET", "/api/v1/earnings", ANY),
-    ("GET", "/api/v1/offers", ANY),
-    ("POST", "/api/v1/reservations", ANY),
-    ("GET", "/api/v1/reservations", ANY),
-    ("GET", "/api/v1/reservations/{id}", ANY),
-    ("POST", "/api/v1/reservations/{id}/stop", ANY),
-    ("GET", "/api/v1/reservations/{id}/logs", ANY),
-    ("POST", "/api/v1/reservations/{id}/proxy-links", ANY),
-    ("POST", "/api/v1/volumes", ANY),
-    ("GET", "/api/v1/volumes", ANY),
-    ("GET", "/api/v1/volumes/{name}", ANY),
-    ("PATCH", "/api/v1/volumes/{name}", ANY),
-    ("DELETE", "/api/v1/volumes/{name}", ANY),
-    ("GET", "/api/v1/volumes/{name}/files", ANY),
-    ("POST", "/api/v1/templates", ANY),
-    ("GET", "/api/v1/templates", ANY),
-    ("GET", "/api/v1/templates/{name}", ANY),
-    ("DELETE", "/api/v1/templates/{name}", ANY),
-    ("POST", "/api/v1/registries", ANY),
-    ("GET", "/api/v1/registries", ANY),
-    ("DELETE", "/api/v1/registries/{host}", ANY),
+    ("POST", "/api/v1/users/{id}/password", OWN),
+    ("POST", "/api/v1/tokens", ANY_TOKEN),
+    ("GET", "/api/v1/tokens", READ),
+    ("DELETE", "/api/v1/tokens/{id}", OWN),
+    ("POST", "/api/v1/ssh-keys", OWN),
+    ("GET", "/api/v1/ssh-keys", READ),
+    ("DELETE", "/api/v1/ssh-keys/{id}", OWN),
+    ("GET", "/api/v1/balance", BILLING),
+    // Within a team, what a member may do is its role's (`teams/roles.rs`); a token's scopes
+    // bound it further.
+    ("POST", "/api/v1/teams", OWN),
+    ("GET", "/api/v1/teams", READ),
+    ("GET", "/api/v1/teams/{name}", READ),
+    ("PUT", "/api/v1/teams/{name}/members/{user}", TEAM_ADMIN),
+    ("DELETE", "/api/v1/teams/{name}/members/{user}", TEAM_ADMIN),
+    ("POST", "/api/v1/teams/{name}/credit", OWN),
+    ("GET", "/api/v1/usage", BILLING),
+    ("GET", "/api/v1/invoices/{month}", BILLING),
+    ("GET", "/api/v1/earnings", BILLING),
+    ("GET", "/api/v1/offers", READ),
+    ("POST", "/api/v1/reservations", RESERVE),
+    ("GET", "/api/v1/reservations", READ),
+    ("GET", "/api/v1/reservations/{id}", READ),
+    ("POST", "/api/v1/reservations/{id}/stop", RESERVE),
+    ("GET", "/api/v1/reservations/{id}/logs", READ),
+    ("POST", "/api/v1/reservations/{id}/proxy-links", SSH),
+    ("POST", "/api/v1/volumes", VOLUMES),
+    ("GET", "/api/v1/volumes", READ),
+    ("GET", "/api/v1/volumes/{name}", READ),
+    ("PATCH", "/api/v1/volumes/{name}", VOLUMES),
+    ("DELETE", "/api/v1/volumes/{name}", VOLUMES),
+    ("GET", "/api/v1/volumes/{name}/files", VOLUMES),
+    ("POST", "/api/v1/templates", RESERVE),
+    ("GET", "/api/v1/templates", READ),
+    ("GET", "/api/v1/templates/{name}", READ),
+    ("DELETE", "/api/v1/templates/{name}", RESERVE),
+    ("POST", "/api/v1/registries", OWN),
+    ("GET", "/api/v1/registries", READ),
+    ("DELETE", "/api/v1/registries/{host}", OWN),
     // Published HTTP ports, any method: the proxy lets in only the reservation's owner (a
     // bearer token, or a proxy cookie from a one-time link) and answers 404 to anyone else.
     ("*", "/proxy/{id}/{port}", Access::Public),
     ("*", "/proxy/{id}/{port}/", Access::Public),
     ("*", "/proxy/{id}/{port}/{*path}", Access::Public),
-    ("GET", "/api/v1/ssh", ANY),
+    ("GET", "/api/v1/ssh", SSH),
     ("POST", "/api/v1/nodes/join-token", ADMIN_HOST),
     ("GET", "/api/v1/nodes", ADMIN_HOST),
     ("POST", "/api/v1/nodes/{node}/cordon", ADMIN_HOST),
@@ -184,9 +206,9 @@ pub(crate) async fn authorize(
         return next.run(request).await;
     };
     let method = request.method().as_str().to_owned();
-    let roles = match lookup(&method, route.as_str()) {
+    let (roles, need) = match lookup(&method, route.as_str()) {
         Some(Some(Access::Public | Access::Node)) => return next.run(request).await,
-        Some(Some(Access::Roles(roles))) => roles,
+        Some(Some(Access::Roles(roles, need))) => (roles, need),
         Some(Some(Access::Page(roles))) => {
             return crate::console::guard(&state, request, next, roles).await
         }
@@ -218,8 +240,37 @@ pub(crate) async fn authorize(
         return ApiError::Forbidden(format!("this needs one of the roles: {}", names.join(", ")))
             .into_response();
     }
+    if let Err(refused) = covers(&caller.1, need) {
+        return refused.into_response();
+    }
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// Whether the token's scopes cover what the route needs; else a 403 saying what it lacks.
+fn covers(token: &gpurent_store::TokenFacts, need: Need) -> Result<(), ApiError> {
+    let Some(scopes) = &token.scopes else {
+        return Ok(());
+    };
+    let have = || {
+        scopes
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match need {
+        Need::AnyToken => Ok(()),
+        Need::Scope(scope) if scopes.contains(&scope) => Ok(()),
+        Need::Scope(scope) => Err(ApiError::Forbidden(format!(
+            "this token's scopes ({}) do not include {scope}",
+            have()
+        ))),
+        Need::Unscoped => Err(ApiError::Forbidden(format!(
+            "this needs a token without scopes (a login, or one made without --scope); this token's are {}",
+            have()
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -153,6 +153,8 @@ mod tests {
                 id: "t1".into(),
                 expires_at: None,
                 login_at,
+                scopes: None,
+                team_id: None,
             },
         )
     }

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_types::api::Token;
 use gpurent_types::login_throttle::Verdict;
-use gpurent_types::Money;
+use gpurent_types::{Money, TokenScope};
 
 use crate::{AuthUser, Result};
 
@@ -27,6 +27,17 @@ pub struct TokenFacts {
     /// For a login session (a token of kind `session`): when the login made it. `None` for
     /// an API token made deliberately.
     pub login_at: Option<DateTime<Utc>>,
+    /// What it may do; `None`: everything its user may.
+    pub scopes: Option<Vec<TokenScope>>,
+    /// The team it acts for.
+    pub team_id: Option<String>,
+}
+
+impl TokenFacts {
+    /// Whether it may do what `scope` covers.
+    pub fn allows(&self, scope: TokenScope) -> bool {
+        self.scopes.as_ref().is_none_or(|s| s.contains(&scope))
+    }
 }
 
 /// A token to store: only its hash, never the secret.
@@ -40,6 +51,10 @@ pub struct NewToken {
     pub expires_at: Option<DateTime<Utc>>,
     /// The token it was made with: revoking that one revokes this one too.
     pub parent_id: Option<String>,
+    /// What it may do; `None`: everything its user may.
+    pub scopes: Option<Vec<TokenScope>>,
+    /// The team it acts for.
+    pub team_id: Option<String>,
 }
 
 /// The platform's caps on one tenant's live reservations (`pending`, `starting`, `running`);

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::Money;
+use crate::{Money, TokenScope};
 
 /// `POST /api/v1/login`: a console login by name and password.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -64,6 +64,14 @@ pub struct CreateToken {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(min_length = 1, max_length = 1024)]
     pub password: Option<String>,
+    /// What it may do (none: everything its maker may). Never more than the token that makes
+    /// it, nor, with `team`, than the maker's role there allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<TokenScope>>,
+    /// Bind it to a team of the maker's: it acts for that team (its reservations are the
+    /// team's) and sees only the team's reservations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
 }
 
 impl std::fmt::Debug for CreateToken {
@@ -72,6 +80,8 @@ impl std::fmt::Debug for CreateToken {
         f.debug_struct("CreateToken")
             .field("name", &self.name)
             .field("expires_in_days", &self.expires_in_days)
+            .field("scopes", &self.scopes)
+            .field("team", &self.team)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .finish()
     }
@@ -91,6 +101,12 @@ pub struct Token {
     pub expires_at: Option<DateTime<Utc>>,
     #[serde(default)]
     pub revoked_at: Option<DateTime<Utc>>,
+    /// What it may do; none: everything its user may.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<TokenScope>>,
+    /// The team it acts for, by id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team_id: Option<String>,
 }
 
 /// A token just created: its secret is shown this once.

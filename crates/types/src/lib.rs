@@ -19,4 +19,6 @@ pub mod text;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use gpu_type::{GpuType, GpuTypeError, MigSlice};
 pub use money::{Money, MoneyError};
-pub use status::{NodeStatus, OnNodeLoss, ReservationStatus, Role, TeamRole, Tier, UnknownValue};
+pub use status::{
+    NodeStatus, OnNodeLoss, ReservationStatus, Role, TeamRole, Tier, TokenScope, UnknownValue,
+};

@@ -84,6 +84,20 @@ string_enum!(
     }
 );
 
+string_enum!(
+    /// What a scoped token may do: `read` everything its user sees; `reserve` make and stop
+    /// reservations; `ssh` enter instances; `volumes` manage volumes and their files;
+    /// `billing` read balances, usage and invoices; `admin` manage a team's members.
+    TokenScope, "token scope" {
+        Read => "read",
+        Reserve => "reserve",
+        Ssh => "ssh",
+        Volumes => "volumes",
+        Billing => "billing",
+        Admin => "admin"
+    }
+);
+
 impl TeamRole {
     /// How much the role may do: owner 3, admin 2, member 1, viewer 0.
     pub fn rank(self) -> u8 {

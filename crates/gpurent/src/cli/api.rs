@@ -16,7 +16,7 @@ pub enum ApiCommand {
     Credit(CreditCommand),
     /// API tokens: create with an expiry, list, revoke.
     #[command(subcommand)]
-    Tokens(TokensCommand),
+    Tokens(super::TokensCommand),
     /// Your SSH public keys, for `ssh RESERVATION_ID@HOST`: add, list, remove.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -183,29 +183,6 @@ pub enum CreditCommand {
         #[arg(long)]
         idempotency_key: Option<String>,
     },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum TokensCommand {
-    /// Create an API token for yourself; prints it once.
-    Create {
-        /// A label for `tokens ls`.
-        #[arg(long)]
-        name: Option<String>,
-        /// Valid for this many days, and never longer than the token you make it with
-        /// (default: as long as that token; until revoked only for an admin or with
-        /// `--with-password`). Revoking that token revokes this one.
-        #[arg(long, value_name = "N")]
-        expires_in_days: Option<u32>,
-        /// Give your password (GPURENT_PASSWORD, else a line on stdin): the token is then
-        /// one of its own, which may never expire and outlives the token you used.
-        #[arg(long)]
-        with_password: bool,
-    },
-    /// Your tokens (admin: everyone's), never their secrets.
-    Ls,
-    /// Revoke a token by its id: your own (admin: any).
-    Revoke { id: String },
 }
 
 #[derive(Debug, Subcommand)]

@@ -127,21 +127,36 @@ pub async fn tokens(api: &ApiClient, command: TokensCommand, json: bool) -> Resu
         TokensCommand::Create {
             name,
             expires_in_days,
+            expires,
+            scope,
+            team,
             with_password,
         } => {
             let body = CreateToken {
                 name,
-                expires_in_days,
+                expires_in_days: expires_in_days.or(expires),
                 password: with_password.then(read_password).transpose()?,
+                scopes: (!scope.is_empty()).then_some(scope),
+                team,
             };
             let created: TokenCreated = api.post("/api/v1/tokens", &body, None).await?;
             if json {
                 return print_json(&created);
             }
+            let scopes = created.info.scopes.as_ref().map_or_else(
+                || "every scope".to_owned(),
+                |s| s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","),
+            );
             print_line(&format!(
-                "token {} (expires {}), shown once: {}",
+                "token {} (expires {}; {scopes}{}), shown once: {}",
                 created.info.id,
                 time(created.info.expires_at),
+                created
+                    .info
+                    .team_id
+                    .as_ref()
+                    .map(|t| format!("; for team {t}"))
+                    .unwrap_or_default(),
                 created.token
             ));
         }
@@ -161,12 +176,17 @@ pub async fn tokens(api: &ApiClient, command: TokensCommand, json: bool) -> Resu
                         time(Some(t.created_at)),
                         time(t.expires_at),
                         time(t.revoked_at),
+                        t.scopes.as_ref().map_or_else(
+                            || "all".to_owned(),
+                            |s| s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","),
+                        ),
+                        t.team_id.clone().unwrap_or_else(|| "-".to_owned()),
                     ]
                 })
                 .collect();
             print_table(
                 &[
-                    "ID", "USER", "KIND", "NAME", "CREATED", "EXPIRES", "REVOKED",
+                    "ID", "USER", "KIND", "NAME", "CREATED", "EXPIRES", "REVOKED", "SCOPES", "TEAM",
                 ],
                 &rows,
             );

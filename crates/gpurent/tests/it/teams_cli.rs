@@ -64,7 +64,61 @@ fn a_lab_shares_its_grant_through_the_cli() {
     eventually("stopped", 30, || {
         cluster.get(&mia, &id)["status"] == "stopped"
     });
+    // A CI token that can only reserve (and read) for the lab: no --team needed with it.
+    let made = cli(
+        &olga,
+        true,
+        &[
+            "tokens",
+            "create",
+            "--name",
+            "ci",
+            "--team",
+            "lab",
+            "--scope",
+            "reserve,read",
+            "--expires",
+            "30d",
+        ],
+    )
+    .json();
+    assert_eq!(
+        made["scopes"],
+        serde_json::json!(["read", "reserve"]),
+        "{made}"
+    );
+    let ci = made["token"].as_str().unwrap().to_owned();
+    let by_ci = cluster.reserve(
+        &ci,
+        &["--gpu", "rtx4090", "--hours", "1", "--", "sleep", "600"],
+    );
+    assert_eq!(cluster.get(&ci, &by_ci)["team"], "lab");
+    let refused = cli(&ci, false, &["balance"]);
+    assert_ne!(refused.code, 0);
+    assert!(
+        refused.stderr.contains("do not include billing"),
+        "{refused:?}"
+    );
+    let bad = cli(
+        &olga,
+        false,
+        &["tokens", "create", "--scope", "root", "--expires", "1d"],
+    );
+    assert_ne!(bad.code, 0);
+    assert!(bad.stderr.contains("is not a scope"), "{bad:?}");
+    let listed = cli(&olga, false, &["tokens", "ls"]).stdout;
+    assert!(listed.contains("read,reserve"), "{listed}");
+    assert_eq!(cli(&ci, false, &["stop", &by_ci]).code, 0);
+    eventually("stopped", 30, || {
+        cluster.get(&ci, &by_ci)["status"] == "stopped"
+    });
+
     let charged: gpurent_types::Money = cluster.get(&mia, &id)["charged"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let ci_charged: gpurent_types::Money = cluster.get(&ci, &by_ci)["charged"]
         .as_str()
         .unwrap()
         .parse()
@@ -72,7 +126,7 @@ fn a_lab_shares_its_grant_through_the_cli() {
     let teams = cli(&olga, true, &["teams", "ls"]).json();
     let balance: gpurent_types::Money = teams[0]["balance"].as_str().unwrap().parse().unwrap();
     assert_eq!(
-        balance.micros() + charged.micros(),
+        balance.micros() + charged.micros() + ci_charged.micros(),
         20_000_000,
         "the lab paid for it: {teams}"
     );

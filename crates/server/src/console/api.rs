@@ -87,6 +87,9 @@ impl Api {
                         id: v.token_id.clone(),
                         expires_at: v.expires_at,
                         login_at: v.login_at,
+                        // A console session: the user's own, unscoped.
+                        scopes: None,
+                        team_id: None,
                     },
                 )
             }),

@@ -41,6 +41,8 @@ pub(crate) async fn login(
                 name: None,
                 expires_at: Some(now + ttl),
                 parent_id: None,
+                scopes: None,
+                team_id: None,
             },
             now,
         )

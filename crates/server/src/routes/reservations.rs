@@ -4,7 +4,6 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use gpurent_store::Scope;
 use gpurent_types::api::{CreateReservation, ErrorBody, Offer, Reservation, ReservationStopped};
 
 use crate::audit::AuditNote;
@@ -52,9 +51,10 @@ pub(crate) async fn create(
     let body = crate::templates::apply(&state, &caller.0.id, body).await?;
     let card = card_vram_mb(&state, &body).await?;
     // Made for a team, it is the team's: paid from its balance, its volumes mounted.
-    let (tenant, created_by) = crate::teams::payer(&state, &caller.0, body.team.as_deref()).await?;
+    let payer = crate::teams::payer(&state, &caller, body.team.as_deref()).await?;
+    let tenant = payer.tenant_id;
     let mut new = validate::reservation(&tenant, &body, idempotency_key(&headers)?, card)?;
-    new.created_by = created_by;
+    new.created_by = payer.team.is_some().then(|| caller.0.id.clone());
     new.limits = state.live().tenant_limits;
     (new.mounts, new.node_filter) = crate::volumes::mounts(&state, &tenant, &body.volumes).await?;
     // The owner's credential for the image's registry goes with the secrets (a reserved name:
@@ -72,7 +72,7 @@ pub(crate) async fn create(
     }
     let now = state.now();
     let expected = state.expected.note(new.gpu_type.key(), new.want);
-    let team = body.team.clone();
+    let team = payer.team;
     let (mut reservation, nodes) = match note.within(&state) {
         Some(record) => {
             let reserved = state
@@ -153,7 +153,7 @@ pub(crate) async fn list(
     let page = query.page()?;
     let mut list = state
         .store
-        .list_reservations(&Scope::of(&caller.0), page.limit, page.after.as_deref())
+        .list_reservations(&caller.scope(), page.limit, page.after.as_deref())
         .await?;
     super::ssh::add_connection(&state, &headers, &uri, &mut list);
     let next = page.next_header(list.len(), list.last().map(|r| r.id.as_str()));
@@ -172,10 +172,7 @@ pub(crate) async fn get(
     uri: axum::http::Uri,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Reservation>, ApiError> {
-    let mut reservation = state
-        .store
-        .get_reservation(&id, &Scope::of(&caller.0))
-        .await?;
+    let mut reservation = state.store.get_reservation(&id, &caller.scope()).await?;
     note.reservation(&reservation);
     reservation.http = crate::proxy::endpoints(&state, &headers, &reservation);
     super::ssh::add_connection(
@@ -198,7 +195,7 @@ pub(crate) async fn stop(
     note: AuditNote,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ReservationStopped>, ApiError> {
-    let scope = Scope::of(&caller.0);
+    let scope = caller.scope();
     // A team's reservation is stopped by its members and above, not its viewers.
     let current = state.store.get_reservation(&id, &scope).await?;
     crate::teams::reservation_action(&state, &caller.0, &current, TeamAction::Stop).await?;
@@ -248,7 +245,7 @@ pub(crate) async fn logs(
 ) -> Result<impl IntoResponse, ApiError> {
     let (bytes, next) = state
         .store
-        .read_logs(&id, &Scope::of(&caller.0), query.offset, LOGS_PAGE_BYTES)
+        .read_logs(&id, &caller.scope(), query.offset, LOGS_PAGE_BYTES)
         .await?;
     // Not `charset=utf-8`: the bytes are the instance's, whatever they are; and never taken
     // for anything but text (a tenant's output may look like HTML).

@@ -7,6 +7,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use gpurent_store::NewToken;
 use gpurent_types::api::{CreateToken, ErrorBody, Token, TokenCreated};
+use gpurent_types::TokenScope;
 
 use crate::auth::{hash_token, new_token, Caller};
 use crate::error::ApiError;
@@ -54,6 +55,9 @@ pub(crate) async fn create(
         }
         None => (lineage(&caller, asked)?, Some(caller.1.id.clone())),
     };
+    let scopes = bounded_scopes(&caller, body.scopes)?;
+    let team_id =
+        crate::teams::token_team(&state, &caller, body.team.as_deref(), scopes.as_deref()).await?;
     let token = new_token("gpr");
     let info = state
         .store
@@ -65,12 +69,38 @@ pub(crate) async fn create(
                 name: body.name,
                 expires_at,
                 parent_id,
+                scopes,
+                team_id,
             },
             state.now(),
         )
         .await?;
     tracing::info!(user_id = %caller.0.id, token_id = %info.id, "token created");
     Ok((StatusCode::CREATED, Json(TokenCreated { info, token })))
+}
+
+/// The scopes of a token made with the caller's: those asked for (each once, at least one),
+/// never one the caller's token lacks; none asked: the caller's token's own.
+fn bounded_scopes(
+    caller: &Caller,
+    asked: Option<Vec<TokenScope>>,
+) -> Result<Option<Vec<TokenScope>>, ApiError> {
+    let Some(mut asked) = asked else {
+        return Ok(caller.1.scopes.clone());
+    };
+    asked.sort_by_key(|s| s.as_str());
+    asked.dedup();
+    if asked.is_empty() {
+        return Err(ApiError::Invalid(
+            "scopes: at least one of read, reserve, ssh, volumes, billing, admin (or none given: all of the maker's)".into(),
+        ));
+    }
+    if let Some(wider) = asked.iter().find(|s| !caller.1.allows(**s)) {
+        return Err(ApiError::Forbidden(format!(
+            "scopes: a token cannot hold more than the token that makes it, and {wider} is not among its scopes"
+        )));
+    }
+    Ok(Some(asked))
 }
 
 /// When a token made with the caller's token expires: never after that token, and never

@@ -63,19 +63,89 @@ pub(crate) async fn reservation_action(
     require(team, role, action)
 }
 
-/// The tenant a new reservation is made for: the caller, or the team it names when the
-/// caller may reserve for it.
+/// The tenant a new reservation is made for: the caller, or the team it names (or the team
+/// the caller's token acts for) when the caller may reserve for it.
 pub(crate) async fn payer(
     state: &AppState,
-    caller: &AuthUser,
+    caller: &Caller,
     team: Option<&str>,
-) -> Result<(String, Option<String>), ApiError> {
-    let Some(name) = team else {
-        return Ok((caller.id.clone(), None));
+) -> Result<Payer, ApiError> {
+    let user = &caller.0;
+    let (team, role) = match (team, &caller.1.team_id) {
+        (None, None) => {
+            return Ok(Payer {
+                tenant_id: user.id.clone(),
+                team: None,
+            })
+        }
+        (Some(name), bound) => {
+            let (team, role) = team_for(state, user, name).await?;
+            if bound.as_ref().is_some_and(|b| *b != team.id) {
+                return Err(ApiError::Forbidden(format!(
+                    "team: this token acts for another team, not {name}"
+                )));
+            }
+            (team, role)
+        }
+        (None, Some(bound)) => {
+            let role = state.store.team_role(bound, &user.id).await?;
+            let team = state.store.get_user(bound).await?;
+            let role = effective(user, role).ok_or_else(|| {
+                ApiError::Forbidden(format!(
+                    "this token acts for team {}, which you are no longer a member of",
+                    team.name
+                ))
+            })?;
+            (
+                Team {
+                    id: team.id,
+                    name: team.name,
+                    balance: team.balance,
+                    created_at: team.created_at,
+                    role: Some(role),
+                    members: Vec::new(),
+                },
+                role,
+            )
+        }
     };
-    let (team, role) = team_for(state, caller, name).await?;
     require(&team.name, role, TeamAction::Reserve)?;
-    Ok((team.id, Some(caller.id.clone())))
+    Ok(Payer {
+        tenant_id: team.id,
+        team: Some(team.name),
+    })
+}
+
+/// Who a new reservation is for.
+pub(crate) struct Payer {
+    /// Its tenant: the caller, or the team.
+    pub tenant_id: String,
+    /// The team's name, where it is a team's (then the caller is its `created_by`).
+    pub team: Option<String>,
+}
+
+/// The team a new token is bound to (`tokens create --team`): one the caller is a member of,
+/// and the one their own token is bound to, if it is; each scope it asks for within what their
+/// role there allows.
+pub(crate) async fn token_team(
+    state: &AppState,
+    caller: &Caller,
+    name: Option<&str>,
+    scopes: Option<&[gpurent_types::TokenScope]>,
+) -> Result<Option<String>, ApiError> {
+    let Some(name) = name else {
+        return Ok(caller.1.team_id.clone());
+    };
+    let (team, role) = team_for(state, &caller.0, name).await?;
+    if caller.1.team_id.as_ref().is_some_and(|b| *b != team.id) {
+        return Err(ApiError::Forbidden(format!(
+            "team: this token acts for another team, so it cannot make one for {name}"
+        )));
+    }
+    for scope in scopes.unwrap_or(gpurent_types::TokenScope::ALL) {
+        require(&team.name, role, roles::action_of(*scope))?;
+    }
+    Ok(Some(team.id))
 }
 
 /// Make a team: you are its first owner. Its name is unique among users and teams.

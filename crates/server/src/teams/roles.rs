@@ -2,7 +2,7 @@
 //! admin may do everything in every team.
 
 use gpurent_store::AuthUser;
-use gpurent_types::{Role, TeamRole};
+use gpurent_types::{Role, TeamRole, TokenScope};
 
 use crate::error::ApiError;
 
@@ -54,6 +54,16 @@ impl TeamAction {
             TeamAction::ManageOwners => "managing its owners",
             TeamAction::MoveCredit => "moving credit into it",
         }
+    }
+}
+
+/// What a token scope bound to a team amounts to there (`tokens create --team --scope`).
+pub(crate) fn action_of(scope: TokenScope) -> TeamAction {
+    match scope {
+        TokenScope::Read | TokenScope::Billing => TeamAction::See,
+        TokenScope::Reserve | TokenScope::Volumes => TeamAction::Reserve,
+        TokenScope::Ssh => TeamAction::Enter,
+        TokenScope::Admin => TeamAction::ManageMembers,
     }
 }
 

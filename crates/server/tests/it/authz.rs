@@ -98,7 +98,7 @@ async fn each_role_gets_exactly_what_the_policy_allows(backend: Backend) {
                 Access::Page(_) => {
                     panic!("{method} {template}: a console page in the API document")
                 }
-                Access::Roles(allowed) => match role {
+                Access::Roles(allowed, _) => match role {
                     Some(r) if allowed.contains(r) => {
                         assert!(!refused, "{method} {path} as {r}: {status} {answer}")
                     }

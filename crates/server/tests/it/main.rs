@@ -52,6 +52,7 @@ mod registries;
 mod reports;
 mod revoke;
 mod roles;
+mod scoped_tokens;
 mod secrets;
 mod settlement;
 mod share_sizes;

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_types::api::{Token, User};
 use gpurent_types::login_throttle::Verdict;
-use gpurent_types::Money;
+use gpurent_types::{Money, TokenScope};
 use sqlx::Row;
 
 use super::{from_ts, new_id, ts, SqlStore};
@@ -13,7 +13,25 @@ use crate::{
 };
 
 const TOKEN_COLUMNS: &str =
-    "id, user_id, kind, name, created_at, expires_at, revoked_at FROM api_tokens";
+    "id, user_id, kind, name, created_at, expires_at, revoked_at, scopes, team_id FROM api_tokens";
+
+/// Scopes as kept: a comma-separated list; NULL for none given (everything).
+pub(crate) fn scopes_to_text(scopes: Option<&[TokenScope]>) -> Option<String> {
+    scopes.map(|s| s.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","))
+}
+
+fn scopes_of(text: Option<String>) -> Result<Option<Vec<TokenScope>>> {
+    text.map(|t| {
+        t.split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse()
+                    .map_err(|e| StoreError::Corrupt(format!("api_tokens.scopes: {e}")))
+            })
+            .collect()
+    })
+    .transpose()
+}
 
 fn token_from_row(row: &sqlx::any::AnyRow) -> Result<Token> {
     let opt = |col: &str| -> Result<Option<DateTime<Utc>>> {
@@ -27,6 +45,8 @@ fn token_from_row(row: &sqlx::any::AnyRow) -> Result<Token> {
         created_at: from_ts(row.try_get("created_at")?)?,
         expires_at: opt("expires_at")?,
         revoked_at: opt("revoked_at")?,
+        scopes: scopes_of(row.try_get("scopes")?)?,
+        team_id: row.try_get("team_id")?,
     })
 }
 
@@ -42,7 +62,7 @@ impl AccessStore for SqlStore {
         let read_at = std::time::Instant::now();
         let row = sqlx::query(
             "SELECT u.id, u.name, u.role, t.id AS token_id, t.kind, t.created_at, t.expires_at,
-                t.revoked_at
+                t.revoked_at, t.scopes, t.team_id
              FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = $1",
         )
         .bind(token_hash)
@@ -77,6 +97,8 @@ impl AccessStore for SqlStore {
             } else {
                 None
             },
+            scopes: scopes_of(row.try_get("scopes")?)?,
+            team_id: row.try_get("team_id")?,
         };
         self.tokens.put(
             token_hash,
@@ -91,8 +113,8 @@ impl AccessStore for SqlStore {
         let id = new_id();
         let inserted = sqlx::query(
             "INSERT INTO api_tokens (token_hash, user_id, created_at, id, kind, name, expires_at,
-                parent_id)
-             SELECT $1, u.id, $3, $4, $5, $6, $7, $8 FROM users u WHERE u.id = $2",
+                parent_id, scopes, team_id)
+             SELECT $1, u.id, $3, $4, $5, $6, $7, $8, $9, $10 FROM users u WHERE u.id = $2",
         )
         .bind(&new.token_hash)
         .bind(&new.user_id)
@@ -102,6 +124,8 @@ impl AccessStore for SqlStore {
         .bind(&new.name)
         .bind(new.expires_at.map(ts))
         .bind(&new.parent_id)
+        .bind(scopes_to_text(new.scopes.as_deref()))
+        .bind(&new.team_id)
         .execute(&self.pool)
         .await?
         .rows_affected();
@@ -116,6 +140,8 @@ impl AccessStore for SqlStore {
             created_at: from_ts(ts(now))?,
             expires_at: new.expires_at.map(ts).map(from_ts).transpose()?,
             revoked_at: None,
+            scopes: new.scopes,
+            team_id: new.team_id,
         })
     }
 

@@ -183,6 +183,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/0040_node_images.sql"),
     ),
     (41, "teams", include_str!("../../migrations/0041_teams.sql")),
+    (
+        42,
+        "token_scopes",
+        include_str!("../../migrations/0042_token_scopes.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

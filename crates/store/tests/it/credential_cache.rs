@@ -52,6 +52,8 @@ async fn revocation_and_role_changes_take_effect(backend: Backend) {
             name: None,
             expires_at: Some(t0() + chrono::Duration::minutes(5)),
             parent_id: None,
+            scopes: None,
+            team_id: None,
         },
         t0(),
     )

@@ -401,6 +401,8 @@ fn token_body(form: TokenForm) -> Result<CreateToken, Failure> {
         name: Some(form.name.trim().to_owned()).filter(|n| !n.is_empty()),
         expires_in_days,
         password: Some(form.password),
+        scopes: None,
+        team: None,
     })
 }
 
