@@ -48,9 +48,12 @@ pub enum ApiCommand {
         /// Print CSV (one row per reservation and a total row) instead of a table.
         #[arg(long)]
         csv: bool,
-        /// Whose invoice (admin).
-        #[arg(long)]
+        /// Whose invoice, by user id (admin).
+        #[arg(long, conflicts_with = "team")]
         user: Option<String>,
+        /// A team of yours.
+        #[arg(long, value_name = "NAME")]
+        team: Option<String>,
     },
     /// What your nodes earned, per node (hosts).
     Earnings(Window),
@@ -210,9 +213,13 @@ pub struct Window {
     /// End, exclusive (default: now).
     #[arg(long)]
     pub to: Option<String>,
-    /// Whose statement (admin; default: yours).
-    #[arg(long)]
+    /// Whose statement, by user id (admin; default: yours).
+    #[arg(long, conflicts_with = "team")]
     pub user: Option<String>,
+    /// A team of yours (a member of any role; default: yours, or the team your token acts
+    /// for).
+    #[arg(long, value_name = "NAME")]
+    pub team: Option<String>,
 }
 
 impl Window {

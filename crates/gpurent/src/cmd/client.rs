@@ -83,9 +83,12 @@ pub async fn run(
         Command::Offers => reservations::offers(&api, json).await?,
         Command::Reserve(args) => reservations::reserve(&api, *args, json).await?,
         Command::Usage(window) => billing::usage(&api, window, json).await?,
-        Command::Invoice { month, csv, user } => {
-            billing::invoice(&api, month, csv, user, json).await?
-        }
+        Command::Invoice {
+            month,
+            csv,
+            user,
+            team,
+        } => billing::invoice(&api, month, csv, user, team, json).await?,
         Command::Earnings(window) => billing::earnings(&api, window, json).await?,
         Command::Admin(AdminCommand::Spot) => admin::spot(&api, json).await?,
         Command::Get { id } => reservations::get(&api, id, json).await?,

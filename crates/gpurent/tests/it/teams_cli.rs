@@ -130,6 +130,14 @@ fn a_lab_shares_its_grant_through_the_cli() {
         20_000_000,
         "the lab paid for it: {teams}"
     );
+    // The lab's statement, by its name, to a member.
+    let used = cli(&mia, true, &["usage", "--team", "lab"]).json();
+    let total: gpurent_types::Money = used["total"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        total.micros(),
+        charged.micros() + ci_charged.micros(),
+        "{used}"
+    );
     let mine = cli(&mia, true, &["balance"]).json();
     assert_eq!(mine["balance"], "50.00", "mia paid nothing: {mine}");
     cluster.ledger_check();

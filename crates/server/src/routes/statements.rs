@@ -18,7 +18,8 @@ use crate::state::AppState;
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct InvoiceQuery {
-    /// Whose invoice (admin only; default: the caller).
+    /// Whose invoice: a team of the caller's (by id), or anyone's for an admin (default: the
+    /// caller, or the team their token acts for).
     user_id: Option<String>,
     /// `json` (default) or `csv`; `Accept: text/csv` also asks for CSV.
     format: Option<String>,
@@ -192,7 +193,8 @@ pub(crate) struct EarningsQuery {
     from: Option<String>,
     /// End (exclusive), same forms. Default: now.
     to: Option<String>,
-    /// Whose earnings (admin only; default: the caller).
+    /// Whose earnings: a team of the caller's (by id), or anyone's for an admin (default:
+    /// the caller, or the team their token acts for).
     user_id: Option<String>,
 }
 

@@ -18,7 +18,8 @@ pub(crate) struct UsageQuery {
     from: Option<String>,
     /// End (exclusive), same forms. Default: now (inclusive).
     to: Option<String>,
-    /// Whose usage (admin only; default: the caller).
+    /// Whose usage: a team of the caller's (by id), or anyone's for an admin (default: the
+    /// caller, or the team their token acts for).
     user_id: Option<String>,
 }
 
@@ -48,19 +49,27 @@ pub(crate) async fn usage(
     Ok(Json(state.store.usage(&user_id, from, to).await?))
 }
 
-/// Whose statement: the caller's own, or for an admin anyone's. Another user's, or an
-/// unknown one, is a 404, not an empty statement.
+/// Whose statement: the caller's own (or that of the team their token acts for), a team's of
+/// theirs (any role), or for an admin anyone's. Another user's, or an unknown one, is a 404,
+/// not an empty statement.
 pub(crate) async fn whose(
     state: &AppState,
     caller: &Caller,
     user_id: Option<String>,
 ) -> Result<String, ApiError> {
+    let own = caller.1.team_id.as_ref().unwrap_or(&caller.0.id);
+    let not_found = |id: String| gpurent_store::StoreError::NotFound { what: "user", id };
     let user_id = match user_id {
-        Some(id) if id != caller.0.id && !caller.is_admin() => {
-            return Err(gpurent_store::StoreError::NotFound { what: "user", id }.into())
+        Some(id) if id != *own && !caller.is_admin() => {
+            let member = caller.1.team_id.is_none()
+                && state.store.team_role(&id, &caller.0.id).await?.is_some();
+            if !member {
+                return Err(not_found(id).into());
+            }
+            id
         }
         Some(id) => id,
-        None => caller.0.id.clone(),
+        None => own.clone(),
     };
     state.store.get_user(&user_id).await?;
     Ok(user_id)

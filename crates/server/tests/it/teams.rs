@@ -181,6 +181,13 @@ async fn a_team_shares_its_balance_and_its_roles_hold(backend: Backend) {
     assert_eq!(done["charged"], "0.0625", "90 s at 2.50/h: {done}");
     let (_, lab) = olga.client.get("/api/v1/teams/lab").await;
     assert_eq!(lab["balance"], "39.9375", "{lab}");
+    // Its statements, to its members (a viewer too), by its id; not to others.
+    let usage = format!("/api/v1/usage?user_id={team_id}");
+    let (status, used) = vic.client.get(&usage).await;
+    assert_eq!(status, StatusCode::OK, "{used}");
+    assert_eq!(used["total"], "0.0625", "{used}");
+    let (status, _) = eve.client.get(&usage).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     let (_, mia_balance) = mia.client.get("/api/v1/balance").await;
     assert_eq!(
         mia_balance["balance"], "0.00",

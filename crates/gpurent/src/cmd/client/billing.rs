@@ -48,8 +48,24 @@ pub(super) async fn balance(api: &ApiClient, json: bool) -> Result<(), CliError>
     Ok(())
 }
 
+/// The id of the team named `name` (`--team`), for a statement's `user_id`.
+pub(super) async fn team_id(api: &ApiClient, name: &str) -> Result<String, CliError> {
+    let team: gpurent_types::api::Team =
+        api.get(&format!("/api/v1/teams/{}", segment(name))).await?;
+    Ok(team.id)
+}
+
+/// `--team NAME` as the statement's `user_id`.
+async fn for_team(api: &ApiClient, mut window: Window) -> Result<Window, CliError> {
+    if let Some(name) = window.team.take() {
+        window.user = Some(team_id(api, &name).await?);
+    }
+    Ok(window)
+}
+
 /// `gpurent usage`.
 pub(super) async fn usage(api: &ApiClient, window: Window, json: bool) -> Result<(), CliError> {
+    let window = for_team(api, window).await?;
     let u: Usage = api
         .get(&format!("/api/v1/usage?{}", window.query()))
         .await?;
@@ -89,8 +105,13 @@ pub(super) async fn invoice(
     month: String,
     csv: bool,
     user: Option<String>,
+    team: Option<String>,
     json: bool,
 ) -> Result<(), CliError> {
+    let user = match team {
+        Some(name) => Some(team_id(api, &name).await?),
+        None => user,
+    };
     let mut path = format!("/api/v1/invoices/{}", segment(&month));
     if let Some(user) = &user {
         path.push_str(&format!("?user_id={}", segment(user)));
@@ -150,6 +171,7 @@ pub(super) async fn invoice(
 
 /// `gpurent earnings`.
 pub(super) async fn earnings(api: &ApiClient, window: Window, json: bool) -> Result<(), CliError> {
+    let window = for_team(api, window).await?;
     let e: Earnings = api
         .get(&format!("/api/v1/earnings?{}", window.query()))
         .await?;
