@@ -103,6 +103,7 @@ impl ApiError {
                 StoreError::IdempotencyMismatch => {
                     (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
                 }
+                StoreError::OwnerUntouched => (StatusCode::FORBIDDEN, "forbidden"),
                 StoreError::InvalidJoinToken => (StatusCode::UNAUTHORIZED, "invalid_join_token"),
                 // Every store connection stayed busy for the whole acquire timeout: overload.
                 e if e.is_overloaded() => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),

@@ -36,16 +36,23 @@ pub enum Need {
     Unscoped,
     /// Any token; the handler bounds what it does by the token's scopes (`tokens create`).
     AnyToken,
+    /// This scope, on the user's own resources (volumes, SSH keys, their balance): never a
+    /// token bound to a team, which reaches only the team's reservations, statements and
+    /// members.
+    Personal(TokenScope),
 }
 
 const ALL: &[Role] = &[Role::Admin, Role::Host, Role::Tenant];
 const READ: Access = Access::Roles(ALL, Need::Scope(TokenScope::Read));
 const RESERVE: Access = Access::Roles(ALL, Need::Scope(TokenScope::Reserve));
 const SSH: Access = Access::Roles(ALL, Need::Scope(TokenScope::Ssh));
-const VOLUMES: Access = Access::Roles(ALL, Need::Scope(TokenScope::Volumes));
 const BILLING: Access = Access::Roles(ALL, Need::Scope(TokenScope::Billing));
 const TEAM_ADMIN: Access = Access::Roles(ALL, Need::Scope(TokenScope::Admin));
 const OWN: Access = Access::Roles(ALL, Need::Unscoped);
+const MY_READ: Access = Access::Roles(ALL, Need::Personal(TokenScope::Read));
+const MY_RESERVE: Access = Access::Roles(ALL, Need::Personal(TokenScope::Reserve));
+const MY_VOLUMES: Access = Access::Roles(ALL, Need::Personal(TokenScope::Volumes));
+const MY_BILLING: Access = Access::Roles(ALL, Need::Personal(TokenScope::Billing));
 const ANY_TOKEN: Access = Access::Roles(ALL, Need::AnyToken);
 const ADMIN: Access = Access::Roles(&[Role::Admin], Need::Unscoped);
 const ADMIN_HOST: Access = Access::Roles(&[Role::Admin, Role::Host], Need::Unscoped);
@@ -68,17 +75,17 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("POST", "/api/v1/internal/relay/{node}", Access::Node),
     ("POST", "/api/v1/users", ADMIN),
     ("GET", "/api/v1/users", ADMIN),
-    ("GET", "/api/v1/users/{id}", READ),
+    ("GET", "/api/v1/users/{id}", MY_READ),
     ("PATCH", "/api/v1/users/{id}", ADMIN),
     ("POST", "/api/v1/users/{id}/credit", ADMIN),
     ("POST", "/api/v1/users/{id}/password", OWN),
     ("POST", "/api/v1/tokens", ANY_TOKEN),
-    ("GET", "/api/v1/tokens", READ),
+    ("GET", "/api/v1/tokens", MY_READ),
     ("DELETE", "/api/v1/tokens/{id}", OWN),
     ("POST", "/api/v1/ssh-keys", OWN),
-    ("GET", "/api/v1/ssh-keys", READ),
+    ("GET", "/api/v1/ssh-keys", MY_READ),
     ("DELETE", "/api/v1/ssh-keys/{id}", OWN),
-    ("GET", "/api/v1/balance", BILLING),
+    ("GET", "/api/v1/balance", MY_BILLING),
     // Within a team, what a member may do is its role's (`teams/roles.rs`); a token's scopes
     // bound it further.
     ("POST", "/api/v1/teams", OWN),
@@ -89,7 +96,7 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("POST", "/api/v1/teams/{name}/credit", OWN),
     ("GET", "/api/v1/usage", BILLING),
     ("GET", "/api/v1/invoices/{month}", BILLING),
-    ("GET", "/api/v1/earnings", BILLING),
+    ("GET", "/api/v1/earnings", MY_BILLING),
     ("GET", "/api/v1/offers", READ),
     ("POST", "/api/v1/reservations", RESERVE),
     ("GET", "/api/v1/reservations", READ),
@@ -97,18 +104,18 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("POST", "/api/v1/reservations/{id}/stop", RESERVE),
     ("GET", "/api/v1/reservations/{id}/logs", READ),
     ("POST", "/api/v1/reservations/{id}/proxy-links", SSH),
-    ("POST", "/api/v1/volumes", VOLUMES),
-    ("GET", "/api/v1/volumes", READ),
-    ("GET", "/api/v1/volumes/{name}", READ),
-    ("PATCH", "/api/v1/volumes/{name}", VOLUMES),
-    ("DELETE", "/api/v1/volumes/{name}", VOLUMES),
-    ("GET", "/api/v1/volumes/{name}/files", VOLUMES),
-    ("POST", "/api/v1/templates", RESERVE),
+    ("POST", "/api/v1/volumes", MY_VOLUMES),
+    ("GET", "/api/v1/volumes", MY_READ),
+    ("GET", "/api/v1/volumes/{name}", MY_READ),
+    ("PATCH", "/api/v1/volumes/{name}", MY_VOLUMES),
+    ("DELETE", "/api/v1/volumes/{name}", MY_VOLUMES),
+    ("GET", "/api/v1/volumes/{name}/files", MY_VOLUMES),
+    ("POST", "/api/v1/templates", MY_RESERVE),
     ("GET", "/api/v1/templates", READ),
     ("GET", "/api/v1/templates/{name}", READ),
-    ("DELETE", "/api/v1/templates/{name}", RESERVE),
+    ("DELETE", "/api/v1/templates/{name}", MY_RESERVE),
     ("POST", "/api/v1/registries", OWN),
-    ("GET", "/api/v1/registries", READ),
+    ("GET", "/api/v1/registries", MY_READ),
     ("DELETE", "/api/v1/registries/{host}", OWN),
     // Published HTTP ports, any method: the proxy lets in only the reservation's owner (a
     // bearer token, or a proxy cookie from a one-time link) and answers 404 to anyone else.
@@ -243,12 +250,21 @@ pub(crate) async fn authorize(
     if let Err(refused) = covers(&caller.1, need) {
         return refused.into_response();
     }
+    if let Err(refused) = crate::teams::still_member(&state, &caller).await {
+        return refused.into_response();
+    }
     request.extensions_mut().insert(caller);
     next.run(request).await
 }
 
 /// Whether the token's scopes cover what the route needs; else a 403 saying what it lacks.
 fn covers(token: &gpurent_store::TokenFacts, need: Need) -> Result<(), ApiError> {
+    if token.team_id.is_some() && matches!(need, Need::Unscoped | Need::Personal(_)) {
+        return Err(ApiError::Forbidden(
+            "this token is bound to a team: it reaches only the team's reservations, statements and members, not your own account"
+                .into(),
+        ));
+    }
     let Some(scopes) = &token.scopes else {
         return Ok(());
     };
@@ -261,8 +277,8 @@ fn covers(token: &gpurent_store::TokenFacts, need: Need) -> Result<(), ApiError>
     };
     match need {
         Need::AnyToken => Ok(()),
-        Need::Scope(scope) if scopes.contains(&scope) => Ok(()),
-        Need::Scope(scope) => Err(ApiError::Forbidden(format!(
+        Need::Scope(scope) | Need::Personal(scope) if scopes.contains(&scope) => Ok(()),
+        Need::Scope(scope) | Need::Personal(scope) => Err(ApiError::Forbidden(format!(
             "this token's scopes ({}) do not include {scope}",
             have()
         ))),

@@ -21,6 +21,10 @@ pub enum StoreError {
     InsufficientCredit { needed: Money, balance: Money },
     #[error(transparent)]
     Price(#[from] gpurent_billing::QuoteError),
+    /// A team's owner, which the caller may not change (its role is read under the team's
+    /// lock).
+    #[error("only an owner of the team changes or removes an owner")]
+    OwnerUntouched,
     #[error("this Idempotency-Key was already used with a different request")]
     IdempotencyMismatch,
     #[error("the join token is unknown or expired")]

@@ -30,17 +30,25 @@ pub trait TeamStore: Send + Sync {
     async fn team_role(&self, team_id: &str, user_id: &str) -> Result<Option<TeamRole>>;
 
     /// Adds the user with `role`, or changes their role. `Conflict` when that would leave the
-    /// team without an owner; `NotFound` for an unknown user.
+    /// team without an owner; `NotFound` for an unknown user; `OwnerUntouched` when they are
+    /// an owner and `owners_too` is false (read under the team's lock).
     async fn set_member(
         &self,
         team_id: &str,
         user_id: &str,
         role: TeamRole,
+        owners_too: bool,
         now: DateTime<Utc>,
     ) -> Result<TeamMember>;
 
-    /// Removes the member. `Conflict` for its last owner; `NotFound` for a non-member.
-    async fn remove_member(&self, team_id: &str, user_id: &str) -> Result<TeamMember>;
+    /// Removes the member. `Conflict` for its last owner; `NotFound` for a non-member;
+    /// `OwnerUntouched` for an owner when `owners_too` is false.
+    async fn remove_member(
+        &self,
+        team_id: &str,
+        user_id: &str,
+        owners_too: bool,
+    ) -> Result<TeamMember>;
 
     /// Moves `amount` of `user_id`'s own credit into the team's balance, once per
     /// `transfer_id` (a retry with another amount is `IdempotencyMismatch`).

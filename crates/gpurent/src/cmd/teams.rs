@@ -97,7 +97,9 @@ pub async fn move_credit(
         amount: money(amount, "amount")?,
     };
     let path = format!("/api/v1/teams/{}/credit", segment(team));
-    let moved: CreditMoved = api.post(&path, &body, idempotency_key.as_deref()).await?;
+    // Always keyed, so that a retry after a lost answer moves it once.
+    let key = idempotency_key.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let moved: CreditMoved = api.post(&path, &body, Some(&key)).await?;
     if json {
         return print_json(&moved);
     }

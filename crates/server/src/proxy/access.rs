@@ -71,7 +71,8 @@ fn query_without_link(uri: &Uri) -> String {
         .join("&")
 }
 
-/// Whether the request's bearer token is the owner's, or (on the apps' site only) one of its
+/// Whether the request's bearer token is the owner's (with the `ssh` scope, where it has
+/// scopes), or (on the apps' site only) one of its
 /// proxy cookies opens this port of this reservation. No console session ever opens an app:
 /// the console's cookies never reach the apps' site, and on the console's site a browser's
 /// ambient credential must not be enough to load a tenant's page there.
@@ -84,7 +85,12 @@ pub(super) async fn allowed(
 ) -> bool {
     if headers.contains_key(header::AUTHORIZATION) {
         if let Ok(caller) = crate::auth::authenticate(state, headers).await {
-            if caller.0.id == reservation.tenant_id {
+            // The owner's own token, and one that may enter instances: not a token bound to a
+            // team, nor one whose scopes lack `ssh`.
+            if caller.0.id == reservation.tenant_id
+                && caller.1.team_id.is_none()
+                && caller.1.allows(gpurent_types::TokenScope::Ssh)
+            {
                 return true;
             }
         }

@@ -20,18 +20,40 @@ use crate::extract::{idempotency_key, ApiJson, ApiPath};
 use crate::state::AppState;
 use roles::{effective, require, TeamAction};
 
-/// The team named `name` and the caller's role for acting in it; a team they are not in is a
-/// 404, as one that does not exist.
+/// The team named `name` and the caller's role for acting in it; a team they are not in (or
+/// not the one their token is bound to) is a 404, as one that does not exist.
 async fn team_for(
     state: &AppState,
-    caller: &AuthUser,
+    caller: &Caller,
     name: &str,
 ) -> Result<(Team, TeamRole), ApiError> {
     let not_found = || ApiError::Store(gpurent_store::StoreError::not_found("team", name));
     let team = state.store.team_by_name(name).await?;
-    let role = state.store.team_role(&team.id, &caller.id).await?;
-    let role = effective(caller, role).ok_or_else(not_found)?;
+    if caller
+        .1
+        .team_id
+        .as_ref()
+        .is_some_and(|bound| *bound != team.id)
+    {
+        return Err(not_found());
+    }
+    let role = state.store.team_role(&team.id, &caller.0.id).await?;
+    let role = effective(&caller.0, role).ok_or_else(not_found)?;
     Ok((team, role))
+}
+
+/// A token bound to a team works only while its maker is a member of it (a platform admin's
+/// always): checked on every request it makes.
+pub(crate) async fn still_member(state: &AppState, caller: &Caller) -> Result<(), ApiError> {
+    let Some(team) = &caller.1.team_id else {
+        return Ok(());
+    };
+    if caller.is_admin() || state.store.team_role(team, &caller.0.id).await?.is_some() {
+        return Ok(());
+    }
+    Err(ApiError::Forbidden(
+        "this token acts for a team its maker is no longer a member of".into(),
+    ))
 }
 
 /// Whether the caller may do `action` to a reservation they can see: theirs, any for a
@@ -78,15 +100,8 @@ pub(crate) async fn payer(
                 team: None,
             })
         }
-        (Some(name), bound) => {
-            let (team, role) = team_for(state, user, name).await?;
-            if bound.as_ref().is_some_and(|b| *b != team.id) {
-                return Err(ApiError::Forbidden(format!(
-                    "team: this token acts for another team, not {name}"
-                )));
-            }
-            (team, role)
-        }
+        // Another team than the token's is a 404 (`team_for`).
+        (Some(name), _) => team_for(state, caller, name).await?,
         (None, Some(bound)) => {
             let role = state.store.team_role(bound, &user.id).await?;
             let team = state.store.get_user(bound).await?;
@@ -136,12 +151,7 @@ pub(crate) async fn token_team(
     let Some(name) = name else {
         return Ok(caller.1.team_id.clone());
     };
-    let (team, role) = team_for(state, &caller.0, name).await?;
-    if caller.1.team_id.as_ref().is_some_and(|b| *b != team.id) {
-        return Err(ApiError::Forbidden(format!(
-            "team: this token acts for another team, so it cannot make one for {name}"
-        )));
-    }
+    let (team, role) = team_for(state, caller, name).await?;
     for scope in scopes.unwrap_or(gpurent_types::TokenScope::ALL) {
         require(&team.name, role, roles::action_of(*scope))?;
     }
@@ -175,7 +185,12 @@ pub(crate) async fn list(
     caller: Caller,
 ) -> Result<Json<Vec<Team>>, ApiError> {
     let whose = (caller.0.role != Role::Admin).then_some(caller.0.id.as_str());
-    Ok(Json(state.store.list_teams(whose).await?))
+    let mut teams = state.store.list_teams(whose).await?;
+    // A token bound to a team sees that one only.
+    if let Some(bound) = &caller.1.team_id {
+        teams.retain(|t| t.id == *bound);
+    }
+    Ok(Json(teams))
 }
 
 /// A team of yours, with its members.
@@ -187,7 +202,7 @@ pub(crate) async fn get(
     caller: Caller,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<Team>, ApiError> {
-    let (mut team, _) = team_for(&state, &caller.0, &name).await?;
+    let (mut team, _) = team_for(&state, &caller, &name).await?;
     team.role = state.store.team_role(&team.id, &caller.0.id).await?;
     team.members = state.store.team_members(&team.id).await?;
     Ok(Json(team))
@@ -207,17 +222,20 @@ pub(crate) async fn set_member(
     ApiPath((name, user)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<SetMember>,
 ) -> Result<Json<TeamMember>, ApiError> {
-    let (team, role) = team_for(&state, &caller.0, &name).await?;
+    let (team, role) = team_for(&state, &caller, &name).await?;
     require(&team.name, role, TeamAction::ManageMembers)?;
     let user_id = state.store.user_id_by_name(&user).await?;
-    let current = state.store.team_role(&team.id, &user_id).await?;
-    if body.role == TeamRole::Owner || current == Some(TeamRole::Owner) {
+    if body.role == TeamRole::Owner {
         require(&team.name, role, TeamAction::ManageOwners)?;
     }
+    // Whether an owner may be changed is decided here and held by the store under the team's
+    // lock: a member made owner meanwhile is not changed by an admin.
+    let owners_too = roles::may(role, TeamAction::ManageOwners);
     let member = state
         .store
-        .set_member(&team.id, &user_id, body.role, state.now())
-        .await?;
+        .set_member(&team.id, &user_id, body.role, owners_too, state.now())
+        .await
+        .map_err(|e| owner_refused(e, &team.name, role))?;
     tracing::info!(team = %team.name, user = %user, role = %body.role, by = %caller.0.id, "team member set");
     Ok(Json(member))
 }
@@ -234,17 +252,30 @@ pub(crate) async fn remove_member(
     caller: Caller,
     ApiPath((name, user)): ApiPath<(String, String)>,
 ) -> Result<Json<TeamMember>, ApiError> {
-    let (team, role) = team_for(&state, &caller.0, &name).await?;
+    let (team, role) = team_for(&state, &caller, &name).await?;
     let user_id = state.store.user_id_by_name(&user).await?;
-    if user_id != caller.0.id {
+    let own = user_id == caller.0.id;
+    if !own {
         require(&team.name, role, TeamAction::ManageMembers)?;
-        if state.store.team_role(&team.id, &user_id).await? == Some(TeamRole::Owner) {
-            require(&team.name, role, TeamAction::ManageOwners)?;
-        }
     }
-    let gone = state.store.remove_member(&team.id, &user_id).await?;
+    let owners_too = own || roles::may(role, TeamAction::ManageOwners);
+    let gone = state
+        .store
+        .remove_member(&team.id, &user_id, owners_too)
+        .await
+        .map_err(|e| owner_refused(e, &team.name, role))?;
     tracing::info!(team = %team.name, user = %user, by = %caller.0.id, "team member removed");
     Ok(Json(gone))
+}
+
+/// The store's refusal to touch an owner, as the 403 of the role it needs.
+fn owner_refused(e: gpurent_store::StoreError, team: &str, role: TeamRole) -> ApiError {
+    match e {
+        gpurent_store::StoreError::OwnerUntouched => require(team, role, TeamAction::ManageOwners)
+            .err()
+            .unwrap_or_else(|| ApiError::Forbidden("only an owner changes an owner".into())),
+        other => other.into(),
+    }
 }
 
 /// Move your own credit into a team's balance (an owner of the team). With an
@@ -262,7 +293,7 @@ pub(crate) async fn move_credit(
     headers: HeaderMap,
     ApiJson(body): ApiJson<MoveCredit>,
 ) -> Result<Json<CreditMoved>, ApiError> {
-    let (team, role) = team_for(&state, &caller.0, &name).await?;
+    let (team, role) = team_for(&state, &caller, &name).await?;
     require(&team.name, role, TeamAction::MoveCredit)?;
     let amount = crate::validate::grant_amount(body.amount)?;
     let who = &caller.0.id;

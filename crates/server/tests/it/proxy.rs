@@ -84,6 +84,29 @@ async fn the_owner_reaches_the_app_with_a_bearer_token(backend: Backend) {
     assert_eq!(digest["len"], upload.len());
     assert_eq!(digest["sha256"], hex::encode(Sha256::digest(&upload)));
 
+    // A token of the owner's gets in only with the ssh scope, where it has scopes.
+    for (scopes, expected) in [
+        (json!(["billing", "read"]), StatusCode::NOT_FOUND),
+        (json!(["ssh"]), StatusCode::OK),
+    ] {
+        let (status, made) = s
+            .owner_client()
+            .post(
+                "/api/v1/tokens",
+                &json!({"expires_in_days": 1, "scopes": scopes}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{made}");
+        let r = s
+            .http
+            .get(s.url(&format!("/proxy/{rid}/{APP_PORT}/lab")))
+            .bearer_auth(made["token"].as_str().unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), expected, "{scopes}");
+    }
+
     // Without the slash after the port: sent on to it (the cookie's path has it).
     let r = s
         .http

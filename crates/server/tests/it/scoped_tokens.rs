@@ -120,7 +120,27 @@ async fn tokens_do_what_their_scopes_cover(backend: Backend) {
         ))
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "mia's own is not the lab's");
-    // Another team through it: refused.
+    // Bound to the lab, it reaches nothing of mia's own account, and sees only the lab.
+    for (method, path) in [
+        ("GET", "/api/v1/volumes"),
+        ("GET", "/api/v1/balance"),
+        ("GET", "/api/v1/ssh-keys"),
+    ] {
+        let (status, _, refused) = ci.send(method, path, None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}: {refused}");
+        assert!(refused.to_string().contains("bound to a team"), "{refused}");
+    }
+    let (status, _, refused) = ci
+        .send(
+            "POST",
+            "/api/v1/ssh-keys",
+            Some(&json!({"public_key": "ssh-ed25519 AAAA x"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    let (status, used) = ci.get("/api/v1/usage").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "no billing scope: {used}");
+    // Another team through it: unknown to it.
     let (status, _) = mia
         .client
         .post("/api/v1/teams", &json!({"name": "side"}))
@@ -129,9 +149,18 @@ async fn tokens_do_what_their_scopes_cover(backend: Backend) {
     let (status, refused) = ci
         .reserve(json!({"gpu_type": "rtx4090", "hours": 1, "team": "side"}))
         .await;
-    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    assert_eq!(status, StatusCode::NOT_FOUND, "{refused}");
     let (status, refused, _) = token(&app, &ci, json!({"team": "side"})).await;
-    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    assert_eq!(status, StatusCode::NOT_FOUND, "{refused}");
+
+    let (_, teams) = ci.get("/api/v1/teams").await;
+    assert_eq!(
+        teams.as_array().map(Vec::len),
+        Some(1),
+        "only the lab: {teams}"
+    );
+    let (status, _) = ci.get("/api/v1/teams/side").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 
     // A viewer's token for the lab holds no more than a viewer may.
     let (status, refused, _) = token(
@@ -142,13 +171,17 @@ async fn tokens_do_what_their_scopes_cover(backend: Backend) {
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
     assert!(refused.to_string().contains("viewer"), "{refused}");
-    let (status, made, _) = token(
+    let (status, viewed, books) = token(
         &app,
         &vic.client,
-        json!({"team": "lab", "scopes": ["read"]}),
+        json!({"team": "lab", "scopes": ["read", "billing"]}),
     )
     .await;
-    assert_eq!(status, StatusCode::CREATED, "{made}");
+    assert_eq!(status, StatusCode::CREATED, "{viewed}");
+    // Its statements are the lab's by default.
+    let (status, used) = books.get("/api/v1/usage").await;
+    assert_eq!(status, StatusCode::OK, "{used}");
+    assert_eq!(used["user_id"], viewed["team_id"], "{used}");
     // An outsider's token for the lab: the lab is unknown to them.
     let eve = app.tenant("eve", "1").await;
     let (status, _, _) = token(&app, &eve.client, json!({"team": "lab"})).await;
@@ -166,6 +199,14 @@ async fn tokens_do_what_their_scopes_cover(backend: Backend) {
         refused.to_string().contains("no longer a member"),
         "{refused}"
     );
+    let (status, refused) = ci.get("/api/v1/reservations").await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "nor reads the lab: {refused}"
+    );
+    let (status, _) = ci.get("/api/v1/teams").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
     app.shutdown().await;
 }
 

@@ -8,11 +8,23 @@ use gpurent_store::Backend;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::app::TestApp;
+use crate::app::{Client, TestApp};
 use crate::both_stores;
 
-fn put_member(role: &str) -> Value {
-    json!({ "role": role })
+/// `PUT .../members/USER` as `client`: its status and answer.
+async fn set_role(client: &Client, user: &str, role: &str) -> (StatusCode, Value) {
+    let path = format!("/api/v1/teams/lab/members/{user}");
+    let (status, _, body) = client
+        .send("PUT", &path, Some(&json!({ "role": role })))
+        .await;
+    (status, body)
+}
+
+/// `DELETE .../members/USER` as `client`.
+async fn remove(client: &Client, user: &str) -> (StatusCode, Value) {
+    let path = format!("/api/v1/teams/lab/members/{user}");
+    let (status, _, body) = client.send("DELETE", &path, None).await;
+    (status, body)
 }
 
 async fn a_team_shares_its_balance_and_its_roles_hold(backend: Backend) {
@@ -49,38 +61,14 @@ async fn a_team_shares_its_balance_and_its_roles_hold(backend: Backend) {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
 
     for (user, role) in [("mia", "member"), ("vic", "viewer")] {
-        let (status, m) = olga
-            .client
-            .send(
-                "PUT",
-                &format!("/api/v1/teams/lab/members/{user}"),
-                Some(&put_member(role)),
-            )
-            .await
-            .into_status_body();
+        let (status, m) = set_role(&olga.client, user, role).await;
         assert_eq!(status, StatusCode::OK, "{m}");
         assert_eq!(m["role"], role);
     }
-    let (status, unknown) = olga
-        .client
-        .send(
-            "PUT",
-            "/api/v1/teams/lab/members/nobody",
-            Some(&put_member("member")),
-        )
-        .await
-        .into_status_body();
+    let (status, unknown) = set_role(&olga.client, "nobody", "member").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{unknown}");
     // A member may not manage members; an outsider does not see the team at all.
-    let (status, refused) = mia
-        .client
-        .send(
-            "PUT",
-            "/api/v1/teams/lab/members/eve",
-            Some(&put_member("member")),
-        )
-        .await
-        .into_status_body();
+    let (status, refused) = set_role(&mia.client, "eve", "member").await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
     assert!(refused.to_string().contains("admin or above"), "{refused}");
     let (status, _) = eve.client.get("/api/v1/teams/lab").await;
@@ -213,75 +201,35 @@ async fn a_team_shares_its_balance_and_its_roles_hold(backend: Backend) {
         [("olga", "owner"), ("mia", "member"), ("vic", "viewer")]
             .map(|(n, r)| (n.to_owned(), r.to_owned()))
     );
-    let (status, last) = olga
-        .client
-        .send("DELETE", "/api/v1/teams/lab/members/olga", None)
-        .await
-        .into_status_body();
+    let (status, last) = remove(&olga.client, "olga").await;
     assert_eq!(status, StatusCode::CONFLICT, "{last}");
     assert!(last.to_string().contains("at least one owner"), "{last}");
-    let (status, _) = olga
-        .client
-        .send(
-            "PUT",
-            "/api/v1/teams/lab/members/olga",
-            Some(&put_member("admin")),
-        )
-        .await
-        .into_status_body();
+    let (status, _) = set_role(&olga.client, "olga", "admin").await;
     assert_eq!(
         status,
         StatusCode::CONFLICT,
         "the last owner is not demoted"
     );
-    let (status, _) = olga
-        .client
-        .send(
-            "PUT",
-            "/api/v1/teams/lab/members/mia",
-            Some(&put_member("admin")),
-        )
-        .await
-        .into_status_body();
+    let (status, _) = set_role(&olga.client, "mia", "admin").await;
     assert_eq!(status, StatusCode::OK);
-    let (status, refused) = mia
-        .client
-        .send(
-            "PUT",
-            "/api/v1/teams/lab/members/vic",
-            Some(&put_member("owner")),
-        )
-        .await
-        .into_status_body();
+    let (status, refused) = set_role(&mia.client, "vic", "owner").await;
     assert_eq!(
         status,
         StatusCode::FORBIDDEN,
         "an admin makes no owner: {refused}"
     );
-    let (status, refused) = mia
-        .client
-        .send("DELETE", "/api/v1/teams/lab/members/olga", None)
-        .await
-        .into_status_body();
+    let (status, refused) = remove(&mia.client, "olga").await;
     assert_eq!(
         status,
         StatusCode::FORBIDDEN,
         "an admin removes no owner: {refused}"
     );
-    let (status, _) = mia
-        .client
-        .send("DELETE", "/api/v1/teams/lab/members/vic", None)
-        .await
-        .into_status_body();
+    let (status, _) = remove(&mia.client, "vic").await;
     assert_eq!(status, StatusCode::OK, "an admin removes a viewer");
     let (status, _) = vic.client.get(&path).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "gone with the membership");
     // Anyone may leave.
-    let (status, _) = mia
-        .client
-        .send("DELETE", "/api/v1/teams/lab/members/mia", None)
-        .await
-        .into_status_body();
+    let (status, _) = remove(&mia.client, "mia").await;
     assert_eq!(status, StatusCode::OK);
     // A team is not a user: not listed as one, and nobody signs in as it.
     let (_, users) = app.admin().get("/api/v1/users").await;
@@ -294,14 +242,3 @@ both_stores!(
     a_team_shares_its_balance_and_its_roles_hold_on,
     a_team_shares_its_balance_and_its_roles_hold
 );
-
-/// `(status, headers, body)` → `(status, body)`.
-trait StatusBody {
-    fn into_status_body(self) -> (StatusCode, Value);
-}
-
-impl StatusBody for (StatusCode, reqwest::header::HeaderMap, Value) {
-    fn into_status_body(self) -> (StatusCode, Value) {
-        (self.0, self.2)
-    }
-}

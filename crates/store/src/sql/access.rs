@@ -223,12 +223,13 @@ impl AccessStore for SqlStore {
         now: DateTime<Utc>,
     ) -> Result<u64> {
         let mut tx = self.begin().await?;
-        let updated = sqlx::query("UPDATE users SET password_hash = $2 WHERE id = $1")
-            .bind(user_id)
-            .bind(password_hash)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        let updated =
+            sqlx::query("UPDATE users SET password_hash = $2 WHERE id = $1 AND kind = 'user'")
+                .bind(user_id)
+                .bind(password_hash)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
         if updated == 0 {
             return Err(StoreError::not_found("user", user_id));
         }
@@ -280,10 +281,11 @@ impl AccessStore for SqlStore {
     }
 
     async fn login_facts(&self, name: &str) -> Result<Option<LoginFacts>> {
-        let row = sqlx::query("SELECT id, password_hash FROM users WHERE name = $1")
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row =
+            sqlx::query("SELECT id, password_hash FROM users WHERE name = $1 AND kind = 'user'")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?;
         row.map(|row| {
             Ok(LoginFacts {
                 user_id: row.try_get("id")?,

@@ -126,6 +126,50 @@ pub(crate) async fn transfer(conn: &mut AnyConnection, t: Transfer<'_>) -> Resul
     Ok(true)
 }
 
+/// Whether a transfer with this id was made before (a retried grant or move of credit):
+/// `IdempotencyMismatch` when it was made with another amount.
+pub(crate) async fn made_before(
+    conn: &mut AnyConnection,
+    id: &str,
+    amount: gpurent_types::Money,
+) -> Result<bool> {
+    let earlier: Option<i64> = sqlx::query_scalar("SELECT amount FROM transfers WHERE id = $1")
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if earlier.is_some_and(|a| a != amount.micros()) {
+        return Err(crate::StoreError::IdempotencyMismatch);
+    }
+    Ok(earlier.is_some())
+}
+
+/// Credit moved from `debit` to `credit` (a grant from the platform, or one's own credit into
+/// a team), once per `id`.
+pub(crate) async fn credit(
+    conn: &mut AnyConnection,
+    id: &str,
+    debit: &str,
+    credit: &str,
+    amount: gpurent_types::Money,
+    at: i64,
+) -> Result<bool> {
+    transfer(
+        conn,
+        Transfer {
+            id,
+            debit,
+            credit,
+            amount: amount.micros(),
+            reservation_id: None,
+            at,
+            kind: Kind::Credit,
+            node_id: None,
+            volume_id: None,
+        },
+    )
+    .await
+}
+
 pub(crate) async fn balance_of(conn: &mut AnyConnection, account: &str) -> Result<Option<i64>> {
     Ok(
         sqlx::query_scalar("SELECT balance FROM accounts WHERE id = $1")

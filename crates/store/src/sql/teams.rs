@@ -8,7 +8,7 @@ use gpurent_types::api::{Team, TeamMember};
 use gpurent_types::{Money, TeamRole};
 use sqlx::{AnyConnection, Row};
 
-use super::ledger::{self, Kind, Transfer};
+use super::ledger;
 use super::{from_ts, new_id, ts, SqlStore};
 use crate::{Result, StoreError, TeamStore};
 
@@ -200,6 +200,7 @@ impl TeamStore for SqlStore {
         team_id: &str,
         user_id: &str,
         role: TeamRole,
+        owners_too: bool,
         now: DateTime<Utc>,
     ) -> Result<TeamMember> {
         let mut tx = self.begin().await?;
@@ -219,6 +220,9 @@ impl TeamStore for SqlStore {
                 ..
             })
         );
+        if was_owner && !owners_too {
+            return Err(StoreError::OwnerUntouched);
+        }
         if was_owner && role != TeamRole::Owner && owners(&mut tx, team_id).await? <= 1 {
             return Err(StoreError::Conflict(LAST_OWNER.to_owned()));
         }
@@ -237,10 +241,18 @@ impl TeamStore for SqlStore {
         Ok(member)
     }
 
-    async fn remove_member(&self, team_id: &str, user_id: &str) -> Result<TeamMember> {
+    async fn remove_member(
+        &self,
+        team_id: &str,
+        user_id: &str,
+        owners_too: bool,
+    ) -> Result<TeamMember> {
         let mut tx = self.begin().await?;
         lock_team(&mut tx, team_id).await?;
         let gone = member(&mut tx, team_id, user_id).await?;
+        if gone.role == TeamRole::Owner && !owners_too {
+            return Err(StoreError::OwnerUntouched);
+        }
         if gone.role == TeamRole::Owner && owners(&mut tx, team_id).await? <= 1 {
             return Err(StoreError::Conflict(LAST_OWNER.to_owned()));
         }
@@ -264,14 +276,7 @@ impl TeamStore for SqlStore {
         let (from, to) = (ledger::user_account(user_id), ledger::user_account(team_id));
         let mut tx = self.begin().await?;
         lock_team(&mut tx, team_id).await?;
-        let earlier: Option<i64> = sqlx::query_scalar("SELECT amount FROM transfers WHERE id = $1")
-            .bind(transfer_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if earlier.is_some_and(|a| a != amount.micros()) {
-            return Err(StoreError::IdempotencyMismatch);
-        }
-        if earlier.is_none() {
+        if !ledger::made_before(&mut tx, transfer_id, amount).await? {
             // The debit's row, locked with the check: nothing spends it in between.
             let covered = sqlx::query(
                 "UPDATE accounts SET balance = balance WHERE id = $1 AND balance >= $2",
@@ -290,21 +295,7 @@ impl TeamStore for SqlStore {
                     balance: Money::from_micros(balance),
                 });
             }
-            ledger::transfer(
-                &mut tx,
-                Transfer {
-                    id: transfer_id,
-                    debit: &from,
-                    credit: &to,
-                    amount: amount.micros(),
-                    reservation_id: None,
-                    at: ts(now),
-                    kind: Kind::Credit,
-                    node_id: None,
-                    volume_id: None,
-                },
-            )
-            .await?;
+            ledger::credit(&mut tx, transfer_id, &from, &to, amount, ts(now)).await?;
         }
         let mut balance = async |account: &str| -> Result<Money> {
             Ok(Money::from_micros(

@@ -193,26 +193,14 @@ impl UserStore for SqlStore {
         if ledger::balance_of(&mut tx, &account).await?.is_none() {
             return Err(StoreError::not_found("user", user_id));
         }
-        let earlier: Option<i64> = sqlx::query_scalar("SELECT amount FROM transfers WHERE id = $1")
-            .bind(transfer_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if earlier.is_some_and(|a| a != amount.micros()) {
-            return Err(StoreError::IdempotencyMismatch);
-        }
-        ledger::transfer(
+        ledger::made_before(&mut tx, transfer_id, amount).await?;
+        ledger::credit(
             &mut tx,
-            Transfer {
-                id: transfer_id,
-                debit: PLATFORM_CREDIT,
-                credit: &account,
-                amount: amount.micros(),
-                reservation_id: None,
-                at: ts(now),
-                kind: Kind::Credit,
-                node_id: None,
-                volume_id: None,
-            },
+            transfer_id,
+            PLATFORM_CREDIT,
+            &account,
+            amount,
+            ts(now),
         )
         .await?;
         let balance = ledger::balance_of(&mut tx, &account)
