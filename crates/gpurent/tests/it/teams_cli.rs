@@ -93,7 +93,11 @@ fn a_lab_shares_its_grant_through_the_cli() {
         &["--gpu", "rtx4090", "--hours", "1", "--", "sleep", "600"],
     );
     assert_eq!(cluster.get(&ci, &by_ci)["team"], "lab");
+    // Not olga's own account, and not what its scopes lack.
     let refused = cli(&ci, false, &["balance"]);
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("bound to a team"), "{refused:?}");
+    let refused = cli(&ci, false, &["usage"]);
     assert_ne!(refused.code, 0);
     assert!(
         refused.stderr.contains("do not include billing"),
