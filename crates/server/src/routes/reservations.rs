@@ -39,8 +39,9 @@ pub(crate) async fn offers(
     params(("Idempotency-Key" = Option<String>, Header, pattern = r"^[!-~]{1,255}$",
         description = "A retried request with the same key returns the first reservation")),
     responses((status = 201, body = Reservation), (status = 400, body = ErrorBody),
-        (status = 402, body = ErrorBody), (status = 409, body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+        (status = 402, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "`team`: no team of yours has that name"),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn create(
     State(state): State<AppState>,
     caller: Caller,

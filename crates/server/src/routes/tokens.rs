@@ -23,7 +23,9 @@ const MAX_EXPIRY_DAYS: u32 = 3650;
 #[utoipa::path(post, path = "/api/v1/tokens", tag = "users", security(("bearer" = [])),
     request_body = CreateToken,
     responses((status = 201, body = TokenCreated), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "`team`: no team of yours has that name"),
+        (status = 422, body = ErrorBody)))]
 pub(crate) async fn create(
     State(state): State<AppState>,
     caller: Caller,
