@@ -93,7 +93,7 @@ pub(crate) async fn payer(
     team: Option<&str>,
 ) -> Result<Payer, ApiError> {
     let user = &caller.0;
-    let (team, role) = match (team, &caller.1.team_id) {
+    let (id, name, role) = match (team, &caller.1.team_id) {
         (None, None) => {
             return Ok(Payer {
                 tenant_id: user.id.clone(),
@@ -101,33 +101,26 @@ pub(crate) async fn payer(
             })
         }
         // Another team than the token's is a 404 (`team_for`).
-        (Some(name), _) => team_for(state, caller, name).await?,
+        (Some(name), _) => {
+            let (team, role) = team_for(state, caller, name).await?;
+            (team.id, team.name, role)
+        }
+        // `authorize` checked that the maker is still a member (`still_member`).
         (None, Some(bound)) => {
             let role = state.store.team_role(bound, &user.id).await?;
-            let team = state.store.get_user(bound).await?;
             let role = effective(user, role).ok_or_else(|| {
-                ApiError::Forbidden(format!(
-                    "this token acts for team {}, which you are no longer a member of",
-                    team.name
-                ))
+                ApiError::Forbidden(
+                    "this token acts for a team you are no longer a member of".into(),
+                )
             })?;
-            (
-                Team {
-                    id: team.id,
-                    name: team.name,
-                    balance: team.balance,
-                    created_at: team.created_at,
-                    role: Some(role),
-                    members: Vec::new(),
-                },
-                role,
-            )
+            let name = state.store.get_user(bound).await?.name;
+            (bound.clone(), name, role)
         }
     };
-    require(&team.name, role, TeamAction::Reserve)?;
+    require(&name, role, TeamAction::Reserve)?;
     Ok(Payer {
-        tenant_id: team.id,
-        team: Some(team.name),
+        tenant_id: id,
+        team: Some(name),
     })
 }
 
