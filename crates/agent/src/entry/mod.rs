@@ -143,6 +143,14 @@ pub trait EntryControl: Send + Sync {
 pub enum EntryError {
     #[error("reservation {reservation_id} is not running on this node")]
     NotRunning { reservation_id: String },
+    #[error(
+        "reservation {reservation_id} is still starting on this node: its workload has not \
+         started in {waited_s} s; try again in a moment"
+    )]
+    StillStarting {
+        reservation_id: String,
+        waited_s: u64,
+    },
     #[error("the sim executor runs nothing: there is no instance to enter")]
     NothingToEnter,
     #[error("this image has no /bin/sh: run a command instead (ssh {reservation_id} -- CMD)")]

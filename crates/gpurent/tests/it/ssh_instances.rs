@@ -175,7 +175,14 @@ fn free_port() -> u16 {
 fn sessions_work(s: &Setup, id: &str, home: &str, httpd: &dyn Fn(u16) -> String) {
     // Exec: the instance's environment and user, and the exit status passed back.
     let (code, out, err) = s.run(id, "echo \"$FOO $CUDA_VISIBLE_DEVICES\"; id -u; exit 3");
-    assert_eq!(code, Some(3), "{out} {err}");
+    // Should the first session fail (it once did, in CI only), the agent's log says why.
+    assert_eq!(
+        code,
+        Some(3),
+        "{out} {err}\nreservation: {}\nthe agent's log:\n{}",
+        s.status(id),
+        std::fs::read_to_string(s.dir.join("node-1.log")).unwrap_or_default()
+    );
     let mut lines = out.lines();
     let first = lines.next().unwrap_or_default();
     assert!(first.starts_with("bar GPU-"), "env: {out:?}");

@@ -10,8 +10,9 @@ use crate::entry::sftp::SftpTarget;
 use crate::entry::{session, tcp, Entered, EntryError, EntryKind, EntryRequest, LocalTarget};
 use crate::executor::sandbox;
 
-/// How long a session waits for a just-started instance's workload to take its uid.
-const STARTING_WAIT: Duration = Duration::from_secs(10);
+/// How long a session waits for a just-started instance's workload to take its uid: bwrap and
+/// pasta set it up in well under a second, but a loaded node can take many.
+const STARTING_WAIT: Duration = Duration::from_secs(30);
 
 /// What a session finds of an instance.
 enum Lookup {
@@ -33,9 +34,15 @@ impl ProcessExecutor {
             .ok()
             .and_then(|b| serde_json::from_slice::<InstanceFile>(&b).ok())
         else {
+            tracing::debug!(reservation_id = %id, "entry: no instance.json for it");
             return Lookup::Gone;
         };
-        if self.exit_code(id).is_some() || !self.group_alive(&file) {
+        if let Some(code) = self.exit_code(id) {
+            tracing::info!(reservation_id = %id, code, "entry: the instance has ended");
+            return Lookup::Gone;
+        }
+        if !self.group_alive(&file) {
+            tracing::info!(reservation_id = %id, "entry: nothing of the instance runs");
             return Lookup::Gone;
         }
         let procs: Vec<PathBuf> = self
@@ -93,7 +100,13 @@ impl ProcessExecutor {
                 Lookup::Starting if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                Lookup::Starting | Lookup::Gone => {
+                Lookup::Starting => {
+                    return Err(EntryError::StillStarting {
+                        reservation_id: id.to_owned(),
+                        waited_s: STARTING_WAIT.as_secs(),
+                    })
+                }
+                Lookup::Gone => {
                     return Err(EntryError::NotRunning {
                         reservation_id: id.to_owned(),
                     })
