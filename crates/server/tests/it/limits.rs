@@ -333,3 +333,62 @@ both_stores!(
     queued_caps,
     the_platform_default_caps_queued_reservations_too
 );
+
+/// A member's caps count what they make for their teams: a capped user who makes a team and
+/// moves credit into it reserves no more through it than alone, however many ask at once.
+async fn a_members_caps_count_what_they_make_for_teams(backend: Backend) {
+    let app = TestApp::with(backend)
+        .with_sim_gpus("8xRTX4090")
+        .with_config(no_rate_limits)
+        .start()
+        .await;
+    let tina = app.tenant("tina", "1000").await;
+    let (status, _, user) = app
+        .admin()
+        .send(
+            "PATCH",
+            &format!("/api/v1/users/{}", tina.id),
+            Some(&json!({"max_reservations": 3})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{user}");
+    let (status, team) = tina
+        .client
+        .post("/api/v1/teams", &json!({"name": "lab"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{team}");
+    let (status, moved) = tina
+        .client
+        .post("/api/v1/teams/lab/credit", &json!({"amount": "500"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{moved}");
+
+    let share = json!({"gpu_type": "rtx4090", "vram_gb": 1, "hours": 1});
+    let (status, body) = tina.client.reserve(share.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // Ten for the team at once: two more fit under her cap of three.
+    let for_team = json!({"gpu_type": "rtx4090", "vram_gb": 1, "hours": 1, "team": "lab"});
+    assert_eq!(
+        at_once(&tina.client, &for_team, 10, "max_reservations").await,
+        2
+    );
+    let (status, body) = tina.client.reserve(for_team).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("counting those made for teams") && message.contains("you have 3"),
+        "{message}"
+    );
+    // And her own count holds what she made for the team.
+    let (status, body) = tina.client.reserve(share).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("this tenant has 3")),
+        "{body}"
+    );
+    app.assert_consistent().await;
+    app.shutdown().await;
+}
+both_stores!(member_caps, a_members_caps_count_what_they_make_for_teams);

@@ -276,6 +276,7 @@ impl SqlStore {
                     tenant.live,
                     spend,
                     quote.price_per_hour,
+                    caps::Whose::Tenant,
                 )
                 .is_some()
                 {

@@ -42,7 +42,8 @@ pub(super) struct Usage {
 }
 
 /// Adds to `batch` the count of a capped tenant's live reservations and their spend per
-/// hour, but for `except` (a reservation of this transaction). On PostgreSQL the tenant's
+/// hour, but for `except` (a reservation of this transaction): a user's own and those they
+/// made for teams (`created_by`), so that nobody passes their caps through a team. On PostgreSQL the tenant's
 /// reservations are serialized from here to commit by a lock of its user row (SQLite has one
 /// writer), so that the count includes every reservation committed before, and the caps are
 /// read again under it: what counts is the caps as they are now.
@@ -61,9 +62,16 @@ pub(super) fn push_usage(
     });
     let count = batch.push(
         concat!(
-            "SELECT COUNT(*) AS live, CAST(COALESCE(SUM(price_per_hour), 0) AS BIGINT) AS spend
-             FROM reservations WHERE tenant_id = $1 AND id <> $2 AND status IN ",
-            unstopped_statuses!()
+            // Two index searches (an OR of the two columns scans every live reservation).
+            "SELECT COUNT(*) AS live, CAST(COALESCE(SUM(p), 0) AS BIGINT) AS spend FROM (
+               SELECT price_per_hour AS p FROM reservations
+               WHERE tenant_id = $1 AND id <> $2 AND status IN ",
+            unstopped_statuses!(),
+            " UNION ALL
+               SELECT price_per_hour FROM reservations
+               WHERE created_by = $1 AND tenant_id <> $1 AND id <> $2 AND status IN ",
+            unstopped_statuses!(),
+            ") counted"
         ),
         vec![Arg::from(tenant_id), Arg::from(except)],
     );
@@ -100,27 +108,45 @@ pub(super) fn usage_in(
     ))
 }
 
-/// Why a tenant with `live` reservations spending `spend` per hour may not add one at
-/// `price_per_hour` under caps of `max_live` and `max_spend`; `None` when it may.
+/// Whose caps a count is held against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Whose {
+    /// The tenant that pays: a user, or a team.
+    Tenant,
+    /// The member who makes a team's reservation: theirs and those they made for teams.
+    Maker,
+}
+
+/// Why a tenant (or a team's member, `whose`) with `live` reservations spending `spend` per
+/// hour may not add one at `price_per_hour` under caps of `max_live` and `max_spend`; `None`
+/// when it may.
 pub(super) fn refusal(
     max_live: i64,
     max_spend: Money,
     live: i64,
     spend: Money,
     price_per_hour: Money,
+    whose: Whose,
 ) -> Option<StoreError> {
+    let (per, has) = match whose {
+        Whose::Tenant => (
+            "per tenant (a user's counting those they made for teams)",
+            "this tenant has",
+        ),
+        Whose::Maker => ("per user, counting those made for teams,", "you have"),
+    };
     if live >= max_live {
         return Some(StoreError::LimitExceeded(format!(
-            "at most {max_live} live reservations per tenant, and this tenant has {live}; \
+            "at most {max_live} live reservations {per} and {has} {live}; \
              stop one, or ask an admin to raise max_reservations"
         )));
     }
     let total = Money::from_micros(spend.micros().saturating_add(price_per_hour.micros()));
     if total > max_spend {
         return Some(StoreError::LimitExceeded(format!(
-            "at most {max_spend} per hour of live reservations per tenant; this tenant has \
-             {spend} per hour and this one adds {price_per_hour}; stop one, or ask an admin \
-             to raise max_spend_per_hour"
+            "at most {max_spend} per hour of live reservations {per} and {has} {spend} per \
+             hour, and this one adds {price_per_hour}; stop one, or ask an admin to raise \
+             max_spend_per_hour"
         )));
     }
     None
@@ -145,17 +171,65 @@ pub(super) async fn check(
         .rows(caps_part)
         .first()
         .ok_or_else(|| StoreError::not_found("user", tenant_id))?;
-    let Some(caps) = caps_of(row, defaults)? else {
-        return Ok(());
-    };
+    if let Some(caps) = caps_of(row, defaults)? {
+        let mut batch = Batch::default();
+        let usage = push_usage(&mut batch, backend, tenant_id, id);
+        let counted = batch.run(conn, backend).await?;
+        let (caps, live, spend) = usage_in(&counted, &usage, Some(caps), tenant_id, defaults)?;
+        if let Some((max_live, max_spend)) = caps {
+            if let Some(e) = refusal(
+                max_live,
+                max_spend,
+                live,
+                spend,
+                price_per_hour,
+                Whose::Tenant,
+            ) {
+                return Err(e);
+            }
+        }
+    }
+    // A team's reservation counts against the member who makes it too (after the team's
+    // lock: a team's row is always locked before a member's).
+    match new.created_by.as_deref() {
+        Some(maker) if maker != tenant_id => {
+            check_maker(conn, backend, maker, defaults, price_per_hour, id).await
+        }
+        _ => Ok(()),
+    }
+}
+
+/// [`check`] for the member `maker` who makes a team's reservation `id`: their caps (their
+/// override, else `defaults`) against their own live reservations and those they made for
+/// teams.
+async fn check_maker(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    maker: &str,
+    defaults: &TenantLimits,
+    price_per_hour: Money,
+    id: &str,
+) -> Result<()> {
     let mut batch = Batch::default();
-    let usage = push_usage(&mut batch, backend, tenant_id, id);
-    let counted = batch.run(conn, backend).await?;
-    let (caps, live, spend) = usage_in(&counted, &usage, Some(caps), tenant_id, defaults)?;
-    let Some((max_live, max_spend)) = caps else {
-        return Ok(());
-    };
-    match refusal(max_live, max_spend, live, spend, price_per_hour) {
+    let read = push_read(&mut batch, maker);
+    let usage = push_usage(&mut batch, backend, maker, id);
+    let answers = batch.run(conn, backend).await?;
+    let row = answers
+        .rows(read)
+        .first()
+        .ok_or_else(|| StoreError::not_found("user", maker))?;
+    let caps = caps_of(row, defaults)?;
+    let (caps, live, spend) = usage_in(&answers, &usage, caps, maker, defaults)?;
+    match caps.and_then(|(max_live, max_spend)| {
+        refusal(
+            max_live,
+            max_spend,
+            live,
+            spend,
+            price_per_hour,
+            Whose::Maker,
+        )
+    }) {
         Some(e) => Err(e),
         None => Ok(()),
     }

@@ -92,9 +92,10 @@ impl SqlStore {
         expected: &[Request],
         record: Option<RecordWithin>,
     ) -> Result<Reserved> {
-        // Volumes are claimed under their rows' locks, which a batch does not take: such a
-        // reservation is placed alone.
-        if !new.mounts.is_empty() {
+        // Volumes are claimed under their rows' locks, which a batch does not take, and a
+        // team's reservation is counted against its maker's caps too (under their row's lock,
+        // after the team's): such a reservation is placed alone.
+        if !new.mounts.is_empty() || new.created_by.is_some() {
             let (reservation, nodes) = self
                 .reserve_planned(&new, prices, live_since, now, expected)
                 .await?;

@@ -188,6 +188,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "token_scopes",
         include_str!("../../migrations/0042_token_scopes.sql"),
     ),
+    (
+        43,
+        "reservations_created_by",
+        include_str!("../../migrations/0043_reservations_created_by.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.
