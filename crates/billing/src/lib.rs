@@ -1,5 +1,6 @@
 //! Pure pricing and charging rules. No I/O: the store and server call these with the facts.
 
+pub mod budget;
 mod charge;
 mod coherence;
 pub mod ending;

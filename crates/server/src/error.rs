@@ -99,6 +99,7 @@ impl ApiError {
                 StoreError::InsufficientCredit { .. } => {
                     (StatusCode::PAYMENT_REQUIRED, "insufficient_credit")
                 }
+                StoreError::BudgetExceeded(_) => (StatusCode::PAYMENT_REQUIRED, "budget_exceeded"),
                 StoreError::Price(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_price"),
                 StoreError::IdempotencyMismatch => {
                     (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")

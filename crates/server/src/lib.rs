@@ -7,6 +7,7 @@ mod activity;
 mod audit;
 mod auth;
 mod bootstrap;
+mod budgets;
 mod console;
 mod error;
 mod expected;

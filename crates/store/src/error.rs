@@ -17,6 +17,9 @@ pub enum StoreError {
     NoCapacity(String),
     #[error("no GPU of type {wanted:?} in this cluster; known types: {known}")]
     UnknownGpuType { wanted: String, known: String },
+    /// The tenant's spend reached its monthly budget (a 402, as a want of credit).
+    #[error("budget exceeded: {0}")]
+    BudgetExceeded(String),
     #[error("not enough credit: this needs {needed} and the balance is {balance}")]
     InsufficientCredit { needed: Money, balance: Money },
     #[error(transparent)]

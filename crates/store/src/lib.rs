@@ -7,6 +7,7 @@
 mod access;
 mod audit_trail;
 pub mod backup;
+mod budgets;
 mod error;
 mod model;
 mod proxy;
@@ -32,6 +33,7 @@ use gpurent_types::Money;
 
 pub use access::{AccessStore, LoginFacts, NewToken, TenantLimits, TokenCheck, TokenFacts};
 pub use audit_trail::{allocation_of, verify_audit, RecordWithin};
+pub use budgets::{BudgetFacts, BudgetStore};
 pub use error::StoreError;
 pub use model::{
     AuthUser, Backend, Drained, Fenced, FleetView, GpuCounts, IdempotencyClaim, LedgerCheck,
@@ -52,7 +54,7 @@ pub use volumes::{NewVolume, NodeFilter, VolumeMountRow, VolumeNode, VolumeStore
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        AccessStore, AuditStore, MetricsStore, NodeStore, ProxyStore, RegistryStore,
+        AccessStore, AuditStore, BudgetStore, MetricsStore, NodeStore, ProxyStore, RegistryStore,
         ReservationStore, SharedKeyStore, SshKeyStore, StatementStore, Store, TeamStore,
         TemplateStore, TunnelStore, UserStore, VolumeStore,
     };
@@ -77,6 +79,7 @@ pub trait Store:
     + TemplateStore
     + RegistryStore
     + TeamStore
+    + BudgetStore
     + std::fmt::Debug
 {
 }
@@ -97,6 +100,7 @@ impl<T> Store for T where
         + TemplateStore
         + RegistryStore
         + TeamStore
+        + BudgetStore
         + std::fmt::Debug
 {
 }

@@ -8,6 +8,7 @@ use crate::{Money, Role};
 
 mod audit;
 mod books;
+mod budgets;
 mod nodes;
 mod registries;
 mod reservations;
@@ -17,6 +18,7 @@ mod volumes;
 
 pub use audit::*;
 pub use books::*;
+pub use budgets::*;
 pub use nodes::*;
 pub use registries::*;
 pub use reservations::*;

@@ -40,6 +40,8 @@ async fn pass(state: &AppState, fence: Fence) -> Result<(), JobError> {
         .store
         .settle_volumes(now, state.config.settlement_period)
         .await?;
+    // After settlement: the month's spend is as fresh as it gets.
+    crate::budgets::pass::run(state, now).await?;
     let nodes = state.store.expire_due(now).await?;
     for node in nodes {
         state.wake.wake(&node);

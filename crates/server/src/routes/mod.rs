@@ -74,6 +74,11 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
             crate::teams::remove_member
         ))
         .routes(routes!(crate::teams::move_credit))
+        .routes(routes!(
+            crate::budgets::get,
+            crate::budgets::set,
+            crate::budgets::remove
+        ))
         .routes(routes!(crate::proxy::links::create))
         .routes(routes!(ssh::ssh_endpoint))
         .routes(routes!(nodes::create_join_token))

@@ -18,7 +18,8 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{idempotency_key, ApiJson, ApiPath};
 use crate::state::AppState;
-use roles::{effective, require, TeamAction};
+pub(crate) use roles::TeamAction;
+use roles::{effective, require};
 
 /// The team named `name` and the caller's role for acting in it; a team they are not in (or
 /// not the one their token is bound to) is a 404, as one that does not exist.
@@ -92,6 +93,17 @@ pub(crate) async fn payer(
     caller: &Caller,
     team: Option<&str>,
 ) -> Result<Payer, ApiError> {
+    acting_for(state, caller, team, TeamAction::Reserve).await
+}
+
+/// The tenant the caller acts for: themselves, or the team named (or the team their token
+/// acts for) when their role there allows `action`.
+pub(crate) async fn acting_for(
+    state: &AppState,
+    caller: &Caller,
+    team: Option<&str>,
+    action: TeamAction,
+) -> Result<Payer, ApiError> {
     let user = &caller.0;
     let (id, name, role) = match (team, &caller.1.team_id) {
         (None, None) => {
@@ -117,7 +129,7 @@ pub(crate) async fn payer(
             (bound.clone(), name, role)
         }
     };
-    require(&name, role, TeamAction::Reserve)?;
+    require(&name, role, action)?;
     Ok(Payer {
         tenant_id: id,
         team: Some(name),

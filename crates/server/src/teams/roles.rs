@@ -23,6 +23,8 @@ pub(crate) enum TeamAction {
     ManageOwners,
     /// Move one's own credit into it.
     MoveCredit,
+    /// Set or remove its monthly budget.
+    SetBudget,
 }
 
 /// The least role for each action.
@@ -34,6 +36,7 @@ const RULES: &[(TeamAction, TeamRole)] = &[
     (TeamAction::ManageMembers, TeamRole::Admin),
     (TeamAction::ManageOwners, TeamRole::Owner),
     (TeamAction::MoveCredit, TeamRole::Owner),
+    (TeamAction::SetBudget, TeamRole::Admin),
 ];
 
 impl TeamAction {
@@ -53,6 +56,7 @@ impl TeamAction {
             TeamAction::ManageMembers => "managing its members",
             TeamAction::ManageOwners => "managing its owners",
             TeamAction::MoveCredit => "moving credit into it",
+            TeamAction::SetBudget => "setting its budget",
         }
     }
 }
@@ -105,6 +109,7 @@ mod tests {
             ManageMembers,
             ManageOwners,
             MoveCredit,
+            SetBudget,
         ];
         for action in actions {
             assert!(RULES.iter().any(|(a, _)| *a == action), "{action:?}");

@@ -9,6 +9,7 @@ mod agent_protocol;
 mod app;
 mod audit;
 mod authz;
+mod budgets;
 mod concurrency;
 mod console;
 mod console_account;

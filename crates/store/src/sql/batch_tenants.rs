@@ -77,8 +77,8 @@ pub(super) fn push_tenants(reads: &mut Batch, jobs: &[Job]) -> usize {
     };
     // VALUES names its columns column1, column2 on both databases.
     let sql = format!(
-        "SELECT u.id AS user_id, u.max_reservations, u.max_spend_per_hour, a.balance,
-             {earlier} AS earlier
+        "SELECT u.id AS user_id, u.max_reservations, u.max_spend_per_hour, u.over_budget,
+             a.balance, {earlier} AS earlier
          FROM (VALUES {}) t JOIN users u ON u.id = t.column1
          LEFT JOIN accounts a ON a.id = t.column2
          ORDER BY u.id",
@@ -143,6 +143,11 @@ impl SqlStore {
             let caps = caps::caps_of(row, &job.new.limits)?;
             let balance: Option<i64> = row.try_get("balance")?;
             let Some(balance) = balance else { continue };
+            // Marked over a budget (this month's or an earlier one the budget pass has not yet
+            // cleared): the one-reservation path answers it.
+            if row.try_get::<Option<String>, _>("over_budget")?.is_some() {
+                continue;
+            }
             if caps.is_some() {
                 let usage = caps::push_usage(&mut usage, self.backend, t, "");
                 counted.push((t, caps, job.new.limits, usage));

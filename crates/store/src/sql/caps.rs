@@ -1,15 +1,18 @@
 //! Per-tenant caps on live reservations and spend per hour, checked inside the reserve and
 //! enqueue transactions so that concurrent requests cannot pass them together.
 
+use gpurent_billing::budget::month_of;
 use gpurent_types::Money;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
 use super::batch::{Answers, Arg, Batch};
 use super::fragments::unstopped_statuses;
+use super::from_ts;
 use crate::{Backend, NewReservation, Result, StoreError, TenantLimits};
 
-const CAPS: &str = "SELECT max_reservations, max_spend_per_hour FROM users WHERE id = $1";
+const CAPS: &str =
+    "SELECT max_reservations, max_spend_per_hour, over_budget FROM users WHERE id = $1";
 
 /// Adds to `batch` the read of the tenant's caps; returns its answer's index for [`check`].
 pub(super) fn push_read(batch: &mut Batch, tenant_id: &str) -> usize {
@@ -152,11 +155,13 @@ pub(super) fn refusal(
     None
 }
 
-/// Refuses (`LimitExceeded`) reservation `id` of `new` at `price_per_hour` when it would take
+/// Refuses (`BudgetExceeded`) a tenant over its monthly budget in the month of `at`, and
+/// (`LimitExceeded`) reservation `id` of `new` at `price_per_hour` when it would take
 /// the tenant over its cap on live reservations or on spend per hour (its override, else
 /// `new.limits`), from the caps [`push_read`] read; `id` itself is not counted, whether or
 /// not it is written yet. Checked late in the transaction, after the GPUs, so that what one
 /// tenant's reservations wait for each other is short (see [`push_usage`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn check(
     conn: &mut AnyConnection,
     backend: Backend,
@@ -165,12 +170,23 @@ pub(super) async fn check(
     new: &NewReservation,
     price_per_hour: Money,
     id: &str,
+    at: i64,
 ) -> Result<()> {
     let (tenant_id, defaults) = (new.tenant_id.as_str(), &new.limits);
     let row = answers
         .rows(caps_part)
         .first()
         .ok_or_else(|| StoreError::not_found("user", tenant_id))?;
+    // Its spend reached its monthly budget this month (`over_budget`, marked by the budget
+    // pass): nothing new until the month ends or the budget is raised.
+    if let Some(month) = row.try_get::<Option<String>, _>("over_budget")? {
+        if month == month_of(from_ts(at)?).2 {
+            return Err(StoreError::BudgetExceeded(format!(
+                "the monthly budget is spent for {month}; raise it (gpurent budget set) or \
+                 wait for the next month"
+            )));
+        }
+    }
     if let Some(caps) = caps_of(row, defaults)? {
         let mut batch = Batch::default();
         let usage = push_usage(&mut batch, backend, tenant_id, id);

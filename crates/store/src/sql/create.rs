@@ -58,7 +58,17 @@ pub(super) async fn admit(
     id: &str,
     at: i64,
 ) -> Result<()> {
-    super::caps::check(conn, backend, answers, caps, new, quote.price_per_hour, id).await?;
+    super::caps::check(
+        conn,
+        backend,
+        answers,
+        caps,
+        new,
+        quote.price_per_hour,
+        id,
+        at,
+    )
+    .await?;
     take_hold(conn, backend, new, id, quote.hold, at).await
 }
 

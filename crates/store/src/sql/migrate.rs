@@ -193,6 +193,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "reservations_created_by",
         include_str!("../../migrations/0043_reservations_created_by.sql"),
     ),
+    (
+        44,
+        "budgets",
+        include_str!("../../migrations/0044_budgets.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

@@ -7,6 +7,7 @@ mod audit;
 mod batch;
 mod batch_tenants;
 mod batched;
+mod budgets;
 mod caps;
 mod combiner;
 mod create;

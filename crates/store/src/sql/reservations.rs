@@ -189,58 +189,8 @@ impl ReservationStore for SqlStore {
         scope: &Scope,
         now: DateTime<Utc>,
     ) -> Result<(Reservation, Option<String>)> {
-        // The stop is a compare-and-set on the status it read: when the status moved in
-        // between (its agent reported it running), it is read and tried again, never answered
-        // with a stop that did nothing.
-        for _ in 0..STOP_TRIES {
-            let mut tx = self.begin().await?;
-            let current = fetch_reservation(&mut tx, id, scope).await?;
-            let stoppable = matches!(
-                current.status,
-                ReservationStatus::Pending
-                    | ReservationStatus::Starting
-                    | ReservationStatus::Running
-            );
-            if !stoppable {
-                return Ok((current, None));
-            }
-            // A queued reservation has nothing to stop: it ends here, its hold released.
-            if current.status == ReservationStatus::Pending && current.node.is_none() {
-                if let Some(ended) = self.stop_queued(&mut tx, id, scope, ts(now)).await? {
-                    tx.commit().await?;
-                    return Ok((ended, None));
-                }
-            }
-            // A stop asked after the reservation's hours were up (before the expiry pass got
-            // to it) is its expiry.
-            let stopped: Option<Option<String>> = sqlx::query_scalar::<_, Option<String>>(
-                "UPDATE reservations SET status = 'stopping',
-                    end_reason = CASE WHEN started_at + duration_s * 1000000 <= $1
-                        THEN 'expired' ELSE 'stopped_by_user' END,
-                    stop_requested_at = CASE WHEN started_at + duration_s * 1000000 <= $1
-                        THEN started_at + duration_s * 1000000 ELSE $1 END
-                 WHERE id = $2 AND status = $3 RETURNING node_id",
-            )
-            .bind(ts(now))
-            .bind(id)
-            .bind(current.status.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-            let Some(node_id) = stopped else {
-                // Its status changed since it was read: nothing was written; read it again.
-                continue;
-            };
-            stop_meter(&mut tx, id).await?;
-            if let Some(node) = &node_id {
-                bump_version(&mut tx, node).await?;
-            }
-            let updated = fetch_reservation(&mut tx, id, scope).await?;
-            tx.commit().await?;
-            return Ok((updated, node_id));
-        }
-        Err(StoreError::Conflict(format!(
-            "reservation {id} kept changing while it was being stopped; try again"
-        )))
+        self.stop_with_reason(id, scope, now, "stopped_by_user")
+            .await
     }
 
     async fn expire_due(&self, now: DateTime<Utc>) -> Result<Vec<String>> {
@@ -451,5 +401,71 @@ impl ReservationStore for SqlStore {
                 .map(|id| format!("live reservation {id} holds no GPU")),
         );
         Ok(problems)
+    }
+}
+
+impl SqlStore {
+    /// `request_stop` with the end reason it records (`stopped_by_user`, `budget`), unless the
+    /// reservation's hours were up when it was asked (`expired`).
+    pub(super) async fn stop_with_reason(
+        &self,
+        id: &str,
+        scope: &Scope,
+        now: DateTime<Utc>,
+        reason: &str,
+    ) -> Result<(Reservation, Option<String>)> {
+        // The stop is a compare-and-set on the status it read: when the status moved in
+        // between (its agent reported it running), it is read and tried again, never answered
+        // with a stop that did nothing.
+        for _ in 0..STOP_TRIES {
+            let mut tx = self.begin().await?;
+            let current = fetch_reservation(&mut tx, id, scope).await?;
+            let stoppable = matches!(
+                current.status,
+                ReservationStatus::Pending
+                    | ReservationStatus::Starting
+                    | ReservationStatus::Running
+            );
+            if !stoppable {
+                return Ok((current, None));
+            }
+            // A queued reservation has nothing to stop: it ends here, its hold released.
+            if current.status == ReservationStatus::Pending && current.node.is_none() {
+                if let Some(ended) = self.stop_queued(&mut tx, id, scope, ts(now)).await? {
+                    tx.commit().await?;
+                    return Ok((ended, None));
+                }
+            }
+            // A stop asked after the reservation's hours were up (before the expiry pass got
+            // to it) is its expiry.
+            let stopped: Option<Option<String>> = sqlx::query_scalar::<_, Option<String>>(
+                "UPDATE reservations SET status = 'stopping',
+                    end_reason = CASE WHEN started_at + duration_s * 1000000 <= $1
+                        THEN 'expired' ELSE $4 END,
+                    stop_requested_at = CASE WHEN started_at + duration_s * 1000000 <= $1
+                        THEN started_at + duration_s * 1000000 ELSE $1 END
+                 WHERE id = $2 AND status = $3 RETURNING node_id",
+            )
+            .bind(ts(now))
+            .bind(id)
+            .bind(current.status.as_str())
+            .bind(reason)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(node_id) = stopped else {
+                // Its status changed since it was read: nothing was written; read it again.
+                continue;
+            };
+            stop_meter(&mut tx, id).await?;
+            if let Some(node) = &node_id {
+                bump_version(&mut tx, node).await?;
+            }
+            let updated = fetch_reservation(&mut tx, id, scope).await?;
+            tx.commit().await?;
+            return Ok((updated, node_id));
+        }
+        Err(StoreError::Conflict(format!(
+            "reservation {id} kept changing while it was being stopped; try again"
+        )))
     }
 }

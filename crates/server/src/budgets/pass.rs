@@ -1,0 +1,66 @@
+//! The budget pass, after each settlement: for every tenant with a budget, its month's spend
+//! against it (`billing::budget`): the thresholds reached fired once each, the refusal marked
+//! or cleared, the running work stopped at the limit when asked, a low balance told.
+
+use chrono::{DateTime, Utc};
+use gpurent_billing::budget::month_of;
+
+use crate::jobs::JobError;
+use crate::state::AppState;
+
+/// The alert of a balance that covers less than its low-balance hours of spend.
+pub(crate) const LOW_BALANCE: &str = "low_balance";
+
+/// Every tenant with a budget, assessed at `now`.
+pub(crate) async fn run(state: &AppState, now: DateTime<Utc>) -> Result<(), JobError> {
+    for tenant in state.store.budget_tenants().await? {
+        assess(state, &tenant, now).await?;
+    }
+    Ok(())
+}
+
+/// One tenant's budget at `now`.
+pub(crate) async fn assess(
+    state: &AppState,
+    tenant_id: &str,
+    now: DateTime<Utc>,
+) -> Result<(), gpurent_store::StoreError> {
+    let Some(facts) = state.store.budget_facts(tenant_id, now).await? else {
+        return Ok(());
+    };
+    let (_, _, month) = month_of(now);
+    let budget = &facts.budget;
+    for percent in budget.reached(facts.spent) {
+        let alert = percent.to_string();
+        if state
+            .store
+            .fire_budget_alert(tenant_id, &month, &alert, facts.spent, now)
+            .await?
+        {
+            tracing::warn!(%tenant_id, %month, percent, spent = %facts.spent, monthly = %budget.monthly, "budget alert");
+        }
+    }
+    if budget.is_low(facts.balance, facts.burn_per_hour)
+        && state
+            .store
+            .fire_budget_alert(tenant_id, &month, LOW_BALANCE, facts.spent, now)
+            .await?
+    {
+        tracing::warn!(%tenant_id, balance = %facts.balance, burn_per_hour = %facts.burn_per_hour, "low balance");
+    }
+    let over = budget.is_over(facts.spent);
+    if over != facts.over {
+        let mark = over.then_some(month.as_str());
+        state.store.set_over_budget(tenant_id, mark).await?;
+    }
+    if over && budget.stop_at_limit {
+        let nodes = state.store.stop_for_budget(tenant_id, now).await?;
+        if !nodes.is_empty() {
+            tracing::info!(%tenant_id, nodes = nodes.len(), "budget spent: running reservations stopped");
+        }
+        for node in nodes {
+            state.wake.wake(&node);
+        }
+    }
+    Ok(())
+}
