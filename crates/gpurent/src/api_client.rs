@@ -442,6 +442,13 @@ impl ApiClient {
         .await
     }
 
+    /// A DELETE whose success has no body (204).
+    pub async fn delete_no_content(&self, path: &str) -> Result<(), CliError> {
+        self.send(Method::DELETE, path, None, None, Resend::Unsafe)
+            .await?;
+        Ok(())
+    }
+
     pub async fn patch<B: Serialize, T: DeserializeOwned>(
         &self,
         path: &str,

@@ -4,6 +4,7 @@
 
 mod api;
 mod bench;
+mod budget;
 mod config;
 mod daemon;
 mod registries;
@@ -18,6 +19,7 @@ use clap::{Parser, Subcommand};
 
 pub use api::*;
 pub use bench::*;
+pub use budget::*;
 pub use config::*;
 pub use daemon::*;
 pub use registries::*;

@@ -32,6 +32,9 @@ pub enum ApiCommand {
     /// Teams: a shared balance, members with roles, reservations made for the team.
     #[command(subcommand)]
     Teams(super::TeamsCommand),
+    /// Monthly budgets: alerts on the way, a refusal (and stops, if asked) at the limit.
+    #[command(subcommand)]
+    Budget(super::BudgetCommand),
     /// Log in with a password (GPURENT_PASSWORD, else one line of stdin); prints a session
     /// token that expires.
     Login { name: String },

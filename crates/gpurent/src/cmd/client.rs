@@ -142,6 +142,7 @@ pub async fn run(
         Command::Templates(command) => super::templates::templates(&api, command, json).await?,
         Command::Registries(command) => super::registries::registries(&api, command, json).await?,
         Command::Teams(command) => super::teams::teams(&api, command, json).await?,
+        Command::Budget(command) => super::budget::budget(&api, command, json).await?,
         Command::Credit(CreditCommand::Move {
             amount,
             to_team,

@@ -21,6 +21,7 @@ pub mod bench_running;
 pub mod bench_settle;
 pub mod bench_ssh;
 pub mod bench_start;
+pub mod budget;
 pub mod client;
 pub mod cp;
 pub mod instance_sftp;

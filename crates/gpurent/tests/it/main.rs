@@ -14,6 +14,7 @@ mod bench_fleet;
 mod bench_reserve;
 mod browser;
 mod browser_selftest;
+mod budget_cli;
 mod chaos;
 mod cli_flow;
 mod cli_safety;

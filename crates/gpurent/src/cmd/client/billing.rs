@@ -44,6 +44,19 @@ pub(super) async fn balance(api: &ApiClient, json: bool) -> Result<(), CliError>
     if b.earnings != Money::ZERO {
         print_line(&format!("earned as a host: {} {}", b.earnings, b.currency));
     }
+    // Spend against the budget, where there is one (a 404 is none).
+    match api
+        .get::<gpurent_types::api::BudgetStatus>("/api/v1/budget")
+        .await
+    {
+        Ok(status) => {
+            for line in super::super::budget::summary(&status) {
+                print_line(&line);
+            }
+        }
+        Err(e) if e.code == "not_found" || e.code == "forbidden" => {}
+        Err(e) => return Err(e),
+    }
 
     Ok(())
 }
