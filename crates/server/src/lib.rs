@@ -16,6 +16,7 @@ mod health_rules;
 mod idempotency;
 mod jobs;
 mod metrics;
+mod notifications;
 mod openapi;
 mod pagination;
 mod password;
@@ -113,6 +114,8 @@ pub struct ServerConfig {
     pub idle_reclaim: Option<Duration>,
     /// Every event is POSTed here as JSON (`--alert-webhook`).
     pub alert_webhook: Option<String>,
+    /// Tenants' webhooks (`gpurent notifications`).
+    pub notifications: NotifyConfig,
     /// The audit trail of every API request.
     pub audit: AuditConfig,
     /// How long a login's session token is valid (`--session-hours`, 12).
@@ -137,6 +140,26 @@ pub struct ServerConfig {
     pub apps_domain: String,
 }
 
+/// Where tenants' webhooks may point and how long a delivery waits for its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotifyConfig {
+    /// Webhooks may point at private addresses (loopback, RFC 1918, link-local): a
+    /// control plane whose tenants' receivers are on its own network
+    /// (`--notifications-allow-private`). Off: a tenant cannot make it call into its network.
+    pub allow_private: bool,
+    /// How long an attempt waits to connect and for the answer.
+    pub timeout: Duration,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        NotifyConfig {
+            allow_private: false,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -156,6 +179,7 @@ impl Default for ServerConfig {
             health_rules: HealthRules::default(),
             idle_reclaim: Some(Duration::from_secs(5 * 60)),
             alert_webhook: None,
+            notifications: NotifyConfig::default(),
             audit: AuditConfig::default(),
             session_ttl: Duration::from_secs(12 * 3600),
             rate_limits: RateLimits::default(),

@@ -25,6 +25,10 @@ pub struct Shared {
     pub wake: Arc<NodeWakers>,
     pub elastic: Arc<ElasticState>,
     pub alerts: Arc<crate::jobs::alerts::AlertState>,
+    /// Whether this replica is sending webhook deliveries.
+    pub notify: crate::notifications::deliver::SharedNotify,
+    /// When this replica last looked for the platform's events to tell webhooks.
+    pub notify_scan: Arc<crate::notifications::events::Scan>,
     /// What `/metrics` counts in this process.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Where each request's audit record goes; None when the trail is off.
@@ -74,6 +78,8 @@ impl AppState {
             sessions,
             elastic: Arc::new(ElasticState::new(&config.scale)),
             alerts: Arc::default(),
+            notify: Arc::default(),
+            notify_scan: Arc::default(),
             metrics,
             rate_limits: Arc::new(crate::rate_limit::RateLimiters::new(&config.rate_limits)),
             store,

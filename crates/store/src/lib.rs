@@ -10,6 +10,7 @@ pub mod backup;
 mod budgets;
 mod error;
 mod model;
+mod notifications;
 mod proxy;
 mod registries;
 mod shared_keys;
@@ -40,6 +41,7 @@ pub use model::{
     LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction, NodeCertificate, QueueView,
     QueuedReservation, Reserved, Scope, Synced, Want,
 };
+pub use notifications::{AttemptOutcome, DueDelivery, HookRow, NotificationStore, PlatformEvent};
 pub use proxy::{ProxyGrant, ProxyStore, ProxyTokenKind};
 pub use registries::{NewRegistry, RegistryStore};
 pub use shared_keys::SharedKeyStore;
@@ -54,9 +56,9 @@ pub use volumes::{NewVolume, NodeFilter, VolumeMountRow, VolumeNode, VolumeStore
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        AccessStore, AuditStore, BudgetStore, MetricsStore, NodeStore, ProxyStore, RegistryStore,
-        ReservationStore, SharedKeyStore, SshKeyStore, StatementStore, Store, TeamStore,
-        TemplateStore, TunnelStore, UserStore, VolumeStore,
+        AccessStore, AuditStore, BudgetStore, MetricsStore, NodeStore, NotificationStore,
+        ProxyStore, RegistryStore, ReservationStore, SharedKeyStore, SshKeyStore, StatementStore,
+        Store, TeamStore, TemplateStore, TunnelStore, UserStore, VolumeStore,
     };
 }
 
@@ -80,6 +82,7 @@ pub trait Store:
     + RegistryStore
     + TeamStore
     + BudgetStore
+    + NotificationStore
     + std::fmt::Debug
 {
 }
@@ -101,6 +104,7 @@ impl<T> Store for T where
         + RegistryStore
         + TeamStore
         + BudgetStore
+        + NotificationStore
         + std::fmt::Debug
 {
 }

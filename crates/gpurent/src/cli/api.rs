@@ -35,6 +35,9 @@ pub enum ApiCommand {
     /// Monthly budgets: alerts on the way, a refusal (and stops, if asked) at the limit.
     #[command(subcommand)]
     Budget(super::BudgetCommand),
+    /// Webhooks for your events (or a team's), signed with HMAC-SHA256 and retried for a day.
+    #[command(subcommand)]
+    Notifications(super::NotificationsCommand),
     /// Log in with a password (GPURENT_PASSWORD, else one line of stdin); prints a session
     /// token that expires.
     Login { name: String },

@@ -216,6 +216,10 @@ pub struct HostArgs {
     /// JSON (http://).
     #[arg(long, value_name = "URL")]
     pub alert_webhook: Option<String>,
+    /// Let tenants' webhooks (`gpurent notifications`) point at private addresses (loopback,
+    /// 10/8, 192.168/16, link-local...): only where every tenant may reach this network.
+    #[arg(long)]
+    pub notifications_allow_private: bool,
 }
 
 /// Sessions, rate limits and per-tenant caps.

@@ -26,6 +26,7 @@ pub mod client;
 pub mod cp;
 pub mod instance_sftp;
 pub mod lock;
+pub mod notifications;
 pub mod open;
 pub mod port_forward;
 pub mod prereqs;

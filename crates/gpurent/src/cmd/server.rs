@@ -200,6 +200,10 @@ pub async fn start(
             scale,
             host_policy: live.host_policy,
             alert_webhook: live.alert_webhook,
+            notifications: gpurent_server::NotifyConfig {
+                allow_private: host.notifications_allow_private,
+                ..gpurent_server::NotifyConfig::default()
+            },
             idle_reclaim: live.idle_reclaim,
             health_rules: live.health_rules,
             heartbeat_interval: liveness.heartbeat(),

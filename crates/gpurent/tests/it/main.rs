@@ -46,6 +46,7 @@ mod logs_download;
 mod mig;
 mod mps_agent;
 mod netns;
+mod notifications_cli;
 mod package;
 mod partition;
 mod prices_cli;

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use gpurent_billing::budget::month_of;
 
 use crate::jobs::JobError;
+use crate::notifications::events;
 use crate::state::AppState;
 
 /// The alert of a balance that covers less than its low-balance hours of spend.
@@ -38,6 +39,10 @@ pub(crate) async fn assess(
             .await?
         {
             tracing::warn!(%tenant_id, %month, percent, spent = %facts.spent, monthly = %budget.monthly, "budget alert");
+            let data = serde_json::json!({"month": month, "percent": percent,
+                "spent": facts.spent, "monthly": budget.monthly});
+            let key = format!("budget_alert:{month}:{percent}");
+            events::queue(state, tenant_id, None, "budget_alert", &key, data, now).await?;
         }
     }
     if budget.is_low(facts.balance, facts.burn_per_hour)
@@ -47,6 +52,10 @@ pub(crate) async fn assess(
             .await?
     {
         tracing::warn!(%tenant_id, balance = %facts.balance, burn_per_hour = %facts.burn_per_hour, "low balance");
+        let data = serde_json::json!({"balance": facts.balance, "burn_per_hour": facts.burn_per_hour,
+            "low_balance_hours": budget.low_balance_hours});
+        let key = format!("low_balance:{month}");
+        events::queue(state, tenant_id, None, "low_balance", &key, data, now).await?;
     }
     let over = budget.is_over(facts.spent);
     if over != facts.over {

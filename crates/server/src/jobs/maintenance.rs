@@ -42,6 +42,7 @@ async fn pass(state: &AppState, fence: Fence) -> Result<(), JobError> {
         .await?;
     // After settlement: the month's spend is as fresh as it gets.
     crate::budgets::pass::run(state, now).await?;
+    crate::notifications::events::tick(state, now).await?;
     let nodes = state.store.expire_due(now).await?;
     for node in nodes {
         state.wake.wake(&node);

@@ -75,6 +75,13 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(crate::teams::move_credit))
         .routes(routes!(
+            crate::notifications::add,
+            crate::notifications::list
+        ))
+        .routes(routes!(crate::notifications::remove))
+        .routes(routes!(crate::notifications::test))
+        .routes(routes!(crate::notifications::deliveries))
+        .routes(routes!(
             crate::budgets::get,
             crate::budgets::set,
             crate::budgets::remove

@@ -25,6 +25,8 @@ pub(crate) enum TeamAction {
     MoveCredit,
     /// Set or remove its monthly budget.
     SetBudget,
+    /// Add, see and remove its webhooks.
+    ManageNotifications,
 }
 
 /// The least role for each action.
@@ -37,6 +39,7 @@ const RULES: &[(TeamAction, TeamRole)] = &[
     (TeamAction::ManageOwners, TeamRole::Owner),
     (TeamAction::MoveCredit, TeamRole::Owner),
     (TeamAction::SetBudget, TeamRole::Admin),
+    (TeamAction::ManageNotifications, TeamRole::Admin),
 ];
 
 impl TeamAction {
@@ -57,6 +60,7 @@ impl TeamAction {
             TeamAction::ManageOwners => "managing its owners",
             TeamAction::MoveCredit => "moving credit into it",
             TeamAction::SetBudget => "setting its budget",
+            TeamAction::ManageNotifications => "managing its webhooks",
         }
     }
 }
@@ -110,6 +114,7 @@ mod tests {
             ManageOwners,
             MoveCredit,
             SetBudget,
+            ManageNotifications,
         ];
         for action in actions {
             assert!(RULES.iter().any(|(a, _)| *a == action), "{action:?}");

@@ -42,6 +42,7 @@ mod logs_kept;
 mod logs_stopped;
 mod metrics;
 mod mig_health;
+mod notifications;
 mod openapi;
 mod proxy;
 mod proxy_sites;

@@ -198,6 +198,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "budgets",
         include_str!("../../migrations/0044_budgets.sql"),
     ),
+    (
+        45,
+        "notifications",
+        include_str!("../../migrations/0045_notifications.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

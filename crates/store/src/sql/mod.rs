@@ -31,6 +31,7 @@ mod migrate;
 mod node_images;
 mod node_store;
 mod nodes;
+mod notifications;
 mod placement;
 mod proxy;
 mod queue;
