@@ -25,6 +25,8 @@ pub struct Shared {
     pub wake: Arc<NodeWakers>,
     pub elastic: Arc<ElasticState>,
     pub alerts: Arc<crate::jobs::alerts::AlertState>,
+    /// When this replica last ran the budget pass.
+    pub budget_pace: Arc<crate::budgets::pass::Pace>,
     /// Whether this replica is sending webhook deliveries.
     pub notify: crate::notifications::deliver::SharedNotify,
     /// When this replica last looked for the platform's events to tell webhooks.
@@ -79,6 +81,7 @@ impl AppState {
             elastic: Arc::new(ElasticState::new(&config.scale)),
             alerts: Arc::default(),
             notify: Arc::default(),
+            budget_pace: Arc::default(),
             notify_scan: Arc::default(),
             metrics,
             rate_limits: Arc::new(crate::rate_limit::RateLimiters::new(&config.rate_limits)),

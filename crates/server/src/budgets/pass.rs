@@ -12,8 +12,26 @@ use crate::state::AppState;
 /// The alert of a balance that covers less than its low-balance hours of spend.
 pub(crate) const LOW_BALANCE: &str = "low_balance";
 
-/// Every tenant with a budget, assessed at `now`.
+/// When this replica's pass last ran: spend changes only as settlement charges it, so a pass
+/// runs once a settlement period (and at once for a budget just set), not every tick.
+#[derive(Debug, Default)]
+pub struct Pace {
+    last: std::sync::Mutex<Option<DateTime<Utc>>>,
+}
+
+/// Every tenant with a budget, assessed at `now`, once a settlement period.
 pub(crate) async fn run(state: &AppState, now: DateTime<Utc>) -> Result<(), JobError> {
+    let period = chrono::Duration::from_std(state.config.settlement_period)
+        .unwrap_or(chrono::Duration::minutes(1));
+    {
+        let Ok(mut last) = state.budget_pace.last.lock() else {
+            return Ok(());
+        };
+        if last.is_some_and(|l| now < l + period) {
+            return Ok(());
+        }
+        *last = Some(now);
+    }
     for tenant in state.store.budget_tenants().await? {
         assess(state, &tenant, now).await?;
     }
