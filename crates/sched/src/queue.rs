@@ -2,9 +2,12 @@
 
 use std::cmp::Reverse;
 
+use self::pass::Pass;
+use crate::fair_share::{placed_micro_gpus, FairOrder, FairShare};
 pub use crate::plan::{ON_DEMAND, RESERVED};
-use crate::{choose_victims, place, GpuSlot, NoFit, Placement, Request, Victim};
+use crate::{place, GpuSlot, NoFit, Placement, Request};
 
+mod pass;
 #[cfg(test)]
 mod tests;
 
@@ -42,6 +45,16 @@ impl QueueConfig {
         i128::from(item.priority) + i128::from(waited) * i128::from(self.aging_per_second)
     }
 
+    /// Where an item comes in the walk, smallest first: effective priority (highest first), then
+    /// the older enqueue, then the lower id. Under fair share, the order within one account.
+    pub fn walk_key(&self, item: &Pending, now: i64) -> (Reverse<i128>, i64, u64) {
+        (
+            Reverse(self.effective_priority(item, now)),
+            item.enqueued_at,
+            item.id,
+        )
+    }
+
     fn may_preempt(&self, item: &Pending) -> bool {
         item.priority >= self.preempt_from || self.spot_preempts_lower_bids
     }
@@ -62,6 +75,10 @@ pub struct Pending {
     pub enqueued_at: i64,
     /// How long it will run once started, when known (reservations have a length).
     pub duration_s: Option<u64>,
+    /// The account (team) whose fair share it draws on; only [`Queue::pass_fair`] reads it.
+    /// Callers without fair share pass 0; under fair share, work of no team should get an
+    /// account of its own per tenant, distinct from every team's.
+    pub account: u64,
 }
 
 /// A running instance as the queue sees it.
@@ -166,6 +183,9 @@ impl PassOutcome {
 ///   enqueue first, then the lower id). Effective priority is
 ///   `base + waited seconds × QueueConfig::aging_per_second`, so an item that keeps waiting
 ///   eventually outranks any newcomer of fixed priority (no starvation by priority alone).
+/// - **Fair share.** [`Queue::pass_fair`] walks the same way, but in the order of
+///   [`crate::fair_share::FairShare`]: the best item of the account furthest below its share
+///   next, each placement charging its account.
 /// - **Placement.** Each item is placed with [`crate::place`] on the pass's own view of the
 ///   GPUs, which every placement (and every preemption) updates at once, so two items in one
 ///   pass never get the same memory.
@@ -188,24 +208,6 @@ impl PassOutcome {
 pub struct Queue {
     config: QueueConfig,
     items: Vec<Pending>,
-}
-
-/// The room reserved for the head while later items are walked.
-#[derive(Debug)]
-struct Reservation {
-    head: u64,
-    until: i64,
-    /// Per GPU: MiB that work still running at `until` may hold there without taking what the
-    /// head needs then.
-    slack: Vec<u64>,
-}
-
-/// A running instance in the pass's view.
-#[derive(Debug)]
-struct Live {
-    run: Running,
-    /// Placed by this pass: not a victim for later items.
-    fresh: bool,
 }
 
 impl Queue {
@@ -274,30 +276,47 @@ impl Queue {
     ) -> PassOutcome {
         let config = self.config;
         let mut order: Vec<usize> = (0..self.items.len()).collect();
-        order.sort_by_cached_key(|&i| {
-            let p = &self.items[i];
-            (
-                Reverse(config.effective_priority(p, now)),
-                p.enqueued_at,
-                p.id,
-            )
-        });
-        let mut pass = Pass {
-            config,
+        order.sort_by_cached_key(|&i| config.walk_key(&self.items[i], now));
+        self.walk_in(
             now,
-            view: gpus.to_vec(),
-            live: running
-                .iter()
-                .map(|r| Live {
-                    run: r.clone(),
-                    fresh: false,
-                })
-                .collect(),
-            reservation: None,
-            outcome: PassOutcome::default(),
-        };
+            gpus,
+            running,
+            allowed,
+            Visit::Priority(order.into_iter()),
+        )
+    }
+
+    /// [`Queue::pass_with`] with fair share between accounts: the next item walked is the best
+    /// (by [`QueueConfig::walk_key`]) of the account furthest below its share in `share`, and
+    /// every placement charges its account at once (see [`FairShare`]). The walk itself
+    /// (placement, backfill, preemption) is the same; only the order of the items changes. With
+    /// one account this is exactly [`Queue::pass_with`].
+    ///
+    /// Costs what [`Queue::pass_with`] costs, plus `O(Q log Q)` for the order.
+    pub fn pass_fair(
+        &mut self,
+        now: i64,
+        gpus: &[GpuSlot],
+        running: &[Running],
+        share: &FairShare,
+        allowed: impl Fn(&Pending, usize) -> bool,
+    ) -> PassOutcome {
+        let order = share.order(&self.items, &self.config, now);
+        self.walk_in(now, gpus, running, allowed, Visit::Fair(share, order))
+    }
+
+    /// Walks the items in the order `visit` gives, and takes the placed ones out of the queue.
+    fn walk_in(
+        &mut self,
+        now: i64,
+        gpus: &[GpuSlot],
+        running: &[Running],
+        allowed: impl Fn(&Pending, usize) -> bool,
+        mut visit: Visit<'_>,
+    ) -> PassOutcome {
+        let mut pass = Pass::new(self.config, now, gpus, running);
         let mut placed = vec![false; self.items.len()];
-        for i in order {
+        while let Some(i) = visit.next() {
             let item = &self.items[i];
             let mask = |slots: &[GpuSlot]| -> Vec<GpuSlot> {
                 slots
@@ -307,10 +326,35 @@ impl Queue {
                     .collect()
             };
             placed[i] = pass.walk(item, &mask(&pass.view), || mask(gpus));
+            if placed[i] {
+                if let (Visit::Fair(share, order), Some(p)) =
+                    (&mut visit, pass.outcome.placed.last())
+                {
+                    let micro = placed_micro_gpus(gpus, &p.placement);
+                    order.placed(share.charge(micro, item.duration_s));
+                }
+            }
         }
         let mut placed = placed.into_iter();
         self.items.retain(|_| !placed.next().unwrap_or(false));
         pass.outcome
+    }
+}
+
+/// The order of a pass's walk: indices into the queue's items.
+enum Visit<'a> {
+    /// By [`QueueConfig::walk_key`], sorted up front.
+    Priority(std::vec::IntoIter<usize>),
+    /// Fair share: decided one item at a time, as placements charge the accounts.
+    Fair(&'a FairShare, FairOrder),
+}
+
+impl Visit<'_> {
+    fn next(&mut self) -> Option<usize> {
+        match self {
+            Visit::Priority(order) => order.next(),
+            Visit::Fair(_, order) => order.next_item(),
+        }
     }
 }
 
@@ -370,230 +414,6 @@ fn take(slots: &mut [GpuSlot], holds: &[(usize, u64)]) {
     for &(g, mb) in holds {
         if let Some(s) = slots.get_mut(g) {
             s.free_mb = s.free_mb.saturating_sub(mb);
-        }
-    }
-}
-
-/// What an item may use while a reservation stands: no more of each GPU than its slack.
-fn within_slack(slots: &[GpuSlot], slack: &[u64]) -> Vec<GpuSlot> {
-    slots
-        .iter()
-        .zip(slack)
-        .map(|(s, &room)| GpuSlot {
-            free_mb: s.free_mb.min(room),
-            ..*s
-        })
-        .collect()
-}
-
-/// One pass in progress: its view of the GPUs and the running work, and what it decided.
-#[derive(Debug)]
-struct Pass {
-    config: QueueConfig,
-    now: i64,
-    /// Free memory now, after this pass's placements and preemptions.
-    view: Vec<GpuSlot>,
-    live: Vec<Live>,
-    reservation: Option<Reservation>,
-    outcome: PassOutcome,
-}
-
-impl Pass {
-    /// Places `item` or records why not; `masked` is the view with the GPUs it may not use
-    /// made unusable, `fresh` the same of the GPUs before the pass. True when placed.
-    fn walk(
-        &mut self,
-        item: &Pending,
-        masked: &[GpuSlot],
-        fresh: impl FnOnce() -> Vec<GpuSlot>,
-    ) -> bool {
-        let ends_at = item.duration_s.map(|d| {
-            self.now
-                .saturating_add(i64::try_from(d).unwrap_or(i64::MAX))
-        });
-        // Work that is gone by the head's start cannot delay it; other work must keep within
-        // the slack.
-        let bounded = self
-            .reservation
-            .as_ref()
-            .filter(|r| ends_at.is_none_or(|e| e > r.until));
-        let usable = match bounded {
-            Some(r) => within_slack(masked, &r.slack),
-            None => masked.to_vec(),
-        };
-        if let Ok(p) = place(&usable, &item.request) {
-            self.commit(item, ends_at, p, Vec::new(), None);
-            return true;
-        }
-        if self.config.may_preempt(item) && self.preempt(item, masked, &usable, ends_at) {
-            return true;
-        }
-        let reason = match &self.reservation {
-            Some(r) if place(masked, &item.request).is_ok() => Reason::ReservedForHead {
-                head: r.head,
-                until: r.until,
-            },
-            _ => match place(&fresh(), &item.request) {
-                Err(no_fit) => Reason::NoFit(no_fit),
-                Ok(_) => Reason::BehindHigherPriority,
-            },
-        };
-        if self.reservation.is_none() {
-            self.reserve(item, masked);
-        }
-        self.outcome.waiting.push((item.id, reason));
-        false
-    }
-
-    /// Frees room for `item` by stopping spot instances, if that lets it fit (and, under a
-    /// reservation, still keep to the backfill rule).
-    fn preempt(
-        &mut self,
-        item: &Pending,
-        masked: &[GpuSlot],
-        usable: &[GpuSlot],
-        ends_at: Option<i64>,
-    ) -> bool {
-        let candidates: Vec<usize> = (0..self.live.len())
-            .filter(|&i| {
-                let l = &self.live[i];
-                !l.fresh && self.config.is_spot(l.run.priority) && l.run.priority < item.priority
-            })
-            .collect();
-        if candidates.is_empty() {
-            return false;
-        }
-        let victims: Vec<Victim> = candidates
-            .iter()
-            .map(|&i| {
-                let r = &self.live[i].run;
-                Victim {
-                    priority: r.priority,
-                    value: r.value,
-                    started_at: r.started_at,
-                    holds: r.holds.clone(),
-                }
-            })
-            .collect();
-        let Some(chosen) = choose_victims(usable, &victims, &item.request, item.priority) else {
-            return false;
-        };
-        let chosen: Vec<usize> = chosen.into_iter().map(|v| candidates[v]).collect();
-        // Check the placement on the view with the victims gone: the victims may also have
-        // held room the reservation counted on, or room the item may not use.
-        let mut after = masked.to_vec();
-        for &v in &chosen {
-            release(&mut after, &self.live[v].run.holds);
-        }
-        let bounded = self
-            .reservation
-            .as_ref()
-            .filter(|r| ends_at.is_none_or(|e| e > r.until));
-        let slack = bounded.map(|r| {
-            let mut slack = r.slack.clone();
-            for &v in &chosen {
-                let run = &self.live[v].run;
-                // Work ending by the head's start was already counted as gone then.
-                if run.ends_at.is_none_or(|e| e.max(self.now) > r.until) {
-                    for &(g, mb) in &run.holds {
-                        if let Some(s) = slack.get_mut(g) {
-                            *s = s.saturating_add(mb);
-                        }
-                    }
-                }
-            }
-            slack
-        });
-        let fits = match &slack {
-            Some(slack) => place(&within_slack(&after, slack), &item.request),
-            None => place(&after, &item.request),
-        };
-        let Ok(p) = fits else {
-            return false;
-        };
-        self.commit(item, ends_at, p, chosen, slack);
-        true
-    }
-
-    /// Records `item` as placed at `p` after stopping the `victims` (indices into `live`).
-    fn commit(
-        &mut self,
-        item: &Pending,
-        ends_at: Option<i64>,
-        p: Placement,
-        mut victims: Vec<usize>,
-        slack: Option<Vec<u64>>,
-    ) {
-        victims.sort_unstable_by(|a, b| b.cmp(a));
-        let mut preempts = Vec::with_capacity(victims.len());
-        for v in victims {
-            let gone = self.live.swap_remove(v).run;
-            release(&mut self.view, &gone.holds);
-            preempts.push(gone.id);
-        }
-        preempts.reverse();
-        take(&mut self.view, &p.gpus);
-        let backfilled = self.reservation.is_some();
-        if let Some(r) = &mut self.reservation {
-            if let Some(slack) = slack {
-                r.slack = slack;
-            }
-            if ends_at.is_none_or(|e| e > r.until) {
-                take_slack(&mut r.slack, &p.gpus);
-            }
-        }
-        self.live.push(Live {
-            run: Running {
-                id: item.id,
-                priority: item.priority,
-                value: 0,
-                started_at: self.now,
-                ends_at,
-                holds: p.gpus.clone(),
-            },
-            fresh: true,
-        });
-        self.outcome.preempted.extend(preempts.iter().copied());
-        self.outcome.placed.push(Placed {
-            item: item.clone(),
-            placement: p,
-            preempts,
-            backfilled,
-        });
-    }
-
-    /// Makes `item`, the first that could not be placed, the head: reserves what it needs at
-    /// its earliest start, if the running work's end times give one.
-    fn reserve(&mut self, item: &Pending, masked: &[GpuSlot]) {
-        let running: Vec<Running> = self.live.iter().map(|l| l.run.clone()).collect();
-        let Some((until, plan)) = earliest_start(self.now, masked, &running, &item.request) else {
-            return;
-        };
-        let mut at_start = self.view.clone();
-        for r in &running {
-            if r.ends_at.is_some_and(|e| e.max(self.now) <= until) {
-                release(&mut at_start, &r.holds);
-            }
-        }
-        let mut slack: Vec<u64> = at_start.iter().map(|s| s.free_mb).collect();
-        take_slack(&mut slack, &plan.gpus);
-        self.outcome.head = Some(Head {
-            id: item.id,
-            start_at: until,
-            gpus: plan.gpus,
-        });
-        self.reservation = Some(Reservation {
-            head: item.id,
-            until,
-            slack,
-        });
-    }
-}
-
-fn take_slack(slack: &mut [u64], holds: &[(usize, u64)]) {
-    for &(g, mb) in holds {
-        if let Some(s) = slack.get_mut(g) {
-            *s = s.saturating_sub(mb);
         }
     }
 }

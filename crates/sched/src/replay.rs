@@ -12,6 +12,8 @@ use crate::rng::SimRng;
 use crate::trace::PodRow;
 use crate::workload::Workload;
 
+pub mod fair_share;
+
 /// A pod with the times the trace gives it, in seconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimedPod {

@@ -4,6 +4,8 @@ use proptest::prelude::*;
 
 use super::*;
 
+mod fair;
+
 fn gpu(node: u32, vram_mb: u64, free_mb: u64) -> GpuSlot {
     GpuSlot {
         node,
@@ -20,6 +22,7 @@ fn item(id: u64, request: Request, priority: i64, enqueued_at: i64, dur: Option<
         priority,
         enqueued_at,
         duration_s: dur,
+        account: 0,
     }
 }
 
@@ -361,6 +364,117 @@ fn config() -> impl Strategy<Value = QueueConfig> {
     })
 }
 
+/// The invariants of every pass (see `a_pass_keeps_every_invariant`), whatever its order: `q`
+/// and `out` are the queue and the outcome after a pass at `NOW` over `items`.
+fn check_pass(
+    gpus: &[GpuSlot],
+    run: &[Running],
+    items: &[Pending],
+    config: QueueConfig,
+    q: &Queue,
+    out: &PassOutcome,
+) -> Result<(), TestCaseError> {
+    let by_id: BTreeMap<u64, &Running> = run.iter().map(|r| (r.id, r)).collect();
+
+    // Preemption: spot only, strictly lower base priority, each victim once.
+    let mut stopped = BTreeSet::new();
+    for p in &out.placed {
+        prop_assert!(
+            p.preempts.is_empty() || config.may_preempt(&p.item),
+            "spot preempted without leave"
+        );
+        for v in &p.preempts {
+            prop_assert!(stopped.insert(*v), "a victim stopped twice");
+            let victim = by_id[v];
+            prop_assert!(victim.priority < p.item.priority);
+            prop_assert!(victim.priority < config.preempt_from);
+        }
+    }
+    let preempted: BTreeSet<u64> = out.preempted.iter().copied().collect();
+    prop_assert_eq!(&preempted, &stopped);
+
+    // Memory: what survives plus what was placed fits every GPU.
+    let mut used = vec![0u64; gpus.len()];
+    let mut after: Vec<Running> = Vec::new();
+    for r in run.iter().filter(|r| !stopped.contains(&r.id)) {
+        for &(g, mb) in &r.holds {
+            used[g] += mb;
+        }
+        after.push(r.clone());
+    }
+    for p in &out.placed {
+        let gs = &p.placement.gpus;
+        match p.item.request {
+            Request::Whole { count } => {
+                prop_assert_eq!(gs.len(), count as usize);
+                let nodes: BTreeSet<u32> = gs.iter().map(|&(g, _)| gpus[g].node).collect();
+                prop_assert_eq!(nodes.len(), 1, "a gang split across nodes");
+                let distinct: BTreeSet<usize> = gs.iter().map(|&(g, _)| g).collect();
+                prop_assert_eq!(distinct.len(), gs.len());
+                for &(g, mb) in gs {
+                    prop_assert_eq!(mb, gpus[g].vram_mb);
+                }
+            }
+            Request::Share { vram_mb } => {
+                prop_assert_eq!(gs.len(), 1);
+                prop_assert_eq!(gs[0].1, vram_mb);
+            }
+        }
+        for &(g, mb) in gs {
+            used[g] += mb;
+        }
+        after.push(Running {
+            id: p.item.id,
+            priority: p.item.priority,
+            value: 0,
+            started_at: NOW,
+            ends_at: p.item.duration_s.map(|d| NOW + d as i64),
+            holds: gs.clone(),
+        });
+    }
+    for (g, s) in gpus.iter().enumerate() {
+        prop_assert!(
+            used[g] <= s.vram_mb,
+            "GPU {} holds {} of {}",
+            g,
+            used[g],
+            s.vram_mb
+        );
+    }
+
+    // Every item: placed or waiting with a reason, never both; the rest stay queued.
+    let placed: BTreeSet<u64> = out.placed.iter().map(|p| p.item.id).collect();
+    let waiting: BTreeSet<u64> = out.waiting.iter().map(|(id, _)| *id).collect();
+    prop_assert_eq!(placed.len(), out.placed.len());
+    prop_assert_eq!(waiting.len(), out.waiting.len());
+    prop_assert!(placed.is_disjoint(&waiting));
+    let all: BTreeSet<u64> = items.iter().map(|p| p.id).collect();
+    prop_assert_eq!(&placed | &waiting, all);
+    let queued: BTreeSet<u64> = q.iter().map(|p| p.id).collect();
+    prop_assert_eq!(queued, waiting.clone());
+
+    // Backfill never delays the head: on the cluster as the pass leaves it, the head can
+    // still start by the time it was promised.
+    if let Some(head) = &out.head {
+        prop_assert!(waiting.contains(&head.id));
+        let request = items[usize::try_from(head.id).unwrap()].request;
+        let left: Vec<GpuSlot> = gpus
+            .iter()
+            .zip(&used)
+            .map(|(s, &u)| gpu(s.node, s.vram_mb, s.vram_mb - u))
+            .collect();
+        let start = earliest_start(NOW, &left, &after, &request).map(|(t, _)| t);
+        prop_assert!(
+            start.is_some_and(|t| t <= head.start_at),
+            "head {} promised {}, now {:?}",
+            head.id,
+            head.start_at,
+            start
+        );
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -375,95 +489,7 @@ proptest! {
     ) {
         let mut q = queue(config, items.clone());
         let out = q.pass(NOW, &gpus, &run);
-        let by_id: BTreeMap<u64, &Running> = run.iter().map(|r| (r.id, r)).collect();
-
-        // Preemption: spot only, strictly lower base priority, each victim once.
-        let mut stopped = BTreeSet::new();
-        for p in &out.placed {
-            prop_assert!(
-                p.preempts.is_empty() || config.may_preempt(&p.item),
-                "spot preempted without leave"
-            );
-            for v in &p.preempts {
-                prop_assert!(stopped.insert(*v), "a victim stopped twice");
-                let victim = by_id[v];
-                prop_assert!(victim.priority < p.item.priority);
-                prop_assert!(victim.priority < config.preempt_from);
-            }
-        }
-        let preempted: BTreeSet<u64> = out.preempted.iter().copied().collect();
-        prop_assert_eq!(&preempted, &stopped);
-
-        // Memory: what survives plus what was placed fits every GPU.
-        let mut used = vec![0u64; gpus.len()];
-        let mut after: Vec<Running> = Vec::new();
-        for r in run.iter().filter(|r| !stopped.contains(&r.id)) {
-            for &(g, mb) in &r.holds {
-                used[g] += mb;
-            }
-            after.push(r.clone());
-        }
-        for p in &out.placed {
-            let gs = &p.placement.gpus;
-            match p.item.request {
-                Request::Whole { count } => {
-                    prop_assert_eq!(gs.len(), count as usize);
-                    let nodes: BTreeSet<u32> = gs.iter().map(|&(g, _)| gpus[g].node).collect();
-                    prop_assert_eq!(nodes.len(), 1, "a gang split across nodes");
-                    let distinct: BTreeSet<usize> = gs.iter().map(|&(g, _)| g).collect();
-                    prop_assert_eq!(distinct.len(), gs.len());
-                    for &(g, mb) in gs {
-                        prop_assert_eq!(mb, gpus[g].vram_mb);
-                    }
-                }
-                Request::Share { vram_mb } => {
-                    prop_assert_eq!(gs.len(), 1);
-                    prop_assert_eq!(gs[0].1, vram_mb);
-                }
-            }
-            for &(g, mb) in gs {
-                used[g] += mb;
-            }
-            after.push(Running {
-                id: p.item.id,
-                priority: p.item.priority,
-                value: 0,
-                started_at: NOW,
-                ends_at: p.item.duration_s.map(|d| NOW + d as i64),
-                holds: gs.clone(),
-            });
-        }
-        for (g, s) in gpus.iter().enumerate() {
-            prop_assert!(used[g] <= s.vram_mb, "GPU {} holds {} of {}", g, used[g], s.vram_mb);
-        }
-
-        // Every item: placed or waiting with a reason, never both; the rest stay queued.
-        let placed: BTreeSet<u64> = out.placed.iter().map(|p| p.item.id).collect();
-        let waiting: BTreeSet<u64> = out.waiting.iter().map(|(id, _)| *id).collect();
-        prop_assert_eq!(placed.len(), out.placed.len());
-        prop_assert_eq!(waiting.len(), out.waiting.len());
-        prop_assert!(placed.is_disjoint(&waiting));
-        let all: BTreeSet<u64> = items.iter().map(|p| p.id).collect();
-        prop_assert_eq!(&placed | &waiting, all);
-        let queued: BTreeSet<u64> = q.iter().map(|p| p.id).collect();
-        prop_assert_eq!(queued, waiting.clone());
-
-        // Backfill never delays the head: on the cluster as the pass leaves it, the head can
-        // still start by the time it was promised.
-        if let Some(head) = &out.head {
-            prop_assert!(waiting.contains(&head.id));
-            let request = items[usize::try_from(head.id).unwrap()].request;
-            let left: Vec<GpuSlot> = gpus
-                .iter()
-                .zip(&used)
-                .map(|(s, &u)| gpu(s.node, s.vram_mb, s.vram_mb - u))
-                .collect();
-            let start = earliest_start(NOW, &left, &after, &request).map(|(t, _)| t);
-            prop_assert!(
-                start.is_some_and(|t| t <= head.start_at),
-                "head {} promised {}, now {:?}", head.id, head.start_at, start
-            );
-        }
+        check_pass(&gpus, &run, &items, config, &q, &out)?;
     }
 
     /// Waiting long enough beats any fixed priority: the old item, once it has waited

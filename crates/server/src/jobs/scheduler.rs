@@ -92,6 +92,7 @@ pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) ->
             priority: tier_priority(q.tier, q.priority, false),
             enqueued_at: q.queued_at.timestamp(),
             duration_s: Some(q.duration_s),
+            account: 0,
         });
         if let Err(e) = pushed {
             plan.reasons.push((q.id.clone(), e.to_string()));
