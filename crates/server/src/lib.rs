@@ -22,6 +22,7 @@ mod pagination;
 mod password;
 mod policy;
 mod proxy;
+mod quotas;
 mod rate_limit;
 mod reauth;
 mod registries;

@@ -12,6 +12,7 @@ mod error;
 mod model;
 mod notifications;
 mod proxy;
+mod quotas;
 mod registries;
 mod shared_keys;
 mod sql;
@@ -43,6 +44,7 @@ pub use model::{
 };
 pub use notifications::{AttemptOutcome, DueDelivery, HookRow, NotificationStore, PlatformEvent};
 pub use proxy::{ProxyGrant, ProxyStore, ProxyTokenKind};
+pub use quotas::{QuotaRow, QuotaStore};
 pub use registries::{NewRegistry, RegistryStore};
 pub use shared_keys::SharedKeyStore;
 pub use sql::{CheckpointPolicy, Settled, SqlStore};
@@ -57,8 +59,8 @@ pub use volumes::{NewVolume, NodeFilter, VolumeMountRow, VolumeNode, VolumeStore
 pub mod prelude {
     pub use crate::{
         AccessStore, AuditStore, BudgetStore, MetricsStore, NodeStore, NotificationStore,
-        ProxyStore, RegistryStore, ReservationStore, SharedKeyStore, SshKeyStore, StatementStore,
-        Store, TeamStore, TemplateStore, TunnelStore, UserStore, VolumeStore,
+        ProxyStore, QuotaStore, RegistryStore, ReservationStore, SharedKeyStore, SshKeyStore,
+        StatementStore, Store, TeamStore, TemplateStore, TunnelStore, UserStore, VolumeStore,
     };
 }
 
@@ -83,6 +85,7 @@ pub trait Store:
     + TeamStore
     + BudgetStore
     + NotificationStore
+    + QuotaStore
     + std::fmt::Debug
 {
 }
@@ -105,6 +108,7 @@ impl<T> Store for T where
         + TeamStore
         + BudgetStore
         + NotificationStore
+        + QuotaStore
         + std::fmt::Debug
 {
 }

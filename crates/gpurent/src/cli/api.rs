@@ -38,6 +38,9 @@ pub enum ApiCommand {
     /// Webhooks for your events (or a team's), signed with HMAC-SHA256 and retried for a day.
     #[command(subcommand)]
     Notifications(super::NotificationsCommand),
+    /// GPU quotas per team: guaranteed GPUs of a type, and borrowing beyond them.
+    #[command(subcommand)]
+    Quotas(super::QuotasCommand),
     /// Log in with a password (GPURENT_PASSWORD, else one line of stdin); prints a session
     /// token that expires.
     Login { name: String },

@@ -143,6 +143,7 @@ pub async fn run(
         Command::Registries(command) => super::registries::registries(&api, command, json).await?,
         Command::Teams(command) => super::teams::teams(&api, command, json).await?,
         Command::Budget(command) => super::budget::budget(&api, command, json).await?,
+        Command::Quotas(command) => super::quotas::quotas(&api, command, json).await?,
         Command::Notifications(command) => {
             super::notifications::notifications(&api, command, json).await?
         }

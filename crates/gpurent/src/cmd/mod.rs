@@ -31,6 +31,7 @@ pub mod open;
 pub mod port_forward;
 pub mod prereqs;
 pub mod private;
+pub mod quotas;
 pub mod registries;
 pub mod reload;
 pub mod report;

@@ -54,18 +54,37 @@ pub(crate) fn routes() -> Router<AppState> {
         // Billing, account and nodes (pages/billing.rs, account.rs, nodes.rs).
         .route("/billing", get(pages::billing::page))
         .route("/billing/invoice.csv", get(pages::billing::invoice_csv))
+        .route("/billing/budget", post(pages::budget_view::set_own))
+        .route(
+            "/billing/budget/remove",
+            post(pages::budget_view::remove_own),
+        )
         .route("/account", get(pages::account::page))
         .route("/account/ssh-keys", post(pages::account::add_key))
         .route(
             "/account/ssh-keys/{id}/remove",
             post(pages::account::remove_key),
         )
-        .route("/account/tokens", post(pages::account::create_token))
+        .route("/account/tokens", post(pages::account_tokens::create_token))
         .route(
             "/account/tokens/{id}/revoke",
-            post(pages::account::revoke_token),
+            post(pages::account_tokens::revoke_token),
         )
         .route("/account/password", post(pages::account::change_password))
+        // Teams (pages/teams.rs, team.rs).
+        .route("/teams", get(pages::teams::list).post(pages::teams::create))
+        .route("/teams/{name}", get(pages::team::page))
+        .route("/teams/{name}/members", post(pages::team::set_member))
+        .route(
+            "/teams/{name}/members/{user}/remove",
+            post(pages::team::remove_member),
+        )
+        .route("/teams/{name}/credit", post(pages::team::move_credit))
+        .route("/teams/{name}/budget", post(pages::team::set_budget))
+        .route(
+            "/teams/{name}/budget/remove",
+            post(pages::team::remove_budget),
+        )
         .route(
             "/nodes",
             get(pages::nodes::page).post(pages::nodes::join_token),

@@ -79,6 +79,11 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
             crate::notifications::list
         ))
         .routes(routes!(crate::notifications::remove))
+        .routes(routes!(
+            crate::quotas::set,
+            crate::quotas::list,
+            crate::quotas::remove
+        ))
         .routes(routes!(crate::notifications::test))
         .routes(routes!(crate::notifications::deliveries))
         .routes(routes!(

@@ -29,7 +29,8 @@ pub(crate) struct InvoiceQuery {
 /// and per volume.
 #[utoipa::path(get, path = "/api/v1/invoices/{month}", tag = "users", security(("bearer" = [])),
     params(("month" = String, Path, description = "YYYY-MM"), InvoiceQuery),
-    responses((status = 200, body = Invoice), (status = 200, body = String, content_type = "text/csv"),
+    responses((status = 200, description = "The invoice: JSON, or CSV when `Accept: text/csv` or `format=csv`",
+        content((Invoice = "application/json"), (String = "text/csv"))),
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn invoice(
     State(state): State<AppState>,

@@ -49,6 +49,7 @@ mod proxy_sites;
 mod proxy_support;
 mod proxy_websockets;
 mod queue;
+mod quotas;
 mod readiness;
 mod registries;
 mod reports;

@@ -57,7 +57,8 @@ fn earlier_condition(tenants: &[&str], keys: &[&str], from: usize) -> String {
 /// (`caps::caps_of` reads them), its balance and, in `earlier`, how many reservations earlier
 /// requests made with the jobs' Idempotency-Keys (the same count on every row; one statement
 /// for the batch, where each tenant and the keys' read were a round trip each on PostgreSQL).
-pub(super) fn push_tenants(reads: &mut Batch, jobs: &[Job]) -> usize {
+/// Also, in `managed`, which of `types` (at most 62) have quotas: bit `i` for `types[i]`.
+pub(super) fn push_tenants(reads: &mut Batch, jobs: &[Job], types: &[&str]) -> usize {
     let mut tenants: Vec<&str> = jobs.iter().map(|j| j.new.tenant_id.as_str()).collect();
     tenants.sort_unstable();
     tenants.dedup();
@@ -75,10 +76,20 @@ pub(super) fn push_tenants(reads: &mut Batch, jobs: &[Job]) -> usize {
         args.extend(keyed_tenants.iter().chain(&keys).map(|s| Arg::from(*s)));
         format!("(SELECT COUNT(*) FROM reservations WHERE {condition})")
     };
+    let mut managed = vec!["0".to_owned()];
+    for (i, t) in types.iter().take(62).enumerate() {
+        managed.push(format!(
+            "(CASE WHEN EXISTS (SELECT 1 FROM quotas WHERE type_key = ${}) THEN {} ELSE 0 END)",
+            args.len() + 1,
+            1_i64 << i
+        ));
+        args.push(Arg::from(*t));
+    }
+    let managed = managed.join(" + ");
     // VALUES names its columns column1, column2 on both databases.
     let sql = format!(
         "SELECT u.id AS user_id, u.max_reservations, u.max_spend_per_hour, u.over_budget,
-             a.balance, {earlier} AS earlier
+             a.balance, {earlier} AS earlier, CAST({managed} AS BIGINT) AS managed
          FROM (VALUES {}) t JOIN users u ON u.id = t.column1
          LEFT JOIN accounts a ON a.id = t.column2
          ORDER BY u.id",

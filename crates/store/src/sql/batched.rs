@@ -164,7 +164,10 @@ impl SqlStore {
         // One batch of reads: the tenants (with the count of earlier requests with the jobs'
         // keys) and the candidates of each group (room for all of the group's jobs).
         let mut reads = Batch::default();
-        let tenant_part = push_tenants(&mut reads, jobs);
+        let mut types: Vec<&str> = jobs.iter().map(|j| j.new.gpu_type.key()).collect();
+        types.sort_unstable();
+        types.dedup();
+        let tenant_part = push_tenants(&mut reads, jobs, &types);
         let mut groups: HashMap<GroupKey, (usize, i64)> = HashMap::new();
         for j in jobs {
             let g = groups.entry(group_of(&j.new)).or_insert((0, j.live_since));
@@ -203,6 +206,18 @@ impl SqlStore {
             (recording && backend == Backend::Sqlite).then(|| reads.push(HEAD, Vec::new()));
         let answers = reads.run(tx, backend).await?;
         let read_head = head_part.map(|p| Head::of(&answers, p)).transpose()?;
+        // The types with quotas (read with the tenants): their reservations are placed alone,
+        // where each one's standing is read (`quotas::standing_of`); past 62 types, all are.
+        let bits: i64 = match answers.rows(tenant_part).first() {
+            Some(row) => sqlx::Row::try_get(row, "managed")?,
+            None => 0,
+        };
+        let managed: std::collections::HashSet<&str> = types
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i >= 62 || bits & (1_i64 << i) != 0)
+            .map(|(_, t)| *t)
+            .collect();
         let mut tenants = self.tenants_of(tx, jobs, &answers, tenant_part).await?;
         let mut candidates: HashMap<&GroupKey, Candidates> = HashMap::new();
         for (key, &part) in &group_parts {
@@ -228,6 +243,9 @@ impl SqlStore {
                 if !keys.insert((new.tenant_id.clone(), key.clone())) {
                     continue;
                 }
+            }
+            if managed.contains(new.gpu_type.key()) {
+                continue;
             }
             let Some(tenant) = tenants.get_mut(new.tenant_id.as_str()) else {
                 continue;

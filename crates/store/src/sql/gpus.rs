@@ -215,49 +215,89 @@ const SHARE_SQL: &str = share_sql!("");
 const SHARE_SQL_SKIP_LOCKED: &str = share_sql!(" FOR UPDATE OF g SKIP LOCKED");
 const SHARE_SQL_WAIT: &str = share_sql!(" FOR UPDATE OF g");
 
-/// The spot work of type `key` below `priority` on placeable nodes, and every GPU of the type
-/// on the nodes it runs on: what preempting could make room on. Empty when there is none.
+/// The work of type `key` a request of `priority` may preempt, with the GPUs of the nodes it
+/// is on: spot work of lower priority and, for a request within its tenant's quota
+/// (`guaranteed_for`: that tenant), other tenants' borrowed work but reserved blocks, seen at
+/// [`gpurent_sched::quota::BORROWED`] priority and no value, so that it goes first.
 pub(super) async fn preemptible(
     conn: &mut AnyConnection,
     key: &str,
     priority: i64,
     live_since: i64,
+    guaranteed_for: Option<&str>,
 ) -> Result<gpurent_sched::plan::View> {
-    let rows = sqlx::query(concat!(
+    // '' matches no tenant's borrowed work: a request that is not guaranteed.
+    let guaranteed = guaranteed_for.unwrap_or("");
+    // Who may be preempted, with the guaranteed tenant's placeholder `g`.
+    let victim = |g: &str| {
+        format!(
+            "((r.tier = 'spot' AND r.priority < $1)
+              OR (r.borrowed = 1 AND r.tier <> 'reserved' AND {g} <> '' AND r.tenant_id <> {g}))"
+        )
+    };
+    let rows = sqlx::query(&format!(
         "SELECT r.id, r.tier, r.priority, r.status, r.price_per_hour, r.duration_s, r.started_at,
-                COALESCE(r.started_at, r.created_at) AS since, a.gpu_uuid, a.vram_mb
+                COALESCE(r.started_at, r.created_at) AS since, a.gpu_uuid, a.vram_mb,
+                CASE WHEN r.borrowed = 1 AND r.tier <> 'reserved' AND $4 <> ''
+                     AND r.tenant_id <> $4 THEN 1 ELSE 0 END AS reclaim
          FROM reservations r JOIN allocations a ON a.reservation_id = r.id
               JOIN gpus g ON g.uuid = a.gpu_uuid JOIN nodes n ON n.id = g.node_id
-         WHERE r.tier = 'spot' AND r.status IN ('pending', 'starting', 'running')
-           AND r.priority < $1 AND g.type_key = $2 AND ",
-        placeable!("$3"),
-        " ORDER BY r.id, a.gpu_uuid"
+         WHERE {} AND r.status IN ('pending', 'starting', 'running')
+           AND g.type_key = $2 AND {}
+         ORDER BY r.id, a.gpu_uuid",
+        victim("$4"),
+        placeable!("$3")
     ))
     .bind(priority)
     .bind(key)
     .bind(live_since)
+    .bind(guaranteed)
     .fetch_all(&mut *conn)
     .await?;
     if rows.is_empty() {
         return Ok(gpurent_sched::plan::View::default());
     }
-    let work = work_of(&rows, 0)?;
-    let gpus = sqlx::query(
+    let mut work = work_of(&rows, 0)?;
+    // Borrowed work a guaranteed request takes back: first, whatever it pays.
+    let reclaim: std::collections::HashSet<String> = rows
+        .iter()
+        .filter(|r| r.try_get::<i64, _>("reclaim").is_ok_and(|x| x == 1))
+        .filter_map(|r| r.try_get::<String, _>("id").ok())
+        .collect();
+    for w in &mut work {
+        if reclaim.contains(&w.id) {
+            w.priority = gpurent_sched::quota::BORROWED;
+            w.value = 0;
+        }
+    }
+    let gpus = sqlx::query(&format!(
         "SELECT uuid, node_id, vram_mb, free_mb, switch_group FROM gpus
-         WHERE type_key = $1 AND node_id IN (
+         WHERE type_key = $2 AND node_id IN (
             SELECT r.node_id FROM reservations r
-            WHERE r.tier = 'spot' AND r.status IN ('pending', 'starting', 'running')
-              AND r.priority < $2)
+            WHERE {} AND r.status IN ('pending', 'starting', 'running'))
          ORDER BY node_id, idx",
-    )
-    .bind(key)
+        victim("$3")
+    ))
     .bind(priority)
+    .bind(key)
+    .bind(guaranteed)
     .fetch_all(&mut *conn)
     .await?
     .iter()
     .map(gpu_of)
     .collect::<Result<Vec<_>>>()?;
     Ok(gpurent_sched::plan::View { gpus, work })
+}
+
+/// The type key of the GPU `uuid` ('' when there is none).
+pub(super) async fn type_of(conn: &mut AnyConnection, uuid: &str) -> Result<String> {
+    Ok(
+        sqlx::query_scalar::<_, String>("SELECT type_key FROM gpus WHERE uuid = $1")
+            .bind(uuid)
+            .fetch_optional(&mut *conn)
+            .await?
+            .unwrap_or_default(),
+    )
 }
 
 /// The GPUs of type `key` on placeable nodes, by node.

@@ -203,6 +203,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "notifications",
         include_str!("../../migrations/0045_notifications.sql"),
     ),
+    (
+        46,
+        "quotas",
+        include_str!("../../migrations/0046_quotas.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

@@ -7,6 +7,7 @@
 use chrono::{DateTime, Utc};
 use gpurent_billing::PriceList;
 use gpurent_sched::plan::{tier_priority, Ask, View};
+use gpurent_sched::quota::Standing;
 use gpurent_sched::{Plan, Request};
 use gpurent_types::api::Reservation;
 use gpurent_types::Tier;
@@ -162,6 +163,7 @@ impl SqlStore {
         prices: &PriceList,
         live_since: i64,
         expected: &[Request],
+        standing: Standing,
     ) -> Result<Option<Planned>> {
         let key = new.gpu_type.key();
         let first_ask = Ask {
@@ -217,7 +219,8 @@ impl SqlStore {
         let Some(priority) = ask_priority(conn, new, prices).await? else {
             return Ok(None);
         };
-        let mut view = gpus::preemptible(conn, key, priority, live_since).await?;
+        let guaranteed = (standing == Standing::Guaranteed).then_some(new.tenant_id.as_str());
+        let mut view = gpus::preemptible(conn, key, priority, live_since, guaranteed).await?;
         match &new.node_filter {
             NodeFilter::Any => {}
             NodeFilter::Node(node) => view.gpus.retain(|g| g.node_id == *node),
@@ -266,6 +269,11 @@ impl SqlStore {
         if let Some(r) = earlier_reservation(&mut tx, new).await? {
             return Ok(Attempt::Done(Box::new(r), Vec::new()));
         }
+        // Past its quota and borrow limit: refused, or queued when it asked to wait.
+        let standing = match super::quotas::standing_of(&mut tx, new).await {
+            Err(StoreError::LimitExceeded(_)) if new.queue => return Ok(Attempt::Queue),
+            other => other?,
+        };
         super::volume_mounts::claim(&mut tx, self.backend, new).await?;
         let Some(Planned {
             plan,
@@ -273,7 +281,7 @@ impl SqlStore {
             node_name,
             card_vram_mb,
         }) = self
-            .plan_new(&mut tx, new, prices, live_since, expected)
+            .plan_new(&mut tx, new, prices, live_since, expected, standing)
             .await?
         else {
             let err = match no_capacity_reason(&mut tx, new, live_since).await? {
@@ -318,6 +326,13 @@ impl SqlStore {
             at,
         )
         .await?;
+        let borrowed = standing == Standing::Borrowed;
+        if borrowed {
+            batch.push(
+                "UPDATE reservations SET borrowed = 1 WHERE id = $1",
+                vec![Arg::from(id.as_str())],
+            );
+        }
         let caps = super::caps::push_read(&mut batch, &new.tenant_id);
         let Some(answers) = unless_replayed(batch.run(&mut tx, self.backend).await)? else {
             return Ok(Attempt::LostRace);
@@ -325,7 +340,8 @@ impl SqlStore {
         if !claims.held(&answers) {
             return Ok(Attempt::LostRace);
         }
-        let reservation = reservation_of(&answers, row_part, &row)?;
+        let mut reservation = reservation_of(&answers, row_part, &row)?;
+        reservation.borrowed = borrowed;
         admit(&mut tx, self.backend, &answers, caps, new, &quote, &id, at).await?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, node_id = %plan.node_id, tenant_id = %new.tenant_id, tier = %new.tier, "reserved");
@@ -355,7 +371,28 @@ impl SqlStore {
         now: i64,
     ) -> Result<Option<Vec<String>>> {
         let mut tx = self.begin().await?;
+        // Past its tenant's quota and borrow limit (a quota lowered under it, say): it waits,
+        // saying why.
+        let key = gpus::type_of(&mut tx, plan.gpus.first().map_or("", |(u, _)| u.as_str())).await?;
+        let standing = match super::quotas::standing_of_queued(&mut tx, id, &key).await {
+            Err(StoreError::LimitExceeded(why)) => {
+                sqlx::query("UPDATE reservations SET queue_reason = $1 WHERE id = $2")
+                    .bind(format!("waiting: {why}"))
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                return Ok(None);
+            }
+            other => other?,
+        };
         let mut batch = Batch::default();
+        if standing == Standing::Borrowed {
+            batch.push(
+                "UPDATE reservations SET borrowed = 1 WHERE id = $1",
+                vec![Arg::from(id)],
+            );
+        }
         // The claim is a compare-and-set on the row: a stop or a timeout of the same
         // reservation waits for this transaction, then finds it placed (or the other way round).
         let gpu_uuids: Vec<&str> = plan.gpus.iter().map(|(u, _)| u.as_str()).collect();

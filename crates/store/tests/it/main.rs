@@ -28,6 +28,7 @@ mod settlement_rule;
 mod shared_keys;
 mod support;
 mod sync_cost;
+mod team_model;
 mod tunnels;
 mod volume_billing;
 mod wal;

@@ -193,6 +193,10 @@ pub struct Reservation {
     /// The member who made it, where it is a team's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_by: Option<String>,
+    /// Placed beyond its tenant's quota of a GPU type with quotas: the first to be preempted
+    /// when a quota's owner needs its GPUs (docs/quotas.md).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub borrowed: bool,
     /// Why a queued reservation still waits (`pending` without a node); null otherwise.
     #[serde(default)]
     pub queue_reason: Option<String>,

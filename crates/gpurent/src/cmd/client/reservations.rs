@@ -230,6 +230,12 @@ pub(super) async fn get(api: &ApiClient, id: String, json: bool) -> Result<(), C
             r.created_by.as_deref().unwrap_or("-")
         ));
     }
+    if r.borrowed {
+        print_line(
+            "borrowed: beyond its quota of this GPU type, it is the first preempted when a \
+             quota's owner needs the GPUs back",
+        );
+    }
     for v in &r.volumes {
         print_line(&format!(
             "volume {} at {}{}",

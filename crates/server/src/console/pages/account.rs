@@ -1,19 +1,19 @@
-//! `/account`: the viewer's SSH keys (add, remove), API tokens (create, shown once on the page
-//! that answers the form; revoke) and password; the sensitive ones need the password (`reauth`).
+//! `/account`: the viewer's SSH keys (add, remove), API tokens (`account_tokens.rs`) and
+//! password; the sensitive ones need the password (`reauth`).
 
 use axum::extract::{Path, Query, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
-use chrono::{DateTime, Utc};
-use gpurent_types::api::{AddSshKey, CreateToken, SetPassword, SshKey, Token, TokenCreated};
+use gpurent_types::api::{AddSshKey, SetPassword, SshKey, Team, Token, TokenCreated};
 use gpurent_types::Role;
 use maud::{html, Markup};
 use serde::Deserialize;
 
+use super::account_tokens::{self, TokenForm, Tokens};
 use crate::console::api::{enc, Api, Failure};
 use crate::console::lang::Lang;
-use crate::console::layout::{alert, maybe_time, raw, time, Ctx, PageError};
+use crate::console::layout::{alert, raw, time, Ctx, PageError};
 use crate::reauth::FRESH_LOGIN;
 use crate::state::AppState;
 
@@ -29,18 +29,20 @@ pub(crate) struct AccountQuery {
 
 /// What a form of this page asked for and how it went, to show above the lists.
 #[derive(Default)]
-struct Outcome {
-    done: Option<String>,
-    failure: Option<(Section, Failure)>,
-    created: Option<TokenCreated>,
+pub(super) struct Outcome {
+    pub done: Option<String>,
+    pub failure: Option<(Section, Failure)>,
+    pub created: Option<TokenCreated>,
+    /// What the token form had (not the password), shown again when it was refused.
+    pub token_form: Option<TokenForm>,
     /// What the SSH key form had, shown again when it was refused.
-    key_text: String,
+    pub key_text: String,
     /// The key form was refused for want of the password: show its field.
-    key_needs_password: bool,
+    pub key_needs_password: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Section {
+pub(super) enum Section {
     Keys,
     Tokens,
     Password,
@@ -58,7 +60,7 @@ pub(crate) async fn page(
     render(&state, &ctx, StatusCode::OK, outcome).await
 }
 
-async fn render(
+pub(super) async fn render(
     state: &AppState,
     ctx: &Ctx,
     status: StatusCode,
@@ -74,6 +76,8 @@ async fn render(
         .page(&format!("/api/v1/tokens?limit={LIST}"))
         .await
         .map_err(|f| ctx.failed(f))?;
+    // For the token form's team and the list's team names.
+    let teams: Vec<Team> = api.get("/api/v1/teams").await.map_err(|f| ctx.failed(f))?;
     let admin = ctx.role() == Some(Role::Admin);
     let failure = |s: Section| {
         outcome
@@ -112,32 +116,13 @@ async fn render(
                 button type="submit" { (l.t("Add key", "添加密钥")) }
             }
         }
-        section aria-labelledby="tokens-h" {
-            h2 id="tokens-h" { (l.t("API tokens", "API 令牌")) }
-            @if let Some(created) = &outcome.created { (new_token(l, created)) }
-            (tokens_table(ctx, &tokens, admin, now))
-            @if more_tokens.is_some() { p.hint { (l.t("Only the newest are listed here; the command line lists all of them.", "此处只列出最新的；命令行可列出全部。")) } }
-            @if let Some(a) = failure(Section::Tokens) { (a) }
-            form.card method="post" action="/account/tokens" data-form="token" {
-                (ctx.csrf_field())
-                div.grid {
-                    div {
-                        label for="token_name" { (l.t("Name", "名称")) }
-                        input id="token_name" name="name" type="text" maxlength="100" placeholder="ci";
-                    }
-                    div {
-                        label for="expires_in_days" { (l.t("Expires after (days, optional)", "有效天数（可选）")) }
-                        input id="expires_in_days" name="expires_in_days" type="number" min="1" max="3650";
-                    }
-                    div {
-                        label for="token_password" { (l.t("Your password", "您的密码")) }
-                        input id="token_password" name="password" type="password" autocomplete="current-password" required;
-                    }
-                }
-                p.hint { (l.t("With your password the token is a credential of its own: logging out does not end it.", "输入密码后，令牌独立有效：退出登录不会使其失效。")) }
-                button type="submit" { (l.t("Create token", "创建令牌")) }
-            }
-        }
+        (account_tokens::section(ctx, &Tokens {
+            tokens: &tokens,
+            more: more_tokens.is_some(),
+            teams: &teams,
+            admin,
+            now,
+        }, &outcome, failure(Section::Tokens)))
         section aria-labelledby="password-h" {
             h2 id="password-h" { (l.t("Password", "密码")) }
             @if let Some(a) = failure(Section::Password) { (a) }
@@ -211,83 +196,6 @@ fn keys_table(ctx: &Ctx, keys: &[SshKey], admin: bool) -> Markup {
     }
 }
 
-fn token_state(l: Lang, t: &Token, now: DateTime<Utc>) -> (&'static str, &'static str) {
-    if t.revoked_at.is_some() {
-        ("revoked", l.t("revoked", "已吊销"))
-    } else if t.expires_at.is_some_and(|e| e <= now) {
-        ("expired", l.t("expired", "已过期"))
-    } else {
-        ("ready", l.t("valid", "有效"))
-    }
-}
-
-fn tokens_table(ctx: &Ctx, tokens: &[Token], admin: bool, now: DateTime<Utc>) -> Markup {
-    let l = ctx.lang;
-    let this_session = ctx.viewer.as_ref().map(|v| v.token_id.as_str());
-    html! {
-        @if tokens.is_empty() {
-            p.empty { (l.t("No tokens yet.", "还没有令牌。")) }
-        } @else {
-            div.scroll {
-                table.tokens {
-                    thead { tr {
-                        th scope="col" { (l.t("Name", "名称")) }
-                        @if admin { th scope="col" { (l.t("User", "用户")) } }
-                        th scope="col" { (l.t("Kind", "类型")) }
-                        th scope="col" { (l.t("State", "状态")) }
-                        th scope="col" { (l.t("Created", "创建时间")) }
-                        th scope="col" { (l.t("Expires", "过期时间")) }
-                        th scope="col" { (l.t("Revoked", "吊销时间")) }
-                        th scope="col" { span.visually-hidden { (l.t("Actions", "操作")) } }
-                    } }
-                    tbody {
-                        @for t in tokens {
-                            @let (word, shown) = token_state(l, t, now);
-                            tr data-token-id=(t.id) {
-                                th scope="row" {
-                                    @if let Some(name) = &t.name { (raw(name)) } @else { span.muted { (l.t("unnamed", "未命名")) } }
-                                    @if this_session == Some(t.id.as_str()) { " " span.pill { (l.t("this session", "当前会话")) } }
-                                }
-                                @if admin { td { (raw(&t.user_id)) } }
-                                td { @if t.kind == "session" { (l.t("login session", "登录会话")) } @else { (l.t("API token", "API 令牌")) } }
-                                td { span.status data-status=(word) { (shown) } }
-                                td { (time(t.created_at)) }
-                                td { @if t.expires_at.is_some() { (maybe_time(t.expires_at)) } @else { (l.t("never", "永不过期")) } }
-                                td { (maybe_time(t.revoked_at)) }
-                                td {
-                                    @if word == "ready" {
-                                        form method="post" action={ "/account/tokens/" (enc(&t.id)) "/revoke" }
-                                            data-confirm=(if this_session == Some(t.id.as_str()) {
-                                                l.t("This is the session you are using: revoking it logs you out. Revoke it?", "这是您当前使用的会话：吊销后将退出登录。确定吊销？")
-                                            } else {
-                                                l.t("Revoke this token? Requests with it are refused from now on.", "确定吊销此令牌？此后使用它的请求将被拒绝。")
-                                            }) {
-                                            (ctx.csrf_field())
-                                            button.small.danger type="submit" data-action="revoke-token" { (l.t("Revoke", "吊销")) }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The token just made: on this page only, never again (the API keeps only its hash).
-fn new_token(l: Lang, created: &TokenCreated) -> Markup {
-    html! {
-        div.alert.ok role="status" data-field="new-token" {
-            p { strong { (l.t("Your new token. Copy it now: it is not shown again.", "您的新令牌。请立即复制：它不会再次显示。")) } }
-            p.secret { code data-field="token" { (created.token) } " "
-                button.small.secondary type="button" data-copy=(created.token) { (l.t("Copy", "复制")) } }
-            p.hint { (l.t("For the command line:", "命令行用法：")) " " (raw("GPURENT_TOKEN=TOKEN")) " " (l.t("or", "或")) " " (raw("--token TOKEN")) }
-        }
-    }
-}
-
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct KeyForm {
@@ -341,82 +249,12 @@ pub(crate) async fn remove_key(
     Ok(Redirect::to("/account?done=key-removed").into_response())
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct TokenForm {
-    name: String,
-    expires_in_days: String,
-    password: String,
-}
-
-/// Makes a token and answers with this page showing it, once: it is in no URL and no
-/// redirect, and the page is never cached (`Cache-Control: no-store`).
-pub(crate) async fn create_token(
-    State(state): State<AppState>,
-    ctx: Ctx,
-    Form(form): Form<TokenForm>,
-) -> Result<Response, PageError> {
-    let api = ctx.api(&state)?;
-    let body = match token_body(form) {
-        Ok(body) => body,
-        Err(f) => return refused(&state, &ctx, Section::Tokens, f, Outcome::default()).await,
-    };
-    match api.post::<_, TokenCreated>("/api/v1/tokens", &body).await {
-        Ok(created) => {
-            let outcome = Outcome {
-                created: Some(created),
-                ..Outcome::default()
-            };
-            render(&state, &ctx, StatusCode::OK, outcome).await
-        }
-        Err(f) => refused(&state, &ctx, Section::Tokens, f, Outcome::default()).await,
-    }
-}
-
 fn validation(message: impl Into<String>) -> Failure {
     Failure {
         status: StatusCode::UNPROCESSABLE_ENTITY,
         code: "validation".into(),
         message: message.into(),
     }
-}
-
-fn token_body(form: TokenForm) -> Result<CreateToken, Failure> {
-    let days = form.expires_in_days.trim();
-    let expires_in_days = if days.is_empty() {
-        None
-    } else {
-        Some(days.parse::<u32>().map_err(|_| {
-            validation(format!("expires_in_days: {days:?} is not a number of days"))
-        })?)
-    };
-    // Without the password the API binds the token to this login session, which logging out
-    // revokes: not what a token made for a script is for.
-    if form.password.is_empty() {
-        return Err(validation(
-            "password: needed, so that the token outlives this login session",
-        ));
-    }
-    Ok(CreateToken {
-        name: Some(form.name.trim().to_owned()).filter(|n| !n.is_empty()),
-        expires_in_days,
-        password: Some(form.password),
-        scopes: None,
-        team: None,
-    })
-}
-
-pub(crate) async fn revoke_token(
-    State(state): State<AppState>,
-    ctx: Ctx,
-    Path(id): Path<String>,
-) -> Result<Response, PageError> {
-    let api = ctx.api(&state)?;
-    let path = format!("/api/v1/tokens/{}", enc(&id));
-    api.send(Method::DELETE, &path, None)
-        .await
-        .map_err(|f| ctx.failed(f))?;
-    Ok(Redirect::to("/account?done=token-revoked").into_response())
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -456,7 +294,7 @@ async fn set_password(api: &Api, body: &SetPassword) -> Result<(), Failure> {
 
 /// The page again, with why a form was refused above it; a failure of the control plane
 /// itself is an error page.
-async fn refused(
+pub(super) async fn refused(
     state: &AppState,
     ctx: &Ctx,
     section: Section,
@@ -472,31 +310,4 @@ async fn refused(
         ..outcome
     };
     render(state, ctx, status, outcome).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_token_form_needs_a_password_and_days_that_are_a_number() {
-        let form = |days: &str, password: &str| TokenForm {
-            name: " ci ".into(),
-            expires_in_days: days.into(),
-            password: password.into(),
-        };
-        let body = token_body(form("30", "pw")).unwrap();
-        assert_eq!(body.name.as_deref(), Some("ci"));
-        assert_eq!(body.expires_in_days, Some(30));
-        assert_eq!(body.password.as_deref(), Some("pw"));
-        assert_eq!(token_body(form("", "pw")).unwrap().expires_in_days, None);
-        assert!(token_body(form("soon", "pw"))
-            .unwrap_err()
-            .message
-            .contains("not a number"));
-        assert!(token_body(form("", ""))
-            .unwrap_err()
-            .message
-            .starts_with("password"));
-    }
 }

@@ -1,6 +1,7 @@
-//! `/billing`: the viewer's balance, holds and earnings, what they were charged per day (a bar
-//! chart and its table) and per reservation in a date range, and a month's invoice with its
-//! CSV (the API's own, as `gpurent invoice MONTH --csv` writes it).
+//! `/billing`: the viewer's balance, holds and earnings, their monthly budget (`budget_view.rs`),
+//! what they were charged per day (a bar chart and its table) and per reservation in a date
+//! range, and a month's invoice with its CSV (the API's own, as `gpurent invoice MONTH --csv`
+//! writes it).
 
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -11,6 +12,7 @@ use gpurent_types::{Money, Role};
 use maud::{html, Markup};
 use serde::Deserialize;
 
+use super::budget_view::{self, Refused, Whose};
 use crate::console::api::{enc, Failure};
 use crate::console::lang::Lang;
 use crate::console::layout::{alert, maybe_time, money, raw, Ctx, PageError};
@@ -30,6 +32,8 @@ pub(crate) struct BillingQuery {
     to: Option<String>,
     /// The invoice's month, `YYYY-MM`.
     month: Option<String>,
+    /// What the form before this page did: `budget`, `budget-removed`.
+    done: Option<String>,
 }
 
 /// The usage range the query asks for, or why it cannot be used (the default range is shown
@@ -74,10 +78,20 @@ pub(crate) async fn page(
     ctx: Ctx,
     Query(q): Query<BillingQuery>,
 ) -> Result<Response, PageError> {
+    render(&state, &ctx, &q, None).await
+}
+
+/// The page, with a refused budget form shown again in its section.
+pub(crate) async fn render(
+    state: &AppState,
+    ctx: &Ctx,
+    q: &BillingQuery,
+    refused: Option<&Refused>,
+) -> Result<Response, PageError> {
     let l = ctx.lang;
-    let api = ctx.api(&state)?;
+    let api = ctx.api(state)?;
     let now = state.now();
-    let (from, to, range_failure) = range(now.date_naive(), &q);
+    let (from, to, range_failure) = range(now.date_naive(), q);
     let month = q
         .month
         .as_deref()
@@ -105,10 +119,17 @@ pub(crate) async fn page(
             return Err(ctx.failed(f.clone()));
         }
     }
+    let budget = budget_view::fetch(&api, Whose::Own).await;
+    if let Err(f) = &budget {
+        if f.status.is_server_error() {
+            return Err(ctx.failed(f.clone()));
+        }
+    }
     let earner = matches!(ctx.role(), Some(Role::Host | Role::Admin));
     let days = every_day(from, to, &usage.days);
 
     let body = html! {
+        @if let Some(note) = q.done.as_deref().and_then(|d| budget_view::done_note(l, d)) { (note) }
         div.tiles {
             div.tile { span.muted { (l.t("Balance", "余额")) } span.n data-field="balance" { (money(balance.balance)) } }
             div.tile { span.muted { (l.t("Held for your instances", "为您的实例预扣")) } span.n data-field="held" { (money(balance.held)) } }
@@ -116,6 +137,12 @@ pub(crate) async fn page(
                 div.tile { span.muted { (l.t("Earned by your nodes", "您的节点收益")) } span.n data-field="earnings" { (money(balance.earnings)) } }
             }
         }
+        (budget_view::section(ctx, &budget_view::Section {
+            whose: Whose::Own,
+            budget: &budget,
+            may_set: true,
+            refused,
+        }))
         section aria-labelledby="usage-h" {
             h2 id="usage-h" { (l.t("Usage", "用量")) }
             @if let Some(f) = &range_failure { (alert(l, f)) }
@@ -214,7 +241,8 @@ pub(crate) async fn page(
             }
         }
     };
-    Ok(ctx.page(l.t("Billing", "账单"), body))
+    let status = refused.map_or(StatusCode::OK, |r| r.failure.status);
+    Ok(ctx.page_with_status(status, l.t("Billing", "账单"), body))
 }
 
 /// Rows of a list shown on the page; the totals count them all, and the CSV has every line.
@@ -453,7 +481,7 @@ mod tests {
         let q = BillingQuery {
             from: Some("2026-03-01".into()),
             to: Some("2026-03-05".into()),
-            month: None,
+            ..BillingQuery::default()
         };
         let (from, to, f) = range(today, &q);
         assert_eq!((from, to), (day("2026-03-01"), day("2026-03-05")));
@@ -461,7 +489,7 @@ mod tests {
         let backwards = BillingQuery {
             from: Some("2026-03-05".into()),
             to: Some("2026-03-01".into()),
-            month: None,
+            ..BillingQuery::default()
         };
         let (from, _, f) = range(today, &backwards);
         assert_eq!(from, day("2026-02-09"));

@@ -2,8 +2,14 @@
 
 // Billing, account and nodes.
 pub(crate) mod account;
+pub(crate) mod account_tokens;
 pub(crate) mod billing;
+pub(crate) mod budget_view;
 pub(crate) mod nodes;
+
+// Teams (`/teams...`).
+pub(crate) mod team;
+pub(crate) mod teams;
 
 // The admin pages (`/admin...`).
 pub(crate) mod admin;

@@ -1,0 +1,130 @@
+//! GPU quotas through the API, on both stores, with a real agent: a team without a quota
+//! borrows idle GPUs (marked borrowed), a team within its quota takes one back (the borrower
+//! preempted with the spot notice), past its quota and borrow limit work is refused (or waits),
+//! a quota lowered under running work stops nothing, and only admins set quotas.
+
+use gpurent_store::Backend;
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::app::TestApp;
+use crate::both_stores;
+
+async fn a_quota_is_guaranteed_and_borrowed_gpus_are_taken_back(backend: Backend) {
+    let app = TestApp::with(backend)
+        .with_sim_gpus("2xRTX4090")
+        .start()
+        .await;
+    let olga = app.tenant("olga", "100").await;
+    let arty = app.tenant("arty", "100").await;
+    let (status, _) = olga
+        .client
+        .post("/api/v1/teams", &json!({"name": "lab"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = olga
+        .client
+        .post("/api/v1/teams/lab/credit", &json!({"amount": "50"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Only admins set quotas; bad amounts say why.
+    let quota = json!({"team": "lab", "gpu_type": "rtx4090", "gpus": "1", "borrow_limit": "0"});
+    let (status, _, _) = olga
+        .client
+        .send("PUT", "/api/v1/quotas", Some(&quota))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let bad = json!({"team": "lab", "gpu_type": "rtx4090", "gpus": "1.2345"});
+    let (status, _, body) = app.admin().send("PUT", "/api/v1/quotas", Some(&bad)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, _, set) = app
+        .admin()
+        .send("PUT", "/api/v1/quotas", Some(&quota))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{set}");
+    assert_eq!(
+        (set["gpus"].as_str(), set["used"].as_str()),
+        (Some("1"), Some("0"))
+    );
+
+    // arty has no quota of a type with quotas: what he takes is borrowed.
+    let mut borrowed = Vec::new();
+    for _ in 0..2 {
+        let (status, r) = arty
+            .client
+            .reserve(json!({"gpu_type": "rtx4090", "hours": 1}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{r}");
+        assert_eq!(r["borrowed"], true, "{r}");
+        let id = r["id"].as_str().unwrap().to_owned();
+        app.wait_status(&arty.client, &id, "running").await;
+        borrowed.push(id);
+    }
+
+    // The lab, within its quota, takes one back: the borrower is preempted.
+    let (status, mine) = olga
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "hours": 1, "team": "lab"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{mine}");
+    assert!(mine.get("borrowed").is_none(), "guaranteed: {mine}");
+    let mine = mine["id"].as_str().unwrap().to_owned();
+    app.wait_status(&olga.client, &mine, "running").await;
+    let mut preempted = 0;
+    for id in &borrowed {
+        let (_, r) = arty.client.get(&format!("/api/v1/reservations/{id}")).await;
+        if r["end_reason"] == "preempted" {
+            preempted += 1;
+        }
+    }
+    assert_eq!(preempted, 1, "one borrower taken back");
+    let (_, listed) = olga.client.get("/api/v1/quotas").await;
+    assert_eq!(listed[0]["used"], "1", "{listed}");
+    let (_, others) = arty.client.get("/api/v1/quotas").await;
+    assert_eq!(
+        others,
+        json!([]),
+        "another team's quota is not arty's to see"
+    );
+
+    // Past its quota with no borrowing: refused, saying why; asked to wait, it queues.
+    let (status, over) = olga
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "vram_gb": 4, "hours": 1, "team": "lab"}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{over}");
+    assert!(over.to_string().contains("over quota"), "{over}");
+    let (status, queued) = olga
+        .client
+        .reserve(
+            json!({"gpu_type": "rtx4090", "vram_gb": 4, "hours": 1, "team": "lab",
+                        "queue": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{queued}");
+    assert_eq!(queued["status"], "pending");
+
+    // Lowered under what runs: nothing stops.
+    let zero = json!({"team": "lab", "gpu_type": "rtx4090", "gpus": "0", "borrow_limit": "0"});
+    let (status, _, _) = app.admin().send("PUT", "/api/v1/quotas", Some(&zero)).await;
+    assert_eq!(status, StatusCode::OK);
+    app.maintenance_tick().await;
+    let (_, still) = olga
+        .client
+        .get(&format!("/api/v1/reservations/{mine}"))
+        .await;
+    assert_eq!(still["status"], "running", "{still}");
+
+    let path = "/api/v1/quotas?team=lab&gpu_type=rtx4090";
+    let (status, _, _) = app.admin().send("DELETE", path, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _, _) = app.admin().send("DELETE", path, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    app.assert_consistent().await;
+    app.shutdown().await;
+}
+both_stores!(
+    quotas,
+    a_quota_is_guaranteed_and_borrowed_gpus_are_taken_back
+);

@@ -1,0 +1,166 @@
+//! Quotas in SQL: the `quotas` rows, what a tenant's live work holds of a type (milli-GPUs:
+//! each allocation's memory over its card's), and where a new reservation stands, read in its
+//! placement transaction (after the type's lock on PostgreSQL, so two placements of one type
+//! never both count the same room).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use gpurent_sched::quota::{self, Quota, Standing};
+use sqlx::{AnyConnection, Row};
+
+use super::{from_ts, ts, SqlStore};
+use crate::{NewReservation, QuotaRow, QuotaStore, Result, StoreError};
+
+fn milli(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn stored(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Milli-GPUs of type `key` that `tenant_id`'s live work holds.
+const USED: &str = "SELECT CAST(COALESCE(SUM(a.vram_mb * 1000 / g.vram_mb), 0) AS BIGINT)
+     FROM reservations r JOIN allocations a ON a.reservation_id = r.id
+     JOIN gpus g ON g.uuid = a.gpu_uuid
+     WHERE r.tenant_id = $1 AND g.type_key = $2 AND g.vram_mb > 0
+       AND r.status IN ('pending', 'starting', 'running')";
+
+/// Where `new` stands against the quotas of its type: one read when the type has none;
+/// `LimitExceeded` past its tenant's quota and borrow limit.
+pub(super) async fn standing_of(
+    conn: &mut AnyConnection,
+    new: &NewReservation,
+) -> Result<Standing> {
+    standing_for(conn, &new.tenant_id, new.gpu_type.key(), new.want).await
+}
+
+/// Where work of `tenant_id` asking `want` of type `key` stands (a share sized against the
+/// type's largest card).
+pub(super) async fn standing_for(
+    conn: &mut AnyConnection,
+    tenant_id: &str,
+    key: &str,
+    want: gpurent_sched::Request,
+) -> Result<Standing> {
+    let row = sqlx::query(
+        "SELECT (SELECT COUNT(*) FROM quotas WHERE type_key = $1) AS managed,
+                q.guaranteed, q.borrow_limit
+         FROM (SELECT 1 AS one) x LEFT JOIN quotas q ON q.type_key = $1 AND q.tenant_id = $2",
+    )
+    .bind(key)
+    .bind(tenant_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let managed: i64 = row.try_get("managed")?;
+    if managed == 0 {
+        return Ok(Standing::Unmanaged);
+    }
+    let quota = row
+        .try_get::<Option<i64>, _>("guaranteed")?
+        .map(|g| -> Result<Quota> {
+            Ok(Quota {
+                guaranteed: milli(g),
+                borrow_limit: row.try_get::<Option<i64>, _>("borrow_limit")?.map(milli),
+            })
+        })
+        .transpose()?;
+    let used: i64 = sqlx::query_scalar(USED)
+        .bind(tenant_id)
+        .bind(key)
+        .fetch_one(&mut *conn)
+        .await?;
+    let card_vram_mb = super::gpus::largest(conn, key)
+        .await?
+        .map_or(1, |(vram, _, _)| vram);
+    quota::standing(true, quota, milli(used), quota::asked(want, card_vram_mb))
+        .map_err(|e| StoreError::LimitExceeded(e.to_string()))
+}
+
+/// Where queued reservation `id`, about to be placed on GPUs of type `key`, stands.
+pub(super) async fn standing_of_queued(
+    conn: &mut AnyConnection,
+    id: &str,
+    key: &str,
+) -> Result<Standing> {
+    let row = sqlx::query("SELECT tenant_id, gpu_count, vram_mb FROM reservations WHERE id = $1")
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| StoreError::not_found("reservation", id))?;
+    let tenant: String = row.try_get("tenant_id")?;
+    let want = match row.try_get::<Option<i64>, _>("vram_mb")? {
+        Some(mb) => gpurent_sched::Request::Share { vram_mb: milli(mb) },
+        None => gpurent_sched::Request::Whole {
+            count: u32::try_from(row.try_get::<i64, _>("gpu_count")?).unwrap_or(u32::MAX),
+        },
+    };
+    standing_for(conn, &tenant, key, want).await
+}
+
+#[async_trait]
+impl QuotaStore for SqlStore {
+    async fn set_quota(
+        &self,
+        tenant_id: &str,
+        type_key: &str,
+        quota: Quota,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO quotas (tenant_id, type_key, guaranteed, borrow_limit, set_at)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (tenant_id, type_key) DO UPDATE SET guaranteed = excluded.guaranteed,
+                 borrow_limit = excluded.borrow_limit, set_at = excluded.set_at",
+        )
+        .bind(tenant_id)
+        .bind(type_key)
+        .bind(stored(quota.guaranteed))
+        .bind(quota.borrow_limit.map(stored))
+        .bind(ts(now))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn remove_quota(&self, tenant_id: &str, type_key: &str) -> Result<bool> {
+        let removed = sqlx::query("DELETE FROM quotas WHERE tenant_id = $1 AND type_key = $2")
+            .bind(tenant_id)
+            .bind(type_key)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(removed > 0)
+    }
+
+    async fn quotas(&self) -> Result<Vec<QuotaRow>> {
+        let rows = sqlx::query(
+            "SELECT q.tenant_id, u.name, q.type_key, q.guaranteed, q.borrow_limit, q.set_at
+             FROM quotas q JOIN users u ON u.id = q.tenant_id ORDER BY q.type_key, u.name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let tenant_id: String = r.try_get("tenant_id")?;
+            let type_key: String = r.try_get("type_key")?;
+            let used: i64 = sqlx::query_scalar(USED)
+                .bind(&tenant_id)
+                .bind(&type_key)
+                .fetch_one(&self.pool)
+                .await?;
+            out.push(QuotaRow {
+                tenant_name: r.try_get("name")?,
+                quota: Quota {
+                    guaranteed: milli(r.try_get("guaranteed")?),
+                    borrow_limit: r.try_get::<Option<i64>, _>("borrow_limit")?.map(milli),
+                },
+                used: milli(used),
+                set_at: from_ts(r.try_get("set_at")?)?,
+                tenant_id,
+                type_key,
+            });
+        }
+        Ok(out)
+    }
+}
