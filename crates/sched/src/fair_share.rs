@@ -5,11 +5,12 @@
 //! integral has no exact integer form anyway. Everything here is deterministic: the same figures
 //! in give the same order out, bit for bit.
 
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 use std::f64::consts::LN_2;
 use std::num::NonZeroU64;
 
+use crate::plan::{ON_DEMAND, RESERVED};
 use crate::queue::{Pending, QueueConfig};
 use crate::{GpuSlot, Placement};
 
@@ -204,34 +205,46 @@ impl FairShare {
     }
 
     /// The order of a pass over `items` at `now`, started with every account at its standing.
-    /// `O(Q log Q)` to build.
+    /// Tiers come first (reserved, then on-demand, then spot: [`tier_class`]); within a tier,
+    /// the account furthest below its share. `O(Q log Q)` to build.
     pub fn order(&self, items: &[Pending], config: &QueueConfig, now: i64) -> FairOrder {
-        // One sort by account, then the walk order: each account's items are a run of it.
+        // One sort by tier and account, then the walk order: each (tier, account) is a run.
+        let lane_of = |i: usize| (Reverse(tier_class(items[i].priority)), items[i].account);
         let mut order: Vec<usize> = (0..items.len()).collect();
-        order.sort_by_cached_key(|&i| (items[i].account, config.walk_key(&items[i], now)));
+        order.sort_by_cached_key(|&i| (lane_of(i), config.walk_key(&items[i], now)));
+        let mut accounts: Vec<(u64, AccountShare)> = Vec::new();
+        let mut slot_of: HashMap<u64, usize> = HashMap::new();
         let mut lanes: Vec<Lane> = Vec::new();
         let mut start = 0;
-        for run in order.chunk_by(|&a, &b| items[a].account == items[b].account) {
+        for run in order.chunk_by(|&a, &b| lane_of(a) == lane_of(b)) {
             let account = items[run[0]].account;
-            let a = self.account(account);
+            let slot = *slot_of.entry(account).or_insert_with(|| {
+                accounts.push((account, self.account(account)));
+                accounts.len() - 1
+            });
             lanes.push(Lane {
+                class: tier_class(items[run[0]].priority),
                 account,
-                weight: a.weight,
-                usage: a.usage,
+                slot,
                 next: start,
                 end: start + run.len(),
             });
             start += run.len();
         }
-        let total_weight = lanes.iter().map(|l| u128::from(l.weight)).sum::<u128>() as f64;
+        let total_weight = accounts
+            .iter()
+            .map(|(_, a)| u128::from(a.weight))
+            .sum::<u128>() as f64;
+        let shares: Vec<AccountShare> = accounts.iter().map(|(_, a)| *a).collect();
         let heap = lanes
             .iter()
             .enumerate()
-            .map(|(lane, l)| Turn::new(l, lane, total_weight))
+            .map(|(lane, l)| Turn::new(l, lane, &shares, total_weight))
             .collect();
         FairOrder {
             order,
             lanes,
+            shares,
             heap,
             total_weight,
             current: None,
@@ -262,29 +275,47 @@ pub fn placed_micro_gpus(gpus: &[GpuSlot], placement: &Placement) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
-/// One account's items in a pass, best first.
+/// The tier of a base priority, highest first in a fair pass: 2 reserved, 1 on-demand (and
+/// stepped), 0 spot. Fair share orders accounts within a tier, never across: an account's spot
+/// bid does not go before another's on-demand work.
+pub fn tier_class(priority: i64) -> u8 {
+    if priority >= RESERVED {
+        2
+    } else if priority >= ON_DEMAND {
+        1
+    } else {
+        0
+    }
+}
+
+/// One account's items of one tier in a pass, best first.
 #[derive(Debug)]
 struct Lane {
+    class: u8,
     account: u64,
-    weight: u64,
-    usage: f64,
+    /// Its account's index in `FairOrder::shares` (shared by its lanes of every tier).
+    slot: usize,
     /// Its items not yet handed out: `FairOrder::order[next..end]`.
     next: usize,
     end: usize,
 }
 
-/// An account's place in the heap: the lowest normalised usage first, then the lower id.
+/// A lane's place in the heap: the higher tier first, then the lowest normalised usage, then the
+/// lower account id.
 #[derive(Debug, Clone, Copy)]
 struct Turn {
+    class: u8,
     normalised: f64,
     account: u64,
     lane: usize,
 }
 
 impl Turn {
-    fn new(lane: &Lane, index: usize, total_weight: f64) -> Self {
+    fn new(lane: &Lane, index: usize, shares: &[AccountShare], total_weight: f64) -> Self {
+        let a = shares[lane.slot];
         Turn {
-            normalised: normalised_usage(lane.usage, lane.weight, total_weight),
+            class: lane.class,
+            normalised: normalised_usage(a.usage, a.weight, total_weight),
             account: lane.account,
             lane: index,
         }
@@ -292,11 +323,12 @@ impl Turn {
 }
 
 impl Ord for Turn {
-    /// Reversed, so that `BinaryHeap`, a max-heap, pops the account furthest below its share.
+    /// Reversed but for the tier, so that `BinaryHeap`, a max-heap, pops the highest tier's
+    /// account furthest below its share.
     fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .normalised
-            .total_cmp(&self.normalised)
+        self.class
+            .cmp(&other.class)
+            .then(other.normalised.total_cmp(&self.normalised))
             .then(other.account.cmp(&self.account))
     }
 }
@@ -321,9 +353,11 @@ impl Eq for Turn {}
 /// `A` accounts.
 #[derive(Debug)]
 pub struct FairOrder {
-    /// Item indices by account, each account's best first.
+    /// Item indices by tier and account, each lane's best first.
     order: Vec<usize>,
     lanes: Vec<Lane>,
+    /// Each account's weight and usage, charged as its items are placed.
+    shares: Vec<AccountShare>,
     heap: BinaryHeap<Turn>,
     total_weight: f64,
     /// The lane of the item last handed out: out of the heap until its charge is known.
@@ -334,17 +368,31 @@ impl FairOrder {
     /// The next item to walk (an index into the items the order was built over). Not an
     /// iterator: [`FairOrder::placed`] must be told of a placement before the next step.
     pub fn next_item(&mut self) -> Option<usize> {
-        let lane = match self.current.take() {
-            Some(index) if self.lanes[index].next < self.lanes[index].end => {
-                // The last account, at its charged standing, against the best of the others:
-                // one sift of the heap at most, none while it stays ahead.
-                let turn = Turn::new(&self.lanes[index], index, self.total_weight);
-                match self.heap.peek_mut() {
-                    Some(mut top) if *top > turn => std::mem::replace(&mut *top, turn).lane,
-                    _ => index,
-                }
+        // The last lane back in, at its charged standing.
+        if let Some(index) = self.current.take() {
+            if self.lanes[index].next < self.lanes[index].end {
+                let turn = Turn::new(&self.lanes[index], index, &self.shares, self.total_weight);
+                self.heap.push(turn);
             }
-            _ => self.heap.pop()?.lane,
+        }
+        let lane = {
+            loop {
+                // A lane whose account was charged in another tier since it was pushed stands
+                // lower than its entry says (usage only grows): pushed again as it is now.
+                let top = self.heap.pop()?;
+                let now = Turn::new(
+                    &self.lanes[top.lane],
+                    top.lane,
+                    &self.shares,
+                    self.total_weight,
+                );
+                if now.normalised.total_cmp(&top.normalised) == Ordering::Equal
+                    || self.heap.peek().is_none_or(|next| now >= *next)
+                {
+                    break top.lane;
+                }
+                self.heap.push(now);
+            }
         };
         let l = &mut self.lanes[lane];
         let item = self.order.get(l.next).copied()?;
@@ -356,7 +404,7 @@ impl FairOrder {
     /// Charges the account of the item last handed out with `gpu_seconds`.
     pub fn placed(&mut self, gpu_seconds: f64) {
         if let Some(lane) = self.current {
-            self.lanes[lane].usage += gpu_seconds;
+            self.shares[self.lanes[lane].slot].usage += gpu_seconds;
         }
     }
 
@@ -371,13 +419,15 @@ impl FairOrder {
             .lanes
             .iter()
             .map(|l| {
+                let a = self.shares[l.slot];
                 (
                     l.account,
-                    normalised_usage(l.usage, l.weight, self.total_weight),
+                    normalised_usage(a.usage, a.weight, self.total_weight),
                 )
             })
             .collect();
         out.sort_unstable_by_key(|&(a, _)| a);
+        out.dedup_by_key(|&mut (a, _)| a);
         out
     }
 }

@@ -117,6 +117,9 @@ pub struct ServerConfig {
     pub alert_webhook: Option<String>,
     /// Tenants' webhooks (`gpurent notifications`).
     pub notifications: NotifyConfig,
+    /// Fair share between the tenants in the queue: how fast their past use is forgotten
+    /// (`--fairshare-half-life`, 7 days).
+    pub fair_share_half_life: Duration,
     /// The audit trail of every API request.
     pub audit: AuditConfig,
     /// How long a login's session token is valid (`--session-hours`, 12).
@@ -181,6 +184,7 @@ impl Default for ServerConfig {
             idle_reclaim: Some(Duration::from_secs(5 * 60)),
             alert_webhook: None,
             notifications: NotifyConfig::default(),
+            fair_share_half_life: Duration::from_secs(7 * 86_400),
             audit: AuditConfig::default(),
             session_ttl: Duration::from_secs(12 * 3600),
             rate_limits: RateLimits::default(),

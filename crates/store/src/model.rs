@@ -162,7 +162,23 @@ pub struct QueuedReservation {
     pub node_filter: crate::NodeFilter,
     /// The node-local volume that ties it to its node, and that node's state when down.
     pub tie: Option<crate::VolumeTie>,
+    /// Who pays for it (a user, or a team): its account in fair share.
+    pub tenant_id: String,
 }
+
+/// What fair share needs of a tenant (a team, or a user: a team of one) with queued work: its
+/// weight (the GPUs its quotas guarantee, in milli-GPUs; 0 without a quota) and what its
+/// reservations ran lately.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TeamUsage {
+    pub team_id: String,
+    pub guaranteed_milli: u64,
+    /// Its reservations that ran within [`USAGE_HORIZON_DAYS`], as fair share reads them.
+    pub ran: Vec<gpurent_sched::fair_share::Interval>,
+}
+
+/// How far back a team's usage is read: past it, a 14-day half-life leaves under 2% of it.
+pub const USAGE_HORIZON_DAYS: i64 = 90;
 
 /// A GPU of a live node, with the memory free on it, and its type (`GpuType::key`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,6 +198,8 @@ pub struct QueueView {
     /// The nodes that mount the shared volume storage (read when a queued reservation needs
     /// one).
     pub shared_volume_nodes: Vec<String>,
+    /// The tenants with queued work, by id.
+    pub teams: Vec<TeamUsage>,
 }
 
 /// The live nodes' capacity and load and the queue, as elastic capacity reads them.

@@ -220,6 +220,27 @@ pub struct HostArgs {
     /// 10/8, 192.168/16, link-local...): only where every tenant may reach this network.
     #[arg(long)]
     pub notifications_allow_private: bool,
+    /// Fair share between the tenants in the queue: how fast their past GPU use is forgotten,
+    /// in days or hours (`7d`, `36h`; from 1h to 14d).
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = half_life)]
+    pub fairshare_half_life: std::time::Duration,
+}
+
+/// `7d` or `36h`, from an hour to 14 days.
+fn half_life(text: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("{text:?} is not a half-life such as 7d or 36h (from 1h to 14d)");
+    let t = text.trim();
+    let (n, unit) = t.split_at(t.len().saturating_sub(1));
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let hours = match unit {
+        "d" => n.checked_mul(24).ok_or_else(bad)?,
+        "h" => n,
+        _ => return Err(bad()),
+    };
+    if !(1..=14 * 24).contains(&hours) {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs(hours * 3600))
 }
 
 /// Sessions, rate limits and per-tenant caps.
@@ -577,4 +598,16 @@ pub struct SimArgs {
     /// backfill for what does not fit): placed pods, mean and p99 wait per policy.
     #[arg(long, conflicts_with_all = ["seeds", "plot"])]
     pub replay: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn half_lives_are_days_or_hours_within_bounds() {
+        assert_eq!(super::half_life("7d").unwrap().as_secs(), 7 * 86_400);
+        assert_eq!(super::half_life("36h").unwrap().as_secs(), 36 * 3600);
+        for bad in ["", "0h", "15d", "7", "d", "-1d", "1w"] {
+            assert!(super::half_life(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -200,6 +200,7 @@ pub async fn start(
             scale,
             host_policy: live.host_policy,
             alert_webhook: live.alert_webhook,
+            fair_share_half_life: host.fairshare_half_life,
             notifications: gpurent_server::NotifyConfig {
                 allow_private: host.notifications_allow_private,
                 ..gpurent_server::NotifyConfig::default()

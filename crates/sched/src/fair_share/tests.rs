@@ -162,7 +162,11 @@ fn the_account_furthest_below_its_share_goes_first_and_placements_charge_it() {
         order.standings(),
         vec![(1, 2_000.0), (2, 1_600.0), (3, 0.0)]
     );
-    // Account 3 first; placed for an hour, it is charged 3,600 GPU-s (normalised 14,400).
+    // A higher tier before any account's standing: account 1's on-demand item first (not
+    // placed: nothing charged).
+    assert_eq!(order.next_item(), Some(1));
+    // Then the spot tier: account 3 first; placed for an hour, it is charged 3,600 GPU-s
+    // (normalised 14,400).
     assert_eq!(order.next_item(), Some(4));
     order.placed(3_600.0);
     // Account 2 next: its first item is not placed, so it stays furthest below; its second
@@ -170,8 +174,7 @@ fn the_account_furthest_below_its_share_goes_first_and_placements_charge_it() {
     assert_eq!(order.next_item(), Some(2));
     assert_eq!(order.next_item(), Some(3));
     order.placed(300.0);
-    // Account 1, on-demand first, then its spot item.
-    assert_eq!(order.next_item(), Some(1));
+    // Account 1's spot item.
     assert_eq!(order.next_item(), Some(0));
     assert_eq!(order.next_item(), None);
     assert_eq!(

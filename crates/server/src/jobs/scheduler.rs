@@ -5,7 +5,11 @@
 
 use chrono::{DateTime, Utc};
 use gpurent_sched::plan::{holds_in, slot_index, slots, tier_priority};
+use std::num::NonZeroU64;
+
+use gpurent_sched::fair_share::{decayed_gpu_seconds, FairShare};
 use gpurent_sched::queue::{Pending, Queue, QueueConfig, Reason, Running};
+use gpurent_sched::quota::WHOLE;
 use gpurent_sched::Plan;
 use gpurent_store::QueueView;
 
@@ -37,7 +41,12 @@ pub(crate) async fn pass(state: &AppState) -> Result<(), JobError> {
     if view.queued.is_empty() {
         return Ok(());
     }
-    let plan = plan(&view, now, QueueConfig::default());
+    let plan = plan(
+        &view,
+        now,
+        QueueConfig::default(),
+        state.config.fair_share_half_life,
+    );
     for (id, placement) in &plan.placements {
         match state
             .store
@@ -62,8 +71,48 @@ pub(crate) async fn pass(state: &AppState) -> Result<(), JobError> {
     Ok(())
 }
 
-/// One pass of the queue over `view` at `now`: pure, so that it can be tested without a store.
-pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) -> PassPlan {
+/// Fair share between the tenants with queued work (a team, or a user: a team of one), by
+/// account number (their index in `view.teams`'s order of ids, from 1; 0 for one missing
+/// there): weight the GPUs their quotas guarantee (one GPU without a quota), usage their
+/// GPU-seconds decayed with `half_life`.
+fn fair_share(
+    view: &QueueView,
+    now: DateTime<Utc>,
+    half_life: std::time::Duration,
+) -> (FairShare, std::collections::HashMap<&str, u64>) {
+    let mut share = FairShare::new();
+    let mut accounts = std::collections::HashMap::new();
+    let half_life = NonZeroU64::new(half_life.as_secs()).unwrap_or(NonZeroU64::MIN);
+    for (i, t) in view.teams.iter().enumerate() {
+        let account = u64::try_from(i).unwrap_or(u64::MAX).saturating_add(1);
+        let weight = t.guaranteed_milli.max(WHOLE);
+        let usage = decayed_gpu_seconds(&t.ran, now.timestamp(), half_life);
+        // A weight is positive and a decayed usage finite and not negative: never refused.
+        if share.set(account, weight, usage).is_ok() {
+            accounts.insert(t.team_id.as_str(), account);
+        }
+    }
+    // Tenants with no quota and nothing run lately are at one GPU's weight and no usage.
+    for q in &view.queued {
+        let next = u64::try_from(accounts.len())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        if !accounts.contains_key(q.tenant_id.as_str()) && share.set(next, WHOLE, 0.0).is_ok() {
+            accounts.insert(q.tenant_id.as_str(), next);
+        }
+    }
+    (share, accounts)
+}
+
+/// One pass of the queue over `view` at `now`, with fair share between its tenants: pure, so
+/// that it can be tested without a store.
+pub(crate) fn plan(
+    view: &QueueView,
+    now: DateTime<Utc>,
+    config: QueueConfig,
+    half_life: std::time::Duration,
+) -> PassPlan {
+    let (share, accounts) = fair_share(view, now, half_life);
     let gpus: Vec<gpurent_sched::plan::Gpu> = view.gpus.iter().map(|g| g.gpu.clone()).collect();
     let slots = slots(&gpus);
     let index = slot_index(&gpus);
@@ -92,14 +141,14 @@ pub(crate) fn plan(view: &QueueView, now: DateTime<Utc>, config: QueueConfig) ->
             priority: tier_priority(q.tier, q.priority, false),
             enqueued_at: q.queued_at.timestamp(),
             duration_s: Some(q.duration_s),
-            account: 0,
+            account: accounts.get(q.tenant_id.as_str()).copied().unwrap_or(0),
         });
         if let Err(e) = pushed {
             plan.reasons.push((q.id.clone(), e.to_string()));
         }
     }
     let queued_of = |id: u64| usize::try_from(id).ok().and_then(|i| view.queued.get(i));
-    let outcome = queue.pass_with(now.timestamp(), &slots, &running, |item, gpu| {
+    let outcome = queue.pass_fair(now.timestamp(), &slots, &running, &share, |item, gpu| {
         queued_of(item.id).is_some_and(|q| {
             let g = &view.gpus[gpu];
             g.type_key == q.type_key
@@ -159,6 +208,8 @@ mod tests {
 
     use super::*;
 
+    const WEEK: std::time::Duration = std::time::Duration::from_secs(7 * 86_400);
+
     fn at(s: i64) -> DateTime<Utc> {
         Utc.timestamp_opt(1_800_000_000 + s, 0)
             .single()
@@ -189,6 +240,7 @@ mod tests {
             duration_s: 3600,
             node_filter: Default::default(),
             tie: None,
+            tenant_id: "t1".into(),
         }
     }
 
@@ -213,8 +265,9 @@ mod tests {
             gpus: vec![gpu("g0", 24_576)],
             held: vec![],
             shared_volume_nodes: vec![],
+            teams: Vec::new(),
         };
-        let plan = plan(&view, at(20), QueueConfig::default());
+        let plan = plan(&view, at(20), QueueConfig::default(), WEEK);
         assert_eq!(plan.placements.len(), 1);
         assert_eq!(plan.placements[0].0, "od");
         assert_eq!(plan.placements[0].1.gpus, vec![("g0".to_owned(), 24_576)]);
@@ -239,8 +292,9 @@ mod tests {
                 held("cheap", Tier::Spot, "g1"),
             ],
             shared_volume_nodes: Vec::new(),
+            teams: Vec::new(),
         };
-        let plan = plan(&view, at(20), QueueConfig::default());
+        let plan = plan(&view, at(20), QueueConfig::default(), WEEK);
         assert_eq!(plan.placements.len(), 1, "{plan:?}");
         assert_eq!(plan.placements[0].0, "od");
         assert_eq!(plan.placements[0].1.victims, vec!["cheap".to_owned()]);
@@ -256,8 +310,9 @@ mod tests {
             gpus: vec![gpu("g0", 0)],
             held: vec![held("cheap", Tier::Spot, "g0")],
             shared_volume_nodes: vec![],
+            teams: Vec::new(),
         };
-        let plan = plan(&view, at(20), QueueConfig::default());
+        let plan = plan(&view, at(20), QueueConfig::default(), WEEK);
         assert!(plan.placements.is_empty());
         assert_eq!(
             plan.reasons[0].1,
@@ -279,8 +334,9 @@ mod tests {
             gpus: vec![gpu("g0", 0), gpu("g1", 24_576)],
             held: vec![busy],
             shared_volume_nodes: vec![],
+            teams: Vec::new(),
         };
-        let plan = plan(&view, at(0), QueueConfig::default());
+        let plan = plan(&view, at(0), QueueConfig::default(), WEEK);
         let placed: Vec<&str> = plan.placements.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(placed, vec!["short"]);
         let long_reason = plan
@@ -292,5 +348,57 @@ mod tests {
             long_reason,
             Some("waiting: its GPUs are held for a reservation ahead of it in the queue until 2027-01-15T08:30:00+00:00")
         );
+    }
+
+    #[test]
+    fn the_tenant_below_its_share_goes_first_and_quotas_weigh() {
+        let mut heavy = queued("heavy", Tier::OnDemand, None, 0);
+        heavy.tenant_id = "busy-team".into();
+        let mut light = queued("light", Tier::OnDemand, None, 10);
+        light.tenant_id = "quiet-team".into();
+        // The busy team ran 8 GPUs for the last day; the quiet one nothing.
+        let ran = |gpus: u64| gpurent_store::TeamUsage {
+            team_id: "busy-team".into(),
+            guaranteed_milli: gpus,
+            ran: vec![gpurent_sched::fair_share::Interval {
+                micro_gpus: 8_000_000,
+                start_s: at(-86_400).timestamp(),
+                end_s: Some(at(0).timestamp()),
+            }],
+        };
+        let view = |busy: gpurent_store::TeamUsage| QueueView {
+            queued: vec![heavy.clone(), light.clone()],
+            gpus: vec![gpu("g0", 24_576)],
+            held: vec![],
+            shared_volume_nodes: vec![],
+            teams: vec![busy],
+        };
+        let first = plan(&view(ran(0)), at(20), QueueConfig::default(), WEEK);
+        assert_eq!(first.placements.len(), 1, "{first:?}");
+        assert_eq!(
+            first.placements[0].0, "light",
+            "queued later, but below its share"
+        );
+        // Without the usage, the order is today's: the earlier first.
+        let idle = gpurent_store::TeamUsage {
+            ran: vec![],
+            ..ran(0)
+        };
+        let second = plan(&view(idle), at(20), QueueConfig::default(), WEEK);
+        assert_eq!(second.placements[0].0, "heavy");
+        // The quiet team ran 1 GPU that day; the busy one's quota of 1000 GPUs makes its 8 a
+        // smaller part of its share.
+        let mut weighed = view(ran(1_000_000));
+        weighed.teams.push(gpurent_store::TeamUsage {
+            team_id: "quiet-team".into(),
+            guaranteed_milli: 0,
+            ran: vec![gpurent_sched::fair_share::Interval {
+                micro_gpus: 1_000_000,
+                start_s: at(-86_400).timestamp(),
+                end_s: Some(at(0).timestamp()),
+            }],
+        });
+        let third = plan(&weighed, at(20), QueueConfig::default(), WEEK);
+        assert_eq!(third.placements[0].0, "heavy", "{third:?}");
     }
 }

@@ -103,10 +103,11 @@ impl SqlStore {
     pub(super) async fn read_queue(&self, live_since: i64, now: i64) -> Result<QueueView> {
         let mut conn = self.pool.acquire().await?;
         let rows = sqlx::query(
-            "SELECT id, type_key, gpu_count, vram_mb, tier, priority, queued_at, duration_s,
-                volumes
-             FROM reservations WHERE status = 'pending' AND node_id IS NULL
-             ORDER BY queued_at, id",
+            "SELECT r.id, r.type_key, r.gpu_count, r.vram_mb, r.tier, r.priority, r.queued_at,
+                r.duration_s, r.volumes, r.tenant_id
+             FROM reservations r
+             WHERE r.status = 'pending' AND r.node_id IS NULL
+             ORDER BY r.queued_at, r.id",
         )
         .fetch_all(&mut *conn)
         .await?;
@@ -152,6 +153,7 @@ impl SqlStore {
                     _ => None,
                 },
                 node_filter,
+                tenant_id: r.try_get("tenant_id")?,
             });
         }
         let mut gpus = Vec::new();
@@ -176,11 +178,13 @@ impl SqlStore {
         } else {
             Vec::new()
         };
+        let usage = queued_tenants_usage(&mut conn, now).await?;
         Ok(QueueView {
             queued,
             gpus,
             held,
             shared_volume_nodes,
+            teams: usage,
         })
     }
 
@@ -247,4 +251,62 @@ impl SqlStore {
         }
         Ok(Some(fetch_reservation(conn, id, scope).await?))
     }
+}
+
+/// What fair share needs at `now` (microseconds) of each tenant with queued work: its quotas'
+/// guaranteed GPUs, and its reservations that ran within the horizon, a share counted as its
+/// fraction of its type's largest card. Two reads, however many tenants wait.
+async fn queued_tenants_usage(
+    conn: &mut sqlx::AnyConnection,
+    now: i64,
+) -> Result<Vec<crate::TeamUsage>> {
+    const QUEUED: &str =
+        "SELECT DISTINCT tenant_id FROM reservations WHERE status = 'pending' AND node_id IS NULL";
+    let since = now.saturating_sub(crate::model::USAGE_HORIZON_DAYS * 86_400 * 1_000_000);
+    let mut by_tenant: std::collections::BTreeMap<String, crate::TeamUsage> =
+        std::collections::BTreeMap::new();
+    let guaranteed = sqlx::query(&format!(
+        "SELECT q.tenant_id, CAST(SUM(q.guaranteed) AS BIGINT) AS guaranteed FROM quotas q
+         WHERE q.tenant_id IN ({QUEUED}) GROUP BY q.tenant_id"
+    ))
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in guaranteed {
+        let tenant: String = r.try_get("tenant_id")?;
+        by_tenant
+            .entry(tenant.clone())
+            .or_default()
+            .guaranteed_milli = u64::try_from(r.try_get::<i64, _>("guaranteed")?).unwrap_or(0);
+    }
+    let rows = sqlx::query(&format!(
+        "SELECT r.tenant_id, r.started_at, r.ended_at, CAST(CASE WHEN r.vram_mb IS NULL
+                    THEN r.gpu_count * 1000000
+                    ELSE r.vram_mb * 1000000 / COALESCE(
+                        (SELECT MAX(g.vram_mb) FROM gpus g WHERE g.type_key = r.type_key),
+                        r.vram_mb)
+                END AS BIGINT) AS micro
+         FROM reservations r
+         WHERE r.tenant_id IN ({QUEUED}) AND r.started_at IS NOT NULL
+           AND (r.ended_at IS NULL OR r.ended_at >= $1)"
+    ))
+    .bind(since)
+    .fetch_all(&mut *conn)
+    .await?;
+    let secs = |us: i64| us.div_euclid(1_000_000);
+    for r in rows {
+        let tenant: String = r.try_get("tenant_id")?;
+        by_tenant
+            .entry(tenant)
+            .or_default()
+            .ran
+            .push(gpurent_sched::fair_share::Interval {
+                micro_gpus: u64::try_from(r.try_get::<i64, _>("micro")?).unwrap_or(0),
+                start_s: secs(r.try_get("started_at")?),
+                end_s: r.try_get::<Option<i64>, _>("ended_at")?.map(secs),
+            });
+    }
+    Ok(by_tenant
+        .into_iter()
+        .map(|(team_id, usage)| crate::TeamUsage { team_id, ..usage })
+        .collect())
 }

@@ -2,7 +2,7 @@
 //! account, and no team below its share passed over by one above it.
 
 use super::*;
-use crate::fair_share::{normalised_usage, placed_micro_gpus, FairShare};
+use crate::fair_share::{normalised_usage, placed_micro_gpus, tier_class, FairShare};
 
 /// Items of accounts 0 to 2.
 fn accounted() -> impl Strategy<Value = Vec<Pending>> {
@@ -73,8 +73,10 @@ proptest! {
             let y = b.item.account;
             if place(&view, &b.item.request).is_ok() {
                 for a in items.iter().filter(|a| a.account != y && !placed_before.contains(&a.id)) {
+                    // A higher tier always goes first; within a tier, the account below.
+                    let (ta, tb) = (tier_class(a.priority), tier_class(b.item.priority));
                     let below = standing(&usage, a.account) < standing(&usage, y);
-                    if below && place(&view, &a.request).is_ok() {
+                    if (ta > tb || (ta == tb && below)) && place(&view, &a.request).is_ok() {
                         prop_assert!(
                             matches!(out.reason(a.id), Some(Reason::ReservedForHead { .. })),
                             "{} of account {} (standing {:?}) passed over by {} of account {} \
