@@ -144,9 +144,9 @@ impl Default for AccountShare {
 ///   [`FairShare::with_nominal_duration`]), so one pass does not give everything to the account
 ///   that was furthest below. An item left waiting charges nothing. The charges live for one
 ///   pass: the next starts from the usage the caller reports then.
-/// - **Tiers.** Fair share orders accounts before priorities: the best item of an account below
-///   its share is walked before a better one (an on-demand item, say) of an account above it.
-///   Within an account, and for preemption, priorities decide as without fair share.
+/// - **Tiers.** Tiers come before fair share ([`tier_class`]): reserved blocks, then on-demand
+///   work, then spot bids; fair share orders the accounts within a tier. Within an account's
+///   tier, and for preemption, priorities decide as without fair share.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FairShare {
     accounts: HashMap<u64, AccountShare>,

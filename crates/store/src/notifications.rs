@@ -100,6 +100,10 @@ pub trait NotificationStore: Send + Sync {
         outcome: AttemptOutcome,
     ) -> Result<()>;
 
+    /// Forgets deliveries done (delivered or failed) that were queued before `before`, with
+    /// their attempts; how many.
+    async fn prune_deliveries(&self, before: DateTime<Utc>) -> Result<u64>;
+
     /// A webhook's deliveries, newest first, at most `limit`, with their attempts.
     async fn deliveries(&self, hook_id: &str, limit: u32) -> Result<Vec<NotificationDelivery>>;
 

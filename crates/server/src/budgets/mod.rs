@@ -89,13 +89,15 @@ pub(crate) async fn get(
 #[utoipa::path(put, path = "/api/v1/budget", tag = "billing", security(("bearer" = [])),
     request_body = SetBudget,
     responses((status = 200, body = BudgetStatus), (status = 404, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub(crate) async fn set(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<SetBudget>,
 ) -> Result<Json<BudgetStatus>, ApiError> {
     let whose = acting_for(&state, &caller, body.team.as_deref(), TeamAction::SetBudget).await?;
+    crate::notifications::personal_needs_unscoped(&caller, whose.team.is_none())?;
     let budget = Budget::new(
         body.monthly,
         body.alert_at.as_deref().unwrap_or(&DEFAULT_ALERT_AT),
@@ -136,6 +138,7 @@ pub(crate) async fn remove(
         TeamAction::SetBudget,
     )
     .await?;
+    crate::notifications::personal_needs_unscoped(&caller, whose.team.is_none())?;
     if !state.store.remove_budget(&whose.tenant_id).await? {
         return Err(no_budget(&whose));
     }

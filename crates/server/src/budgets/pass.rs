@@ -33,7 +33,10 @@ pub(crate) async fn run(state: &AppState, now: DateTime<Utc>) -> Result<(), JobE
         *last = Some(now);
     }
     for tenant in state.store.budget_tenants().await? {
-        assess(state, &tenant, now).await?;
+        // One tenant's failure does not hold up the others'.
+        if let Err(e) = assess(state, &tenant, now).await {
+            tracing::warn!(%tenant, error = %e, "a budget could not be assessed; again at the next pass");
+        }
     }
     Ok(())
 }

@@ -41,8 +41,13 @@ async fn pass(state: &AppState, fence: Fence) -> Result<(), JobError> {
         .settle_volumes(now, state.config.settlement_period)
         .await?;
     // After settlement: the month's spend is as fresh as it gets.
-    crate::budgets::pass::run(state, now).await?;
-    crate::notifications::events::tick(state, now).await?;
+    // Neither holds up the rest of the tick when it fails: logged, tried at the next one.
+    if let Err(e) = crate::budgets::pass::run(state, now).await {
+        tracing::warn!(error = %e, "the budget pass failed; it runs again at the next tick");
+    }
+    if let Err(e) = crate::notifications::events::tick(state, now).await {
+        tracing::warn!(error = %e, "notifications: the events could not be read; again at the next tick");
+    }
     let nodes = state.store.expire_due(now).await?;
     for node in nodes {
         state.wake.wake(&node);

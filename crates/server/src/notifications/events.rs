@@ -25,10 +25,16 @@ const OVERLAP: chrono::Duration = chrono::Duration::seconds(10);
 /// How far back the first look of a process reaches.
 const FIRST_LOOK: chrono::Duration = chrono::Duration::minutes(10);
 
-/// When this replica last looked.
+/// How long a delivery done is kept (its attempts with it).
+const KEEP_DONE: chrono::Duration = chrono::Duration::days(7);
+/// How often done deliveries are pruned.
+const PRUNE_EVERY: chrono::Duration = chrono::Duration::hours(1);
+
+/// When this replica last looked, and last pruned.
 #[derive(Debug, Default)]
 pub struct Scan {
     last: Mutex<Option<DateTime<Utc>>>,
+    pruned: Mutex<Option<DateTime<Utc>>>,
 }
 
 /// Queues `kind` for `owner_id`'s webhooks (or only `hook`), as the JSON every delivery
@@ -72,5 +78,23 @@ pub(crate) async fn tick(
         *last = Some(now);
     }
     super::deliver::kick(state);
+    let due = state
+        .notify_scan
+        .pruned
+        .lock()
+        .map(|mut p| {
+            let due = p.is_none_or(|t| now >= t + PRUNE_EVERY);
+            if due {
+                *p = Some(now);
+            }
+            due
+        })
+        .unwrap_or(false);
+    if due {
+        let pruned = state.store.prune_deliveries(now - KEEP_DONE).await?;
+        if pruned > 0 {
+            tracing::debug!(pruned, "forgot webhook deliveries done a week ago");
+        }
+    }
     Ok(())
 }

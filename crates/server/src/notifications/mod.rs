@@ -9,7 +9,7 @@ pub(crate) mod target;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use gpurent_store::HookRow;
+use gpurent_store::{HookRow, StoreError};
 use gpurent_types::api::{
     AddNotification, ErrorBody, NotificationDelivery, NotificationHook, NOTIFICATION_EVENTS,
 };
@@ -41,6 +41,19 @@ pub(crate) struct HooksQuery {
     team: Option<String>,
 }
 
+/// A user's own webhooks (and budget) are account settings: a token with scopes manages a
+/// team's, never its maker's own.
+pub(crate) fn personal_needs_unscoped(caller: &Caller, personal: bool) -> Result<(), ApiError> {
+    if personal && caller.1.scopes.is_some() && !caller.is_admin() {
+        return Err(ApiError::Forbidden(
+            "a token with scopes does not change its maker's own account settings; use a \
+             token without scopes, or name a team"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The events asked for, each one known; none given: every event (`*`).
 fn events_of(asked: Option<Vec<String>>) -> Result<Vec<String>, ApiError> {
     let Some(asked) = asked.filter(|a| !a.is_empty()) else {
@@ -64,7 +77,7 @@ fn events_of(asked: Option<Vec<String>>) -> Result<Vec<String>, ApiError> {
 /// A webhook the caller may manage: theirs, or one of a team where they are an admin or
 /// above; anything else is a 404, as one that does not exist.
 async fn manageable(state: &AppState, caller: &Caller, id: &str) -> Result<HookRow, ApiError> {
-    let not_found = || ApiError::Store(gpurent_store::StoreError::not_found("webhook", id));
+    let not_found = || ApiError::Store(StoreError::not_found("webhook", id));
     let row = state.store.hook(id).await?.ok_or_else(not_found)?;
     let owner = &row.hook.owner_id;
     let bound = caller.1.team_id.as_ref();
@@ -72,6 +85,7 @@ async fn manageable(state: &AppState, caller: &Caller, id: &str) -> Result<HookR
         return Err(not_found());
     }
     if *owner == caller.0.id && bound.is_none() || caller.is_admin() {
+        personal_needs_unscoped(caller, *owner == caller.0.id)?;
         return Ok(row);
     }
     let role = state.store.team_role(owner, &caller.0.id).await?;
@@ -104,15 +118,16 @@ pub(crate) async fn add(
         TeamAction::ManageNotifications,
     )
     .await?;
+    personal_needs_unscoped(&caller, owner.team.is_none())?;
     let events = events_of(body.events)?;
     let url = target::parse(&body.url).map_err(|e| ApiError::Invalid(e.to_string()))?;
     target::resolve(&url, state.config.notifications.allow_private)
         .await
         .map_err(|e| ApiError::Invalid(e.to_string()))?;
     if state.store.hooks(&owner.tenant_id).await?.len() >= MAX_HOOKS {
-        return Err(ApiError::Store(gpurent_store::StoreError::LimitExceeded(
-            format!("at most {MAX_HOOKS} webhooks each; remove one first"),
-        )));
+        return Err(ApiError::Store(StoreError::LimitExceeded(format!(
+            "at most {MAX_HOOKS} webhooks each; remove one first"
+        ))));
     }
     let secret = hex::encode(rand::random::<[u8; 32]>());
     let sealed = seal_bytes(&*state.config.master_key, secret.as_bytes(), PURPOSE)?;
@@ -159,6 +174,7 @@ pub(crate) async fn list(
         TeamAction::ManageNotifications,
     )
     .await?;
+    personal_needs_unscoped(&caller, owner.team.is_none())?;
     let hooks = state.store.hooks(&owner.tenant_id).await?;
     Ok(Json(hooks.into_iter().map(|h| h.hook).collect()))
 }
@@ -182,13 +198,26 @@ pub(crate) async fn remove(
 #[utoipa::path(post, path = "/api/v1/notifications/{id}/test", tag = "notifications",
     security(("bearer" = [])), params(("id" = String, Path)),
     responses((status = 202, body = NotificationDelivery), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(crate) async fn test(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, Json<NotificationDelivery>), ApiError> {
     let row = manageable(&state, &caller, &id).await?;
+    // One test at a time: a receiver that never answers is not flooded.
+    let pending = state
+        .store
+        .deliveries(&row.hook.id, DELIVERIES_SHOWN)
+        .await?;
+    if pending
+        .iter()
+        .any(|d| d.kind == "test" && d.state == "pending")
+    {
+        return Err(ApiError::Store(StoreError::Conflict(
+            "a test of this webhook is still being delivered; see its deliveries".into(),
+        )));
+    }
     let key = format!("test:{}", uuid::Uuid::now_v7());
     let now = state.now();
     events::queue(

@@ -8,6 +8,8 @@ use reqwest::Url;
 
 /// The longest URL kept.
 pub(crate) const MAX_URL: usize = 2048;
+/// How long a webhook's host name may take to resolve.
+const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Why a webhook's URL is refused.
 #[derive(Debug, thiserror::Error)]
@@ -22,13 +24,15 @@ pub(crate) enum TargetError {
     Credentials,
     #[error("the URL has no host")]
     NoHost,
-    #[error("{host} does not resolve: {why}")]
-    Resolve { host: String, why: String },
+    /// What the resolver said is logged, not answered: it would map the control plane's
+    /// network.
+    #[error("{host} does not resolve to an address")]
+    Resolve { host: String },
     #[error(
-        "{host} is {ip}, a private address; webhooks go to public addresses only (an operator \
+        "{host} is not a public address; webhooks go to public addresses only (an operator \
          allows private ones with --notifications-allow-private)"
     )]
-    Private { host: String, ip: IpAddr },
+    Private { host: String },
 }
 
 /// Whether `ip` is reachable on the public internet: not loopback, unspecified, private
@@ -48,19 +52,31 @@ pub(crate) fn is_public(ip: IpAddr) -> bool {
                 || a == 0
                 || a >= 240
                 || (a == 100 && (64..128).contains(&b))
-                || (a == 192 && b == 0 && v4.octets()[2] == 0))
+                || (a == 192 && b == 0 && v4.octets()[2] == 0)
+                || (a == 198 && (b == 18 || b == 19))
+                || (a == 192 && b == 88 && v4.octets()[2] == 99))
         }
         IpAddr::V6(v6) => {
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return is_public(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
+            let s = v6.segments();
+            // IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4
+            // (2002::/16) and Teredo (2001::/32) carry an IPv4 address that may be private:
+            // refused whole, as are site-local (fec0::/10) and discard (100::/64).
+            let embeds_v4 = s[..6] == [0; 6]
+                || (s[0] == 0x64 && s[1] == 0xff9b)
+                || s[0] == 0x2002
+                || (s[0] == 0x2001 && s[1] == 0);
             !(v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
-                || first == 0x2001 && v6.segments()[1] == 0x0db8)
+                || embeds_v4
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] & 0xffc0) == 0xfec0
+                || (s[0] == 0x100 && s[1..4] == [0; 3])
+                || (s[0] == 0x2001 && s[1] == 0x0db8))
         }
     }
 }
@@ -94,24 +110,28 @@ pub(crate) async fn resolve(
     let port = url.port_or_known_default().unwrap_or(80);
     // An IPv6 literal is written in brackets in a URL.
     let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((bare, port))
+    let unresolved = || TargetError::Resolve {
+        host: host.to_owned(),
+    };
+    let found = tokio::time::timeout(LOOKUP_TIMEOUT, tokio::net::lookup_host((bare, port)))
         .await
-        .map_err(|e| TargetError::Resolve {
-            host: host.to_owned(),
-            why: e.to_string(),
+        .map_err(|_| {
+            tracing::info!(%host, "webhook host: no answer from the resolver");
+            unresolved()
         })?
-        .collect();
+        .map_err(|e| {
+            tracing::info!(%host, error = %e, "webhook host does not resolve");
+            unresolved()
+        })?;
+    let addrs: Vec<SocketAddr> = found.collect();
     if addrs.is_empty() {
-        return Err(TargetError::Resolve {
-            host: host.to_owned(),
-            why: "no address".to_owned(),
-        });
+        return Err(unresolved());
     }
     if !allow_private {
         if let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
+            tracing::info!(%host, ip = %bad.ip(), "webhook host refused: a private address");
             return Err(TargetError::Private {
                 host: host.to_owned(),
-                ip: bad.ip(),
             });
         }
     }
@@ -142,6 +162,12 @@ mod tests {
             "fe80::1",
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
+            "::7f00:1",
+            "64:ff9b::a00:1",
+            "2002:a00:1::1",
+            "2001:0:1::1",
+            "fec0::1",
+            "198.18.0.1",
         ] {
             assert!(!is_public(ip.parse().unwrap()), "{ip}");
         }

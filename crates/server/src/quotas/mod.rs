@@ -76,8 +76,8 @@ fn info(row: QuotaRow) -> QuotaInfo {
 /// (admins). Lowering it below what runs stops nothing: new work waits.
 #[utoipa::path(put, path = "/api/v1/quotas", tag = "quotas", security(("bearer" = [])),
     request_body = SetQuota,
-    responses((status = 200, body = QuotaInfo), (status = 404, body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = QuotaInfo), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn set(
     State(state): State<AppState>,
     caller: Caller,
@@ -120,15 +120,17 @@ pub(crate) async fn list(
     let mut out = Vec::new();
     for row in state.store.quotas().await? {
         let mine = caller.is_admin()
-            || (row.tenant_id == caller.0.id && caller.1.team_id.is_none())
-            || caller.1.team_id.as_ref().map_or(
-                state
-                    .store
-                    .team_role(&row.tenant_id, &caller.0.id)
-                    .await?
-                    .is_some(),
-                |bound| *bound == row.tenant_id,
-            );
+            || match &caller.1.team_id {
+                Some(bound) => *bound == row.tenant_id,
+                None => {
+                    row.tenant_id == caller.0.id
+                        || state
+                            .store
+                            .team_role(&row.tenant_id, &caller.0.id)
+                            .await?
+                            .is_some()
+                }
+            };
         if mine {
             out.push(info(row));
         }
@@ -139,7 +141,8 @@ pub(crate) async fn list(
 /// Remove a quota (admins): its team uses what is free, borrowed.
 #[utoipa::path(delete, path = "/api/v1/quotas", tag = "quotas", security(("bearer" = [])),
     params(QuotaKey),
-    responses((status = 204), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub(crate) async fn remove(
     State(state): State<AppState>,
     caller: Caller,

@@ -190,6 +190,30 @@ async fn a_teams_budget_is_its_admins_to_set_and_its_members_to_read(backend: Ba
         (set["team"].as_str(), set["monthly"].as_str()),
         (Some("lab"), Some("50.00"))
     );
+    // A token with scopes sets a team's budget (admin scope), never its maker's own, and no
+    // webhook of theirs either.
+    let (status, made) = olga
+        .client
+        .post(
+            "/api/v1/tokens",
+            &json!({"scopes": ["admin", "billing"], "expires_in_days": 1}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let scoped = app.client(made["token"].as_str());
+    let own = json!({"monthly": "1"});
+    let (status, _, refused) = scoped.send("PUT", "/api/v1/budget", Some(&own)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    assert!(refused.to_string().contains("without scopes"), "{refused}");
+    let (status, _) = scoped
+        .post(
+            "/api/v1/notifications",
+            &json!({"url": "http://93.184.215.14/x"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, _) = scoped.send("PUT", "/api/v1/budget", Some(&body)).await;
+    assert_eq!(status, StatusCode::OK, "the team's, with the admin scope");
     let (status, seen) = mia.client.get("/api/v1/budget?team=lab").await;
     assert_eq!(status, StatusCode::OK, "{seen}");
     assert_eq!(seen["alert_at"], json!([50, 80, 100]), "{seen}");

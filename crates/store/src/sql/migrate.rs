@@ -208,6 +208,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "quotas",
         include_str!("../../migrations/0046_quotas.sql"),
     ),
+    (
+        47,
+        "reservations_placed",
+        include_str!("../../migrations/0047_reservations_placed.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

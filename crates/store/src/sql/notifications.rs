@@ -227,6 +227,27 @@ impl NotificationStore for SqlStore {
         Ok(())
     }
 
+    async fn prune_deliveries(&self, before: DateTime<Utc>) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "DELETE FROM notification_attempts WHERE delivery_id IN
+                 (SELECT id FROM notification_deliveries
+                  WHERE state <> 'pending' AND created_at < $1)",
+        )
+        .bind(ts(before))
+        .execute(&mut *tx)
+        .await?;
+        let pruned = sqlx::query(
+            "DELETE FROM notification_deliveries WHERE state <> 'pending' AND created_at < $1",
+        )
+        .bind(ts(before))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(pruned)
+    }
+
     async fn deliveries(&self, hook_id: &str, limit: u32) -> Result<Vec<NotificationDelivery>> {
         let rows = sqlx::query(
             "SELECT id, hook_id, kind, state, created_at, next_at, payload

@@ -270,7 +270,7 @@ impl SqlStore {
             return Ok(Attempt::Done(Box::new(r), Vec::new()));
         }
         // Past its quota and borrow limit: refused, or queued when it asked to wait.
-        let standing = match super::quotas::standing_of(&mut tx, new).await {
+        let standing = match super::quotas::standing_of(&mut tx, self.backend, new).await {
             Err(StoreError::LimitExceeded(_)) if new.queue => return Ok(Attempt::Queue),
             other => other?,
         };
@@ -371,21 +371,44 @@ impl SqlStore {
         now: i64,
     ) -> Result<Option<Vec<String>>> {
         let mut tx = self.begin().await?;
+        // Its tenant's monthly budget is spent: it waits, saying why, until the month ends or
+        // the budget is raised.
+        let over: Option<String> = sqlx::query_scalar(
+            "SELECT u.over_budget FROM reservations r JOIN users u ON u.id = r.tenant_id
+             WHERE r.id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .flatten();
+        let month = gpurent_billing::budget::month_of(super::from_ts(now)?).2;
+        if over.as_deref() == Some(month.as_str()) {
+            sqlx::query("UPDATE reservations SET queue_reason = $1 WHERE id = $2")
+                .bind(format!(
+                    "waiting: its tenant's monthly budget is spent for {month}"
+                ))
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            return Ok(None);
+        }
         // Past its tenant's quota and borrow limit (a quota lowered under it, say): it waits,
         // saying why.
         let key = gpus::type_of(&mut tx, plan.gpus.first().map_or("", |(u, _)| u.as_str())).await?;
-        let standing = match super::quotas::standing_of_queued(&mut tx, id, &key).await {
-            Err(StoreError::LimitExceeded(why)) => {
-                sqlx::query("UPDATE reservations SET queue_reason = $1 WHERE id = $2")
-                    .bind(format!("waiting: {why}"))
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                return Ok(None);
-            }
-            other => other?,
-        };
+        let standing =
+            match super::quotas::standing_of_queued(&mut tx, self.backend, id, &key).await {
+                Err(StoreError::LimitExceeded(why)) => {
+                    sqlx::query("UPDATE reservations SET queue_reason = $1 WHERE id = $2")
+                        .bind(format!("waiting: {why}"))
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    return Ok(None);
+                }
+                other => other?,
+            };
         let mut batch = Batch::default();
         if standing == Standing::Borrowed {
             batch.push(

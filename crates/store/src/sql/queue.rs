@@ -278,16 +278,24 @@ async fn queued_tenants_usage(
             .or_default()
             .guaranteed_milli = u64::try_from(r.try_get::<i64, _>("guaranteed")?).unwrap_or(0);
     }
-    let rows = sqlx::query(&format!(
-        "SELECT r.tenant_id, r.started_at, r.ended_at, CAST(CASE WHEN r.vram_mb IS NULL
+    // Two index searches: what runs (by tenant and status) and what ended lately (by tenant
+    // and end), never a tenant's whole history.
+    let micro = "CAST(CASE WHEN r.vram_mb IS NULL
                     THEN r.gpu_count * 1000000
                     ELSE r.vram_mb * 1000000 / COALESCE(
                         (SELECT MAX(g.vram_mb) FROM gpus g WHERE g.type_key = r.type_key),
                         r.vram_mb)
-                END AS BIGINT) AS micro
+                END AS BIGINT) AS micro";
+    let rows = sqlx::query(&format!(
+        "SELECT r.tenant_id, r.started_at, r.ended_at, {micro}
          FROM reservations r
-         WHERE r.tenant_id IN ({QUEUED}) AND r.started_at IS NOT NULL
-           AND (r.ended_at IS NULL OR r.ended_at >= $1)"
+         WHERE r.tenant_id IN ({QUEUED}) AND r.status IN ('starting', 'running', 'stopping')
+           AND r.started_at IS NOT NULL AND r.ended_at IS NULL
+         UNION ALL
+         SELECT r.tenant_id, r.started_at, r.ended_at, {micro}
+         FROM reservations r
+         WHERE r.tenant_id IN ({QUEUED}) AND r.ended_at IS NOT NULL AND r.ended_at >= $1
+           AND r.started_at IS NOT NULL"
     ))
     .bind(since)
     .fetch_all(&mut *conn)

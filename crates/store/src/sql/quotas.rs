@@ -1,14 +1,14 @@
 //! Quotas in SQL: the `quotas` rows, what a tenant's live work holds of a type (milli-GPUs:
 //! each allocation's memory over its card's), and where a new reservation stands, read in its
-//! placement transaction (after the type's lock on PostgreSQL, so two placements of one type
-//! never both count the same room).
+//! placement transaction under a lock of its tenant and type on PostgreSQL, so two placements
+//! never both count the same room.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gpurent_sched::quota::{self, Quota, Standing};
 use sqlx::{AnyConnection, Row};
 
-use super::{from_ts, ts, SqlStore};
+use super::{from_ts, ts, Backend, SqlStore};
 use crate::{NewReservation, QuotaRow, QuotaStore, Result, StoreError};
 
 fn milli(v: i64) -> u64 {
@@ -24,21 +24,23 @@ const USED: &str = "SELECT CAST(COALESCE(SUM(a.vram_mb * 1000 / g.vram_mb), 0) A
      FROM reservations r JOIN allocations a ON a.reservation_id = r.id
      JOIN gpus g ON g.uuid = a.gpu_uuid
      WHERE r.tenant_id = $1 AND g.type_key = $2 AND g.vram_mb > 0
-       AND r.status IN ('pending', 'starting', 'running')";
+       AND r.status IN ('pending', 'starting', 'running', 'stopping')";
 
 /// Where `new` stands against the quotas of its type: one read when the type has none;
 /// `LimitExceeded` past its tenant's quota and borrow limit.
 pub(super) async fn standing_of(
     conn: &mut AnyConnection,
+    backend: Backend,
     new: &NewReservation,
 ) -> Result<Standing> {
-    standing_for(conn, &new.tenant_id, new.gpu_type.key(), new.want).await
+    standing_for(conn, backend, &new.tenant_id, new.gpu_type.key(), new.want).await
 }
 
 /// Where work of `tenant_id` asking `want` of type `key` stands (a share sized against the
 /// type's largest card).
 pub(super) async fn standing_for(
     conn: &mut AnyConnection,
+    backend: Backend,
     tenant_id: &str,
     key: &str,
     want: gpurent_sched::Request,
@@ -55,6 +57,14 @@ pub(super) async fn standing_for(
     let managed: i64 = row.try_get("managed")?;
     if managed == 0 {
         return Ok(Standing::Unmanaged);
+    }
+    // One tenant's placements of one managed type, one at a time to commit (PostgreSQL; SQLite
+    // has one writer): two never count the same room of its quota.
+    if backend == Backend::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(format!("quota:{tenant_id}:{key}"))
+            .execute(&mut *conn)
+            .await?;
     }
     let quota = row
         .try_get::<Option<i64>, _>("guaranteed")?
@@ -80,6 +90,7 @@ pub(super) async fn standing_for(
 /// Where queued reservation `id`, about to be placed on GPUs of type `key`, stands.
 pub(super) async fn standing_of_queued(
     conn: &mut AnyConnection,
+    backend: Backend,
     id: &str,
     key: &str,
 ) -> Result<Standing> {
@@ -95,7 +106,7 @@ pub(super) async fn standing_of_queued(
             count: u32::try_from(row.try_get::<i64, _>("gpu_count")?).unwrap_or(u32::MAX),
         },
     };
-    standing_for(conn, &tenant, key, want).await
+    standing_for(conn, backend, &tenant, key, want).await
 }
 
 #[async_trait]
