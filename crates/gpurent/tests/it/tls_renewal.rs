@@ -123,14 +123,14 @@ fn sighup_serves_a_renewed_certificate_at_once() {
     copy_pair(&new, &cert, &key);
     hup();
     let renewed = format!("TLS certificate {}", second.fingerprint);
-    eventually("the reload logged", 10, || {
+    eventually("the reload logged", 30, || {
         std::fs::read_to_string(&log).unwrap().contains(&renewed)
     });
     assert_eq!(served_fingerprint(&server.url), second.fingerprint);
 
     std::fs::write(&cert, "not a certificate").unwrap();
     hup();
-    eventually("the broken pair logged", 10, || {
+    eventually("the broken pair logged", 30, || {
         std::fs::read_to_string(&log)
             .unwrap()
             .contains("the TLS certificate's files did not load, the old one stays")
