@@ -371,7 +371,7 @@ impl Cluster {
     }
 
     pub fn wait_ready(&self, count: usize) {
-        eventually(&format!("{count} nodes ready"), 30, || {
+        eventually(&format!("{count} nodes ready"), 60, || {
             let nodes = self.nodes();
             nodes.len() == count && nodes.iter().all(|n| n["status"] == "ready")
         });
