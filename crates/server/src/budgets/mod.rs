@@ -55,6 +55,20 @@ fn status_of(
     }
 }
 
+/// The budget of `whose` and its month at `now`; a 404 when it has none.
+async fn status(
+    state: &AppState,
+    whose: Payer,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<BudgetStatus, ApiError> {
+    let facts = state
+        .store
+        .budget_facts(&whose.tenant_id, now)
+        .await?
+        .ok_or_else(|| no_budget(&whose))?;
+    Ok(status_of(facts, whose.team, now))
+}
+
 fn no_budget(whose: &Payer) -> ApiError {
     let id = whose.team.clone().unwrap_or_else(|| "yours".to_owned());
     ApiError::Store(gpurent_store::StoreError::NotFound {
@@ -76,12 +90,7 @@ pub(crate) async fn get(
 ) -> Result<Json<BudgetStatus>, ApiError> {
     let whose = acting_for(&state, &caller, query.team.as_deref(), TeamAction::See).await?;
     let now = state.now();
-    let facts = state
-        .store
-        .budget_facts(&whose.tenant_id, now)
-        .await?
-        .ok_or_else(|| no_budget(&whose))?;
-    Ok(Json(status_of(facts, whose.team, now)))
+    Ok(Json(status(&state, whose, now).await?))
 }
 
 /// Sets your monthly budget (or a team's: its admins and owners). It counts what the month
@@ -97,7 +106,7 @@ pub(crate) async fn set(
     ApiJson(body): ApiJson<SetBudget>,
 ) -> Result<Json<BudgetStatus>, ApiError> {
     let whose = acting_for(&state, &caller, body.team.as_deref(), TeamAction::SetBudget).await?;
-    crate::notifications::personal_needs_unscoped(&caller, whose.team.is_none())?;
+    crate::teams::own_settings_unscoped(&caller, whose.team.is_none())?;
     let budget = Budget::new(
         body.monthly,
         body.alert_at.as_deref().unwrap_or(&DEFAULT_ALERT_AT),
@@ -113,12 +122,7 @@ pub(crate) async fn set(
     tracing::info!(tenant_id = %whose.tenant_id, monthly = %budget.monthly, by = %caller.0.id, "budget set");
     // What the month already spent counts now, not at the next pass.
     pass::assess(&state, &whose.tenant_id, now).await?;
-    let facts = state
-        .store
-        .budget_facts(&whose.tenant_id, now)
-        .await?
-        .ok_or_else(|| no_budget(&whose))?;
-    Ok(Json(status_of(facts, whose.team, now)))
+    Ok(Json(status(&state, whose, now).await?))
 }
 
 /// Removes your budget (or a team's: its admins and owners), and the refusal with it.
@@ -138,7 +142,7 @@ pub(crate) async fn remove(
         TeamAction::SetBudget,
     )
     .await?;
-    crate::notifications::personal_needs_unscoped(&caller, whose.team.is_none())?;
+    crate::teams::own_settings_unscoped(&caller, whose.team.is_none())?;
     if !state.store.remove_budget(&whose.tenant_id).await? {
         return Err(no_budget(&whose));
     }

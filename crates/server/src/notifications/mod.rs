@@ -41,19 +41,6 @@ pub(crate) struct HooksQuery {
     team: Option<String>,
 }
 
-/// A user's own webhooks (and budget) are account settings: a token with scopes manages a
-/// team's, never its maker's own.
-pub(crate) fn personal_needs_unscoped(caller: &Caller, personal: bool) -> Result<(), ApiError> {
-    if personal && caller.1.scopes.is_some() && !caller.is_admin() {
-        return Err(ApiError::Forbidden(
-            "a token with scopes does not change its maker's own account settings; use a \
-             token without scopes, or name a team"
-                .into(),
-        ));
-    }
-    Ok(())
-}
-
 /// The events asked for, each one known; none given: every event (`*`).
 fn events_of(asked: Option<Vec<String>>) -> Result<Vec<String>, ApiError> {
     let Some(asked) = asked.filter(|a| !a.is_empty()) else {
@@ -85,7 +72,7 @@ async fn manageable(state: &AppState, caller: &Caller, id: &str) -> Result<HookR
         return Err(not_found());
     }
     if *owner == caller.0.id && bound.is_none() || caller.is_admin() {
-        personal_needs_unscoped(caller, *owner == caller.0.id)?;
+        crate::teams::own_settings_unscoped(caller, *owner == caller.0.id)?;
         return Ok(row);
     }
     let role = state.store.team_role(owner, &caller.0.id).await?;
@@ -118,7 +105,7 @@ pub(crate) async fn add(
         TeamAction::ManageNotifications,
     )
     .await?;
-    personal_needs_unscoped(&caller, owner.team.is_none())?;
+    crate::teams::own_settings_unscoped(&caller, owner.team.is_none())?;
     let events = events_of(body.events)?;
     let url = target::parse(&body.url).map_err(|e| ApiError::Invalid(e.to_string()))?;
     target::resolve(&url, state.config.notifications.allow_private)
@@ -174,7 +161,7 @@ pub(crate) async fn list(
         TeamAction::ManageNotifications,
     )
     .await?;
-    personal_needs_unscoped(&caller, owner.team.is_none())?;
+    crate::teams::own_settings_unscoped(&caller, owner.team.is_none())?;
     let hooks = state.store.hooks(&owner.tenant_id).await?;
     Ok(Json(hooks.into_iter().map(|h| h.hook).collect()))
 }

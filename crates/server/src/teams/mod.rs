@@ -86,6 +86,19 @@ pub(crate) async fn reservation_action(
     require(team, role, action)
 }
 
+/// A user's own budget and webhooks are account settings, as `Need::Unscoped` routes are: a
+/// token with scopes manages a team's (`personal`: false), never its maker's own.
+pub(crate) fn own_settings_unscoped(caller: &Caller, personal: bool) -> Result<(), ApiError> {
+    if personal && caller.1.scopes.is_some() && !caller.is_admin() {
+        return Err(ApiError::Forbidden(
+            "a token with scopes does not change its maker's own account settings; use a \
+             token without scopes, or name a team"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The tenant a new reservation is made for: the caller, or the team it names (or the team
 /// the caller's token acts for) when the caller may reserve for it.
 pub(crate) async fn payer(
