@@ -55,8 +55,19 @@ impl QueueConfig {
         )
     }
 
-    fn may_preempt(&self, item: &Pending) -> bool {
+    /// Whether `item` may preempt spot work of lower bids.
+    fn may_preempt_spot(&self, item: &Pending) -> bool {
         item.priority >= self.preempt_from || self.spot_preempts_lower_bids
+    }
+
+    /// Whether `item` may preempt `run`: spot work of a lower bid, or, for work within its
+    /// quota, another account's borrowed work.
+    fn may_take(&self, item: &Pending, run: &Running) -> bool {
+        let spot = self.may_preempt_spot(item)
+            && self.is_spot(run.priority)
+            && run.priority < item.priority;
+        let reclaim = item.guaranteed && run.borrowed_of.is_some_and(|a| a != item.account);
+        spot || reclaim
     }
 
     fn is_spot(&self, priority: i64) -> bool {
@@ -79,6 +90,9 @@ pub struct Pending {
     /// Callers without fair share pass 0; under fair share, work of no team should get an
     /// account of its own per tenant, distinct from every team's.
     pub account: u64,
+    /// Within its account's quota of the GPU type it asks for: it may take back other
+    /// accounts' borrowed work ([`Running::borrowed_of`]), whatever its tier.
+    pub guaranteed: bool,
 }
 
 /// A running instance as the queue sees it.
@@ -94,6 +108,9 @@ pub struct Running {
     pub ends_at: Option<i64>,
     /// (index into the GPU slice, MiB it holds there); already subtracted from `free_mb`.
     pub holds: Vec<(usize, u64)>,
+    /// `Some(account)` for work borrowed beyond its account's quota (never a reserved block):
+    /// guaranteed work of another account takes it first, as if it bid nothing.
+    pub borrowed_of: Option<u64>,
 }
 
 /// What the queue refuses.
@@ -204,6 +221,9 @@ impl PassOutcome {
 ///   aging reorders the queue but never lets waiting work preempt. Instances placed in the same
 ///   pass are never victims. Under a head reservation the placement made with the freed room
 ///   must still obey the backfill rule.
+/// - **Quotas.** A guaranteed item (within its account's quota, whatever its tier) may also
+///   preempt other accounts' borrowed work ([`Running::borrowed_of`]), seen at
+///   [`crate::quota::BORROWED`] with no value, so that it goes before any spot work.
 #[derive(Debug, Clone, Default)]
 pub struct Queue {
     config: QueueConfig,

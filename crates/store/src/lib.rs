@@ -40,7 +40,7 @@ pub use error::StoreError;
 pub use model::{
     AuthUser, Backend, Drained, Fenced, FleetView, GpuCounts, IdempotencyClaim, LedgerCheck,
     LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction, NodeCertificate, QueueView,
-    QueuedReservation, Reserved, Scope, Synced, TeamUsage, Want, USAGE_HORIZON_DAYS,
+    QueuedReservation, QuotaUse, Reserved, Scope, Synced, TeamUsage, Want, USAGE_HORIZON_DAYS,
 };
 pub use notifications::{AttemptOutcome, DueDelivery, HookRow, NotificationStore, PlatformEvent};
 pub use proxy::{ProxyGrant, ProxyStore, ProxyTokenKind};

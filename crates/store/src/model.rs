@@ -200,6 +200,22 @@ pub struct QueueView {
     pub shared_volume_nodes: Vec<String>,
     /// The tenants with queued work, by id.
     pub teams: Vec<TeamUsage>,
+    /// The quotas of the tenants with queued work, with what their live work holds of each
+    /// type.
+    pub quotas: Vec<QuotaUse>,
+    /// Placed work borrowed beyond its tenant's quota on these GPUs (neither a reserved block
+    /// nor stopping), as (reservation id, tenant id): guaranteed work of others may take it
+    /// back. Read only when `quotas` has some.
+    pub borrowed: Vec<(String, String)>,
+}
+
+/// A tenant's quota of one type and what its live work holds of that type, in milli-GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaUse {
+    pub tenant_id: String,
+    pub type_key: String,
+    pub quota: gpurent_sched::quota::Quota,
+    pub used_milli: u64,
 }
 
 /// The live nodes' capacity and load and the queue, as elastic capacity reads them.

@@ -64,6 +64,7 @@ pub fn bench_queue(jobs: usize, nodes: u32, accounts: u64, seed: u64) -> BenchQu
             started_at: NOW - to_i64(rng.below(86_400)),
             ends_at: (rng.below(10) < 9).then(|| NOW + 60 + to_i64(rng.below(86_400))),
             holds: p.gpus,
+            borrowed_of: None,
         });
     }
     let mut queue = Queue::new(QueueConfig::default());
@@ -87,6 +88,7 @@ pub fn bench_queue(jobs: usize, nodes: u32, accounts: u64, seed: u64) -> BenchQu
             enqueued_at: NOW - to_i64(rng.below(86_400)),
             duration_s: (rng.below(10) < 9).then(|| 600 + rng.below(86_400)),
             account,
+            guaranteed: false,
         };
         // Ids are distinct and requests never empty: push cannot refuse.
         let _ = queue.push(item);

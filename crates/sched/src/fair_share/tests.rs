@@ -31,6 +31,7 @@ fn item(id: u64, account: u64, priority: i64, enqueued_at: i64) -> Pending {
         enqueued_at,
         duration_s: Some(HOUR as u64),
         account,
+        guaranteed: false,
     }
 }
 

@@ -4,6 +4,7 @@
 use super::{
     earliest_start, release, take, Head, PassOutcome, Pending, Placed, QueueConfig, Reason, Running,
 };
+use crate::quota::BORROWED;
 use crate::{choose_victims, place, GpuSlot, Placement, Victim};
 
 /// The room reserved for the head while later items are walked.
@@ -97,7 +98,9 @@ impl Pass {
             self.commit(item, ends_at, p, Vec::new(), None);
             return true;
         }
-        if self.config.may_preempt(item) && self.preempt(item, masked, &usable, ends_at) {
+        if (self.config.may_preempt_spot(item) || item.guaranteed)
+            && self.preempt(item, masked, &usable, ends_at)
+        {
             return true;
         }
         let reason = match &self.reservation {
@@ -129,7 +132,7 @@ impl Pass {
         let candidates: Vec<usize> = (0..self.live.len())
             .filter(|&i| {
                 let l = &self.live[i];
-                !l.fresh && self.config.is_spot(l.run.priority) && l.run.priority < item.priority
+                !l.fresh && self.config.may_take(item, &l.run)
             })
             .collect();
         if candidates.is_empty() {
@@ -139,15 +142,23 @@ impl Pass {
             .iter()
             .map(|&i| {
                 let r = &self.live[i].run;
+                // Borrowed work taken back goes first, whatever it pays.
+                let reclaimed = item.guaranteed && r.borrowed_of.is_some_and(|a| a != item.account);
                 Victim {
-                    priority: r.priority,
-                    value: r.value,
+                    priority: if reclaimed { BORROWED } else { r.priority },
+                    value: if reclaimed { 0 } else { r.value },
                     started_at: r.started_at,
                     holds: r.holds.clone(),
                 }
             })
             .collect();
-        let Some(chosen) = choose_victims(usable, &victims, &item.request, item.priority) else {
+        // Borrowed work is seen below any bid: a guaranteed spot item may take it back too.
+        let Some(chosen) = choose_victims(
+            usable,
+            &victims,
+            &item.request,
+            item.priority.max(BORROWED + 1),
+        ) else {
             return false;
         };
         let chosen: Vec<usize> = chosen.into_iter().map(|v| candidates[v]).collect();
@@ -222,6 +233,7 @@ impl Pass {
                 started_at: self.now,
                 ends_at,
                 holds: p.gpus.clone(),
+                borrowed_of: None,
             },
             fresh: true,
         });

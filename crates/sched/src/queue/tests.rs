@@ -5,6 +5,7 @@ use proptest::prelude::*;
 use super::*;
 
 mod fair;
+mod quota;
 
 fn gpu(node: u32, vram_mb: u64, free_mb: u64) -> GpuSlot {
     GpuSlot {
@@ -23,6 +24,7 @@ fn item(id: u64, request: Request, priority: i64, enqueued_at: i64, dur: Option<
         enqueued_at,
         duration_s: dur,
         account: 0,
+        guaranteed: false,
     }
 }
 
@@ -40,6 +42,7 @@ fn running(
         started_at: 0,
         ends_at,
         holds,
+        borrowed_of: None,
     }
 }
 
@@ -319,6 +322,7 @@ fn world() -> impl Strategy<Value = (Vec<GpuSlot>, Vec<Running>)> {
             base_priority(),
             0i64..100,
             proptest::option::weighted(0.8, 0i64..300),
+            proptest::option::weighted(0.3, 0u64..3),
         ),
         0..14,
     );
@@ -328,10 +332,14 @@ fn world() -> impl Strategy<Value = (Vec<GpuSlot>, Vec<Running>)> {
             .map(|(n, v)| gpu(n, v * 1000, v * 1000))
             .collect();
         let mut run = Vec::new();
-        for (id, (req, priority, value, ends)) in (100u64..).zip(work) {
+        for (id, (req, priority, value, ends, borrowed_of)) in (100u64..).zip(work) {
             if let Ok(p) = place(&gpus, &req) {
                 take(&mut gpus, &p.gpus);
-                run.push(running(id, priority, value, ends, p.gpus));
+                run.push(Running {
+                    // A reserved block is never borrowed work.
+                    borrowed_of: borrowed_of.filter(|_| priority != RESERVED),
+                    ..running(id, priority, value, ends, p.gpus)
+                });
             }
         }
         (gpus, run)
@@ -345,13 +353,19 @@ fn pending() -> impl Strategy<Value = Vec<Pending>> {
             base_priority(),
             0i64..=NOW,
             proptest::option::weighted(0.8, 1u64..300),
+            0u64..3,
+            any::<bool>(),
         ),
         0..10,
     )
     .prop_map(|v| {
         (0u64..)
             .zip(v)
-            .map(|(id, (r, p, enq, dur))| item(id, r, p, enq, dur))
+            .map(|(id, (r, p, enq, dur, account, guaranteed))| Pending {
+                account,
+                guaranteed,
+                ..item(id, r, p, enq, dur)
+            })
             .collect()
     })
 }
@@ -376,18 +390,20 @@ fn check_pass(
 ) -> Result<(), TestCaseError> {
     let by_id: BTreeMap<u64, &Running> = run.iter().map(|r| (r.id, r)).collect();
 
-    // Preemption: spot only, strictly lower base priority, each victim once.
+    // Preemption: spot of a strictly lower base priority by an item with leave, or another
+    // account's borrowed work by a guaranteed item; each victim once.
     let mut stopped = BTreeSet::new();
     for p in &out.placed {
-        prop_assert!(
-            p.preempts.is_empty() || config.may_preempt(&p.item),
-            "spot preempted without leave"
-        );
         for v in &p.preempts {
             prop_assert!(stopped.insert(*v), "a victim stopped twice");
             let victim = by_id[v];
-            prop_assert!(victim.priority < p.item.priority);
-            prop_assert!(victim.priority < config.preempt_from);
+            let spot = config.may_preempt_spot(&p.item)
+                && victim.priority < p.item.priority
+                && victim.priority < config.preempt_from;
+            let reclaimed =
+                p.item.guaranteed && victim.borrowed_of.is_some_and(|a| a != p.item.account);
+            prop_assert!(spot || reclaimed, "{:?} preempted {:?}", p.item, victim);
+            prop_assert!(victim.priority != RESERVED, "a reserved block preempted");
         }
     }
     let preempted: BTreeSet<u64> = out.preempted.iter().copied().collect();
@@ -430,6 +446,7 @@ fn check_pass(
             started_at: NOW,
             ends_at: p.item.duration_s.map(|d| NOW + d as i64),
             holds: gs.clone(),
+            borrowed_of: None,
         });
     }
     for (g, s) in gpus.iter().enumerate() {

@@ -243,6 +243,7 @@ pub fn replay_fair_share(
                 enqueued_at: t,
                 duration_s: Some(pods[i].duration),
                 account: team_of_pod[i],
+                guaranteed: false,
             });
         }
 
@@ -255,6 +256,7 @@ pub fn replay_fair_share(
                 started_at: r.started_at,
                 ends_at: Some(r.ends_at),
                 holds: r.holds.clone(),
+                borrowed_of: None,
             })
             .collect();
         let allowed = |item: &Pending, g: usize| {

@@ -104,6 +104,28 @@ fn fair_share(
     (share, accounts)
 }
 
+/// Whether queued `q` is within its tenant's quota of its type as `view` saw it (the store
+/// checks again as it places it): a share sized against the type's largest live card.
+fn guaranteed(view: &QueueView, q: &gpurent_store::QueuedReservation) -> bool {
+    let Some(quota) = view
+        .quotas
+        .iter()
+        .find(|u| u.tenant_id == q.tenant_id && u.type_key == q.type_key)
+    else {
+        return false;
+    };
+    let card = view
+        .gpus
+        .iter()
+        .filter(|g| g.type_key == q.type_key)
+        .map(|g| g.gpu.vram_mb)
+        .max()
+        .unwrap_or(1);
+    let asked = gpurent_sched::quota::asked(q.want, card);
+    gpurent_sched::quota::standing(true, Some(quota.quota), quota.used_milli, asked)
+        == Ok(gpurent_sched::quota::Standing::Guaranteed)
+}
+
 /// One pass of the queue over `view` at `now`, with fair share between its tenants: pure, so
 /// that it can be tested without a store.
 pub(crate) fn plan(
@@ -113,6 +135,18 @@ pub(crate) fn plan(
     half_life: std::time::Duration,
 ) -> PassPlan {
     let (share, accounts) = fair_share(view, now, half_life);
+    // Borrowed work's tenants, numbered as the queued ones are: only the tenant matters.
+    let mut owners = accounts.clone();
+    let borrowed: std::collections::HashMap<&str, u64> = view
+        .borrowed
+        .iter()
+        .map(|(id, tenant)| {
+            let next = u64::try_from(owners.len())
+                .unwrap_or(u64::MAX)
+                .saturating_add(1);
+            (id.as_str(), *owners.entry(tenant.as_str()).or_insert(next))
+        })
+        .collect();
     let gpus: Vec<gpurent_sched::plan::Gpu> = view.gpus.iter().map(|g| g.gpu.clone()).collect();
     let slots = slots(&gpus);
     let index = slot_index(&gpus);
@@ -129,6 +163,7 @@ pub(crate) fn plan(
                 started_at: w.started_at,
                 ends_at: Some(w.ends_at.div_euclid(1_000_000)),
                 holds,
+                borrowed_of: borrowed.get(w.id.as_str()).copied(),
             })
         })
         .collect();
@@ -142,6 +177,7 @@ pub(crate) fn plan(
             enqueued_at: q.queued_at.timestamp(),
             duration_s: Some(q.duration_s),
             account: accounts.get(q.tenant_id.as_str()).copied().unwrap_or(0),
+            guaranteed: guaranteed(view, q),
         });
         if let Err(e) = pushed {
             plan.reasons.push((q.id.clone(), e.to_string()));
@@ -266,6 +302,7 @@ mod tests {
             held: vec![],
             shared_volume_nodes: vec![],
             teams: Vec::new(),
+            ..QueueView::default()
         };
         let plan = plan(&view, at(20), QueueConfig::default(), WEEK);
         assert_eq!(plan.placements.len(), 1);
@@ -293,6 +330,7 @@ mod tests {
             ],
             shared_volume_nodes: Vec::new(),
             teams: Vec::new(),
+            ..QueueView::default()
         };
         let plan = plan(&view, at(20), QueueConfig::default(), WEEK);
         assert_eq!(plan.placements.len(), 1, "{plan:?}");
@@ -311,6 +349,7 @@ mod tests {
             held: vec![held("cheap", Tier::Spot, "g0")],
             shared_volume_nodes: vec![],
             teams: Vec::new(),
+            ..QueueView::default()
         };
         let plan = plan(&view, at(20), QueueConfig::default(), WEEK);
         assert!(plan.placements.is_empty());
@@ -318,6 +357,35 @@ mod tests {
             plan.reasons[0].1,
             "asked for 1 whole GPUs on one node; the most free on any node is 0"
         );
+    }
+
+    #[test]
+    fn queued_work_within_its_quota_takes_back_another_tenants_borrowed_work() {
+        let quota = |used_milli| gpurent_store::QuotaUse {
+            tenant_id: "t1".into(),
+            type_key: "rtx4090".into(),
+            quota: gpurent_sched::quota::Quota {
+                guaranteed: 1000,
+                borrow_limit: None,
+            },
+            used_milli,
+        };
+        let view = |used_milli, lender: &str| QueueView {
+            queued: vec![queued("mine", Tier::OnDemand, None, 0)],
+            gpus: vec![gpu("g0", 0)],
+            held: vec![held("lent", Tier::OnDemand, "g0")],
+            quotas: vec![quota(used_milli)],
+            borrowed: vec![("lent".into(), lender.into())],
+            ..QueueView::default()
+        };
+        let taken = plan(&view(0, "t2"), at(20), QueueConfig::default(), WEEK);
+        assert_eq!(taken.placements.len(), 1, "{taken:?}");
+        assert_eq!(taken.placements[0].1.victims, vec!["lent".to_owned()]);
+        // Its quota already used, or the borrowed work its own: it waits.
+        for (used, lender) in [(1000, "t2"), (0, "t1")] {
+            let waits = plan(&view(used, lender), at(20), QueueConfig::default(), WEEK);
+            assert!(waits.placements.is_empty(), "{used} {lender}: {waits:?}");
+        }
     }
 
     #[test]
@@ -335,6 +403,7 @@ mod tests {
             held: vec![busy],
             shared_volume_nodes: vec![],
             teams: Vec::new(),
+            ..QueueView::default()
         };
         let plan = plan(&view, at(0), QueueConfig::default(), WEEK);
         let placed: Vec<&str> = plan.placements.iter().map(|(id, _)| id.as_str()).collect();
@@ -372,6 +441,7 @@ mod tests {
             held: vec![],
             shared_volume_nodes: vec![],
             teams: vec![busy],
+            ..QueueView::default()
         };
         let first = plan(&view(ran(0)), at(20), QueueConfig::default(), WEEK);
         assert_eq!(first.placements.len(), 1, "{first:?}");

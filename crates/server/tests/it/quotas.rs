@@ -1,7 +1,9 @@
 //! GPU quotas through the API, on both stores, with a real agent: a team without a quota
 //! borrows idle GPUs (marked borrowed), a team within its quota takes one back (the borrower
 //! preempted with the spot notice), past its quota and borrow limit work is refused (or waits),
-//! a quota lowered under running work stops nothing, and only admins set quotas.
+//! a quota lowered under running work stops nothing, and only admins set quotas; queued work
+//! that comes within its quota takes borrowed GPUs back in the scheduling pass, one GPU for
+//! one GPU of quota.
 
 use gpurent_store::Backend;
 use reqwest::StatusCode;
@@ -127,4 +129,100 @@ async fn a_quota_is_guaranteed_and_borrowed_gpus_are_taken_back(backend: Backend
 both_stores!(
     quotas,
     a_quota_is_guaranteed_and_borrowed_gpus_are_taken_back
+);
+
+async fn queued_work_within_its_quota_takes_borrowed_gpus_back(backend: Backend) {
+    let app = TestApp::with(backend)
+        .with_sim_gpus("2xRTX4090")
+        .start()
+        .await;
+    let olga = app.tenant("olga", "100").await;
+    let arty = app.tenant("arty", "100").await;
+    let (status, _) = olga
+        .client
+        .post("/api/v1/teams", &json!({"name": "lab"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = olga
+        .client
+        .post("/api/v1/teams/lab/credit", &json!({"amount": "50"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // A quota of none: the type has quotas, and the lab may only borrow.
+    let quota = |gpus: &str| json!({"team": "lab", "gpu_type": "rtx4090", "gpus": gpus});
+    let (status, _, _) = app
+        .admin()
+        .send("PUT", "/api/v1/quotas", Some(&quota("0")))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    // arty borrows both GPUs; the lab's two reservations queue behind him.
+    let mut lent = Vec::new();
+    for _ in 0..2 {
+        let (status, r) = arty
+            .client
+            .reserve(json!({"gpu_type": "rtx4090", "hours": 1}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{r}");
+        let id = r["id"].as_str().unwrap().to_owned();
+        app.wait_status(&arty.client, &id, "running").await;
+        lent.push(id);
+    }
+    let mut queued = Vec::new();
+    for _ in 0..2 {
+        let (status, r) = olga
+            .client
+            .reserve(json!({"gpu_type": "rtx4090", "hours": 1, "team": "lab", "queue": true}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{r}");
+        assert_eq!(r["status"], "pending", "{r}");
+        queued.push(r["id"].as_str().unwrap().to_owned());
+    }
+    app.maintenance_tick().await;
+    for id in &lent {
+        let (_, r) = arty.client.get(&format!("/api/v1/reservations/{id}")).await;
+        assert_eq!(
+            r["status"], "running",
+            "beyond its quota, nothing is taken: {r}"
+        );
+    }
+
+    // The lab is given one GPU: the pass takes one back for its first, with the spot notice,
+    // and its second, beyond the quota, waits.
+    let (status, _, _) = app
+        .admin()
+        .send("PUT", "/api/v1/quotas", Some(&quota("1")))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    app.maintenance_tick().await;
+    let placed = app.wait_status(&olga.client, &queued[0], "running").await;
+    assert!(placed.get("borrowed").is_none(), "guaranteed: {placed}");
+    let mut preempted = Vec::new();
+    for id in &lent {
+        let (_, r) = arty.client.get(&format!("/api/v1/reservations/{id}")).await;
+        if r["end_reason"] == "preempted" {
+            preempted.push(id.clone());
+        }
+    }
+    assert_eq!(preempted.len(), 1, "one GPU for one GPU of quota");
+    app.wait_status(&arty.client, &preempted[0], "preempted")
+        .await;
+    app.maintenance_tick().await;
+    let (_, second) = olga
+        .client
+        .get(&format!("/api/v1/reservations/{}", queued[1]))
+        .await;
+    assert_eq!(second["status"], "pending", "{second}");
+    let still: Vec<&String> = lent.iter().filter(|id| !preempted.contains(id)).collect();
+    let (_, other) = arty
+        .client
+        .get(&format!("/api/v1/reservations/{}", still[0]))
+        .await;
+    assert_eq!(other["status"], "running", "{other}");
+    app.assert_consistent().await;
+    app.shutdown().await;
+}
+both_stores!(
+    quota_reclaim_from_the_queue,
+    queued_work_within_its_quota_takes_borrowed_gpus_back
 );

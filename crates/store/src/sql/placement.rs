@@ -409,6 +409,19 @@ impl SqlStore {
                 }
                 other => other?,
             };
+        // The pass's victims are still what it may stop: its standing may have changed since
+        // the view (another of its tenant's placements came first).
+        if !plan.victims.is_empty() {
+            let tenant: String =
+                sqlx::query_scalar("SELECT tenant_id FROM reservations WHERE id = $1")
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            let guaranteed = standing == Standing::Guaranteed;
+            if !super::quotas::may_stop(&mut tx, &tenant, &plan.victims, guaranteed).await? {
+                return Ok(None);
+            }
+        }
         let mut batch = Batch::default();
         if standing == Standing::Borrowed {
             batch.push(

@@ -179,12 +179,21 @@ impl SqlStore {
             Vec::new()
         };
         let usage = queued_tenants_usage(&mut conn, now).await?;
+        let quotas = super::quotas::queued_quotas(&mut conn).await?;
+        let mut borrowed = Vec::new();
+        if !quotas.is_empty() {
+            for key in &keys {
+                borrowed.extend(super::quotas::borrowed_of_type(&mut conn, key).await?);
+            }
+        }
         Ok(QueueView {
             queued,
             gpus,
             held,
             shared_volume_nodes,
             teams: usage,
+            quotas,
+            borrowed,
         })
     }
 

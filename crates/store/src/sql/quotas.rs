@@ -109,6 +109,85 @@ pub(super) async fn standing_of_queued(
     standing_for(conn, backend, &tenant, key, want).await
 }
 
+/// The quotas of the tenants with queued work, with what their live work holds of each type.
+pub(super) async fn queued_quotas(conn: &mut AnyConnection) -> Result<Vec<crate::QuotaUse>> {
+    let rows = sqlx::query(
+        "SELECT q.tenant_id, q.type_key, q.guaranteed, q.borrow_limit FROM quotas q
+         WHERE q.tenant_id IN (SELECT DISTINCT tenant_id FROM reservations
+                               WHERE status = 'pending' AND node_id IS NULL)
+         ORDER BY q.tenant_id, q.type_key",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let tenant_id: String = r.try_get("tenant_id")?;
+        let type_key: String = r.try_get("type_key")?;
+        let used: i64 = sqlx::query_scalar(USED)
+            .bind(&tenant_id)
+            .bind(&type_key)
+            .fetch_one(&mut *conn)
+            .await?;
+        out.push(crate::QuotaUse {
+            quota: Quota {
+                guaranteed: milli(r.try_get("guaranteed")?),
+                borrow_limit: r.try_get::<Option<i64>, _>("borrow_limit")?.map(milli),
+            },
+            used_milli: milli(used),
+            tenant_id,
+            type_key,
+        });
+    }
+    Ok(out)
+}
+
+/// Placed work of type `key` borrowed beyond its tenant's quota, neither a reserved block nor
+/// stopping: (reservation id, tenant id).
+pub(super) async fn borrowed_of_type(
+    conn: &mut AnyConnection,
+    key: &str,
+) -> Result<Vec<(String, String)>> {
+    let rows = sqlx::query(
+        "SELECT id, tenant_id FROM reservations
+         WHERE status IN ('pending', 'starting', 'running') AND node_id IS NOT NULL
+           AND borrowed = 1 AND tier <> 'reserved' AND type_key = $1
+         ORDER BY id",
+    )
+    .bind(key)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get("id")?, r.try_get("tenant_id")?)))
+        .collect()
+}
+
+/// Whether a scheduling pass may stop `victims` for queued reservation `id` of `tenant_id`,
+/// whose standing was just read: spot work, or, for work within its quota (`guaranteed`),
+/// other tenants' borrowed work but reserved blocks. A pass planned on a view where it was
+/// within its quota may find it is no longer (another of its tenant's placements came first).
+pub(super) async fn may_stop(
+    conn: &mut AnyConnection,
+    tenant_id: &str,
+    victims: &[String],
+    guaranteed: bool,
+) -> Result<bool> {
+    for victim in victims {
+        let row = sqlx::query("SELECT tier, borrowed, tenant_id FROM reservations WHERE id = $1")
+            .bind(victim)
+            .fetch_optional(&mut *conn)
+            .await?;
+        let Some(row) = row else { return Ok(false) };
+        let tier: String = row.try_get("tier")?;
+        let borrowed: i64 = row.try_get("borrowed")?;
+        let owner: String = row.try_get("tenant_id")?;
+        let reclaimed = guaranteed && borrowed == 1 && tier != "reserved" && owner != tenant_id;
+        if tier != "spot" && !reclaimed {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 #[async_trait]
 impl QuotaStore for SqlStore {
     async fn set_quota(
