@@ -34,7 +34,12 @@ pub fn allocation_of(r: &Reservation) -> String {
         Some(gb) => format!("{gb} GB of 1x {}", r.gpu_type),
         None => format!("{}x {}", r.gpu_count, r.gpu_type),
     };
-    format!("{} {size} on {node}{gpus}", r.id)
+    // A team's reservation names the team: the record's user is the member who acted.
+    let team = r
+        .team
+        .as_ref()
+        .map_or_else(String::new, |t| format!(" for team {t}"));
+    format!("{} {size} on {node}{gpus}{team}", r.id)
 }
 
 /// Records read per page.

@@ -11,6 +11,10 @@ pub struct UsedReservation {
     pub id: String,
     pub tenant_id: String,
     pub tenant: String,
+    /// Its tenant is a team.
+    pub team: bool,
+    /// The member who made it (by name), where it is a team's.
+    pub made_by: Option<String>,
     /// Its node (the last one, for a reservation that was moved after a node loss).
     pub node_id: Option<String>,
     pub node: Option<String>,

@@ -46,6 +46,21 @@ pub struct TenantUsage {
     pub revenue: Money,
     /// The utilisation of the GPUs it held while it held them, weighted by GPU-time.
     pub utilization_pct: Option<f64>,
+    /// A team: its members' work for it is counted here, not under their own names.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub team: bool,
+    /// For a team, what each member made for it, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberUsage>,
+}
+
+/// What one member made for a team within the report's day.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct MemberUsage {
+    pub member: String,
+    pub reservations: u32,
+    pub gpu_hours: f64,
+    pub revenue: Money,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -106,6 +121,9 @@ pub struct TimelineEntry {
     pub end: DateTime<Utc>,
     /// Still holding its GPUs at `end`.
     pub ongoing: bool,
+    /// The member who made it, where it is a team's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made_by: Option<String>,
 }
 
 /// Seven UTC days compared per price tier.

@@ -95,6 +95,7 @@ mod tests {
                     start: from + chrono::Duration::minutes(i64::from(60 * i + 90)),
                     end: from + chrono::Duration::minutes(i64::from(60 * i + 400)),
                     ongoing: false,
+                    made_by: None,
                 })
                 .collect(),
         }

@@ -105,6 +105,7 @@ fn a_daily_report_writes_csv_json_and_charts() {
             "date",
             "tenant_id",
             "tenant",
+            "kind",
             "reservations",
             "gpu_hours",
             "vram_gb_hours",
@@ -115,14 +116,19 @@ fn a_daily_report_writes_csv_json_and_charts() {
     assert_eq!(tenants.len(), 2, "{tenants:?}");
     let row = &tenants[1];
     assert_eq!(
-        (row[0].as_str(), row[2].as_str(), row[3].as_str()),
-        (date.as_str(), "alice", "1")
+        (
+            row[0].as_str(),
+            row[2].as_str(),
+            row[3].as_str(),
+            row[4].as_str()
+        ),
+        (date.as_str(), "alice", "user", "1")
     );
-    assert_eq!(row[6], done["charged"].as_str().unwrap());
+    assert_eq!(row[7], done["charged"].as_str().unwrap());
     let ended: DateTime<Utc> = done["ended_at"].as_str().unwrap().parse().unwrap();
     #[allow(clippy::cast_precision_loss)]
     let expected = 2.0 * (ended - started).num_milliseconds() as f64 / 3_600_000.0;
-    let gpu_hours: f64 = row[4].parse().unwrap();
+    let gpu_hours: f64 = row[5].parse().unwrap();
     assert!(
         (gpu_hours - expected).abs() < 0.001,
         "{gpu_hours} vs {expected}"

@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, NaiveDate, Utc};
 use gpurent_store::{FleetGpu, UsageFacts, UsedReservation};
 use gpurent_types::report::{
-    DailyReport, DayTotals, GpuHourUsage, GpuUsage, NodeUsage, TenantUsage, TimelineEntry,
+    DailyReport, DayTotals, GpuHourUsage, GpuUsage, MemberUsage, NodeUsage, TenantUsage,
+    TimelineEntry,
 };
 use gpurent_types::Money;
 
@@ -99,6 +100,14 @@ pub(crate) fn daily(
         }
     }
     let mut tenants: BTreeMap<(String, String), Sums> = BTreeMap::new();
+    // Teams' reservations by member: (team id, member name).
+    let mut members: BTreeMap<(String, String), Sums> = BTreeMap::new();
+    let teams: std::collections::HashSet<&str> = facts
+        .reservations
+        .iter()
+        .filter(|r| r.team)
+        .map(|r| r.tenant_id.as_str())
+        .collect();
     let mut node_revenue: HashMap<&str, i64> = HashMap::new();
     let node_earnings: HashMap<&str, i64> = facts
         .node_earnings
@@ -113,6 +122,12 @@ pub(crate) fn daily(
             .or_default();
         tenant.reservations += 1;
         tenant.revenue += r.charged.micros();
+        let mut member = r.made_by.as_ref().map(|m| {
+            let sums = members.entry((r.tenant_id.clone(), m.clone())).or_default();
+            sums.reservations += 1;
+            sums.revenue += r.charged.micros();
+            sums
+        });
         revenue += r.charged.micros();
         if let Some(node) = &r.node_id {
             *node_revenue.entry(node).or_default() += r.charged.micros();
@@ -144,6 +159,9 @@ pub(crate) fn daily(
             g.sums.mb_s += mb * total;
             tenant.milli_s += milli * total;
             tenant.mb_s += mb * total;
+            if let Some(m) = member.as_mut() {
+                m.milli_s += milli * total;
+            }
         }
         timeline.push(TimelineEntry {
             reservation_id: r.id.clone(),
@@ -156,6 +174,7 @@ pub(crate) fn daily(
             start: at(s),
             end: at(e),
             ongoing: r.ended_at.is_none_or(|x| x.timestamp() > e),
+            made_by: r.made_by.clone(),
         });
     }
 
@@ -223,8 +242,6 @@ pub(crate) fn daily(
     let tenants: Vec<TenantUsage> = tenants
         .into_iter()
         .map(|((name, id), s)| TenantUsage {
-            tenant_id: id,
-            tenant: name,
             reservations: s.reservations,
             gpu_hours: gpu_hours(s.milli_s),
             vram_gb_hours: gb_hours(s.mb_s),
@@ -232,6 +249,19 @@ pub(crate) fn daily(
             #[allow(clippy::cast_precision_loss)] // a report figure
             utilization_pct: (s.weight > 0)
                 .then(|| round(s.weighted_util as f64 / s.weight as f64, 2)),
+            team: teams.contains(id.as_str()),
+            members: members
+                .range((id.clone(), String::new())..)
+                .take_while(|((team, _), _)| *team == id)
+                .map(|((_, member), m)| MemberUsage {
+                    member: member.clone(),
+                    reservations: m.reservations,
+                    gpu_hours: gpu_hours(m.milli_s),
+                    revenue: Money::from_micros(m.revenue),
+                })
+                .collect(),
+            tenant_id: id,
+            tenant: name,
         })
         .collect();
 
@@ -280,6 +310,39 @@ mod tests {
 
     fn m(s: &str) -> Money {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_teams_row_says_so_and_what_each_member_made_for_it() {
+        let mut facts = facts();
+        for (r, member) in facts.reservations.iter_mut().zip(["olga", "arty", "olga"]) {
+            r.tenant = "lab".into();
+            r.tenant_id = "id-lab".into();
+            r.team = true;
+            r.made_by = Some(member.into());
+        }
+        let from = at(0, 0);
+        let r = daily(&facts, from.date_naive(), from, at(24, 0), at(24, 0));
+        assert_eq!(r.tenants.len(), 1);
+        let lab = &r.tenants[0];
+        assert!(lab.team);
+        let members: Vec<(&str, u32, Money)> = lab
+            .members
+            .iter()
+            .map(|m| (m.member.as_str(), m.reservations, m.revenue))
+            .collect();
+        // bob's 1.00 and alice's later 1.25 are olga's; alice's 7.500001 is arty's.
+        assert_eq!(
+            members,
+            vec![("arty", 1, m("7.500001")), ("olga", 2, m("2.25"))]
+        );
+        let hours: f64 = lab.members.iter().map(|m| m.gpu_hours).sum();
+        assert!(
+            (hours - lab.gpu_hours).abs() < 1e-9,
+            "{hours} {}",
+            lab.gpu_hours
+        );
+        assert!(r.timeline.iter().all(|t| t.made_by.is_some()));
     }
 
     #[test]

@@ -86,6 +86,8 @@ pub(crate) mod fixture {
             id: id.into(),
             tenant_id: format!("id-{tenant}"),
             tenant: tenant.into(),
+            team: false,
+            made_by: None,
             node_id: Some("n1".into()),
             node: Some("box".into()),
             gpus: gpus.iter().map(|i| format!("GPU-{i}")).collect(),

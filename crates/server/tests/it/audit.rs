@@ -230,3 +230,69 @@ crate::both_stores!(
     a_burst_is_recorded_once_per_request_test,
     a_burst_is_recorded_once_per_request
 );
+
+/// A team's reservation is recorded under the member who acted, and its record names the team,
+/// for the reserve and for a stop by another member.
+async fn a_teams_reservation_is_recorded_with_its_team(backend: gpurent_store::Backend) {
+    let mut app = TestApp::with(backend).start().await;
+    app.add_node("box-1", "2xRTX4090").await;
+    app.wait_nodes_ready().await;
+    let olga = app.tenant("olga", "100").await;
+    let arty = app.tenant("arty", "10").await;
+    let (status, _) = olga
+        .client
+        .post("/api/v1/teams", &json!({"name": "lab"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _, _) = olga
+        .client
+        .send(
+            "PUT",
+            "/api/v1/teams/lab/members/arty",
+            Some(&json!({"role": "member"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = olga
+        .client
+        .post("/api/v1/teams/lab/credit", &json!({"amount": "50"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, r) = olga
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "hours": 1, "team": "lab"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{r}");
+    let id = r["id"].as_str().unwrap().to_owned();
+    let (status, _) = arty
+        .client
+        .post(&format!("/api/v1/reservations/{id}/stop"), &json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    let all = records(&app, "").await;
+    let reserve = all
+        .iter()
+        .find(|r| r["action"] == "POST /api/v1/reservations" && r["outcome"] == 201)
+        .unwrap_or_else(|| panic!("{all:#?}"));
+    assert_eq!(reserve["user_id"], olga.id.as_str());
+    let allocation = reserve["allocation"].as_str().unwrap();
+    assert!(allocation.starts_with(&id), "{allocation}");
+    assert!(allocation.ends_with(" for team lab"), "{allocation}");
+    let stop = all
+        .iter()
+        .find(|r| r["action"] == "POST /api/v1/reservations/{id}/stop")
+        .unwrap_or_else(|| panic!("{all:#?}"));
+    assert_eq!(stop["user_id"], arty.id.as_str());
+    assert!(
+        stop["allocation"]
+            .as_str()
+            .is_some_and(|a| a.ends_with(" for team lab")),
+        "{stop}"
+    );
+    app.shutdown().await;
+}
+crate::both_stores!(
+    team_records_name_the_team,
+    a_teams_reservation_is_recorded_with_its_team
+);

@@ -255,3 +255,89 @@ async fn a_seeded_day_is_reported_as_computed_by_hand(backend: Backend) {
     app.shutdown().await;
 }
 both_stores!(seeded_day, a_seeded_day_is_reported_as_computed_by_hand);
+
+/// A team's reservations are its own row, marked a team, with what each member made for it.
+async fn a_teams_day_names_its_members(backend: Backend) {
+    let app = TestApp::with(backend)
+        .with_sim_gpus("2xRTX4090")
+        .with_manual_clock()
+        .start()
+        .await;
+    let olga = app.tenant("olga", "100").await;
+    let arty = app.tenant("arty", "10").await;
+    let (status, _) = olga
+        .client
+        .post("/api/v1/teams", &json!({"name": "lab"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _, _) = olga
+        .client
+        .send(
+            "PUT",
+            "/api/v1/teams/lab/members/arty",
+            Some(&json!({"role": "member"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = olga
+        .client
+        .post("/api/v1/teams/lab/credit", &json!({"amount": "50"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut ids = Vec::new();
+    for who in [&olga, &arty] {
+        let (status, r) = who
+            .client
+            .reserve(json!({"gpu_type": "rtx4090", "hours": 2, "team": "lab"}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{r}");
+        app.wait_status(&who.client, &id(&r), "running").await;
+        ids.push(id(&r));
+    }
+    run_for(&app, 60).await;
+    for i in &ids {
+        stop(&app, &olga.client, i).await;
+    }
+    let (status, day) = app
+        .admin()
+        .get("/api/v1/reports/daily?date=2026-03-01")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{day}");
+    let tenants = day["tenants"].as_array().unwrap();
+    assert_eq!(
+        tenants.len(),
+        1,
+        "members' work for the team is the team's: {day}"
+    );
+    let lab = &tenants[0];
+    assert_eq!(
+        (lab["tenant"].as_str(), lab["team"].as_bool()),
+        (Some("lab"), Some(true))
+    );
+    let members: Vec<(&str, u64, f64, &str)> = lab["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["member"].as_str().unwrap(),
+                m["reservations"].as_u64().unwrap(),
+                m["gpu_hours"].as_f64().unwrap(),
+                m["revenue"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        members,
+        [("arty", 1, 1.0, "2.50"), ("olga", 1, 1.0, "2.50")]
+    );
+    let made_by: Vec<&str> = day["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["made_by"].as_str())
+        .collect();
+    assert_eq!(made_by.len(), 2, "{day}");
+    app.shutdown().await;
+}
+both_stores!(team_day, a_teams_day_names_its_members);

@@ -55,11 +55,13 @@ impl SqlStore {
         // Billing ends at the stop (or preemption, expiry, fence) that was asked for, else when
         // the instance ended by itself.
         let rows = sqlx::query(
-            "SELECT r.id, r.tenant_id, u.name AS tenant, r.node_id, n.name AS node, r.gpus,
+            "SELECT r.id, r.tenant_id, u.name AS tenant, u.kind AS tenant_kind,
+                    m.name AS made_by, r.node_id, n.name AS node, r.gpus,
                     r.vram_mb, r.tier, r.status, r.end_reason, r.started_at,
                     r.host_share_bps,
                     COALESCE(r.stop_requested_at, r.ended_at) AS billed_until
              FROM reservations r JOIN users u ON u.id = r.tenant_id
+             LEFT JOIN users m ON m.id = r.created_by AND u.kind = 'team'
              LEFT JOIN nodes n ON n.id = r.node_id
              WHERE (r.started_at IS NOT NULL AND r.started_at < $2
                     AND COALESCE(r.stop_requested_at, r.ended_at, $2) > $1)
@@ -81,6 +83,8 @@ impl SqlStore {
             reservations.push(UsedReservation {
                 tenant_id: r.try_get("tenant_id")?,
                 tenant: r.try_get("tenant")?,
+                team: r.try_get::<String, _>("tenant_kind")? == "team",
+                made_by: r.try_get("made_by")?,
                 node_id: r.try_get("node_id")?,
                 node: r.try_get("node")?,
                 gpus: serde_json::from_str(&r.try_get::<String, _>("gpus")?).map_err(corrupt)?,
