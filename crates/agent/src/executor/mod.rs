@@ -208,3 +208,17 @@ pub trait Executor: Send + Sync + std::fmt::Debug {
         Err(EntryError::NothingToEnter)
     }
 }
+
+/// What an instance without a command runs where there is nothing else to run (no image, or
+/// an image with no command of its own): a line in its log saying how to use it, then nothing
+/// until it is stopped (its hours' end, or its owner).
+pub(crate) fn interactive_keeper(id: &str) -> Vec<String> {
+    vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        format!(
+            "echo 'gpurent: an interactive instance (no command): it stays up until it is \
+             stopped or its hours end; enter it with: gpurent ssh {id}'; exec sleep infinity"
+        ),
+    ]
+}

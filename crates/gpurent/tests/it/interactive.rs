@@ -1,6 +1,7 @@
 //! Interactive instances (issue 33): a reservation without a command stays up for its
 //! hours. Without an image it runs a keeper as an isolated process, which says in its log how
-//! to enter it, and files go in and out of it; with an image, the image's own command runs,
+//! to enter it, and files go in and out of it; with an image, the image's own command runs
+//! (the keeper where the image has none),
 //! and one that is a shell waits with its stdin open instead of ending at once.
 
 use crate::docker_and_processes::{agent, docker_and_isolation};
@@ -133,5 +134,19 @@ fn a_reservation_without_a_command_stays_up_for_its_owner() {
         });
         assert_eq!(cluster.get(&token, id)["end_reason"], "stopped_by_user");
     }
+
+    // An image with no command of its own (the test image, a root file system imported):
+    // the keeper, in a container, not a refusal by the Engine.
+    let bare = reserve(&["--image", "gpurent-test/busybox:latest"]);
+    eventually("the keeper's line in a container", 60, || {
+        logs(&bare).contains("gpurent: an interactive instance")
+    });
+    let r = cluster.get(&token, &bare);
+    assert_eq!(r["status"], "running", "{r}");
+    let stop = cluster.cli(Some(&token), true, &["stop", &bare]);
+    assert_eq!(stop.code, 0, "{stop:?}");
+    eventually("stopped", 60, || {
+        cluster.get(&token, &bare)["status"] == "stopped"
+    });
     cluster.ledger_check();
 }

@@ -206,6 +206,20 @@ impl DockerExecutor {
                     labels.remove(super::disk::LABEL_DISK_ENGINE);
                 }
                 label(&mut body, false);
+                self.docker
+                    .create_container(Some(options.clone()), body.clone())
+                    .await
+            }
+            other => other,
+        };
+        let created = match created {
+            // No command, and the image has none of its own (a root file system imported,
+            // say): the interactive keeper, as the process executor runs, so that the
+            // instance stays up for its owner to enter.
+            Err(e) if a.command.is_empty() && e.to_string().contains("No command specified") => {
+                tracing::info!(reservation_id = %id, %image, "the image has no command: the interactive keeper runs");
+                body.cmd = Some(crate::executor::interactive_keeper(id));
+                body.open_stdin = None;
                 self.docker.create_container(Some(options), body).await
             }
             other => other,

@@ -61,19 +61,6 @@ fn wrapper() -> String {
         .replace("@PASTA@", network::PASTA_FLAGS)
 }
 
-/// What an instance without a command runs: a line in its log saying how to use it, then
-/// nothing until it is stopped (its hours' end, or its owner).
-pub(crate) fn interactive_keeper(id: &str) -> Vec<String> {
-    vec![
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        format!(
-            "echo 'gpurent: an interactive instance (no command): it stays up until it is \
-             stopped or its hours end; enter it with: gpurent ssh {id}'; exec sleep infinity"
-        ),
-    ]
-}
-
 impl ProcessExecutor {
     /// The instance of an assignment, started by the wrapper shell and recorded in
     /// `instance.json`.
@@ -104,7 +91,7 @@ impl ProcessExecutor {
         }
         // No command: an interactive instance, kept up for its hours for its owner to enter.
         let command = if a.command.is_empty() {
-            interactive_keeper(id)
+            crate::executor::interactive_keeper(id)
         } else {
             a.command.clone()
         };
