@@ -1,6 +1,6 @@
-//! Who may reach a published port: the reservation's owner, by bearer token, or on the apps'
-//! site by the proxy cookie a one-time ticket set there; and turning that ticket into the
-//! cookie.
+//! Who may reach a published port: the reservation's owner (or a member of its team who may
+//! enter it), by bearer token, or on the apps' site by the proxy cookie a one-time ticket set
+//! there; and turning that ticket into the cookie.
 
 use std::time::Duration;
 
@@ -85,11 +85,16 @@ pub(super) async fn allowed(
 ) -> bool {
     if headers.contains_key(header::AUTHORIZATION) {
         if let Ok(caller) = crate::auth::authenticate(state, headers).await {
-            // The owner's own token, and one that may enter instances: not a token bound to a
-            // team, nor one whose scopes lack `ssh`.
-            if caller.0.id == reservation.tenant_id
-                && caller.1.team_id.is_none()
+            // A token that may enter instances (`ssh` among its scopes), bound to no team or
+            // to the reservation's: its owner's, or a member's of its team whose role may
+            // enter it.
+            let bound_here =
+                caller.1.team_id.as_ref().is_none_or(|team| {
+                    *team == reservation.tenant_id && reservation.team.is_some()
+                });
+            if bound_here
                 && caller.1.allows(gpurent_types::TokenScope::Ssh)
+                && crate::teams::may_open_apps(state, &caller.0.id, reservation).await
             {
                 return true;
             }
@@ -104,7 +109,7 @@ pub(super) async fn allowed(
         if let Ok(Some(grant)) = state.store.proxy_session(&hash_token(token), now).await {
             if grant.reservation_id == target.reservation_id
                 && grant.port == target.port
-                && grant.user_id == reservation.tenant_id
+                && crate::teams::may_open_apps(state, &grant.user_id, reservation).await
             {
                 return true;
             }
@@ -180,7 +185,7 @@ pub(super) async fn redeem(
         )
         .await
         .ok()??;
-    if grant.user_id != reservation.tenant_id {
+    if !crate::teams::may_open_apps(state, &grant.user_id, reservation).await {
         return None;
     }
     let session = new_token("gps");

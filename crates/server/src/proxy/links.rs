@@ -18,8 +18,9 @@ use crate::state::AppState;
 /// How long a link may wait to be opened.
 const LINK_TTL: Duration = Duration::from_secs(5 * 60);
 
-/// A one-time link to a published HTTP port of the caller's reservation: valid 5 minutes,
-/// opened once, in a browser logged in to the console as the reservation's owner; it goes on
+/// A one-time link to a published HTTP port of the caller's reservation (or their team's,
+/// where their role may enter it): valid 5 minutes, opened once, in a browser logged in to the
+/// console as the user who made the link; it goes on
 /// to the app on the apps' site with a cookie for that port there (valid 12 hours). In anyone
 /// else's browser it says whose app it is and does nothing.
 #[utoipa::path(post, path = "/api/v1/reservations/{id}/proxy-links", tag = "reservations",
@@ -33,17 +34,28 @@ pub(crate) async fn create(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<CreateProxyLink>,
 ) -> Result<(StatusCode, Json<ProxyLink>), ApiError> {
-    // Only the owner: anyone else, an admin too, is told it does not exist.
+    // Only the owner, or a member of its team who may enter it (by a token bound to no team
+    // or to that one): anyone else, an admin too, is told it does not exist.
+    let not_found = || gpurent_store::StoreError::NotFound {
+        what: "reservation",
+        id: id.clone(),
+    };
     let r = state
         .store
         .get_reservation(&id, &Scope::All)
         .await
         .ok()
-        .filter(|r| r.tenant_id == caller.0.id)
-        .ok_or(gpurent_store::StoreError::NotFound {
-            what: "reservation",
-            id: id.clone(),
-        })?;
+        .filter(|r| {
+            caller
+                .1
+                .team_id
+                .as_ref()
+                .is_none_or(|team| *team == r.tenant_id && r.team.is_some())
+        })
+        .ok_or_else(not_found)?;
+    if !crate::teams::may_open_apps(&state, &caller.0.id, &r).await {
+        return Err(not_found().into());
+    }
     if !r.http_ports.contains(&body.port) {
         let published: Vec<String> = r.http_ports.iter().map(u16::to_string).collect();
         return Err(ApiError::Invalid(format!(

@@ -107,7 +107,7 @@ pub(crate) async fn link(
 }
 
 /// `GET /instances/ID/ports/PORT`: the instance page's link to a published port, for its
-/// owner only (anyone else: not found, as the instance page itself).
+/// owner, or a member of its team who may enter it (anyone else: not found).
 pub(crate) async fn port(
     State(state): State<AppState>,
     ctx: Ctx,
@@ -129,7 +129,9 @@ pub(crate) async fn port(
         .get_reservation(&id, &Scope::Tenant(viewer.user.id.clone()))
         .await
         .map_err(|_| not_found())?;
-    if r.tenant_id != viewer.user.id || !r.http_ports.contains(&port) {
+    if !r.http_ports.contains(&port)
+        || !crate::teams::may_open_apps(&state, &viewer.user.id, &r).await
+    {
         return Err(not_found());
     }
     if r.status != ReservationStatus::Running {

@@ -86,6 +86,30 @@ pub(crate) async fn reservation_action(
     require(team, role, action)
 }
 
+/// Whether `user_id` may open `reservation`'s published ports: its owner, or a member of its
+/// team whose role may enter its instances. A platform admin is no exception: an app is its
+/// tenant's alone. Read on every request, so a removed member's access ends at once.
+pub(crate) async fn may_open_apps(
+    state: &AppState,
+    user_id: &str,
+    reservation: &Reservation,
+) -> bool {
+    if reservation.tenant_id == user_id {
+        return true;
+    }
+    if reservation.team.is_none() {
+        return false;
+    }
+    match state.store.team_role(&reservation.tenant_id, user_id).await {
+        Ok(Some(role)) => roles::may(role, TeamAction::Enter),
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "proxy: cannot read a team role; refused");
+            false
+        }
+    }
+}
+
 /// A user's own budget and webhooks are account settings, as `Need::Unscoped` routes are: a
 /// token with scopes manages a team's (`personal`: false), never its maker's own.
 pub(crate) fn own_settings_unscoped(caller: &Caller, personal: bool) -> Result<(), ApiError> {

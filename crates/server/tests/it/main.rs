@@ -47,6 +47,7 @@ mod openapi;
 mod proxy;
 mod proxy_sites;
 mod proxy_support;
+mod proxy_teams;
 mod proxy_websockets;
 mod queue;
 mod quotas;
