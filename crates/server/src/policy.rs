@@ -36,7 +36,7 @@ pub enum Need {
     Unscoped,
     /// Any token; the handler bounds what it does by the token's scopes (`tokens create`).
     AnyToken,
-    /// This scope, on the user's own resources (volumes, SSH keys, their balance): never a
+    /// This scope, on the user's own resources (SSH keys, their balance): never a
     /// token bound to a team, which reaches only the team's reservations, statements and
     /// members.
     Personal(TokenScope),
@@ -46,12 +46,12 @@ const ALL: &[Role] = &[Role::Admin, Role::Host, Role::Tenant];
 const READ: Access = Access::Roles(ALL, Need::Scope(TokenScope::Read));
 const RESERVE: Access = Access::Roles(ALL, Need::Scope(TokenScope::Reserve));
 const SSH: Access = Access::Roles(ALL, Need::Scope(TokenScope::Ssh));
+const VOLUMES: Access = Access::Roles(ALL, Need::Scope(TokenScope::Volumes));
 const BILLING: Access = Access::Roles(ALL, Need::Scope(TokenScope::Billing));
 const TEAM_ADMIN: Access = Access::Roles(ALL, Need::Scope(TokenScope::Admin));
 const OWN: Access = Access::Roles(ALL, Need::Unscoped);
 const MY_READ: Access = Access::Roles(ALL, Need::Personal(TokenScope::Read));
 const MY_RESERVE: Access = Access::Roles(ALL, Need::Personal(TokenScope::Reserve));
-const MY_VOLUMES: Access = Access::Roles(ALL, Need::Personal(TokenScope::Volumes));
 const MY_BILLING: Access = Access::Roles(ALL, Need::Personal(TokenScope::Billing));
 const ANY_TOKEN: Access = Access::Roles(ALL, Need::AnyToken);
 const ADMIN: Access = Access::Roles(&[Role::Admin], Need::Unscoped);
@@ -115,12 +115,12 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("POST", "/api/v1/reservations/{id}/stop", RESERVE),
     ("GET", "/api/v1/reservations/{id}/logs", READ),
     ("POST", "/api/v1/reservations/{id}/proxy-links", SSH),
-    ("POST", "/api/v1/volumes", MY_VOLUMES),
-    ("GET", "/api/v1/volumes", MY_READ),
-    ("GET", "/api/v1/volumes/{name}", MY_READ),
-    ("PATCH", "/api/v1/volumes/{name}", MY_VOLUMES),
-    ("DELETE", "/api/v1/volumes/{name}", MY_VOLUMES),
-    ("GET", "/api/v1/volumes/{name}/files", MY_VOLUMES),
+    ("POST", "/api/v1/volumes", VOLUMES),
+    ("GET", "/api/v1/volumes", READ),
+    ("GET", "/api/v1/volumes/{name}", READ),
+    ("PATCH", "/api/v1/volumes/{name}", VOLUMES),
+    ("DELETE", "/api/v1/volumes/{name}", VOLUMES),
+    ("GET", "/api/v1/volumes/{name}/files", VOLUMES),
     ("POST", "/api/v1/templates", MY_RESERVE),
     ("GET", "/api/v1/templates", READ),
     ("GET", "/api/v1/templates/{name}", READ),

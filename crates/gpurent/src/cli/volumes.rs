@@ -19,19 +19,41 @@ pub enum VolumesCommand {
         /// that storage, and moves with its data when its node is lost.
         #[arg(long)]
         shared: bool,
+        /// Make it for a team of yours (member or above): billed to the team, mounted by its
+        /// reservations.
+        #[arg(long)]
+        team: Option<String>,
     },
-    /// Your volumes (admin: everyone's), with their state, node and use.
-    Ls,
+    /// Your volumes (admin: everyone's), or a team's, with their state, node and use.
+    Ls {
+        /// A team of yours: its volumes.
+        #[arg(long)]
+        team: Option<String>,
+    },
     /// One volume, by name or id.
-    Get { name: String },
+    Get {
+        name: String,
+        /// A team of yours: its volume (a token bound to a team: its team's).
+        #[arg(long)]
+        team: Option<String>,
+    },
     /// Grow a volume (a volume never shrinks), mounted or not.
     Resize {
         name: String,
         #[arg(long)]
         size: String,
+        /// A team of yours: its volume (a token bound to a team: its team's).
+        #[arg(long)]
+        team: Option<String>,
     },
-    /// Remove a volume and its data; refused while a reservation mounts it.
-    Rm { name: String },
+    /// Remove a volume and its data; refused while a reservation mounts it (a team's: its
+    /// admins and owners).
+    Rm {
+        name: String,
+        /// A team of yours: its volume (a token bound to a team: its team's).
+        #[arg(long)]
+        team: Option<String>,
+    },
     /// Copy files into or out of a volume with no instance running (no GPU is billed): one
     /// side is NAME:PATH in the volume (its root is `/`), the other a local path.
     #[command(
@@ -45,5 +67,8 @@ pub enum VolumesCommand {
         /// Copy a directory and everything in it.
         #[arg(short = 'r', long)]
         recursive: bool,
+        /// A team of yours: its volume (a token bound to a team: its team's).
+        #[arg(long)]
+        team: Option<String>,
     },
 }

@@ -25,8 +25,13 @@ fn size_of(text: &str) -> Result<u64, CliError> {
     parse_size(text).map_err(|e| CliError::new("invalid_value", format!("--size {e}")))
 }
 
-fn path_of(name: &str) -> String {
-    format!("/api/v1/volumes/{}", segment(name))
+/// A volume's path, of a team's with `team`.
+fn path_of(name: &str, team: Option<&str>) -> String {
+    format!("/api/v1/volumes/{}{}", segment(name), with_team(team))
+}
+
+fn with_team(team: Option<&str>) -> String {
+    team.map_or_else(String::new, |t| format!("?team={}", segment(t)))
 }
 
 /// One volume as a table row.
@@ -81,7 +86,7 @@ const HEADER: [&str; 10] = [
 
 /// Waits, saying so on stderr, while the volume's node makes or grows it; the volume as it
 /// is at the end.
-async fn settled(api: &ApiClient, mut v: Volume) -> Result<Volume, CliError> {
+async fn settled(api: &ApiClient, mut v: Volume, team: Option<&str>) -> Result<Volume, CliError> {
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut said = false;
     while matches!(v.state, VolumeState::Creating | VolumeState::Resizing)
@@ -101,7 +106,7 @@ async fn settled(api: &ApiClient, mut v: Volume) -> Result<Volume, CliError> {
             said = true;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-        v = api.get(&path_of(&v.id)).await?;
+        v = api.get(&path_of(&v.id, team)).await?;
     }
     Ok(v)
 }
@@ -113,30 +118,33 @@ pub async fn volumes(api: &ApiClient, command: VolumesCommand, json: bool) -> Re
             size,
             node,
             shared,
+            team,
         } => {
             let body = CreateVolume {
                 name,
                 size_bytes: size_of(&size)?,
                 node,
                 shared,
+                team: team.clone(),
             };
             let v: Volume = api.post("/api/v1/volumes", &body, None).await?;
-            let v = settled(api, v).await?;
+            let v = settled(api, v, team.as_deref()).await?;
             if json {
                 return print_json(&v);
             }
             print_table(&HEADER, &[row(&v)]);
             failed(&v)?;
         }
-        VolumesCommand::Ls => {
-            let vs: Vec<Volume> = api.get_all("/api/v1/volumes").await?;
+        VolumesCommand::Ls { team } => {
+            let path = format!("/api/v1/volumes{}", with_team(team.as_deref()));
+            let vs: Vec<Volume> = api.get_all(&path).await?;
             if json {
                 return print_json(&vs);
             }
             print_table(&HEADER, &vs.iter().map(row).collect::<Vec<_>>());
         }
-        VolumesCommand::Get { name } => {
-            let v: Volume = api.get(&path_of(&name)).await?;
+        VolumesCommand::Get { name, team } => {
+            let v: Volume = api.get(&path_of(&name, team.as_deref())).await?;
             if json {
                 return print_json(&v);
             }
@@ -145,12 +153,12 @@ pub async fn volumes(api: &ApiClient, command: VolumesCommand, json: bool) -> Re
                 print_line(&format!("size enforced by: {e}"));
             }
         }
-        VolumesCommand::Resize { name, size } => {
+        VolumesCommand::Resize { name, size, team } => {
             let body = ResizeVolume {
                 size_bytes: size_of(&size)?,
             };
-            let v: Volume = api.patch(&path_of(&name), &body).await?;
-            let v = settled(api, v).await?;
+            let v: Volume = api.patch(&path_of(&name, team.as_deref()), &body).await?;
+            let v = settled(api, v, team.as_deref()).await?;
             if json {
                 return print_json(&v);
             }
@@ -161,9 +169,10 @@ pub async fn volumes(api: &ApiClient, command: VolumesCommand, json: bool) -> Re
             src,
             dst,
             recursive,
-        } => return copy(api, &src, &dst, recursive, json).await,
-        VolumesCommand::Rm { name } => {
-            let v: Volume = api.delete(&path_of(&name)).await?;
+            team,
+        } => return copy(api, (&src, &dst), recursive, team.as_deref(), json).await,
+        VolumesCommand::Rm { name, team } => {
+            let v: Volume = api.delete(&path_of(&name, team.as_deref())).await?;
             if json {
                 return print_json(&v);
             }
@@ -180,9 +189,9 @@ pub async fn volumes(api: &ApiClient, command: VolumesCommand, json: bool) -> Re
 /// that holds the volume and serves it confined to it; no instance is needed.
 async fn copy(
     api: &ApiClient,
-    src: &str,
-    dst: &str,
+    (src, dst): (&str, &str),
     recursive: bool,
+    team: Option<&str>,
     json: bool,
 ) -> Result<(), CliError> {
     let (name, upload_from, remote, download_to) =
@@ -211,7 +220,14 @@ async fn copy(
     };
     let started = Instant::now();
     let io = api
-        .upgrade(&format!("{}/files", path_of(&name)), VOLUME_FILES_UPGRADE)
+        .upgrade(
+            &format!(
+                "/api/v1/volumes/{}/files{}",
+                segment(&name),
+                with_team(team)
+            ),
+            VOLUME_FILES_UPGRADE,
+        )
         .await?;
     let sftp = SftpSession::new_with_config(io, cp::sftp_config())
         .await

@@ -144,5 +144,16 @@ fn a_lab_shares_its_grant_through_the_cli() {
     );
     let mine = cli(&mia, true, &["balance"]).json();
     assert_eq!(mine["balance"], "50.00", "mia paid nothing: {mine}");
+    // The lab's volumes are listed by name; a team not hers is told apart.
+    let volumes = cli(&mia, true, &["volumes", "ls", "--team", "lab"]);
+    assert_eq!(volumes.code, 0, "{volumes:?}");
+    assert_eq!(volumes.json(), serde_json::json!([]));
+    let unknown = cli(
+        &mia,
+        false,
+        &["volumes", "create", "x", "--size", "1GB", "--team", "nope"],
+    );
+    assert_ne!(unknown.code, 0);
+    assert!(unknown.stderr.contains("nope"), "{unknown:?}");
     cluster.ledger_check();
 }

@@ -27,6 +27,8 @@ pub(crate) enum TeamAction {
     SetBudget,
     /// Add, see and remove its webhooks.
     ManageNotifications,
+    /// Remove its volumes and their data.
+    RemoveVolumes,
 }
 
 /// The least role for each action.
@@ -40,6 +42,7 @@ const RULES: &[(TeamAction, TeamRole)] = &[
     (TeamAction::MoveCredit, TeamRole::Owner),
     (TeamAction::SetBudget, TeamRole::Admin),
     (TeamAction::ManageNotifications, TeamRole::Admin),
+    (TeamAction::RemoveVolumes, TeamRole::Admin),
 ];
 
 impl TeamAction {
@@ -61,6 +64,7 @@ impl TeamAction {
             TeamAction::MoveCredit => "moving credit into it",
             TeamAction::SetBudget => "setting its budget",
             TeamAction::ManageNotifications => "managing its webhooks",
+            TeamAction::RemoveVolumes => "removing its volumes",
         }
     }
 }
@@ -115,6 +119,7 @@ mod tests {
             MoveCredit,
             SetBudget,
             ManageNotifications,
+            RemoveVolumes,
         ];
         for action in actions {
             assert!(RULES.iter().any(|(a, _)| *a == action), "{action:?}");

@@ -8,7 +8,6 @@ use gpurent_store::StoreError;
 use gpurent_types::api::{format_size, Volume};
 use gpurent_types::Money;
 
-use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -56,10 +55,10 @@ pub(crate) fn with_grace(state: &AppState, mut volume: Volume) -> Volume {
 /// storage grace, and is still: nothing is deleted under a tenant who pays.
 pub(crate) async fn check_removal(
     state: &AppState,
-    caller: &Caller,
+    acting_for: Option<&str>,
     volume: &Volume,
 ) -> Result<(), ApiError> {
-    if volume.owner_id == caller.0.id {
+    if acting_for == Some(volume.owner_id.as_str()) {
         return Ok(());
     }
     let (balance, _, _) = state.store.accounts(&volume.owner_id).await?;

@@ -13,22 +13,26 @@ use hyper_util::rt::TokioIo;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::extract::ApiPath;
+use crate::extract::{ApiPath, ApiQuery};
 use crate::state::AppState;
+use crate::teams::TeamAction;
 
 /// Upgrade to SFTP v3 on the volume (`Upgrade: gpurent-sftp/1`), its root the volume's root.
-/// Only the volume's owner; another user's volume is a 404. Refused (409) while the volume is
+/// Only the volume's owner, or a member of its team who may enter the team's instances
+/// (`?team=NAME`); another user's volume is a 404. Refused (409) while the volume is
 /// not ready or its node is not live.
 #[utoipa::path(get, path = "/api/v1/volumes/{name}/files", tag = "volumes",
     security(("bearer" = [])),
-    params(("name" = String, Path, description = "The volume's name or id")),
+    params(("name" = String, Path, description = "The volume's name or id"),
+        super::TeamQuery),
     responses((status = 101, description = "SFTP v3 follows, confined to the volume"),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 422, body = ErrorBody), (status = 502, body = ErrorBody)))]
 pub(crate) async fn files(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(name): ApiPath<String>,
+    ApiQuery(query): ApiQuery<super::TeamQuery>,
     request: Request,
 ) -> Result<Response, ApiError> {
     let asks = request
@@ -41,10 +45,14 @@ pub(crate) async fn files(
             "a volume's files are reached with the header Upgrade: {VOLUME_FILES_UPGRADE} (gpurent volumes cp speaks it)"
         )));
     }
-    // Its owner's only, admins included: a volume's data is its owner's.
+    // Its owner's only (or a team member's who may enter the team's instances), admins
+    // included: a volume's data is its owner's.
+    let owner = crate::teams::acting_for(&state, &caller, query.team.as_deref(), TeamAction::Enter)
+        .await?
+        .tenant_id;
     let volume = state
         .store
-        .volume(Some(&caller.0.id), &name, state.live_since())
+        .volume(Some(&owner), &name, state.live_since())
         .await?;
     check_state(&volume)?;
     let node = serving_node(&state, &volume).await?;

@@ -21,6 +21,52 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::pagination::PageQuery;
 use crate::state::AppState;
+use crate::teams::TeamAction;
+
+/// `?team=NAME`: a team's volumes rather than one's own.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct TeamQuery {
+    /// A team of the caller's, whose volumes to act on (a token bound to a team acts on its
+    /// team's without it).
+    #[serde(default)]
+    pub team: Option<String>,
+}
+
+/// `GET /api/v1/volumes`: a page of them, one's own or a team's.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// Most items in the answer: 1 to 1000, 100 by default.
+    #[serde(default)]
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
+    /// The id of the last item of the previous page (its `X-Next-After` header).
+    #[serde(default)]
+    pub after: Option<String>,
+    /// A team of the caller's, whose volumes to list.
+    #[serde(default)]
+    pub team: Option<String>,
+}
+
+/// Whose volumes the caller acts on: their own, or a team's (named, or their token's) when
+/// their role there allows `action` (else 403; a team not theirs is a 404). `None` for an
+/// admin naming no team: anyone's.
+pub(crate) async fn whose(
+    state: &AppState,
+    caller: &Caller,
+    team: Option<&str>,
+    action: TeamAction,
+) -> Result<Option<String>, ApiError> {
+    if caller.is_admin() && team.is_none() && caller.1.team_id.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(
+        crate::teams::acting_for(state, caller, team, action)
+            .await?
+            .tenant_id,
+    ))
+}
 
 /// The enforcements under which a node takes local volumes.
 const ENFORCED: [&str; 2] = ["loop", "project-quota"];
@@ -90,7 +136,8 @@ fn choose_node<'a>(
 #[utoipa::path(post, path = "/api/v1/volumes", tag = "volumes", security(("bearer" = [])),
     request_body = CreateVolume,
     responses((status = 201, body = Volume), (status = 400, body = ErrorBody),
-        (status = 402, body = ErrorBody),
+        (status = 402, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn create(
     State(state): State<AppState>,
@@ -130,13 +177,17 @@ pub(crate) async fn create(
             (VolumeKind::Local, Some(node.id.clone()))
         }
     };
-    billing::check_credit(&state, &caller.0.id, body.size_bytes).await?;
+    let owner =
+        crate::teams::acting_for(&state, &caller, body.team.as_deref(), TeamAction::Reserve)
+            .await?
+            .tenant_id;
+    billing::check_credit(&state, &owner, body.size_bytes).await?;
     let (price_per_gb_month, host_share_bps) = billing::price(&state);
     let volume = state
         .store
         .create_volume(
             NewVolume {
-                owner_id: caller.0.id.clone(),
+                owner_id: owner,
                 name: body.name,
                 kind,
                 node_id,
@@ -151,22 +202,31 @@ pub(crate) async fn create(
     Ok((StatusCode::CREATED, Json(volume)))
 }
 
-/// The caller's volumes (an admin: everyone's), newest first.
+/// The caller's volumes, or a team's (an admin naming no team: everyone's), newest first.
 #[utoipa::path(get, path = "/api/v1/volumes", tag = "volumes", security(("bearer" = [])),
-    params(PageQuery),
+    params(ListQuery),
     responses((status = 200, body = [Volume], headers(("X-Next-After" = String,
         description = "The cursor of the next page, when this one is full"))),
-        (status = 422, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    ApiQuery(query): ApiQuery<PageQuery>,
+    ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let page = query.page()?;
-    let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
+    let page = PageQuery {
+        limit: query.limit,
+        after: query.after,
+    }
+    .page()?;
+    let owner = whose(&state, &caller, query.team.as_deref(), TeamAction::See).await?;
     let volumes = state
         .store
-        .list_volumes(owner, page.limit, page.after.as_deref(), state.live_since())
+        .list_volumes(
+            owner.as_deref(),
+            page.limit,
+            page.after.as_deref(),
+            state.live_since(),
+        )
         .await?;
     let next = page.next_header(volumes.len(), volumes.last().map(|v| v.id.as_str()));
     let volumes: Vec<Volume> = volumes
@@ -179,34 +239,41 @@ pub(crate) async fn list(
 /// One volume, by name or id: its state, its node, what it uses, who mounts it. Another
 /// user's is a 404.
 #[utoipa::path(get, path = "/api/v1/volumes/{name}", tag = "volumes", security(("bearer" = [])),
-    params(("name" = String, Path, description = "The volume's name or id")),
-    responses((status = 200, body = Volume), (status = 404, body = ErrorBody)))]
+    params(("name" = String, Path, description = "The volume's name or id"), TeamQuery),
+    responses((status = 200, body = Volume), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub(crate) async fn get(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(name): ApiPath<String>,
+    ApiQuery(query): ApiQuery<TeamQuery>,
 ) -> Result<Json<Volume>, ApiError> {
-    let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
-    let volume = state.store.volume(owner, &name, state.live_since()).await?;
+    let owner = whose(&state, &caller, query.team.as_deref(), TeamAction::See).await?;
+    let volume = state
+        .store
+        .volume(owner.as_deref(), &name, state.live_since())
+        .await?;
     Ok(Json(billing::with_grace(&state, volume)))
 }
 
 /// Grow a volume (never shrink it): at once where it is free, while mounted too.
 #[utoipa::path(patch, path = "/api/v1/volumes/{name}", tag = "volumes", security(("bearer" = [])),
-    params(("name" = String, Path, description = "The volume's name or id")),
+    params(("name" = String, Path, description = "The volume's name or id"), TeamQuery),
     request_body = ResizeVolume,
     responses((status = 200, body = Volume), (status = 400, body = ErrorBody),
-        (status = 402, body = ErrorBody),
+        (status = 402, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub(crate) async fn resize(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(name): ApiPath<String>,
+    ApiQuery(query): ApiQuery<TeamQuery>,
     ApiJson(body): ApiJson<ResizeVolume>,
 ) -> Result<Json<Volume>, ApiError> {
     check_size(body.size_bytes)?;
-    let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
+    let owner = whose(&state, &caller, query.team.as_deref(), TeamAction::Reserve).await?;
+    let owner = owner.as_deref();
     let volume = state.store.volume(owner, &name, state.live_since()).await?;
     if volume.state == VolumeState::Unavailable {
         // Its node would grow it only once back, and it would be charged meanwhile.
@@ -237,17 +304,26 @@ pub(crate) async fn resize(
 /// Remove a volume and its data, charged up to now. Refused while a live reservation mounts
 /// it; an admin removes another user's only after its owner was unpaid for the storage grace.
 #[utoipa::path(delete, path = "/api/v1/volumes/{name}", tag = "volumes", security(("bearer" = [])),
-    params(("name" = String, Path, description = "The volume's name or id")),
-    responses((status = 200, body = Volume), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+    params(("name" = String, Path, description = "The volume's name or id"), TeamQuery),
+    responses((status = 200, body = Volume), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub(crate) async fn remove(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(name): ApiPath<String>,
+    ApiQuery(query): ApiQuery<TeamQuery>,
 ) -> Result<Json<Volume>, ApiError> {
-    let owner = (!caller.is_admin()).then_some(caller.0.id.as_str());
+    let owner = whose(
+        &state,
+        &caller,
+        query.team.as_deref(),
+        TeamAction::RemoveVolumes,
+    )
+    .await?;
+    let owner = owner.as_deref();
     let volume = state.store.volume(owner, &name, state.live_since()).await?;
-    billing::check_removal(&state, &caller, &volume).await?;
+    billing::check_removal(&state, owner, &volume).await?;
     let volume = state
         .store
         .remove_volume(owner, &volume.id, state.live_since(), state.now())

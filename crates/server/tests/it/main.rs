@@ -64,6 +64,7 @@ mod slow_clients;
 mod ssh_channels;
 mod ssh_keys;
 mod ssh_limits;
+mod team_volumes;
 mod teams;
 mod telemetry;
 mod templates;

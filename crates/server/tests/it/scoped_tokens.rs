@@ -121,11 +121,10 @@ async fn tokens_do_what_their_scopes_cover(backend: Backend) {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "mia's own is not the lab's");
     // Bound to the lab, it reaches nothing of mia's own account, and sees only the lab.
-    for (method, path) in [
-        ("GET", "/api/v1/volumes"),
-        ("GET", "/api/v1/balance"),
-        ("GET", "/api/v1/ssh-keys"),
-    ] {
+    // Its volumes are the lab's (none), not mia's.
+    let (status, volumes) = ci.get("/api/v1/volumes").await;
+    assert_eq!((status, volumes), (StatusCode::OK, json!([])));
+    for (method, path) in [("GET", "/api/v1/balance"), ("GET", "/api/v1/ssh-keys")] {
         let (status, _, refused) = ci.send(method, path, None).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}: {refused}");
         assert!(refused.to_string().contains("bound to a team"), "{refused}");

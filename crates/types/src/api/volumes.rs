@@ -94,6 +94,10 @@ pub struct CreateVolume {
     /// On the shared storage of the nodes that mount one (`--shared-volumes-dir`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared: bool,
+    /// Make it for this team (a member or above): billed to the team, mounted by its
+    /// reservations. A token bound to a team makes its team's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
 }
 
 /// `PATCH /api/v1/volumes/{name}`: a new size, larger than the one it has.

@@ -1,0 +1,123 @@
+//! A team's volumes, on both stores, with a node joined by hand that keeps volumes: members
+//! make and grow them (billed to the team), viewers see them, admins and owners remove them;
+//! the team's reservations mount them and its members' own reservations do not; a token bound
+//! to the team acts on them by default; an outsider's `?team=` is a 404.
+
+use gpurent_store::Backend;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::app::TestApp;
+use crate::both_stores;
+
+const GB: u64 = 1_000_000_000;
+
+fn mounting(team: Option<&str>) -> Value {
+    let mut r = json!({"gpu_type": "rtx4090", "vram_gb": 2, "hours": 1,
+           "volumes": [{"volume": "data", "path": "/workspace"}]});
+    if let Some(team) = team {
+        r["team"] = json!(team);
+    }
+    r
+}
+
+async fn a_teams_volumes_are_its_members_by_role(backend: Backend) {
+    let app = TestApp::with(backend).start().await;
+    let (keeper, sync) = app.node_by_hand("keeper").await;
+    let mut first = sync.clone();
+    first["host"] = json!({"disk_free_mb": 900_000,
+        "volumes": {"enforcement": "loop", "free_bytes": 10 * GB, "shared": false}});
+    let (status, body) = keeper.post("/api/v1/agent/sync", &first).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let olga = app.tenant("olga", "100").await;
+    let mia = app.tenant("mia", "100").await;
+    let vic = app.tenant("vic", "100").await;
+    let sam = app.tenant("sam", "100").await;
+    let (status, team) = olga
+        .client
+        .post("/api/v1/teams", &json!({"name": "lab"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    for (name, role) in [("mia", "member"), ("vic", "viewer")] {
+        let path = format!("/api/v1/teams/lab/members/{name}");
+        let (status, _, body) = olga
+            .client
+            .send("PUT", &path, Some(&json!({ "role": role })))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let (status, _) = olga
+        .client
+        .post("/api/v1/teams/lab/credit", &json!({"amount": "20"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    // A member makes one for the team: the team owns it.
+    let body = json!({"name": "data", "size_bytes": GB, "team": "lab"});
+    let (status, made) = mia.client.post("/api/v1/volumes", &body).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    assert_eq!(made["owner_id"], team["id"], "{made}");
+    // A viewer may not; an outsider is told there is no such team.
+    let other = json!({"name": "more", "size_bytes": GB, "team": "lab"});
+    let (status, refused) = vic.client.post("/api/v1/volumes", &other).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    let (status, _) = sam.client.post("/api/v1/volumes", &other).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Seen by the team's members with ?team=, not among anyone's own.
+    let (_, listed) = vic.client.get("/api/v1/volumes?team=lab").await;
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    let (_, own) = mia.client.get("/api/v1/volumes").await;
+    assert_eq!(own, json!([]));
+    let (status, _) = vic.client.get("/api/v1/volumes/data?team=lab").await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = sam.client.get("/api/v1/volumes/data?team=lab").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let grow = json!({"size_bytes": 2 * GB});
+    let (status, _, _) = vic
+        .client
+        .send("PATCH", "/api/v1/volumes/data?team=lab", Some(&grow))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // A token bound to the team reaches its volumes without naming it.
+    let (status, t) = mia
+        .client
+        .post(
+            "/api/v1/tokens",
+            &json!({"team": "lab", "scopes": ["read", "volumes"], "expires_in_days": 1}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{t}");
+    let bound = app.client(Some(t["token"].as_str().unwrap()));
+    let (status, got) = bound.get("/api/v1/volumes/data").await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+
+    // The team's reservation mounts it; a member's own does not find it.
+    let (status, body) = mia.client.reserve(mounting(None)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, placed) = mia.client.reserve(mounting(Some("lab"))).await;
+    assert_eq!(status, StatusCode::CREATED, "{placed}");
+    assert_eq!(placed["volumes"][0]["name"], "data", "{placed}");
+
+    // A member may not remove it; an owner may, once nothing mounts it.
+    let (status, _, _) = mia
+        .client
+        .send("DELETE", "/api/v1/volumes/data?team=lab", None)
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let id = placed["id"].as_str().unwrap();
+    let (status, _) = mia
+        .client
+        .post(&format!("/api/v1/reservations/{id}/stop"), &json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, gone) = olga
+        .client
+        .send("DELETE", "/api/v1/volumes/data?team=lab", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{gone}");
+    app.assert_consistent().await;
+    app.shutdown().await;
+}
+both_stores!(team_volumes, a_teams_volumes_are_its_members_by_role);
