@@ -115,8 +115,12 @@ impl Setup {
     }
 
     fn options(&self, cmd: &mut Command) {
+        self.options_with(cmd, &self.key);
+    }
+
+    fn options_with(&self, cmd: &mut Command, key: &std::path::Path) {
         cmd.arg("-i")
-            .arg(&self.key)
+            .arg(key)
             .args([
                 "-F",
                 "/dev/null",
@@ -309,10 +313,7 @@ fn sessions_end(s: &Setup, id: &str) {
     let out = wait_bounded(child, 30);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(255), "{err}");
-    assert!(
-        err.contains("is no longer one of the owner's keys"),
-        "{err}"
-    );
+    assert!(err.contains("is no longer one of the keys"), "{err}");
     // And a new connection with it is refused.
     let (code, _, err) = s.run(id, "true");
     assert_eq!(code, Some(255), "{err}");
@@ -387,6 +388,61 @@ fn ssh_into_an_isolated_process_instance() {
     sessions_end(&s, &id);
     let stopped = cli(&s.cluster.url, Some(&s.token), true, &["stop", &id]);
     assert_eq!(stopped.code, 0, "{stopped:?}");
+    eventually("stopped", 60, || s.status(&id) == "stopped");
+    a_removed_members_session_ends(&s);
+}
+
+/// A member enters the team's instance with their own key; removed from the team, their open
+/// session ends within the recheck, and a new one is refused.
+fn a_removed_members_session_ends(s: &Setup) {
+    let url = &s.cluster.url;
+    let run = |token: &str, args: &[&str]| {
+        let r = cli(url, Some(token), true, args);
+        assert_eq!(r.code, 0, "{args:?}: {r:?}");
+        r
+    };
+    let (bo_key, bo_public) = keygen(&s.dir, "bo");
+    let bo = tenant(url, &s.cluster.admin, "bo", &bo_public);
+    run(&s.token, &["teams", "create", "lab"]);
+    run(&s.token, &["credit", "move", "5", "--to-team", "lab"]);
+    run(&s.token, &["teams", "add", "lab", "bo", "--role", "member"]);
+    let id = run(
+        &bo,
+        &[
+            "reserve", "--team", "lab", "--gpu", "RTX-4090", "--hours", "1", "--", "sleep", "3600",
+        ],
+    )
+    .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    eventually("the team's instance running", 60, || {
+        s.status(&id) == "running"
+    });
+    let ssh = |command: &str| {
+        let mut cmd = Command::new("ssh");
+        s.options_with(&mut cmd, &bo_key);
+        cmd.args(["-p", &s.port.to_string()])
+            .arg(format!("{id}@127.0.0.1"))
+            .arg(command);
+        cmd
+    };
+    let out = run_bounded(ssh("echo in"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "in", "{out:?}");
+    let mut long = ssh("sleep 300");
+    long.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let child = long.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    run(&s.token, &["teams", "rm", "lab", "bo"]);
+    let out = wait_bounded(child, 30);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(255), "{err}");
+    assert!(err.contains("no longer one of the keys"), "{err}");
+    let out = run_bounded(ssh("true"));
+    assert_eq!(out.status.code(), Some(255), "{out:?}");
+    run(&s.token, &["stop", &id]);
 }
 
 #[test]

@@ -294,7 +294,8 @@ async fn serve_connection(
                     Decision::Enter { .. } => continue,
                     Decision::NotRunning { message } => message,
                     Decision::Refuse => format!(
-                        "the {} is no longer one of the owner's keys of reservation {}",
+                        "the {} is no longer one of the keys that may enter reservation {} \
+                         (its owner's, or for a team's, those of its members)",
                         entered.ctx.via, entered.user
                     ),
                 };
