@@ -185,6 +185,10 @@ pub struct BenchArgs {
     /// of one run (what the trail costs).
     #[arg(long, value_enum, default_value_t = AuditMode::On)]
     pub audit: AuditMode,
+    /// Give the tenant a quota of this many RTX 4090s (borrowing beyond it): the reservation
+    /// path with quotas on.
+    #[arg(long)]
+    pub quota_gpus: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

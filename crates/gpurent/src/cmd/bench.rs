@@ -31,6 +31,8 @@ struct BenchResult {
     rate_limits: bool,
     /// Every request carries an `Idempotency-Key`, as `gpurent reserve` sends one.
     idempotency_keys: bool,
+    /// The tenant's quota of the type, in GPUs (`--quota-gpus`), if any.
+    quota_gpus: Option<u32>,
     nodes: u32,
     gpus: u32,
     /// Reservations placed before the measured rounds, for which 50 nodes beyond `nodes` are
@@ -93,7 +95,17 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
             .await?;
     }
     let tenant_token = super::bench_common::TENANT_TOKEN;
-    super::bench_common::bench_tenant(&store, 1_000_000_000).await?;
+    let tenant_id = super::bench_common::bench_tenant(&store, 1_000_000_000).await?;
+    if let Some(gpus) = args.quota_gpus {
+        // A quota on the type: every reservation reads where its tenant stands against it.
+        use gpurent_store::QuotaStore;
+        let quota = gpurent_sched::quota::Quota {
+            guaranteed: u64::from(gpus) * gpurent_sched::quota::WHOLE,
+            borrow_limit: None,
+        };
+        store.set_quota(&tenant_id, "rtx4090", quota, now).await?;
+        eprintln!("bench: the tenant has a quota of {gpus} RTX 4090s, borrowing beyond it");
+    }
 
     // Nodes are registered once and never heartbeat here: keep them live for the whole run.
     let config = ServerConfig {
@@ -170,6 +182,7 @@ pub async fn run(args: BenchArgs, json: bool) -> anyhow::Result<()> {
             metrics: true,
             rate_limits: false,
             idempotency_keys: true,
+            quota_gpus: args.quota_gpus,
             nodes: args.nodes,
             gpus: args.nodes * args.gpus_per_node,
             warm_up: warm,

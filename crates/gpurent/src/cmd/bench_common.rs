@@ -65,15 +65,14 @@ pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
 pub const TENANT_TOKEN: &str = "gpr_bench_tenant";
 
 /// Creates the benchmarks' tenant (token [`TENANT_TOKEN`]) with `credit` whole units.
-pub async fn bench_tenant(store: &SqlStore, credit: i64) -> anyhow::Result<()> {
+pub async fn bench_tenant(store: &SqlStore, credit: i64) -> anyhow::Result<String> {
     let tenant = gpurent_store::NewUser {
         name: "bench".into(),
         role: gpurent_types::Role::Tenant,
         token_hash: hash_token(TENANT_TOKEN),
         credit: gpurent_types::Money::units(credit),
     };
-    store.create_user(tenant, chrono::Utc::now()).await?;
-    Ok(())
+    Ok(store.create_user(tenant, chrono::Utc::now()).await?.id)
 }
 
 /// The resident memory of process `pid`, in MiB (0 when it cannot be read).

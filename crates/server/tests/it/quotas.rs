@@ -226,3 +226,48 @@ both_stores!(
     quota_reclaim_from_the_queue,
     queued_work_within_its_quota_takes_borrowed_gpus_back
 );
+
+/// Many at once (placed together by the batched path): the quota and the borrow limit hold
+/// exactly, and only what is past the quota is marked borrowed.
+async fn many_at_once_keep_to_the_quota_and_the_borrow_limit(backend: Backend) {
+    let app = TestApp::with(backend)
+        .with_sim_gpus("8xRTX4090")
+        .start()
+        .await;
+    let olga = app.tenant("olga", "1000").await;
+    // A user's own quota: her reservations go through the batched path (a team's are placed
+    // one by one, under the team's lock and the member's).
+    let quota = json!({"team": "olga", "gpu_type": "rtx4090", "gpus": "2", "borrow_limit": "1"});
+    let (status, _, body) = app
+        .admin()
+        .send("PUT", "/api/v1/quotas", Some(&quota))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let ci = olga.client.clone();
+    let tries = (0..6).map(|_| {
+        let ci = ci.clone();
+        tokio::spawn(async move { ci.reserve(json!({"gpu_type": "rtx4090", "hours": 1})).await })
+    });
+    let (mut guaranteed, mut borrowed, mut refused) = (0, 0, 0);
+    for t in tries {
+        let (status, r) = t.await.unwrap();
+        match status {
+            StatusCode::CREATED if r["borrowed"] == true => borrowed += 1,
+            StatusCode::CREATED => guaranteed += 1,
+            StatusCode::CONFLICT => {
+                assert!(r.to_string().contains("over quota"), "{r}");
+                refused += 1;
+            }
+            other => panic!("{other}: {r}"),
+        }
+    }
+    assert_eq!((guaranteed, borrowed, refused), (2, 1, 3));
+    let (_, listed) = olga.client.get("/api/v1/quotas").await;
+    assert_eq!(listed[0]["used"], "3", "{listed}");
+    app.assert_consistent().await;
+    app.shutdown().await;
+}
+both_stores!(
+    quota_batched,
+    many_at_once_keep_to_the_quota_and_the_borrow_limit
+);

@@ -100,23 +100,26 @@ async fn a_teams_volumes_are_its_members_by_role(backend: Backend) {
     assert_eq!(status, StatusCode::CREATED, "{placed}");
     assert_eq!(placed["volumes"][0]["name"], "data", "{placed}");
 
-    // A member may not remove it; an owner may, once nothing mounts it.
+    // A member may not remove one; an owner may, but not while it is mounted.
     let (status, _, _) = mia
         .client
         .send("DELETE", "/api/v1/volumes/data?team=lab", None)
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
-    let id = placed["id"].as_str().unwrap();
-    let (status, _) = mia
-        .client
-        .post(&format!("/api/v1/reservations/{id}/stop"), &json!({}))
-        .await;
-    assert_eq!(status, StatusCode::OK);
-    let (status, _, gone) = olga
+    let (status, _, busy) = olga
         .client
         .send("DELETE", "/api/v1/volumes/data?team=lab", None)
         .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{busy}");
+    let spare = json!({"name": "spare", "size_bytes": GB, "team": "lab"});
+    let (status, made) = mia.client.post("/api/v1/volumes", &spare).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let (status, _, gone) = olga
+        .client
+        .send("DELETE", "/api/v1/volumes/spare?team=lab", None)
+        .await;
     assert_eq!(status, StatusCode::OK, "{gone}");
+    assert_eq!(gone["state"], "deleting", "{gone}");
     app.assert_consistent().await;
     app.shutdown().await;
 }

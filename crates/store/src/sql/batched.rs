@@ -69,6 +69,35 @@ struct Accepted {
     quote: Quote,
     type_name: String,
     node_name: String,
+    /// Beyond its tenant's quota of a type with quotas.
+    borrowed: bool,
+}
+
+/// Where a tenant stands against its quota of a type with quotas, as the batch places its
+/// jobs: `None` for a tenant without one (whatever it takes there is borrowed).
+type Standings = HashMap<(String, String), Option<super::quotas::Held>>;
+
+/// The quota of each tenant and managed type among `jobs`, with what it holds, read under
+/// their locks in one order (PostgreSQL), so that two batches never wait on each other.
+async fn read_standings(
+    tx: &mut sqlx::AnyConnection,
+    backend: Backend,
+    jobs: &[Job],
+    managed: &std::collections::HashSet<&str>,
+) -> Result<Standings> {
+    let mut pairs: Vec<(String, String)> = jobs
+        .iter()
+        .filter(|j| managed.contains(j.new.gpu_type.key()))
+        .map(|j| (j.new.tenant_id.clone(), j.new.gpu_type.key().to_owned()))
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    let mut out = Standings::new();
+    for (tenant, key) in pairs {
+        let held = super::quotas::held_for(tx, backend, &tenant, &key).await?;
+        out.insert((tenant, key), held);
+    }
+    Ok(out)
 }
 
 /// The candidates of one GPU type and request, read once for every job asking them.
@@ -206,8 +235,9 @@ impl SqlStore {
             (recording && backend == Backend::Sqlite).then(|| reads.push(HEAD, Vec::new()));
         let answers = reads.run(tx, backend).await?;
         let read_head = head_part.map(|p| Head::of(&answers, p)).transpose()?;
-        // The types with quotas (read with the tenants): their reservations are placed alone,
-        // where each one's standing is read (`quotas::standing_of`); past 62 types, all are.
+        // The types with quotas (read with the tenants; past 62 types, all are taken to have
+        // some): each tenant's quota of them is read once, under its lock, and the batch counts
+        // its jobs against it in order (`read_standings`).
         let bits: i64 = match answers.rows(tenant_part).first() {
             Some(row) => sqlx::Row::try_get(row, "managed")?,
             None => 0,
@@ -218,6 +248,11 @@ impl SqlStore {
             .filter(|(i, _)| *i >= 62 || bits & (1_i64 << i) != 0)
             .map(|(_, t)| *t)
             .collect();
+        let mut standings = if managed.is_empty() {
+            Standings::new()
+        } else {
+            read_standings(tx, backend, jobs, &managed).await?
+        };
         let mut tenants = self.tenants_of(tx, jobs, &answers, tenant_part).await?;
         let mut candidates: HashMap<&GroupKey, Candidates> = HashMap::new();
         for (key, &part) in &group_parts {
@@ -244,9 +279,21 @@ impl SqlStore {
                     continue;
                 }
             }
-            if managed.contains(new.gpu_type.key()) {
-                continue;
-            }
+            // Against its tenant's quota, counting what the batch gave it already: past its
+            // quota and borrow limit it is answered alone (the refusal says why); within it,
+            // one that does not fit is placed alone too (it may take borrowed work back).
+            let quota_key = (new.tenant_id.clone(), new.gpu_type.key().to_owned());
+            let (borrowed, asked) = match standings.get(&quota_key) {
+                None => (false, 0),
+                Some(None) => (true, 0),
+                Some(Some(held)) => {
+                    let asked = gpurent_sched::quota::asked(new.want, held.card_vram_mb);
+                    match gpurent_sched::quota::standing(true, Some(held.quota), held.used, asked) {
+                        Err(_) => continue,
+                        Ok(s) => (s == gpurent_sched::quota::Standing::Borrowed, asked),
+                    }
+                }
+            };
             let Some(tenant) = tenants.get_mut(new.tenant_id.as_str()) else {
                 continue;
             };
@@ -318,6 +365,9 @@ impl SqlStore {
             tenant.balance -= hold.max(0);
             tenant.live += 1;
             tenant.spend = tenant.spend.saturating_add(price);
+            if let Some(Some(held)) = standings.get_mut(&quota_key) {
+                held.used = held.used.saturating_add(asked);
+            }
             accepted.push(Accepted {
                 job: i,
                 id: new_id(),
@@ -325,6 +375,7 @@ impl SqlStore {
                 node_name: found.node_names[order[first]].clone(),
                 plan,
                 quote,
+                borrowed,
             });
         }
         let mut out: Vec<Batched> = jobs.iter().map(|_| Batched::Alone).collect();
@@ -354,6 +405,7 @@ impl SqlStore {
                         node_name: &a.node_name,
                         gpus: uuids,
                     },
+                    borrowed: a.borrowed,
                 }
             })
             .collect();

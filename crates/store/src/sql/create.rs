@@ -134,6 +134,8 @@ pub(super) struct NewRow<'a> {
     pub host_share_bps: u32,
     pub at: i64,
     pub destination: Destination<'a>,
+    /// Placed beyond its tenant's quota of a type with quotas.
+    pub borrowed: bool,
 }
 
 /// Adds to `batch` the writing of new reservations (`pending`, epoch 1), returned as they
@@ -164,7 +166,7 @@ pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) ->
                 env, created_at, idempotency_key, request_hash, ports, price_step_s,
                 price_after, host_share_bps, priority, placed_at, queued_at, queue_reason,
                 type_key, on_node_loss, idle_reclaim, checkpoint, secrets, secret_names,
-                http_ports, volumes, created_by)
+                http_ports, volumes, created_by, borrowed)
              VALUES {} RETURNING ",
                 reservation_fields!(),
                 ", node_id, price_step_s, price_after, host_share_bps,
@@ -207,7 +209,7 @@ pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) ->
 }
 
 /// The arguments of one row of [`push_inserts`], in its columns' order (less the literals).
-const ROW_ARGS: usize = 34;
+const ROW_ARGS: usize = 35;
 
 fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
     let (new, quote) = (row.new, row.quote);
@@ -254,6 +256,7 @@ fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
         Arg::from(to_json(&new.http_ports)),
         Arg::from(to_json(&new.mounts)),
         Arg::from(&new.created_by),
+        Arg::from(i64::from(row.borrowed)),
     ]
 }
 
@@ -404,6 +407,7 @@ impl SqlStore {
             host_share_bps: prices.host_share_bps,
             at,
             destination: Destination::Queued { reason: &reason },
+            borrowed: false,
         };
         let mut batch = Batch::default();
         let row_part = push_inserts(&mut batch, std::slice::from_ref(&row), false);

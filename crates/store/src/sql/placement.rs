@@ -299,6 +299,7 @@ impl SqlStore {
         let quote = quote_of(prices, new, card_vram_mb)?;
         let id = new_id();
         let gpu_uuids: Vec<&str> = plan.gpus.iter().map(|(u, _)| u.as_str()).collect();
+        let borrowed = standing == Standing::Borrowed;
         let row = NewRow {
             id: &id,
             new,
@@ -311,6 +312,7 @@ impl SqlStore {
                 node_name: &node_name,
                 gpus: &gpu_uuids,
             },
+            borrowed,
         };
         // One batch: the row and meter, the claims, the versions, and the tenant's caps.
         let mut batch = Batch::default();
@@ -326,13 +328,6 @@ impl SqlStore {
             at,
         )
         .await?;
-        let borrowed = standing == Standing::Borrowed;
-        if borrowed {
-            batch.push(
-                "UPDATE reservations SET borrowed = 1 WHERE id = $1",
-                vec![Arg::from(id.as_str())],
-            );
-        }
         let caps = super::caps::push_read(&mut batch, &new.tenant_id);
         let Some(answers) = unless_replayed(batch.run(&mut tx, self.backend).await)? else {
             return Ok(Attempt::LostRace);
@@ -340,8 +335,7 @@ impl SqlStore {
         if !claims.held(&answers) {
             return Ok(Attempt::LostRace);
         }
-        let mut reservation = reservation_of(&answers, row_part, &row)?;
-        reservation.borrowed = borrowed;
+        let reservation = reservation_of(&answers, row_part, &row)?;
         admit(&mut tx, self.backend, &answers, caps, new, &quote, &id, at).await?;
         tx.commit().await?;
         tracing::info!(reservation_id = %id, node_id = %plan.node_id, tenant_id = %new.tenant_id, tier = %new.tier, "reserved");

@@ -58,33 +58,92 @@ pub(super) async fn standing_for(
     if managed == 0 {
         return Ok(Standing::Unmanaged);
     }
-    // One tenant's placements of one managed type, one at a time to commit (PostgreSQL; SQLite
-    // has one writer): two never count the same room of its quota.
-    if backend == Backend::Postgres {
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-            .bind(format!("quota:{tenant_id}:{key}"))
-            .execute(&mut *conn)
-            .await?;
-    }
-    let quota = row
-        .try_get::<Option<i64>, _>("guaranteed")?
+    let Some(quota) = quota_in(&row)? else {
+        // No quota of a type with quotas: whatever it takes is borrowed, however much.
+        return Ok(Standing::Borrowed);
+    };
+    let held = held_of(conn, backend, tenant_id, key, quota).await?;
+    quota::standing(
+        true,
+        Some(quota),
+        held.used,
+        quota::asked(want, held.card_vram_mb),
+    )
+    .map_err(|e| StoreError::LimitExceeded(e.to_string()))
+}
+
+/// A tenant's quota of a type and what its live work holds of it, read under the lock of
+/// the tenant and the type (PostgreSQL; SQLite has one writer): placements that count the
+/// same room commit one at a time.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Held {
+    pub quota: Quota,
+    /// Milli-GPUs its live work holds.
+    pub used: u64,
+    /// The type's largest card, which a share is sized against.
+    pub card_vram_mb: u64,
+}
+
+fn quota_in(row: &sqlx::any::AnyRow) -> Result<Option<Quota>> {
+    row.try_get::<Option<i64>, _>("guaranteed")?
         .map(|g| -> Result<Quota> {
             Ok(Quota {
                 guaranteed: milli(g),
                 borrow_limit: row.try_get::<Option<i64>, _>("borrow_limit")?.map(milli),
             })
         })
-        .transpose()?;
+        .transpose()
+}
+
+async fn held_of(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    tenant_id: &str,
+    key: &str,
+    quota: Quota,
+) -> Result<Held> {
+    if backend == Backend::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(format!("quota:{tenant_id}:{key}"))
+            .execute(&mut *conn)
+            .await?;
+    }
     let used: i64 = sqlx::query_scalar(USED)
         .bind(tenant_id)
         .bind(key)
         .fetch_one(&mut *conn)
         .await?;
-    let card_vram_mb = super::gpus::largest(conn, key)
-        .await?
-        .map_or(1, |(vram, _, _)| vram);
-    quota::standing(true, quota, milli(used), quota::asked(want, card_vram_mb))
-        .map_err(|e| StoreError::LimitExceeded(e.to_string()))
+    let card_vram_mb: Option<i64> =
+        sqlx::query_scalar("SELECT MAX(vram_mb) FROM gpus WHERE type_key = $1")
+            .bind(key)
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(Held {
+        quota,
+        used: milli(used),
+        card_vram_mb: card_vram_mb.map_or(1, milli),
+    })
+}
+
+/// For the batched path: the quota of `tenant_id` of managed type `key` with what it holds,
+/// or `None` when it has none (its work there is borrowed).
+pub(super) async fn held_for(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    tenant_id: &str,
+    key: &str,
+) -> Result<Option<Held>> {
+    let row = sqlx::query(
+        "SELECT guaranteed, borrow_limit FROM quotas WHERE type_key = $1 AND tenant_id = $2",
+    )
+    .bind(key)
+    .bind(tenant_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(quota) = row.as_ref().map(quota_in).transpose()?.flatten() else {
+        return Ok(None);
+    };
+    Ok(Some(held_of(conn, backend, tenant_id, key, quota).await?))
 }
 
 /// Where queued reservation `id`, about to be placed on GPUs of type `key`, stands.
