@@ -414,6 +414,21 @@ impl SqlStore {
         let row_part = push_inserts(&mut batch, &rows, one);
         let takes: Vec<(&str, &Plan)> = accepted.iter().map(|a| (a.id.as_str(), &a.plan)).collect();
         let claims = gpus::push_claims(&mut batch, &takes);
+        if !managed.is_empty() {
+            // What the quotas' tenants now hold (`quotas.used`).
+            let uses: Vec<(&str, &str, u64)> = accepted
+                .iter()
+                .filter(|a| managed.contains(jobs[a.job].new.gpu_type.key()))
+                .flat_map(|a| {
+                    let tenant = jobs[a.job].new.tenant_id.as_str();
+                    a.plan
+                        .gpus
+                        .iter()
+                        .map(move |(u, mb)| (tenant, u.as_str(), *mb))
+                })
+                .collect();
+            super::quota_use::push_use(&mut batch, &uses);
+        }
         let nodes: Vec<String> = accepted.iter().map(|a| a.plan.node_id.clone()).collect();
         push_bumps(&mut batch, backend, nodes);
         let holds: Vec<ledger::Hold<'_>> = accepted

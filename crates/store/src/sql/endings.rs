@@ -423,6 +423,7 @@ fn rate_of(row: &sqlx::any::AnyRow) -> Result<Rate> {
 
 /// Gives a reservation's GPU memory back.
 pub(crate) async fn release_gpus(conn: &mut AnyConnection, reservation_id: &str) -> Result<()> {
+    super::quota_use::release(conn, reservation_id).await?;
     let allocations =
         sqlx::query("SELECT gpu_uuid, vram_mb FROM allocations WHERE reservation_id = $1")
             .bind(reservation_id)

@@ -213,6 +213,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "reservations_placed",
         include_str!("../../migrations/0047_reservations_placed.sql"),
     ),
+    (
+        48,
+        "quota_use",
+        include_str!("../../migrations/0048_quota_use.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

@@ -35,6 +35,7 @@ mod notifications;
 mod placement;
 mod proxy;
 mod queue;
+mod quota_use;
 mod quotas;
 mod read_cache;
 mod registries;

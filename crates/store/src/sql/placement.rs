@@ -328,6 +328,14 @@ impl SqlStore {
             at,
         )
         .await?;
+        if standing != Standing::Unmanaged {
+            let uses: Vec<(&str, &str, u64)> = plan
+                .gpus
+                .iter()
+                .map(|(u, mb)| (new.tenant_id.as_str(), u.as_str(), *mb))
+                .collect();
+            super::quota_use::push_use(&mut batch, &uses);
+        }
         let caps = super::caps::push_read(&mut batch, &new.tenant_id);
         let Some(answers) = unless_replayed(batch.run(&mut tx, self.backend).await)? else {
             return Ok(Attempt::LostRace);
@@ -403,14 +411,13 @@ impl SqlStore {
                 }
                 other => other?,
             };
+        let tenant: String = sqlx::query_scalar("SELECT tenant_id FROM reservations WHERE id = $1")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
         // The pass's victims are still what it may stop: its standing may have changed since
         // the view (another of its tenant's placements came first).
         if !plan.victims.is_empty() {
-            let tenant: String =
-                sqlx::query_scalar("SELECT tenant_id FROM reservations WHERE id = $1")
-                    .bind(id)
-                    .fetch_one(&mut *tx)
-                    .await?;
             let guaranteed = standing == Standing::Guaranteed;
             if !super::quotas::may_stop(&mut tx, &tenant, &plan.victims, guaranteed).await? {
                 return Ok(None);
@@ -442,6 +449,14 @@ impl SqlStore {
         );
         let (claims, woken) =
             apply(&mut tx, self.backend, &mut batch, id, plan, grace_s, now).await?;
+        if standing != Standing::Unmanaged {
+            let uses: Vec<(&str, &str, u64)> = plan
+                .gpus
+                .iter()
+                .map(|(u, mb)| (tenant.as_str(), u.as_str(), *mb))
+                .collect();
+            super::quota_use::push_use(&mut batch, &uses);
+        }
         let answers = batch.run(&mut tx, self.backend).await?;
         if answers.affected(claimed) != 1 || !claims.held(&answers) {
             // No longer queued, or a stale view: the memory went elsewhere. Nothing of this

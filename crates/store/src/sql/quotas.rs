@@ -19,8 +19,10 @@ fn stored(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Milli-GPUs of type `key` that `tenant_id`'s live work holds.
-const USED: &str = "SELECT CAST(COALESCE(SUM(a.vram_mb * 1000 / g.vram_mb), 0) AS BIGINT)
+/// Milli-GPUs of type `key` that `tenant_id`'s live work holds, summed: what `quotas.used`
+/// keeps (`quota_use.rs`), read when a quota is set and when the books are checked.
+pub(super) const USED: &str =
+    "SELECT CAST(COALESCE(SUM(a.vram_mb * 1000 / g.vram_mb), 0) AS BIGINT)
      FROM reservations r JOIN allocations a ON a.reservation_id = r.id
      JOIN gpus g ON g.uuid = a.gpu_uuid
      WHERE r.tenant_id = $1 AND g.type_key = $2 AND g.vram_mb > 0
@@ -95,6 +97,23 @@ fn quota_in(row: &sqlx::any::AnyRow) -> Result<Option<Quota>> {
         .transpose()
 }
 
+/// Takes the lock of `tenant_id`'s quota of `key` for the transaction (PostgreSQL; SQLite
+/// has one writer).
+async fn lock(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    tenant_id: &str,
+    key: &str,
+) -> Result<()> {
+    if backend == Backend::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(format!("quota:{tenant_id}:{key}"))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
 async fn held_of(
     conn: &mut AnyConnection,
     backend: Backend,
@@ -102,17 +121,15 @@ async fn held_of(
     key: &str,
     quota: Quota,
 ) -> Result<Held> {
-    if backend == Backend::Postgres {
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-            .bind(format!("quota:{tenant_id}:{key}"))
-            .execute(&mut *conn)
-            .await?;
-    }
-    let used: i64 = sqlx::query_scalar(USED)
-        .bind(tenant_id)
-        .bind(key)
-        .fetch_one(&mut *conn)
-        .await?;
+    lock(conn, backend, tenant_id, key).await?;
+    // Kept as allocations come and go (`quota_use.rs`): one row, not a sum of live work.
+    let used: i64 =
+        sqlx::query_scalar("SELECT used FROM quotas WHERE tenant_id = $1 AND type_key = $2")
+            .bind(tenant_id)
+            .bind(key)
+            .fetch_optional(&mut *conn)
+            .await?
+            .unwrap_or(0);
     let card_vram_mb: Option<i64> =
         sqlx::query_scalar("SELECT MAX(vram_mb) FROM gpus WHERE type_key = $1")
             .bind(key)
@@ -171,7 +188,7 @@ pub(super) async fn standing_of_queued(
 /// The quotas of the tenants with queued work, with what their live work holds of each type.
 pub(super) async fn queued_quotas(conn: &mut AnyConnection) -> Result<Vec<crate::QuotaUse>> {
     let rows = sqlx::query(
-        "SELECT q.tenant_id, q.type_key, q.guaranteed, q.borrow_limit FROM quotas q
+        "SELECT q.tenant_id, q.type_key, q.guaranteed, q.borrow_limit, q.used FROM quotas q
          WHERE q.tenant_id IN (SELECT DISTINCT tenant_id FROM reservations
                                WHERE status = 'pending' AND node_id IS NULL)
          ORDER BY q.tenant_id, q.type_key",
@@ -182,11 +199,7 @@ pub(super) async fn queued_quotas(conn: &mut AnyConnection) -> Result<Vec<crate:
     for r in rows {
         let tenant_id: String = r.try_get("tenant_id")?;
         let type_key: String = r.try_get("type_key")?;
-        let used: i64 = sqlx::query_scalar(USED)
-            .bind(&tenant_id)
-            .bind(&type_key)
-            .fetch_one(&mut *conn)
-            .await?;
+        let used: i64 = r.try_get("used")?;
         out.push(crate::QuotaUse {
             quota: Quota {
                 guaranteed: milli(r.try_get("guaranteed")?),
@@ -256,19 +269,30 @@ impl QuotaStore for SqlStore {
         quota: Quota,
         now: DateTime<Utc>,
     ) -> Result<()> {
+        // What it holds now, counted under the quota's lock, as placements count it.
+        let mut tx = self.begin().await?;
+        lock(&mut tx, self.backend, tenant_id, type_key).await?;
+        let used: i64 = sqlx::query_scalar(USED)
+            .bind(tenant_id)
+            .bind(type_key)
+            .fetch_one(&mut *tx)
+            .await?;
         sqlx::query(
-            "INSERT INTO quotas (tenant_id, type_key, guaranteed, borrow_limit, set_at)
-             VALUES ($1, $2, $3, $4, $5)
+            "INSERT INTO quotas (tenant_id, type_key, guaranteed, borrow_limit, set_at, used)
+             VALUES ($1, $2, $3, $4, $5, $6)
              ON CONFLICT (tenant_id, type_key) DO UPDATE SET guaranteed = excluded.guaranteed,
-                 borrow_limit = excluded.borrow_limit, set_at = excluded.set_at",
+                 borrow_limit = excluded.borrow_limit, set_at = excluded.set_at,
+                 used = excluded.used",
         )
         .bind(tenant_id)
         .bind(type_key)
         .bind(stored(quota.guaranteed))
         .bind(quota.borrow_limit.map(stored))
         .bind(ts(now))
-        .execute(&self.pool)
+        .bind(used)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -284,7 +308,8 @@ impl QuotaStore for SqlStore {
 
     async fn quotas(&self) -> Result<Vec<QuotaRow>> {
         let rows = sqlx::query(
-            "SELECT q.tenant_id, u.name, q.type_key, q.guaranteed, q.borrow_limit, q.set_at
+            "SELECT q.tenant_id, u.name, q.type_key, q.guaranteed, q.borrow_limit, q.set_at,
+                    q.used
              FROM quotas q JOIN users u ON u.id = q.tenant_id ORDER BY q.type_key, u.name",
         )
         .fetch_all(&self.pool)
@@ -293,11 +318,7 @@ impl QuotaStore for SqlStore {
         for r in rows {
             let tenant_id: String = r.try_get("tenant_id")?;
             let type_key: String = r.try_get("type_key")?;
-            let used: i64 = sqlx::query_scalar(USED)
-                .bind(&tenant_id)
-                .bind(&type_key)
-                .fetch_one(&self.pool)
-                .await?;
+            let used: i64 = r.try_get("used")?;
             out.push(QuotaRow {
                 tenant_name: r.try_get("name")?,
                 quota: Quota {

@@ -400,6 +400,7 @@ impl ReservationStore for SqlStore {
                 .into_iter()
                 .map(|id| format!("live reservation {id} holds no GPU")),
         );
+        problems.extend(super::quota_use::problems(&self.pool).await?);
         Ok(problems)
     }
 }
