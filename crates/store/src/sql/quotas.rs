@@ -1,7 +1,7 @@
 //! Quotas in SQL: the `quotas` rows, what a tenant's live work holds of a type (milli-GPUs:
-//! each allocation's memory over its card's), and where a new reservation stands, read in its
-//! placement transaction under a lock of its tenant and type on PostgreSQL, so two placements
-//! never both count the same room.
+//! each allocation's memory over its card's, kept in `quotas.used` by `quota_use.rs`), and
+//! where a new reservation stands, read in its placement transaction with the quota's row
+//! locked on PostgreSQL, so two placements never both count the same room.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -60,14 +60,17 @@ pub(super) async fn standing_for(
     if managed == 0 {
         return Ok(Standing::Unmanaged);
     }
-    let Some(quota) = quota_in(&row)? else {
-        // No quota of a type with quotas: whatever it takes is borrowed, however much.
+    // No quota of a type with quotas (or none since, read under its lock): whatever it takes
+    // is borrowed, however much.
+    if quota_in(&row)?.is_none() {
+        return Ok(Standing::Borrowed);
+    }
+    let Some(held) = held_for(conn, backend, tenant_id, key).await? else {
         return Ok(Standing::Borrowed);
     };
-    let held = held_of(conn, backend, tenant_id, key, quota).await?;
     quota::standing(
         true,
-        Some(quota),
+        Some(held.quota),
         held.used,
         quota::asked(want, held.card_vram_mb),
     )
@@ -97,70 +100,39 @@ fn quota_in(row: &sqlx::any::AnyRow) -> Result<Option<Quota>> {
         .transpose()
 }
 
-/// Takes the lock of `tenant_id`'s quota of `key` for the transaction (PostgreSQL; SQLite
-/// has one writer).
-async fn lock(
-    conn: &mut AnyConnection,
-    backend: Backend,
-    tenant_id: &str,
-    key: &str,
-) -> Result<()> {
-    if backend == Backend::Postgres {
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-            .bind(format!("quota:{tenant_id}:{key}"))
-            .execute(&mut *conn)
-            .await?;
-    }
-    Ok(())
-}
-
-async fn held_of(
-    conn: &mut AnyConnection,
-    backend: Backend,
-    tenant_id: &str,
-    key: &str,
-    quota: Quota,
-) -> Result<Held> {
-    lock(conn, backend, tenant_id, key).await?;
-    // Kept as allocations come and go (`quota_use.rs`): one row, not a sum of live work.
-    let used: i64 =
-        sqlx::query_scalar("SELECT used FROM quotas WHERE tenant_id = $1 AND type_key = $2")
-            .bind(tenant_id)
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await?
-            .unwrap_or(0);
-    let card_vram_mb: Option<i64> =
-        sqlx::query_scalar("SELECT MAX(vram_mb) FROM gpus WHERE type_key = $1")
-            .bind(key)
-            .fetch_one(&mut *conn)
-            .await?;
-    Ok(Held {
-        quota,
-        used: milli(used),
-        card_vram_mb: card_vram_mb.map_or(1, milli),
-    })
-}
-
-/// For the batched path: the quota of `tenant_id` of managed type `key` with what it holds,
-/// or `None` when it has none (its work there is borrowed).
+/// The quota of `tenant_id` of managed type `key` with what it holds (kept as allocations
+/// come and go, `quota_use.rs`: one row, not a sum of live work), its row locked for the
+/// transaction (PostgreSQL; SQLite has one writer), so that placements counting the same room
+/// commit one at a time; `None` when it has none (its work there is borrowed). One query.
 pub(super) async fn held_for(
     conn: &mut AnyConnection,
     backend: Backend,
     tenant_id: &str,
     key: &str,
 ) -> Result<Option<Held>> {
-    let row = sqlx::query(
-        "SELECT guaranteed, borrow_limit FROM quotas WHERE type_key = $1 AND tenant_id = $2",
-    )
+    let row = sqlx::query(&format!(
+        "SELECT q.guaranteed, q.borrow_limit, q.used,
+                (SELECT MAX(g.vram_mb) FROM gpus g WHERE g.type_key = $1) AS card
+         FROM quotas q WHERE q.type_key = $1 AND q.tenant_id = $2{}",
+        if backend == Backend::Postgres {
+            " FOR UPDATE OF q"
+        } else {
+            ""
+        }
+    ))
     .bind(key)
     .bind(tenant_id)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some(quota) = row.as_ref().map(quota_in).transpose()?.flatten() else {
+    let Some(row) = row else { return Ok(None) };
+    let Some(quota) = quota_in(&row)? else {
         return Ok(None);
     };
-    Ok(Some(held_of(conn, backend, tenant_id, key, quota).await?))
+    Ok(Some(Held {
+        quota,
+        used: milli(row.try_get("used")?),
+        card_vram_mb: row.try_get::<Option<i64>, _>("card")?.map_or(1, milli),
+    }))
 }
 
 /// Where queued reservation `id`, about to be placed on GPUs of type `key`, stands.
@@ -269,9 +241,17 @@ impl QuotaStore for SqlStore {
         quota: Quota,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        // What it holds now, counted under the quota's lock, as placements count it.
+        // What it holds now, counted under the quota's row lock, as placements count it.
         let mut tx = self.begin().await?;
-        lock(&mut tx, self.backend, tenant_id, type_key).await?;
+        if self.backend == Backend::Postgres {
+            sqlx::query(
+                "SELECT tenant_id FROM quotas WHERE tenant_id = $1 AND type_key = $2 FOR UPDATE",
+            )
+            .bind(tenant_id)
+            .bind(type_key)
+            .fetch_optional(&mut *tx)
+            .await?;
+        }
         let used: i64 = sqlx::query_scalar(USED)
             .bind(tenant_id)
             .bind(type_key)
