@@ -132,6 +132,7 @@ pub async fn tokens(api: &ApiClient, command: TokensCommand, json: bool) -> Resu
             team,
             with_password,
         } => {
+            let team_name = team.clone();
             let body = CreateToken {
                 name,
                 expires_in_days: expires_in_days.or(expires),
@@ -151,10 +152,10 @@ pub async fn tokens(api: &ApiClient, command: TokensCommand, json: bool) -> Resu
                 "token {} (expires {}; {scopes}{}), shown once: {}",
                 created.info.id,
                 time(created.info.expires_at),
-                created
-                    .info
-                    .team_id
+                // The team by the name asked for (a token bound to one: its id).
+                team_name
                     .as_ref()
+                    .or(created.info.team_id.as_ref())
                     .map(|t| format!("; for team {t}"))
                     .unwrap_or_default(),
                 created.token

@@ -88,6 +88,22 @@ fn a_lab_shares_its_grant_through_the_cli() {
         "{made}"
     );
     let ci = made["token"].as_str().unwrap().to_owned();
+    // For people, the team by its name.
+    let said = cli(
+        &olga,
+        false,
+        &[
+            "tokens",
+            "create",
+            "--team",
+            "lab",
+            "--scope",
+            "read",
+            "--expires",
+            "1d",
+        ],
+    );
+    assert!(said.stdout.contains("; for team lab)"), "{said:?}");
     let by_ci = cluster.reserve(
         &ci,
         &["--gpu", "rtx4090", "--hours", "1", "--", "sleep", "600"],
