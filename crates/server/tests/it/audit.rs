@@ -239,25 +239,8 @@ async fn a_teams_reservation_is_recorded_with_its_team(backend: gpurent_store::B
     app.wait_nodes_ready().await;
     let olga = app.tenant("olga", "100").await;
     let arty = app.tenant("arty", "10").await;
-    let (status, _) = olga
-        .client
-        .post("/api/v1/teams", &json!({"name": "lab"}))
+    app.team(&olga.client, "lab", &[("arty", "member")], "50")
         .await;
-    assert_eq!(status, StatusCode::CREATED);
-    let (status, _, _) = olga
-        .client
-        .send(
-            "PUT",
-            "/api/v1/teams/lab/members/arty",
-            Some(&json!({"role": "member"})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
-    let (status, _) = olga
-        .client
-        .post("/api/v1/teams/lab/credit", &json!({"amount": "50"}))
-        .await;
-    assert_eq!(status, StatusCode::OK);
     let (status, r) = olga
         .client
         .reserve(json!({"gpu_type": "rtx4090", "hours": 1, "team": "lab"}))

@@ -21,23 +21,9 @@ async fn a_teams_members_reach_its_apps() {
     let mia = user(&s.app, "mia").await;
     let vic = user(&s.app, "vic").await;
     let olga = s.owner_client();
-    let (status, _) = olga.post("/api/v1/teams", &json!({"name": "lab"})).await;
-    assert_eq!(status, StatusCode::CREATED);
-    let (status, _) = olga.post("/api/v1/teams", &json!({"name": "other"})).await;
-    assert_eq!(status, StatusCode::CREATED);
-    for (name, role) in [("mia", "member"), ("vic", "viewer")] {
-        for team in ["lab", "other"] {
-            let path = format!("/api/v1/teams/{team}/members/{name}");
-            let (status, _, body) = olga
-                .send("PUT", &path, Some(&json!({ "role": role })))
-                .await;
-            assert_eq!(status, StatusCode::OK, "{body}");
-        }
-    }
-    let (status, _) = olga
-        .post("/api/v1/teams/lab/credit", &json!({"amount": "20"}))
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    let members = [("mia", "member"), ("vic", "viewer")];
+    s.app.team(&olga, "lab", &members, "20").await;
+    s.app.team(&olga, "other", &members, "0").await;
     let (status, r) = s
         .app
         .client(Some(&mia))

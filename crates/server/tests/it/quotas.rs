@@ -19,16 +19,7 @@ async fn a_quota_is_guaranteed_and_borrowed_gpus_are_taken_back(backend: Backend
         .await;
     let olga = app.tenant("olga", "100").await;
     let arty = app.tenant("arty", "100").await;
-    let (status, _) = olga
-        .client
-        .post("/api/v1/teams", &json!({"name": "lab"}))
-        .await;
-    assert_eq!(status, StatusCode::CREATED);
-    let (status, _) = olga
-        .client
-        .post("/api/v1/teams/lab/credit", &json!({"amount": "50"}))
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    app.team(&olga.client, "lab", &[], "50").await;
 
     // Only admins set quotas; bad amounts say why.
     let quota = json!({"team": "lab", "gpu_type": "rtx4090", "gpus": "1", "borrow_limit": "0"});
@@ -138,16 +129,7 @@ async fn queued_work_within_its_quota_takes_borrowed_gpus_back(backend: Backend)
         .await;
     let olga = app.tenant("olga", "100").await;
     let arty = app.tenant("arty", "100").await;
-    let (status, _) = olga
-        .client
-        .post("/api/v1/teams", &json!({"name": "lab"}))
-        .await;
-    assert_eq!(status, StatusCode::CREATED);
-    let (status, _) = olga
-        .client
-        .post("/api/v1/teams/lab/credit", &json!({"amount": "50"}))
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    app.team(&olga.client, "lab", &[], "50").await;
     // A quota of none: the type has quotas, and the lab may only borrow.
     let quota = |gpus: &str| json!({"team": "lab", "gpu_type": "rtx4090", "gpus": gpus});
     let (status, _, _) = app

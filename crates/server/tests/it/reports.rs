@@ -265,25 +265,8 @@ async fn a_teams_day_names_its_members(backend: Backend) {
         .await;
     let olga = app.tenant("olga", "100").await;
     let arty = app.tenant("arty", "10").await;
-    let (status, _) = olga
-        .client
-        .post("/api/v1/teams", &json!({"name": "lab"}))
+    app.team(&olga.client, "lab", &[("arty", "member")], "50")
         .await;
-    assert_eq!(status, StatusCode::CREATED);
-    let (status, _, _) = olga
-        .client
-        .send(
-            "PUT",
-            "/api/v1/teams/lab/members/arty",
-            Some(&json!({"role": "member"})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
-    let (status, _) = olga
-        .client
-        .post("/api/v1/teams/lab/credit", &json!({"amount": "50"}))
-        .await;
-    assert_eq!(status, StatusCode::OK);
     let mut ids = Vec::new();
     for who in [&olga, &arty] {
         let (status, r) = who

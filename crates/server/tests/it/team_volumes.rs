@@ -33,24 +33,14 @@ async fn a_teams_volumes_are_its_members_by_role(backend: Backend) {
     let mia = app.tenant("mia", "100").await;
     let vic = app.tenant("vic", "100").await;
     let sam = app.tenant("sam", "100").await;
-    let (status, team) = olga
-        .client
-        .post("/api/v1/teams", &json!({"name": "lab"}))
+    let team = app
+        .team(
+            &olga.client,
+            "lab",
+            &[("mia", "member"), ("vic", "viewer")],
+            "20",
+        )
         .await;
-    assert_eq!(status, StatusCode::CREATED);
-    for (name, role) in [("mia", "member"), ("vic", "viewer")] {
-        let path = format!("/api/v1/teams/lab/members/{name}");
-        let (status, _, body) = olga
-            .client
-            .send("PUT", &path, Some(&json!({ "role": role })))
-            .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-    }
-    let (status, _) = olga
-        .client
-        .post("/api/v1/teams/lab/credit", &json!({"amount": "20"}))
-        .await;
-    assert_eq!(status, StatusCode::OK);
 
     // A member makes one for the team: the team owns it.
     let body = json!({"name": "data", "size_bytes": GB, "team": "lab"});

@@ -37,6 +37,7 @@ pub struct TestAppBuilder {
 mod agents;
 mod client;
 mod link;
+mod teams;
 
 pub use agents::other_node;
 use agents::{AgentParts, RunningAgent};
