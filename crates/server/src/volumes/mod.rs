@@ -25,6 +25,7 @@ use crate::teams::TeamAction;
 
 /// `?team=NAME`: a team's volumes rather than one's own.
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct TeamQuery {
     /// A team of the caller's, whose volumes to act on (a token bound to a team acts on its
@@ -33,8 +34,10 @@ pub(crate) struct TeamQuery {
     pub team: Option<String>,
 }
 
-/// `GET /api/v1/volumes`: a page of them, one's own or a team's.
+/// `GET /api/v1/volumes`: a page of them, one's own or a team's ([`PageQuery`]'s fields, and
+/// `team`).
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
     /// Most items in the answer: 1 to 1000, 100 by default.

@@ -59,6 +59,9 @@ async fn a_teams_volumes_are_its_members_by_role(backend: Backend) {
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
     let (_, own) = mia.client.get("/api/v1/volumes").await;
     assert_eq!(own, json!([]));
+    // A misspelt team is not taken as none.
+    let (status, _) = vic.client.get("/api/v1/volumes?tema=lab").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
     let (status, _) = vic.client.get("/api/v1/volumes/data?team=lab").await;
     assert_eq!(status, StatusCode::OK);
     let (status, _) = sam.client.get("/api/v1/volumes/data?team=lab").await;
@@ -70,7 +73,10 @@ async fn a_teams_volumes_are_its_members_by_role(backend: Backend) {
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
 
-    // A token bound to the team reaches its volumes without naming it.
+    // A token bound to the team reaches its volumes without naming it, and never its maker's.
+    let mine = json!({"name": "mine", "size_bytes": GB});
+    let (status, made) = mia.client.post("/api/v1/volumes", &mine).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
     let (status, t) = mia
         .client
         .post(
@@ -82,6 +88,22 @@ async fn a_teams_volumes_are_its_members_by_role(backend: Backend) {
     let bound = app.client(Some(t["token"].as_str().unwrap()));
     let (status, got) = bound.get("/api/v1/volumes/data").await;
     assert_eq!(status, StatusCode::OK, "{got}");
+    let (_, listed) = bound.get("/api/v1/volumes").await;
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["data"], "{listed}");
+    let (status, _) = bound.get("/api/v1/volumes/mine").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = mia.client.get("/api/v1/volumes/data").await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "the team's is not among her own"
+    );
 
     // The team's reservation mounts it; a member's own does not find it.
     let (status, body) = mia.client.reserve(mounting(None)).await;

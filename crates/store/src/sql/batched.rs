@@ -77,8 +77,9 @@ struct Accepted {
 /// jobs: `None` for a tenant without one (whatever it takes there is borrowed).
 type Standings = HashMap<(String, String), Option<super::quotas::Held>>;
 
-/// The quota of each tenant and managed type among `jobs`, with what it holds, read under
-/// their locks in one order (PostgreSQL), so that two batches never wait on each other.
+/// The quota of each tenant and managed type among `jobs`, with what it holds, their rows
+/// locked in one order (PostgreSQL), so that two batches locking some of the same never
+/// deadlock.
 async fn read_standings(
     tx: &mut sqlx::AnyConnection,
     backend: Backend,
@@ -416,16 +417,10 @@ impl SqlStore {
         let claims = gpus::push_claims(&mut batch, &takes);
         if !managed.is_empty() {
             // What the quotas' tenants now hold (`quotas.used`).
-            let uses: Vec<(&str, &str, u64)> = accepted
+            let uses: Vec<(&str, &Plan)> = accepted
                 .iter()
                 .filter(|a| managed.contains(jobs[a.job].new.gpu_type.key()))
-                .flat_map(|a| {
-                    let tenant = jobs[a.job].new.tenant_id.as_str();
-                    a.plan
-                        .gpus
-                        .iter()
-                        .map(move |(u, mb)| (tenant, u.as_str(), *mb))
-                })
+                .map(|a| (jobs[a.job].new.tenant_id.as_str(), &a.plan))
                 .collect();
             super::quota_use::push_use(&mut batch, &uses);
         }

@@ -329,12 +329,7 @@ impl SqlStore {
         )
         .await?;
         if standing != Standing::Unmanaged {
-            let uses: Vec<(&str, &str, u64)> = plan
-                .gpus
-                .iter()
-                .map(|(u, mb)| (new.tenant_id.as_str(), u.as_str(), *mb))
-                .collect();
-            super::quota_use::push_use(&mut batch, &uses);
+            super::quota_use::push_use(&mut batch, &[(new.tenant_id.as_str(), &plan)]);
         }
         let caps = super::caps::push_read(&mut batch, &new.tenant_id);
         let Some(answers) = unless_replayed(batch.run(&mut tx, self.backend).await)? else {
@@ -398,7 +393,7 @@ impl SqlStore {
         // Past its tenant's quota and borrow limit (a quota lowered under it, say): it waits,
         // saying why.
         let key = gpus::type_of(&mut tx, plan.gpus.first().map_or("", |(u, _)| u.as_str())).await?;
-        let standing =
+        let (standing, tenant) =
             match super::quotas::standing_of_queued(&mut tx, self.backend, id, &key).await {
                 Err(StoreError::LimitExceeded(why)) => {
                     sqlx::query("UPDATE reservations SET queue_reason = $1 WHERE id = $2")
@@ -411,10 +406,6 @@ impl SqlStore {
                 }
                 other => other?,
             };
-        let tenant: String = sqlx::query_scalar("SELECT tenant_id FROM reservations WHERE id = $1")
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?;
         // The pass's victims are still what it may stop: its standing may have changed since
         // the view (another of its tenant's placements came first).
         if !plan.victims.is_empty() {
@@ -450,12 +441,7 @@ impl SqlStore {
         let (claims, woken) =
             apply(&mut tx, self.backend, &mut batch, id, plan, grace_s, now).await?;
         if standing != Standing::Unmanaged {
-            let uses: Vec<(&str, &str, u64)> = plan
-                .gpus
-                .iter()
-                .map(|(u, mb)| (tenant.as_str(), u.as_str(), *mb))
-                .collect();
-            super::quota_use::push_use(&mut batch, &uses);
+            super::quota_use::push_use(&mut batch, &[(tenant.as_str(), plan)]);
         }
         let answers = batch.run(&mut tx, self.backend).await?;
         if answers.affected(claimed) != 1 || !claims.held(&answers) {

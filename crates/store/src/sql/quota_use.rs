@@ -5,19 +5,29 @@
 
 use sqlx::{AnyConnection, AnyPool, Row};
 
+use gpurent_sched::Plan;
+
 use super::batch::{Arg, Batch};
 use crate::Result;
 
-/// Adds to `batch` the growth of the quotas these new allocations count against, each
-/// (tenant id, GPU uuid, MiB), summed per tenant and type as [`release`] takes them back. One
+/// Adds to `batch` the growth of the quotas that new placements count against, each (its
+/// tenant id, its plan), summed per tenant and type as [`release`] takes them back. One
 /// statement, each quota's row changed once; nothing where the tenant has no quota of the type.
-pub(super) fn push_use(batch: &mut Batch, allocations: &[(&str, &str, u64)]) {
+pub(super) fn push_use(batch: &mut Batch, placements: &[(&str, &Plan)]) {
+    let allocations: Vec<(&str, &str, u64)> = placements
+        .iter()
+        .flat_map(|(tenant, plan)| {
+            plan.gpus
+                .iter()
+                .map(move |(u, mb)| (*tenant, u.as_str(), *mb))
+        })
+        .collect();
     if allocations.is_empty() {
         return;
     }
     let mut values = Vec::with_capacity(allocations.len());
     let mut args = Vec::with_capacity(allocations.len() * 3);
-    for (tenant, uuid, mb) in allocations {
+    for (tenant, uuid, mb) in &allocations {
         let n = args.len();
         values.push(format!(
             "(${}, ${}, CAST(${} AS BIGINT))",
@@ -64,23 +74,22 @@ pub(super) async fn release(conn: &mut AnyConnection, reservation_id: &str) -> R
 
 /// Quotas whose kept use differs from what their tenant's live work holds.
 pub(super) async fn problems(pool: &AnyPool) -> Result<Vec<String>> {
-    let rows = sqlx::query(
-        "SELECT q.tenant_id, q.type_key, q.used,
-                CAST(COALESCE((SELECT SUM(a.vram_mb * 1000 / g.vram_mb)
-                  FROM reservations r JOIN allocations a ON a.reservation_id = r.id
-                  JOIN gpus g ON g.uuid = a.gpu_uuid
-                  WHERE r.tenant_id = q.tenant_id AND g.type_key = q.type_key
-                    AND g.vram_mb > 0), 0) AS BIGINT) AS held
-         FROM quotas q ORDER BY q.tenant_id, q.type_key",
-    )
-    .fetch_all(pool)
-    .await?;
+    let rows =
+        sqlx::query("SELECT tenant_id, type_key, used FROM quotas ORDER BY tenant_id, type_key")
+            .fetch_all(pool)
+            .await?;
     let mut out = Vec::new();
     for r in rows {
-        let (used, held): (i64, i64) = (r.try_get("used")?, r.try_get("held")?);
+        let tenant: String = r.try_get("tenant_id")?;
+        let key: String = r.try_get("type_key")?;
+        let used: i64 = r.try_get("used")?;
+        // The sum a quota starts from when it is set (`quotas::USED`).
+        let held: i64 = sqlx::query_scalar(super::quotas::USED)
+            .bind(&tenant)
+            .bind(&key)
+            .fetch_one(pool)
+            .await?;
         if used != held {
-            let tenant: String = r.try_get("tenant_id")?;
-            let key: String = r.try_get("type_key")?;
             out.push(format!(
                 "quota of {tenant} for {key}: {used} milli-GPUs kept as used, {held} held"
             ));

@@ -77,9 +77,7 @@ pub(super) async fn standing_for(
     .map_err(|e| StoreError::LimitExceeded(e.to_string()))
 }
 
-/// A tenant's quota of a type and what its live work holds of it, read under the lock of
-/// the tenant and the type (PostgreSQL; SQLite has one writer): placements that count the
-/// same room commit one at a time.
+/// A tenant's quota of a type and what its live work holds of it, as [`held_for`] reads it.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Held {
     pub quota: Quota,
@@ -135,13 +133,14 @@ pub(super) async fn held_for(
     }))
 }
 
-/// Where queued reservation `id`, about to be placed on GPUs of type `key`, stands.
+/// Where queued reservation `id`, about to be placed on GPUs of type `key`, stands, and its
+/// tenant.
 pub(super) async fn standing_of_queued(
     conn: &mut AnyConnection,
     backend: Backend,
     id: &str,
     key: &str,
-) -> Result<Standing> {
+) -> Result<(Standing, String)> {
     let row = sqlx::query("SELECT tenant_id, gpu_count, vram_mb FROM reservations WHERE id = $1")
         .bind(id)
         .fetch_optional(&mut *conn)
@@ -154,7 +153,8 @@ pub(super) async fn standing_of_queued(
             count: u32::try_from(row.try_get::<i64, _>("gpu_count")?).unwrap_or(u32::MAX),
         },
     };
-    standing_for(conn, backend, &tenant, key, want).await
+    let standing = standing_for(conn, backend, &tenant, key, want).await?;
+    Ok((standing, tenant))
 }
 
 /// The quotas of the tenants with queued work, with what their live work holds of each type.
@@ -169,17 +169,12 @@ pub(super) async fn queued_quotas(conn: &mut AnyConnection) -> Result<Vec<crate:
     .await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
-        let tenant_id: String = r.try_get("tenant_id")?;
-        let type_key: String = r.try_get("type_key")?;
-        let used: i64 = r.try_get("used")?;
+        let Some(quota) = quota_in(&r)? else { continue };
         out.push(crate::QuotaUse {
-            quota: Quota {
-                guaranteed: milli(r.try_get("guaranteed")?),
-                borrow_limit: r.try_get::<Option<i64>, _>("borrow_limit")?.map(milli),
-            },
-            used_milli: milli(used),
-            tenant_id,
-            type_key,
+            quota,
+            used_milli: milli(r.try_get("used")?),
+            tenant_id: r.try_get("tenant_id")?,
+            type_key: r.try_get("type_key")?,
         });
     }
     Ok(out)
@@ -296,19 +291,14 @@ impl QuotaStore for SqlStore {
         .await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
-            let tenant_id: String = r.try_get("tenant_id")?;
-            let type_key: String = r.try_get("type_key")?;
-            let used: i64 = r.try_get("used")?;
+            let Some(quota) = quota_in(&r)? else { continue };
             out.push(QuotaRow {
                 tenant_name: r.try_get("name")?,
-                quota: Quota {
-                    guaranteed: milli(r.try_get("guaranteed")?),
-                    borrow_limit: r.try_get::<Option<i64>, _>("borrow_limit")?.map(milli),
-                },
-                used: milli(used),
+                quota,
+                used: milli(r.try_get("used")?),
                 set_at: from_ts(r.try_get("set_at")?)?,
-                tenant_id,
-                type_key,
+                tenant_id: r.try_get("tenant_id")?,
+                type_key: r.try_get("type_key")?,
             });
         }
         Ok(out)
