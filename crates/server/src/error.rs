@@ -61,6 +61,21 @@ pub enum ApiError {
     Idempotency(#[from] IdempotencyError),
     #[error(transparent)]
     Secrets(#[from] crate::secrets::SecretsError),
+    /// An endpoint has no replica to answer within its queue's timeout, or cannot start one.
+    #[error("{message}")]
+    EndpointUnavailable {
+        message: String,
+        retry_after: std::time::Duration,
+    },
+    /// An endpoint holds as many waiting requests as it may.
+    #[error("the endpoint's queue is full ({max} requests wait): try again shortly")]
+    QueueFull {
+        max: u32,
+        retry_after: std::time::Duration,
+    },
+    /// An endpoint's owner is out of credit: it runs no replica.
+    #[error("{0}")]
+    EndpointUnpaid(String),
 }
 
 impl ApiError {
@@ -83,6 +98,11 @@ impl ApiError {
             ApiError::PasswordRequired(_) => (StatusCode::FORBIDDEN, "password_required"),
             ApiError::WrongPassword => (StatusCode::FORBIDDEN, "wrong_password"),
             ApiError::BadGateway(_) => (StatusCode::BAD_GATEWAY, "bad_gateway"),
+            ApiError::EndpointUnavailable { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "endpoint_unavailable")
+            }
+            ApiError::QueueFull { .. } => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
+            ApiError::EndpointUnpaid(_) => (StatusCode::PAYMENT_REQUIRED, "insufficient_credit"),
             ApiError::NoSshEndpoint => (StatusCode::NOT_FOUND, "no_ssh_endpoint"),
             ApiError::Idempotency(_) | ApiError::Internal(_) | ApiError::Secrets(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
@@ -123,7 +143,11 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let message = if status.is_server_error() && !matches!(self, ApiError::BadGateway(_)) {
+        let said = matches!(
+            self,
+            ApiError::BadGateway(_) | ApiError::EndpointUnavailable { .. }
+        );
+        let message = if status.is_server_error() && !said {
             // The cause goes to the log, not to the client.
             tracing::error!(error = ?self, "request failed");
             "internal error; see the server log".to_owned()
@@ -139,7 +163,9 @@ impl IntoResponse for ApiError {
         };
         let mut response = (status, Json(body)).into_response();
         if let ApiError::RateLimited { retry_after }
-        | ApiError::LoginThrottled { retry_after, .. } = self
+        | ApiError::LoginThrottled { retry_after, .. }
+        | ApiError::EndpointUnavailable { retry_after, .. }
+        | ApiError::QueueFull { retry_after, .. } = self
         {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,

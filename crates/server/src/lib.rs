@@ -9,6 +9,7 @@ mod auth;
 mod bootstrap;
 mod budgets;
 mod console;
+mod endpoints;
 mod error;
 mod expected;
 mod extract;
@@ -348,6 +349,7 @@ impl RunningServer {
         }
         let versions = (state.store.backend() == Backend::Postgres)
             .then(|| tokio::spawn(jobs::versions::run(state.clone(), stopped.clone())));
+        tokio::spawn(endpoints::scaler::run(state.clone(), stopped.clone()));
         let maintenance = tokio::spawn(jobs::maintenance::run(state.clone(), stopped));
         tracing::info!(%addr, backend = ?state.store.backend(), "control plane listening");
         let scale = &state.config.scale;

@@ -15,6 +15,7 @@ use utoipa::{Modify, OpenApi};
         (name = "users", description = "Accounts, tokens and prepaid credit"),
         (name = "reservations", description = "Offers and reservations of GPUs"),
         (name = "volumes", description = "Storage that outlives instances"),
+        (name = "endpoints", description = "Apps behind one URL, with replicas that scale with traffic and to zero"),
         (name = "templates", description = "Named instance setups that reservations start from"),
         (name = "registries", description = "Your credentials for private image registries"),
         (name = "teams", description = "Teams: a shared balance, members with roles, and the reservations made for it"),

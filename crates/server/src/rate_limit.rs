@@ -1,5 +1,6 @@
 //! Rate limits per token and per client address: token buckets in memory (per replica), and
-//! the middleware that answers 429 with `Retry-After`. Agents' routes are exempt.
+//! the middleware that answers 429 with `Retry-After`. Agents' routes and endpoints' URLs are
+//! exempt.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -139,10 +140,10 @@ impl RateLimiters {
 
 /// Refuses a request over its address's or its token's rate with 429 and `Retry-After`.
 pub(crate) async fn limit(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let exempt = request
-        .extensions()
-        .get::<MatchedPath>()
-        .is_some_and(|p| p.as_str().starts_with("/api/v1/agent/"));
+    let exempt = request.extensions().get::<MatchedPath>().is_some_and(|p| {
+        // Agents, and endpoints' traffic (the app's callers, bounded by its queue).
+        p.as_str().starts_with("/api/v1/agent/") || p.as_str().starts_with("/e/")
+    });
     if !exempt {
         let now = Instant::now();
         let limits = &state.rate_limits;

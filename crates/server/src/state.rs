@@ -53,6 +53,11 @@ pub struct Shared {
     pub console_reports: Arc<crate::console::report_cache::ReportCache>,
     /// The requests seen lately per GPU type: the workload placement keeps room for.
     pub expected: Arc<crate::expected::Expected>,
+    /// The endpoints this control plane serves, their replicas and queues.
+    pub endpoints: Arc<crate::endpoints::Endpoints>,
+    /// This control plane among its replicas (random at each start): who holds an endpoint's
+    /// scaling lease, whose load is whose.
+    pub server_id: String,
 }
 
 impl std::ops::Deref for AppState {
@@ -98,6 +103,8 @@ impl AppState {
             console_api: Arc::default(),
             console_reports: Arc::default(),
             expected: Arc::default(),
+            endpoints: Arc::default(),
+            server_id: uuid::Uuid::new_v4().to_string(),
         }))
     }
 

@@ -264,6 +264,7 @@ pub fn reservation(
         // The handler resolves the volumes (`volumes::mounts`).
         mounts: Vec::new(),
         node_filter: Default::default(),
+        replica_of: None,
     })
 }
 

@@ -8,6 +8,7 @@ mod access;
 mod audit_trail;
 pub mod backup;
 mod budgets;
+mod endpoints;
 mod error;
 mod model;
 mod notifications;
@@ -36,11 +37,15 @@ use gpurent_types::Money;
 pub use access::{AccessStore, LoginFacts, NewToken, TenantLimits, TokenCheck, TokenFacts};
 pub use audit_trail::{allocation_of, verify_audit, RecordWithin};
 pub use budgets::{BudgetFacts, BudgetStore};
+pub use endpoints::{
+    EndpointRow, EndpointSpec, EndpointStanding, EndpointStore, NewEndpoint, ReplicaRow,
+};
 pub use error::StoreError;
 pub use model::{
     AuthUser, Backend, Drained, Fenced, FleetView, GpuCounts, IdempotencyClaim, LedgerCheck,
     LiveGpu, MetricsView, NewNode, NewReservation, NewUser, NodeAction, NodeCertificate, QueueView,
-    QueuedReservation, QuotaUse, Reserved, Scope, Synced, TeamUsage, Want, USAGE_HORIZON_DAYS,
+    QueuedReservation, QuotaUse, ReplicaOf, Reserved, Scope, Synced, TeamUsage, Want,
+    USAGE_HORIZON_DAYS,
 };
 pub use notifications::{AttemptOutcome, DueDelivery, HookRow, NotificationStore, PlatformEvent};
 pub use proxy::{ProxyGrant, ProxyStore, ProxyTokenKind};
@@ -58,9 +63,10 @@ pub use volumes::{NewVolume, NodeFilter, VolumeMountRow, VolumeNode, VolumeStore
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        AccessStore, AuditStore, BudgetStore, MetricsStore, NodeStore, NotificationStore,
-        ProxyStore, QuotaStore, RegistryStore, ReservationStore, SharedKeyStore, SshKeyStore,
-        StatementStore, Store, TeamStore, TemplateStore, TunnelStore, UserStore, VolumeStore,
+        AccessStore, AuditStore, BudgetStore, EndpointStore, MetricsStore, NodeStore,
+        NotificationStore, ProxyStore, QuotaStore, RegistryStore, ReservationStore, SharedKeyStore,
+        SshKeyStore, StatementStore, Store, TeamStore, TemplateStore, TunnelStore, UserStore,
+        VolumeStore,
     };
 }
 
@@ -86,6 +92,7 @@ pub trait Store:
     + BudgetStore
     + NotificationStore
     + QuotaStore
+    + EndpointStore
     + std::fmt::Debug
 {
 }
@@ -109,6 +116,7 @@ impl<T> Store for T where
         + BudgetStore
         + NotificationStore
         + QuotaStore
+        + EndpointStore
         + std::fmt::Debug
 {
 }

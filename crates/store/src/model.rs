@@ -133,6 +133,17 @@ pub struct NewReservation {
     /// The volumes its instance mounts, and where they let it be placed.
     pub mounts: Vec<crate::VolumeMountRow>,
     pub node_filter: crate::NodeFilter,
+    /// The endpoint it is a replica of.
+    pub replica_of: Option<ReplicaOf>,
+}
+
+/// Which endpoint a reservation serves, its number there and the generation of the endpoint's
+/// spec it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaOf {
+    pub endpoint_id: String,
+    pub index: u64,
+    pub generation: u64,
 }
 
 /// What `ReservationStore::reserve_recorded` did.

@@ -23,6 +23,9 @@ pub enum ApiCommand {
     /// Volumes: storage that outlives instances (`reserve --volume NAME:/workspace`).
     #[command(subcommand)]
     Volumes(super::VolumesCommand),
+    /// Endpoints: an app behind one URL, its replicas scaled with its traffic (to zero).
+    #[command(subcommand)]
+    Endpoints(super::EndpointsCommand),
     /// Templates: named instance setups that `reserve --template NAME` starts from.
     #[command(subcommand)]
     Templates(super::TemplatesCommand),

@@ -7,6 +7,8 @@ mod billing;
 mod nodes;
 mod reservations;
 
+pub(crate) use reservations::logs as reservation_logs;
+
 use gpurent_types::Money;
 
 use super::admin_token::{default_token, DefaultToken};
@@ -139,6 +141,7 @@ pub async fn run(
         Command::Tokens(command) => super::access::tokens(&api, command, json).await?,
         Command::Keys(command) => super::ssh_keys::keys(&api, command, json).await?,
         Command::Volumes(command) => super::volumes::volumes(&api, command, json).await?,
+        Command::Endpoints(command) => super::endpoints::endpoints(&api, command, json).await?,
         Command::Templates(command) => super::templates::templates(&api, command, json).await?,
         Command::Registries(command) => super::registries::registries(&api, command, json).await?,
         Command::Teams(command) => super::teams::teams(&api, command, json).await?,

@@ -24,6 +24,7 @@ pub mod bench_start;
 pub mod budget;
 pub mod client;
 pub mod cp;
+pub mod endpoints;
 pub mod instance_sftp;
 pub mod lock;
 pub mod notifications;

@@ -1,6 +1,7 @@
 //! Forwarding one request to a port inside an instance: a TCP stream through the node's
 //! tunnel, HTTP/1.1 over it, the response streamed back; a WebSocket (any `Upgrade`) is
-//! spliced both ways once the app answers 101.
+//! spliced both ways once the app answers 101. Published ports and endpoints both forward
+//! here (`forward_hop`).
 
 use std::sync::atomic::Ordering;
 
@@ -37,14 +38,49 @@ pub(super) async fn forward(
     state: &AppState,
     target: &Target,
     reservation: &Reservation,
-    mut request: Request,
+    request: Request,
     via_host: Option<ViaHost>,
 ) -> Response {
+    let apps_site = via_host.is_some();
+    let path = match via_host {
+        Some(via) => via.path,
+        None => request.uri().path().to_owned(),
+    };
+    let hop = Hop {
+        reservation_id: &reservation.id,
+        node: reservation.node.as_deref().unwrap_or_default(),
+        epoch: reservation.epoch,
+        port: target.port,
+        path,
+        apps_site,
+    };
+    forward_hop(state, &hop, request).await
+}
+
+/// Where one forwarded request goes: a port of a running instance, the path the app sees, and
+/// which site the client is on (the apps' own, or the console's, sandboxed).
+#[derive(Debug, Clone)]
+pub(crate) struct Hop<'a> {
+    pub reservation_id: &'a str,
+    pub node: &'a str,
+    pub epoch: i64,
+    pub port: u16,
+    pub path: String,
+    pub apps_site: bool,
+}
+
+/// Marks a 502 of the proxy's own (the instance could not be reached or closed without an
+/// answer), not one the app sent: the request reached no app and may be tried elsewhere.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Unreached;
+
+/// Sends the request to the hop's port and streams the answer back; 502 (marked
+/// [`Unreached`]) when the port cannot be reached.
+pub(crate) async fn forward_hop(state: &AppState, hop: &Hop<'_>, mut request: Request) -> Response {
     state.metrics.proxy.requests.fetch_add(1, Ordering::Relaxed);
-    let on_apps_site = via_host.is_some();
     let upgrade = upgrade_of(request.headers());
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut request));
-    let outgoing = match outgoing(state, request, via_host, upgrade.as_ref()) {
+    let outgoing = match outgoing(state, request, &hop.path, upgrade.as_ref()) {
         Ok(outgoing) => outgoing,
         Err(e) => return e.into_response(),
     };
@@ -54,22 +90,23 @@ pub(super) async fn forward(
             .proxy
             .bad_gateway
             .fetch_add(1, Ordering::Relaxed);
-        tracing::info!(reservation = %reservation.id, port = target.port, %why, "proxy: bad gateway");
-        ApiError::BadGateway(format!(
+        tracing::info!(reservation = %hop.reservation_id, port = hop.port, %why, "proxy: bad gateway");
+        let mut response = ApiError::BadGateway(format!(
             "cannot reach port {} of reservation {}: {why}",
-            target.port, reservation.id
+            hop.port, hop.reservation_id
         ))
-        .into_response()
+        .into_response();
+        response.extensions_mut().insert(Unreached);
+        response
     };
-    let node = reservation.node.clone().unwrap_or_default();
     let open = OpenStream {
-        reservation_id: reservation.id.clone(),
-        epoch: reservation.epoch,
-        kind: StreamKind::Tcp { port: target.port },
+        reservation_id: hop.reservation_id.to_owned(),
+        epoch: hop.epoch,
+        kind: StreamKind::Tcp { port: hop.port },
         pty: None,
         env: Vec::new(),
     };
-    let stream = match state.tunnels.dial(&node, open).await {
+    let stream = match state.tunnels.dial(hop.node, open).await {
         Ok(stream) => stream,
         Err(e) => return bad_gateway(e.to_string()),
     };
@@ -105,7 +142,7 @@ pub(super) async fn forward(
         &mut parts.headers,
         parts.status == StatusCode::SWITCHING_PROTOCOLS,
     );
-    if on_apps_site {
+    if hop.apps_site {
         drop_our_cookies(&mut parts.headers);
     } else {
         sandbox(&mut parts.headers);
@@ -133,17 +170,13 @@ fn upgrade_of(headers: &HeaderMap) -> Option<HeaderValue> {
 fn outgoing(
     state: &AppState,
     request: Request,
-    via_host: Option<ViaHost>,
+    path: &str,
     upgrade: Option<&HeaderValue>,
 ) -> Result<Request, ApiError> {
     let (mut parts, body) = request.into_parts();
-    let path = match &via_host {
-        Some(via) => via.path.clone(),
-        None => parts.uri.path().to_owned(),
-    };
     let path_and_query = match parts.uri.query() {
         Some(q) => format!("{path}?{q}"),
-        None => path,
+        None => path.to_owned(),
     };
     parts.uri = path_and_query
         .parse()

@@ -1,5 +1,6 @@
 //! The apps' site (`--apps-domain`, `localhost` by default): a request whose `Host` is
-//! `ID-PORT.DOMAIN` goes to the proxy with its path at the app's root, each port at an origin
+//! `ID-PORT.DOMAIN` goes to the proxy with its path at the app's root (`NAME.e.DOMAIN`, to the
+//! endpoint `NAME`), each port at an origin
 //! of its own that shares no cookie with the console's; the console itself is never served on
 //! that site.
 
@@ -55,6 +56,14 @@ pub(crate) fn target(headers: &HeaderMap, domain: &str) -> Option<(String, u16)>
     (!id.is_empty()).then(|| (id.to_owned(), port))
 }
 
+/// The endpoint of a `Host: NAME.e.DOMAIN` (any port of the listener after it).
+pub(crate) fn endpoint(headers: &HeaderMap, domain: &str) -> Option<String> {
+    let name = host_name(headers)?;
+    let label = label_under(&name, &domain.to_ascii_lowercase())?;
+    let endpoint = label.strip_suffix(".e")?;
+    (!endpoint.is_empty() && !endpoint.contains('.')).then(|| endpoint.to_owned())
+}
+
 /// Whether the request's host is on the apps' site: the domain itself or any name under it.
 pub(crate) fn on_apps_site(headers: &HeaderMap, domain: &str) -> bool {
     let domain = domain.trim_matches('.').to_ascii_lowercase();
@@ -70,6 +79,19 @@ pub(crate) async fn route(
     next: Next,
 ) -> Response {
     let domain = state.config.apps_domain.as_str();
+    if let Some(name) = endpoint(request.headers(), domain) {
+        let path = request.uri().path().to_owned();
+        let rewritten = match request.uri().query() {
+            Some(q) => format!("{}{name}{path}?{q}", crate::endpoints::serve::PREFIX),
+            None => format!("{}{name}{path}", crate::endpoints::serve::PREFIX),
+        };
+        match rewritten.parse::<Uri>() {
+            Ok(uri) => *request.uri_mut() = uri,
+            Err(_) => return crate::error::ApiError::NoRoute(path).into_response(),
+        }
+        request.extensions_mut().insert(ViaHost { path });
+        return next.run(request).await;
+    }
     let Some((id, port)) = target(request.headers(), domain) else {
         let path = request.uri().path();
         if on_apps_site(request.headers(), domain)
@@ -146,6 +168,24 @@ mod tests {
             target(&host("r1-8888.localhost:8080"), DEFAULT_APPS_DOMAIN),
             Some(("r1".to_owned(), 8888))
         );
+    }
+
+    #[test]
+    fn an_endpoint_is_the_label_before_e() {
+        let d = "apps.example.com";
+        let e = |h: &str| endpoint(&host(h), d);
+        assert_eq!(e("llm.e.apps.example.com"), Some("llm".to_owned()));
+        assert_eq!(e("LLM.E.Apps.Example.com:8443"), Some("llm".to_owned()));
+        assert_eq!(e("e.apps.example.com"), None);
+        assert_eq!(e(".e.apps.example.com"), None);
+        assert_eq!(e("a.b.e.apps.example.com"), None);
+        assert_eq!(e("llm.f.apps.example.com"), None);
+        assert_eq!(e("llm.e.other.example.com"), None);
+        assert_eq!(
+            endpoint(&host("llm.e.localhost:8080"), DEFAULT_APPS_DOMAIN),
+            Some("llm".to_owned())
+        );
+        assert_eq!(target(&host("llm.e.localhost"), DEFAULT_APPS_DOMAIN), None);
     }
 
     #[test]

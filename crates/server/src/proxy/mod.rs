@@ -5,7 +5,7 @@
 //! bearer-token clients only, sandboxed and without cookies.
 
 pub(crate) mod access;
-mod forward;
+pub(crate) mod forward;
 pub(crate) mod host;
 pub(crate) mod links;
 pub(crate) mod open;
@@ -29,7 +29,10 @@ const LINK_PARAM: &str = "gpurent_link";
 /// Whether a request goes to the proxy: it may stream its body as long as its app wants (an
 /// upload, a WebSocket), so the listener's body deadline does not apply.
 pub(crate) fn is_proxied(uri: &Uri, headers: &axum::http::HeaderMap, apps_domain: &str) -> bool {
-    uri.path().starts_with(PREFIX) || host::target(headers, apps_domain).is_some()
+    uri.path().starts_with(PREFIX)
+        || uri.path().starts_with(crate::endpoints::serve::PREFIX)
+        || host::target(headers, apps_domain).is_some()
+        || host::endpoint(headers, apps_domain).is_some()
 }
 
 /// A reservation's port as a request names it.

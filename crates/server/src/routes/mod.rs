@@ -57,6 +57,17 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(reservations::stop))
         .routes(routes!(reservations::logs))
         .routes(routes!(crate::volumes::create, crate::volumes::list))
+        .routes(routes!(crate::endpoints::create, crate::endpoints::list))
+        .routes(routes!(
+            crate::endpoints::get,
+            crate::endpoints::update,
+            crate::endpoints::remove
+        ))
+        .routes(routes!(
+            crate::endpoints::keys::create,
+            crate::endpoints::keys::list
+        ))
+        .routes(routes!(crate::endpoints::keys::remove))
         .routes(routes!(
             crate::volumes::get,
             crate::volumes::resize,
@@ -140,6 +151,10 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/proxy/{id}/{port}", any(crate::proxy::handle))
         .route("/proxy/{id}/{port}/", any(crate::proxy::handle))
         .route("/proxy/{id}/{port}/{*path}", any(crate::proxy::handle))
+        // Endpoints' URLs on the control plane's host, for API clients; the same.
+        .route("/e/{name}", any(crate::endpoints::serve::handle))
+        .route("/e/{name}/", any(crate::endpoints::serve::handle))
+        .route("/e/{name}/{*path}", any(crate::endpoints::serve::handle))
         // The web console: HTML pages, not in the OpenAPI document.
         .merge(crate::console::routes())
         .fallback(not_found)
@@ -205,8 +220,16 @@ async fn not_found(uri: Uri, headers: axum::http::HeaderMap) -> Response {
 /// A request, once received, is handled to the end in a task of its own, even if its client
 /// goes away: an agent that drops a long poll, or a CLI stopped with Ctrl-C, must not cut a
 /// store transaction in half (on SQLite that would leave the one connection unusable).
-async fn run_to_completion(request: Request, next: Next) -> Response {
-    match tokio::spawn(next.run(request)).await {
+/// The handler learns that its client went away through `Departed` (an endpoint's queued
+/// request gives up its place).
+async fn run_to_completion(mut request: Request, next: Next) -> Response {
+    let (client, departed) = tokio::sync::watch::channel(());
+    request
+        .extensions_mut()
+        .insert(crate::endpoints::serve::Departed(departed));
+    let handled = tokio::spawn(next.run(request)).await;
+    drop(client);
+    match handled {
         Ok(response) => response,
         Err(e) => {
             tracing::error!(error = %e, "request handler panicked");

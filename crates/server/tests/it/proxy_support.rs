@@ -116,7 +116,7 @@ fn full(b: impl Into<Bytes>) -> AppBody {
     Full::new(b.into()).boxed()
 }
 
-fn accept_key(key: &str) -> String {
+pub(crate) fn accept_key(key: &str) -> String {
     let mut sha = sha1::Sha1::new();
     sha1::Digest::update(&mut sha, key.as_bytes());
     sha1::Digest::update(&mut sha, b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
@@ -296,7 +296,7 @@ pub(crate) async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> Option<(u8
     Some((opcode, payload))
 }
 
-async fn ws_echo<S: AsyncReadExt + AsyncWriteExt + Unpin>(mut s: S) {
+pub(crate) async fn ws_echo<S: AsyncReadExt + AsyncWriteExt + Unpin>(mut s: S) {
     while let Some((opcode, payload)) = read_frame(&mut s).await {
         write_frame(&mut s, opcode, &payload, false).await;
         if opcode == 8 {

@@ -166,12 +166,14 @@ pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) ->
                 env, created_at, idempotency_key, request_hash, ports, price_step_s,
                 price_after, host_share_bps, priority, placed_at, queued_at, queue_reason,
                 type_key, on_node_loss, idle_reclaim, checkpoint, secrets, secret_names,
-                http_ports, volumes, created_by, borrowed)
+                http_ports, volumes, created_by, borrowed, endpoint_id, endpoint_replica,
+                endpoint_gen)
              VALUES {} RETURNING ",
                 reservation_fields!(),
                 ", node_id, price_step_s, price_after, host_share_bps,
                 CAST(0 AS BIGINT) AS charged, CAST(0 AS BIGINT) AS held,
-                CAST(NULL AS TEXT) AS node_name, CAST(NULL AS TEXT) AS team_name"
+                CAST(NULL AS TEXT) AS node_name, CAST(NULL AS TEXT) AS team_name,
+                CAST(NULL AS TEXT) AS endpoint_name"
             ),
             values.join(", ")
         ),
@@ -209,7 +211,7 @@ pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) ->
 }
 
 /// The arguments of one row of [`push_inserts`], in its columns' order (less the literals).
-const ROW_ARGS: usize = 35;
+const ROW_ARGS: usize = 38;
 
 fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
     let (new, quote) = (row.new, row.quote);
@@ -257,6 +259,9 @@ fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
         Arg::from(to_json(&new.mounts)),
         Arg::from(&new.created_by),
         Arg::from(i64::from(row.borrowed)),
+        Arg::from(&new.replica_of.as_ref().map(|r| r.endpoint_id.clone())),
+        Arg::from(new.replica_of.as_ref().map(|r| big(r.index))),
+        Arg::from(new.replica_of.as_ref().map(|r| big(r.generation))),
     ]
 }
 
@@ -460,4 +465,9 @@ pub(super) async fn no_capacity_reason(
             "no live {wanted} GPU has {vram_mb} MiB of memory free"
         )),
     })
+}
+
+/// A count or number as the database keeps it.
+fn big(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }

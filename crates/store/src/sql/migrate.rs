@@ -218,6 +218,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "quota_use",
         include_str!("../../migrations/0048_quota_use.sql"),
     ),
+    (
+        49,
+        "endpoints",
+        include_str!("../../migrations/0049_endpoints.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

@@ -13,6 +13,7 @@ mod combiner;
 mod create;
 mod drain;
 mod endings;
+mod endpoints;
 mod events;
 mod failover;
 mod fencing;

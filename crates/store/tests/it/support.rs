@@ -44,6 +44,7 @@ pub fn one_gpu(tenant: &str) -> NewReservation {
         limits: gpurent_store::TenantLimits::UNLIMITED,
         mounts: Vec::new(),
         node_filter: Default::default(),
+        replica_of: None,
     }
 }
 

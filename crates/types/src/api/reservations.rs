@@ -197,6 +197,11 @@ pub struct Reservation {
     /// when a quota's owner needs its GPUs (docs/quotas.md).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub borrowed: bool,
+    /// The endpoint it is a replica of (`gpurent endpoints`), and its number there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_replica: Option<u64>,
     /// Why a queued reservation still waits (`pending` without a node); null otherwise.
     #[serde(default)]
     pub queue_reason: Option<String>,

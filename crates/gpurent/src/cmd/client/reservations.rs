@@ -298,7 +298,7 @@ pub(super) async fn stop(api: &ApiClient, id: String, json: bool) -> Result<(), 
 }
 
 /// Prints the reservation's log (or writes it to `out`), its bytes as they are.
-pub(super) async fn logs(
+pub(crate) async fn logs(
     api: &ApiClient,
     id: &str,
     follow: bool,
