@@ -191,7 +191,12 @@ impl Metrics {
     }
 
     /// The text exposition of everything: this process's series and the store's `view` at `now`.
-    pub fn render(&self, view: &MetricsView, now: DateTime<Utc>) -> String {
+    pub fn render(
+        &self,
+        view: &MetricsView,
+        endpoints: Vec<crate::endpoints::metrics::Series>,
+        now: DateTime<Utc>,
+    ) -> String {
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
         let (c, s, p) = (&self.connections, &self.ssh, &self.proxy);
         let scrape = Scrape {
@@ -217,6 +222,7 @@ impl Metrics {
                 failovers: [load(&self.rescheduled), load(&self.ended_by_loss)],
             },
             view: view.clone(),
+            endpoints,
             now,
         };
         // A registry per scrape: the store's figures are read for this scrape only.
@@ -275,6 +281,7 @@ struct Scrape {
     waits: Histogram,
     counts: Counts,
     view: MetricsView,
+    endpoints: Vec<crate::endpoints::metrics::Series>,
     now: DateTime<Utc>,
 }
 
@@ -321,6 +328,7 @@ impl Collector for Scrape {
         )?;
         self.waits.encode(family)?;
         write_failovers(&mut e, &self.counts)?;
+        crate::endpoints::metrics::write(&mut e, &self.endpoints)?;
         write_money(&mut e, &self.view)
     }
 }
@@ -552,7 +560,7 @@ mod tests {
         m.observe_request("/a/{id}", "GET", 200, Duration::from_millis(3));
         m.observe_request("/a/{id}", "GET", 204, Duration::from_millis(40));
         m.observe_request("/a/{id}", "GET", 404, Duration::from_secs(60));
-        let text = m.render(&MetricsView::default(), Utc::now());
+        let text = m.render(&MetricsView::default(), Vec::new(), Utc::now());
         let series = "route=\"/a/{id}\",method=\"GET\",status=\"2xx\"";
         assert!(text.contains(&format!(
             "gpurent_http_request_duration_seconds_bucket{{{series},le=\"0.005\"}} 1\n"

@@ -30,6 +30,7 @@ mod crash;
 mod data_dir;
 mod debian_root;
 mod docker_and_processes;
+mod endpoints_cli;
 mod failover_processes;
 mod first_run;
 mod first_run_fresh;

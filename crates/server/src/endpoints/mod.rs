@@ -1,12 +1,14 @@
 //! Endpoints: an app behind one URL, served by replicas (reservations of its shape) that scale
 //! with its traffic and to zero (docs/endpoints.md). The routes of `gpurent endpoints` are
 //! here; what this control plane knows of each endpoint is in [`live`], the URL's proxy in
-//! [`serve`], health checks in [`health`], the scaler in [`scaler`].
+//! [`serve`], health checks in [`health`], the scaler in [`scaler`], its series in `/metrics`
+//! in [`metrics`].
 
 pub mod figures;
 pub mod health;
 pub mod keys;
 pub mod live;
+pub mod metrics;
 pub mod scaler;
 pub mod serve;
 

@@ -15,7 +15,9 @@ use crate::state::AppState;
     responses((status = 200, body = String, content_type = "text/plain; version=0.0.4")))]
 pub(crate) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let view = state.store.metrics_view(state.live_since()).await?;
-    let text = state.metrics.render(&view, state.now());
+    let now = state.now();
+    let endpoints = crate::endpoints::metrics::snapshot(&state.endpoints, now);
+    let text = state.metrics.render(&view, endpoints, now);
     Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response())
 }
 

@@ -54,6 +54,24 @@ async fn an_endpoint_scales_from_zero_to_many_and_back(backend: Backend) {
     assert!(got["url"].as_str().unwrap().ends_with("/e/llm"), "{got}");
     assert_eq!(got["cold_starts"], 1, "{got}");
     assert!(got["cold_start_p50_ms"].as_f64().unwrap() > 0.0);
+    // /metrics has its series, by name.
+    let metrics = s
+        .http
+        .get(format!("{}/metrics", s.app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        "gpurent_endpoint_requests_total{endpoint=\"llm\"}",
+        "gpurent_endpoint_replicas{endpoint=\"llm\",state=\"ready\"} 1",
+        "gpurent_endpoint_cold_starts_total{endpoint=\"llm\"} 1",
+        "gpurent_endpoint_latency_seconds{endpoint=\"llm\",quantile=\"0.99\"}",
+    ] {
+        assert!(metrics.contains(series), "{series} in {metrics}");
+    }
     // The replica is a reservation of its endpoint, in `ls`.
     let (_, list) = s.client().get("/api/v1/reservations").await;
     let replica = list
