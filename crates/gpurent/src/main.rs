@@ -124,6 +124,12 @@ fn run_daemon(
             }
             report_daemon(runtime.block_on(cmd::bench_running::run(args, json)))
         }
+        DaemonCommand::Bench(BenchCommand::Endpoint(args)) => {
+            if std::env::var_os("GPURENT_LOG").is_some() {
+                init_logging();
+            }
+            report_daemon(runtime.block_on(cmd::bench_endpoint::run(args, json)))
+        }
         DaemonCommand::Bench(BenchCommand::Settle(args)) => {
             init_logging();
             report_daemon(runtime.block_on(cmd::bench_settle::run(args, json)))

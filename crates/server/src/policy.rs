@@ -114,6 +114,7 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/api/v1/reservations/{id}", READ),
     ("POST", "/api/v1/reservations/{id}/stop", RESERVE),
     ("GET", "/api/v1/reservations/{id}/logs", READ),
+    ("GET", "/api/v1/reservations/{id}/gpu-usage", READ),
     ("POST", "/api/v1/reservations/{id}/proxy-links", SSH),
     ("POST", "/api/v1/volumes", VOLUMES),
     ("GET", "/api/v1/volumes", READ),
@@ -174,10 +175,15 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("GET", "/instances/{id}", PAGE_ANY),
     ("POST", "/instances/{id}/stop", PAGE_ANY),
     ("GET", "/instances/{id}/log", PAGE_ANY),
+    ("GET", "/instances/{id}/gpu.svg", PAGE_ANY),
     // The web terminal's WebSocket: the viewer's own running reservation (an admin's: any).
     ("GET", "/instances/{id}/terminal", PAGE_ANY),
     ("GET", "/instances/{id}/ports/{port}", PAGE_ANY),
     ("GET", "/open/{link}", PAGE_ANY),
+    // Endpoints (console/pages/endpoints.rs).
+    ("GET", "/endpoints", PAGE_ANY),
+    ("GET", "/endpoints/{name}", PAGE_ANY),
+    ("GET", "/endpoints/{name}/replicas.svg", PAGE_ANY),
     // Billing, account and nodes (console/pages/billing.rs, account.rs, nodes.rs).
     ("GET", "/billing", PAGE_ANY),
     ("GET", "/billing/invoice.csv", PAGE_ANY),

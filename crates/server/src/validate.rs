@@ -265,6 +265,7 @@ pub fn reservation(
         mounts: Vec::new(),
         node_filter: Default::default(),
         replica_of: None,
+        avoid_nodes: Vec::new(),
     })
 }
 

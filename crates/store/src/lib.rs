@@ -361,6 +361,16 @@ pub trait NodeStore: Send + Sync {
     /// how many rows.
     async fn prune_gpu_hours(&self, before: DateTime<Utc>) -> Result<u64>;
 
+    /// The hourly telemetry rollup of these GPUs (by uuid) over the hours that start in
+    /// [`from`'s hour, `to`), by hour and GPU: what a reservation's GPUs did over its life. The
+    /// samples of the last minute may not be written yet (`gpu_hours::FLUSH_EVERY`).
+    async fn gpu_hours_of(
+        &self,
+        gpus: &[String],
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<GpuHour>>;
+
     /// Fences every node not heard from for `ttl`: it becomes `lost` (each node in one
     /// transaction) and its live reservations stop being billed at its fence time (its last
     /// heartbeat + `ttl`, never later than `now`) and give their GPU memory back; each is then

@@ -135,6 +135,9 @@ pub struct NewReservation {
     pub node_filter: crate::NodeFilter,
     /// The endpoint it is a replica of.
     pub replica_of: Option<ReplicaOf>,
+    /// Nodes (by name) it goes to only if no other has room (an endpoint's replicas spread): a
+    /// preference of its placement at once, not of the queue's.
+    pub avoid_nodes: Vec<String>,
 }
 
 /// Which endpoint a reservation serves, its number there and the generation of the endpoint's

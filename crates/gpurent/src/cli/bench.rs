@@ -12,6 +12,9 @@ pub enum BenchCommand {
     Reserve(BenchArgs),
     /// Reserve-to-running latency on a real executor, one reservation at a time.
     Running(BenchRunningArgs),
+    /// Endpoints on the process executor: cold starts, the proxy's overhead, many endpoints, a
+    /// load step (BENCHMARKS.md).
+    Endpoint(BenchEndpointArgs),
     /// CPU and memory an agent costs, with telemetry at its heartbeat.
     Agent(BenchAgentArgs),
     /// Settlement periods of many running reservations.
@@ -224,6 +227,25 @@ pub struct BenchRunningArgs {
     /// of the same image as many times, for comparison.
     #[arg(long)]
     pub pull: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchEndpointArgs {
+    /// Cold starts timed (first request to a scaled-to-zero endpoint, answered).
+    #[arg(long, default_value_t = 20)]
+    pub cold_starts: usize,
+    /// Requests of each throughput run.
+    #[arg(long, default_value_t = 2000)]
+    pub requests: usize,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Endpoints of the many-endpoints run.
+    #[arg(long, default_value_t = 10)]
+    pub endpoints: usize,
+    /// The process executor without its sandbox; by default isolated as in production (root).
+    #[arg(long)]
+    pub unisolated: bool,
 }
 
 #[derive(Debug, Args)]

@@ -158,3 +158,48 @@ pub async fn bench_node(
         )
         .await?)
 }
+
+/// The process executor of a benchmark's node under `dir`: isolated as in production (root and
+/// bubblewrap; in a network of its own per instance unless `shared_network`, with a disk of
+/// `disk_gb` per instance, 0 for unbounded), or `unisolated`.
+pub fn process_executor(
+    dir: &std::path::Path,
+    resources: gpurent_agent::executor::ResourcesPerGpu,
+    unisolated: bool,
+    shared_network: bool,
+    disk_gb: u64,
+) -> anyhow::Result<Arc<dyn gpurent_agent::Executor>> {
+    use gpurent_agent::executor::{Isolation, ProcessExecutor};
+    if unisolated {
+        return Ok(Arc::new(ProcessExecutor::unisolated(
+            &dir.join("agent"),
+            None,
+            resources,
+        )?));
+    }
+    let executor = ProcessExecutor::isolated(
+        &dir.join("agent"),
+        &Isolation {
+            cgroup_root: "/sys/fs/cgroup/gpurent-bench".into(),
+            uid_base: gpurent_agent::executor::DEFAULT_INSTANCE_UID_BASE,
+            allow_unisolated: false,
+            hidden: Vec::new(),
+        },
+        resources,
+    )
+    .context("the isolated process executor (root and bubblewrap; or pass --unisolated)")?;
+    let executor = if shared_network {
+        executor.with_shared_network()
+    } else {
+        executor
+    };
+    if disk_gb == 0 {
+        return Ok(Arc::new(executor));
+    }
+    let volumes =
+        gpurent_agent::volumes::VolumeStore::open(dir.join("agent").join("volumes"), None)?;
+    let scratch =
+        gpurent_agent::executor::Scratch::new(volumes, disk_gb.saturating_mul(1_000_000_000))
+            .map_err(|why| anyhow::anyhow!("instances' disks: {why}"))?;
+    Ok(Arc::new(executor.with_scratch(scratch)))
+}

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use gpurent_agent::executor::{
-    DockerExecutor, Isolation, ProcessExecutor, ResourcesPerGpu, SimExecutor,
-};
+use gpurent_agent::executor::{DockerExecutor, ResourcesPerGpu, SimExecutor};
 use gpurent_agent::gpu::SimGpus;
 use gpurent_agent::{Agent, AgentConfig, Executor};
 use gpurent_types::api::Reservation;
@@ -93,50 +91,14 @@ pub async fn run(args: BenchRunningArgs, json: bool) -> anyhow::Result<()> {
                     "trap 'exit 0' TERM; sleep 600 & wait".into(),
                 ],
             ),
-            ExecutorKind::Process if args.unisolated => (
-                Arc::new(ProcessExecutor::unisolated(
-                    &dir.join("agent"),
-                    None,
-                    resources,
-                )?),
-                None,
-                vec!["sleep".into(), "600".into()],
-            ),
             ExecutorKind::Process => (
-                Arc::new({
-                    let executor = ProcessExecutor::isolated(
-                        &dir.join("agent"),
-                        &Isolation {
-                            cgroup_root: "/sys/fs/cgroup/gpurent-bench".into(),
-                            uid_base: gpurent_agent::executor::DEFAULT_INSTANCE_UID_BASE,
-                            allow_unisolated: false,
-                            hidden: Vec::new(),
-                        },
-                        resources,
-                    )
-                    .context(
-                        "the isolated process executor (root and bubblewrap; or pass --unisolated)",
-                    )?;
-                    let executor = if args.shared_network {
-                        executor.with_shared_network()
-                    } else {
-                        executor
-                    };
-                    if args.disk_gb == 0 {
-                        executor
-                    } else {
-                        let volumes = gpurent_agent::volumes::VolumeStore::open(
-                            dir.join("agent").join("volumes"),
-                            None,
-                        )?;
-                        let scratch = gpurent_agent::executor::Scratch::new(
-                            volumes,
-                            args.disk_gb.saturating_mul(1_000_000_000),
-                        )
-                        .map_err(|why| anyhow::anyhow!("instances' disks: {why}"))?;
-                        executor.with_scratch(scratch)
-                    }
-                }),
+                super::bench_common::process_executor(
+                    &dir,
+                    resources,
+                    args.unisolated,
+                    args.shared_network,
+                    args.disk_gb,
+                )?,
                 None,
                 vec!["sleep".into(), "600".into()],
             ),

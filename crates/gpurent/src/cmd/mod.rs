@@ -14,6 +14,7 @@ pub mod bench_backup;
 pub mod bench_chaos;
 pub mod bench_common;
 pub mod bench_console;
+pub mod bench_endpoint;
 pub mod bench_failover;
 pub mod bench_fleet;
 pub mod bench_fleet_agent;

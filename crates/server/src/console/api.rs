@@ -3,7 +3,7 @@
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::{header, HeaderMap, Method, Request, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
 use axum::Router;
 use bytes::Bytes;
 use gpurent_types::api::ErrorBody;
@@ -63,6 +63,8 @@ pub(crate) struct Api {
     token: Option<String>,
     caller: Option<crate::auth::Caller>,
     peer: Option<ConnectInfo<crate::tls::Peer>>,
+    /// The `Host` the page was asked at, for answers that say where something is reached.
+    host: Option<HeaderValue>,
 }
 
 impl Api {
@@ -94,7 +96,15 @@ impl Api {
                 )
             }),
             peer,
+            host: None,
         })
+    }
+
+    /// Its requests carry the page's `Host` (from `headers`), so that the URLs the API answers
+    /// with (an endpoint's) are at the host the viewer reached the console at.
+    pub(crate) fn at_host_of(mut self, headers: &HeaderMap) -> Api {
+        self.host = headers.get(header::HOST).cloned();
+        self
     }
 
     /// One request; its answer's headers and body on a 2xx.
@@ -118,6 +128,9 @@ impl Api {
         let mut request = Request::builder().method(method).uri(path);
         if let Some(key) = idempotency_key {
             request = request.header("idempotency-key", key);
+        }
+        if let Some(host) = &self.host {
+            request = request.header(header::HOST, host.clone());
         }
         if let Some(token) = &self.token {
             request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));

@@ -218,6 +218,7 @@ impl Ctx {
                 let mut nav = vec![
                     ("/offers", l.t("Offers", "算力市场")),
                     ("/instances", l.t("Instances", "实例")),
+                    ("/endpoints", l.t("Endpoints", "端点")),
                     ("/teams", l.t("Teams", "团队")),
                     ("/billing", l.t("Billing", "账单")),
                     ("/account", l.t("Account", "账户")),

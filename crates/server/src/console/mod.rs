@@ -4,6 +4,7 @@
 
 pub(crate) mod api;
 mod assets;
+pub(crate) mod charts;
 pub(crate) mod lang;
 pub(crate) mod layout;
 mod pages;
@@ -44,6 +45,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/instances/{id}", get(pages::instance::page))
         .route("/instances/{id}/stop", post(pages::instance::stop))
         .route("/instances/{id}/log", get(pages::instance::log))
+        .route("/instances/{id}/gpu.svg", get(pages::instance::gpu_chart))
         .route("/instances/{id}/terminal", get(terminal::handler))
         // To an app on the apps' site, for its owner only (`proxy/open.rs`).
         .route(
@@ -51,6 +53,13 @@ pub(crate) fn routes() -> Router<AppState> {
             get(crate::proxy::open::port),
         )
         .route("/open/{link}", get(crate::proxy::open::link))
+        // Endpoints (pages/endpoints.rs).
+        .route("/endpoints", get(pages::endpoints::list))
+        .route("/endpoints/{name}", get(pages::endpoints::page))
+        .route(
+            "/endpoints/{name}/replicas.svg",
+            get(pages::endpoints::replicas_chart),
+        )
         // Billing, account and nodes (pages/billing.rs, account.rs, nodes.rs).
         .route("/billing", get(pages::billing::page))
         .route("/billing/invoice.csv", get(pages::billing::invoice_csv))

@@ -150,6 +150,7 @@ pub(crate) fn view(state: &AppState, headers: &HeaderMap, row: &EndpointRow) -> 
         None => (Vec::new(), Default::default()),
     };
     let ready_replicas = u32::try_from(replicas.iter().filter(|r| r.ready).count()).unwrap_or(0);
+    let replicas_len = replicas.len();
     Endpoint {
         id: row.id.clone(),
         name: row.name.clone(),
@@ -174,12 +175,28 @@ pub(crate) fn view(state: &AppState, headers: &HeaderMap, row: &EndpointRow) -> 
         port: row.spec.port,
         scaling: row.scaling.clone(),
         generation: row.generation,
-        status: row.state,
+        status: shown_state(row.state, ready_replicas, replicas_len),
         ready_replicas,
         message: row.message.clone(),
         created_at: row.created_at,
         replicas,
         figures,
+    }
+}
+
+/// The state shown: the scaler's (written at its last pass), brought up to what this control
+/// plane sees now of its replicas.
+fn shown_state(
+    kept: gpurent_types::api::EndpointState,
+    ready: u32,
+    replicas: usize,
+) -> gpurent_types::api::EndpointState {
+    use gpurent_types::api::EndpointState::{Idle, Ready, Starting};
+    match kept {
+        _ if ready > 0 => Ready,
+        Ready | Starting | Idle if replicas > 0 => Starting,
+        Ready | Starting => Idle,
+        other => other,
     }
 }
 

@@ -343,9 +343,21 @@ async fn scale(
     }
     if decision.start > 0 {
         let mut next = state.store.last_replica_index(&row.id).await?;
+        // Spread: a node with none of its replicas first.
+        let mut avoid: Vec<String> = live
+            .lock()
+            .slots
+            .iter()
+            .filter(|s| !s.node.is_empty() && !s.draining)
+            .map(|s| s.node.clone())
+            .collect();
         for _ in 0..decision.start {
             next += 1;
-            if let Err(refused) = start_replica(state, &row, next).await {
+            let started = start_replica(state, &row, next, avoid.clone()).await;
+            if let Ok(Some(node)) = &started {
+                avoid.push(node.clone());
+            }
+            if let Err(refused) = started {
                 tracing::info!(endpoint = %row.name, why = %refused, "endpoint: a replica cannot start");
                 let out_of_credit = matches!(
                     refused,
@@ -437,10 +449,16 @@ fn backoff(n: u32) -> chrono::Duration {
     chrono::Duration::milliseconds(ms.min(300_000))
 }
 
-/// Reserves replica `index` of the endpoint: a reservation of its shape, queued when nothing
-/// fits, under an idempotency key of the endpoint and the number (two control planes that
-/// start the same replica get one reservation).
-async fn start_replica(state: &AppState, row: &EndpointRow, index: u64) -> Result<(), ApiError> {
+/// Reserves replica `index` of the endpoint: a reservation of its shape, on a node not among
+/// `avoid_nodes` where one has room, queued when nothing fits, under an idempotency key of the
+/// endpoint and the number (two control planes that start the same replica get one
+/// reservation). Its node, where it was placed at once.
+async fn start_replica(
+    state: &AppState,
+    row: &EndpointRow,
+    index: u64,
+    avoid_nodes: Vec<String>,
+) -> Result<Option<String>, ApiError> {
     let body = replica_body(row);
     let key = format!("endpoint-{}-replica-{index}", row.id);
     let card = if body.vram_gb.is_some() {
@@ -453,6 +471,7 @@ async fn start_replica(state: &AppState, row: &EndpointRow, index: u64) -> Resul
     };
     let mut new = crate::validate::reservation(&row.tenant_id, &body, Some(key), card)?;
     new.limits = state.live().tenant_limits;
+    new.avoid_nodes = avoid_nodes;
     new.replica_of = Some(ReplicaOf {
         endpoint_id: row.id.clone(),
         index,
@@ -476,7 +495,7 @@ async fn start_replica(state: &AppState, row: &EndpointRow, index: u64) -> Resul
         state.wake.wake_scheduler();
     }
     tracing::info!(endpoint = %row.name, index, reservation = %reservation.id, "endpoint: replica started");
-    Ok(())
+    Ok(reservation.node)
 }
 
 /// What each replica of the endpoint reserves.

@@ -56,6 +56,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(reservations::get))
         .routes(routes!(reservations::stop))
         .routes(routes!(reservations::logs))
+        .routes(routes!(reservations::gpu_usage))
         .routes(routes!(crate::volumes::create, crate::volumes::list))
         .routes(routes!(crate::endpoints::create, crate::endpoints::list))
         .routes(routes!(

@@ -4,7 +4,9 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use gpurent_types::api::{CreateReservation, ErrorBody, Offer, Reservation, ReservationStopped};
+use gpurent_types::api::{
+    CreateReservation, ErrorBody, GpuUsage, GpuUsageHour, Offer, Reservation, ReservationStopped,
+};
 
 use crate::audit::AuditNote;
 use crate::auth::Caller;
@@ -183,6 +185,63 @@ pub(crate) async fn get(
         std::slice::from_mut(&mut reservation),
     );
     Ok(Json(reservation))
+}
+
+/// The longest stretch of a reservation's life its GPU figures cover: the latest of it.
+const GPU_USAGE_SPAN: chrono::Duration = chrono::Duration::days(31);
+
+/// What its GPUs did over its life, hour by hour (the last 31 days of a longer one): the mean
+/// utilisation and memory used of each GPU in each UTC hour, from its nodes' telemetry. A
+/// share's GPU is shared, and its figures are the whole GPU's. Another tenant's reservation is
+/// reported as not found.
+#[utoipa::path(get, path = "/api/v1/reservations/{id}/gpu-usage", tag = "reservations",
+    security(("bearer" = [])), params(("id" = String, Path)),
+    responses((status = 200, body = GpuUsage), (status = 404, body = ErrorBody)))]
+pub(crate) async fn gpu_usage(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<GpuUsage>, ApiError> {
+    use chrono::DurationRound;
+
+    let r = state.store.get_reservation(&id, &caller.scope()).await?;
+    let shared = r.vram_gb.is_some();
+    let to = r.ended_at.unwrap_or_else(|| state.now());
+    let Some(started) = r.started_at.filter(|s| *s <= to) else {
+        return Ok(Json(GpuUsage {
+            from: r.created_at,
+            to,
+            shared,
+            hours: Vec::new(),
+        }));
+    };
+    let from = started.max(to - GPU_USAGE_SPAN);
+    let from = from
+        .duration_trunc(chrono::Duration::hours(1))
+        .unwrap_or(from);
+    let rows = state.store.gpu_hours_of(&r.gpus, from, to).await?;
+    let hours = rows
+        .into_iter()
+        .filter(|h| h.samples > 0)
+        .map(|h| {
+            #[allow(clippy::cast_precision_loss)] // sums of an hour's samples
+            let mean = |sum: i64| sum as f64 / h.samples as f64;
+            GpuUsageHour {
+                hour: h.hour,
+                samples: u64::try_from(h.samples).unwrap_or(0),
+                utilization_pct: mean(h.util_sum),
+                memory_used_mb: mean(h.mem_used_mb_sum),
+                memory_max_mb: u64::try_from(h.mem_max_mb).unwrap_or(0),
+                gpu: h.gpu_uuid,
+            }
+        })
+        .collect();
+    Ok(Json(GpuUsage {
+        from,
+        to,
+        shared,
+        hours,
+    }))
 }
 
 /// Stop a reservation: billing ends now, the instance is stopped, the GPUs are freed once its

@@ -1,5 +1,6 @@
 //! The console's CSP allows no inline script and no inline style anywhere: the terminal's page
-//! alone adds a style nonce, new with every response, and the report charts need none.
+//! alone adds a style nonce, new with every response, and the charts (the reports', an
+//! instance's GPUs', an endpoint's replicas) need none.
 
 use gpurent_store::Backend;
 use reqwest::StatusCode;
@@ -67,7 +68,13 @@ async fn no_console_page_allows_inline_styles(backend: Backend) {
     assert_strict("/login", &login);
     assert_strict("a 404", &tenant.get("/instances/r_nothing").await);
     assert_strict("a 403", &tenant.get("/admin").await);
-    for path in ["/offers", "/instances", "/billing", "/account"] {
+    for path in [
+        "/offers",
+        "/instances",
+        "/endpoints",
+        "/billing",
+        "/account",
+    ] {
         let page = tenant.get(path).await;
         assert_eq!(page.status, StatusCode::OK, "{path}");
         assert_strict(path, &page);
@@ -123,7 +130,35 @@ async fn no_console_page_allows_inline_styles(backend: Backend) {
         assert!(seen.insert(nonce), "a nonce is never sent twice");
     }
 
-    // The report charts: presentation attributes only, no style at all.
+    // The charts: presentation attributes only, no style at all.
+    let (status, made) = tia
+        .client
+        .post(
+            "/api/v1/endpoints",
+            &json!({"name": "web", "gpu_type": "rtx4090", "command": ["app"], "port": 8000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let page = tenant.get("/endpoints/web").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.html);
+    assert_strict("/endpoints/web", &page);
+    assert_eq!(nonce(&page), None, "{}", csp(&page));
+    for (chart, svg) in [
+        ("gpu", tenant.get(&format!("/instances/{id}/gpu.svg")).await),
+        ("replicas", tenant.get("/endpoints/web/replicas.svg").await),
+    ] {
+        assert_eq!(svg.status, StatusCode::OK, "{chart}: {}", svg.html);
+        assert_eq!(
+            csp(&svg),
+            "default-src 'none'; frame-ancestors 'none'",
+            "{chart}"
+        );
+        assert!(
+            !svg.html.contains("style=") && !svg.html.contains("<style"),
+            "{chart}: {}",
+            svg.html
+        );
+    }
     for chart in ["heatmap", "timeline"] {
         let svg = admin
             .get(&format!("/admin/reports/{chart}.svg?date={today}"))

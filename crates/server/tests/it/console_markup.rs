@@ -88,6 +88,7 @@ fn pages(role: &str, instances: &[&str], today: &str) -> Vec<String> {
         "/offers",
         "/offers/quote?gpu_type=RTX+4090&hours=1",
         "/instances",
+        "/endpoints",
         "/billing",
         "/account",
     ]
@@ -115,6 +116,7 @@ fn pages(role: &str, instances: &[&str], today: &str) -> Vec<String> {
     if role != "host" {
         for id in instances {
             paths.push(format!("/instances/{id}"));
+            paths.push(format!("/instances/{id}/gpu.svg"));
         }
     }
     paths

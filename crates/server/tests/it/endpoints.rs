@@ -128,6 +128,27 @@ async fn an_endpoint_scales_from_zero_to_many_and_back(backend: Backend) {
     let got = s.get("llm").await;
     assert_eq!(got["status"], "idle", "{got}");
     assert!(got["requests"].as_u64().unwrap() >= 10);
+    // Billing: each replica is charged for exactly the whole seconds it ran, no more.
+    let (_, list) = s.client().get("/api/v1/reservations").await;
+    let ended: Vec<&Value> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["endpoint"] == "llm")
+        .collect();
+    assert!(ended.len() >= 2, "{list}");
+    for r in ended {
+        assert_eq!(r["status"], "stopped", "{r}");
+        let at = |k: &str| {
+            chrono::DateTime::parse_from_rfc3339(r[k].as_str().unwrap())
+                .unwrap()
+                .with_timezone(&chrono::Utc)
+        };
+        let ran = u64::try_from((at("ended_at") - at("started_at")).num_seconds()).unwrap();
+        let price: gpurent_types::Money = r["price_per_hour"].as_str().unwrap().parse().unwrap();
+        let due = gpurent_billing::Rate::flat(price).charge_for_seconds(ran);
+        assert_eq!(r["charged"], due.to_string(), "{r}");
+    }
     // And back from zero.
     let (status, body) = s.call("llm", "/work", &key).await;
     assert_eq!(status, StatusCode::OK, "{body}");

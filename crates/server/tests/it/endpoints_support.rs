@@ -277,6 +277,16 @@ pub(crate) async fn setup_with(builder: crate::app::TestAppBuilder) -> EndpointS
 }
 
 impl EndpointSetup {
+    /// Joins another node of these GPUs (`2xRTX4090`) whose instances are replicas' apps.
+    pub(crate) async fn add_node(&mut self, name: &str, spec: &str) -> Arc<ReplicaExecutor> {
+        let executor = Arc::new(ReplicaExecutor::default());
+        let gpus = Arc::new(SimGpus::parse(spec, name).unwrap());
+        self.app
+            .add_node_running(name, gpus, executor.clone())
+            .await;
+        executor
+    }
+
     pub(crate) fn client(&self) -> Client {
         self.app.client(Some(&self.token))
     }

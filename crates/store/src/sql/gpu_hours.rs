@@ -200,17 +200,45 @@ pub(crate) async fn read(pool: &AnyPool, from: i64, to: i64) -> Result<Vec<GpuHo
     .fetch_all(pool)
     .await?
     .iter()
-    .map(|r| {
-        Ok(GpuHour {
-            gpu_uuid: r.try_get("gpu_uuid")?,
-            hour: from_ts(r.try_get("hour")?)?,
-            samples: r.try_get("samples")?,
-            util_sum: r.try_get("util_sum")?,
-            mem_used_mb_sum: r.try_get("mem_used_mb_sum")?,
-            mem_max_mb: r.try_get("mem_max_mb")?,
-        })
-    })
+    .map(row)
     .collect()
+}
+
+/// The rows of these GPUs (by uuid) of the hours starting in [from, to) (unix microseconds),
+/// by hour and GPU. The key's range of hours, then its GPUs: a reservation's few of them.
+pub(crate) async fn read_of(
+    pool: &AnyPool,
+    gpus: &[String],
+    from: i64,
+    to: i64,
+) -> Result<Vec<GpuHour>> {
+    if gpus.is_empty() || from >= to {
+        return Ok(Vec::new());
+    }
+    let list = (0..gpus.len())
+        .map(|i| format!("${}", i + 3))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SELECT hour, gpu_uuid, samples, util_sum, mem_used_mb_sum, mem_max_mb FROM gpu_hours
+         WHERE hour >= $1 AND hour < $2 AND gpu_uuid IN ({list}) ORDER BY hour, gpu_uuid"
+    );
+    let mut query = sqlx::query(&sql).bind(from).bind(to);
+    for uuid in gpus {
+        query = query.bind(uuid.as_str());
+    }
+    query.fetch_all(pool).await?.iter().map(row).collect()
+}
+
+fn row(r: &sqlx::any::AnyRow) -> Result<GpuHour> {
+    Ok(GpuHour {
+        gpu_uuid: r.try_get("gpu_uuid")?,
+        hour: from_ts(r.try_get("hour")?)?,
+        samples: r.try_get("samples")?,
+        util_sum: r.try_get("util_sum")?,
+        mem_used_mb_sum: r.try_get("mem_used_mb_sum")?,
+        mem_max_mb: r.try_get("mem_max_mb")?,
+    })
 }
 
 /// Deletes the rows of the hours before `before` (unix microseconds): a range of the key.

@@ -37,6 +37,24 @@ pub(super) struct Candidates {
 }
 
 impl Candidates {
+    /// Keeps the GPUs of the nodes `keep` says yes to (by the node's name), their names with
+    /// them.
+    pub fn retain_nodes(&mut self, keep: impl Fn(&str) -> bool) {
+        let kept: Vec<bool> = self.node_names.iter().map(|n| keep(n)).collect();
+        let mut i = 0;
+        self.gpus.retain(|_| {
+            i += 1;
+            kept[i - 1]
+        });
+        for names in [&mut self.type_names, &mut self.node_names] {
+            let mut i = 0;
+            names.retain(|_| {
+                i += 1;
+                kept[i - 1]
+            });
+        }
+    }
+
     /// The GPUs in `gpurent_sched::preferred_order` (the preferred nodes' first; the placers
     /// look at the order only to break ties), their names with them.
     pub fn prefer_nodes(&mut self, preferred: &std::collections::BTreeSet<String>) {

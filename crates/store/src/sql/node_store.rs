@@ -10,7 +10,8 @@ use gpurent_types::api::{Event, HealthIssue, HostVerification, Node};
 
 use super::{drain, events, fencing, fleet, gpu_hours, health, nodes, sync, ts, SqlStore};
 use crate::{
-    Drained, Fenced, FleetView, NewNode, NodeAction, NodeCertificate, NodeStore, Result, Synced,
+    Drained, Fenced, FleetView, GpuHour, NewNode, NodeAction, NodeCertificate, NodeStore, Result,
+    Synced,
 };
 
 #[async_trait]
@@ -142,6 +143,15 @@ impl NodeStore for SqlStore {
 
     async fn prune_gpu_hours(&self, before: DateTime<Utc>) -> Result<u64> {
         gpu_hours::prune(&self.pool, ts(before)).await
+    }
+
+    async fn gpu_hours_of(
+        &self,
+        gpus: &[String],
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<GpuHour>> {
+        gpu_hours::read_of(&self.pool, gpus, gpu_hours::hour_of(ts(from)), ts(to)).await
     }
 
     async fn fence_lost_nodes(

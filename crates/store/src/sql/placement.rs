@@ -116,6 +116,30 @@ struct Planned {
     card_vram_mb: u64,
 }
 
+/// The plan of `ask` on these candidates, with the names of what it took; None when it does not
+/// fit there.
+fn planned(found: gpus::Candidates, ask: &Ask, expected: &[Request]) -> Option<Planned> {
+    let view = View {
+        gpus: found.gpus,
+        work: Vec::new(),
+    };
+    let plan = gpurent_sched::plan(&view, ask, expected).ok()?;
+    let first = view
+        .gpus
+        .iter()
+        .position(|g| Some(&g.uuid) == plan.gpus.first().map(|(u, _)| u));
+    Some(Planned {
+        card_vram_mb: first.map_or(0, |i| view.gpus[i].vram_mb),
+        type_name: first
+            .map(|i| found.type_names[i].clone())
+            .unwrap_or_default(),
+        node_name: first
+            .map(|i| found.node_names[i].clone())
+            .unwrap_or_default(),
+        plan,
+    })
+}
+
 impl SqlStore {
     /// `reserve`: plans `new` against the expected workload and applies the plan, planning
     /// again from a fresh read when it went stale; queues it when nothing fits and it asked to
@@ -177,6 +201,22 @@ impl SqlStore {
             Backend::Sqlite => &[Lock::Wait],
         };
         for &lock in locks {
+            // Spread (an endpoint's replicas): first on the nodes it should avoid not, among
+            // every node's GPUs of the type.
+            if !new.avoid_nodes.is_empty() && new.node_filter == NodeFilter::Any {
+                let mut spread = super::volume_mounts::filtered_candidates(
+                    conn,
+                    self.backend,
+                    key,
+                    live_since,
+                    &NodeFilter::Any,
+                )
+                .await?;
+                spread.retain_nodes(|node| !new.avoid_nodes.iter().any(|a| a == node));
+                if let Some(planned) = planned(spread, &first_ask, expected) {
+                    return Ok(Some(planned));
+                }
+            }
             let found = if new.node_filter == NodeFilter::Any {
                 gpus::candidates(conn, self.backend, key, new.want, live_since, lock).await?
             } else {
@@ -194,25 +234,8 @@ impl SqlStore {
             if let Some(image) = &new.image {
                 found.prefer_nodes(&super::node_images::having(conn, image).await?);
             }
-            let view = View {
-                gpus: found.gpus,
-                work: Vec::new(),
-            };
-            if let Ok(plan) = gpurent_sched::plan(&view, &first_ask, expected) {
-                let first = view
-                    .gpus
-                    .iter()
-                    .position(|g| Some(&g.uuid) == plan.gpus.first().map(|(u, _)| u));
-                return Ok(Some(Planned {
-                    card_vram_mb: first.map_or(0, |i| view.gpus[i].vram_mb),
-                    type_name: first
-                        .map(|i| found.type_names[i].clone())
-                        .unwrap_or_default(),
-                    node_name: first
-                        .map(|i| found.node_names[i].clone())
-                        .unwrap_or_default(),
-                    plan,
-                }));
+            if let Some(planned) = planned(found, &first_ask, expected) {
+                return Ok(Some(planned));
             }
         }
         // Full: work that outranks some spot instances takes their GPUs.

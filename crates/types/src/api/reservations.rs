@@ -295,6 +295,38 @@ pub struct ReservationStopped {
     pub status: ReservationStatus,
 }
 
+/// `GET /api/v1/reservations/{id}/gpu-usage`: what its GPUs did over its life, hour by hour,
+/// from its nodes' telemetry (the hourly rollup the usage reports read).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct GpuUsage {
+    /// The start of the first hour: its start's (the last 31 days of a longer life); its
+    /// creation while it has not started.
+    pub from: DateTime<Utc>,
+    /// Its end, or now while it runs.
+    pub to: DateTime<Utc>,
+    /// It is a share of its GPU: the figures are the whole GPU's, its other instances' too.
+    pub shared: bool,
+    /// Each of its GPUs over each hour it has samples of, by hour and GPU. Whole hours: the
+    /// first and the last may hold what the GPU did before its start or after its end.
+    pub hours: Vec<GpuUsageHour>,
+}
+
+/// One GPU over one UTC hour: the means of the samples its agent sent.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct GpuUsageHour {
+    /// The start of the hour.
+    pub hour: DateTime<Utc>,
+    /// The GPU's UUID.
+    pub gpu: String,
+    pub samples: u64,
+    /// Mean utilisation, percent.
+    pub utilization_pct: f64,
+    /// Mean memory used, MiB.
+    pub memory_used_mb: f64,
+    /// The most memory used in a sample, MiB.
+    pub memory_max_mb: u64,
+}
+
 /// A command line as one text (the console's form, `templates create --command`): run by
 /// `sh -c` when it uses the shell (pipes, `;`, quotes, variables), else split into words and
 /// run directly (an image need not have a shell).

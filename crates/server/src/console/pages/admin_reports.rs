@@ -3,8 +3,7 @@
 //! same numbers, the weekly comparison of the price tiers, and `/admin/ledger`: the ledger check.
 
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use gpurent_types::api::LedgerReport;
 use gpurent_types::report::{DailyReport, TierUsage, WeeklyReport};
 use maud::{html, Markup};
@@ -12,6 +11,7 @@ use serde::Deserialize;
 
 use super::admin::subnav;
 use crate::console::api::{enc, Failure};
+use crate::console::charts::svg_response;
 use crate::console::lang::Lang;
 use crate::console::layout::{alert, money, raw, status, time, Ctx, PageError};
 use crate::report::plot::{self, Chart};
@@ -270,24 +270,7 @@ async fn chart(
         .await
         .map_err(|f| ctx.failed(f))?;
     let svg = plot::svg(which, &report).map_err(|e| PageError::internal(&e.to_string()))?;
-    let mut response = svg.into_response();
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("image/svg+xml"),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    // Opened on its own, the image runs nothing and loads nothing; plotters draws with
-    // presentation attributes (`fill`, `font-size`), which no `style-src` governs.
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    Ok(response)
+    Ok(svg_response(svg))
 }
 
 pub(crate) async fn heatmap(

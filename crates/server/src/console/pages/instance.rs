@@ -4,13 +4,15 @@
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderValue, Method};
 use axum::response::{IntoResponse, Redirect, Response};
-use gpurent_types::api::{Reservation, ReservationStopped};
+use gpurent_types::api::{GpuUsage, Reservation, ReservationStopped};
 use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::instances::{connect, ended, gpus};
 use crate::console::api::enc;
 use crate::console::assets;
+use crate::console::charts;
+use crate::console::lang::Lang;
 use crate::console::layout::{
     maybe_time, money, raw, shell_line, status, time, Ctx, PageError, StyleNonce,
 };
@@ -38,6 +40,7 @@ pub(crate) async fn page(
         div id="summary" data-live="1000" {
             (summary(&ctx, &r))
         }
+        (gpu_section(ctx.lang, &r))
         section aria-labelledby="log-h" {
             h2 id="log-h" { (l.t("Log", "日志")) }
             pre.log data-field="log" data-log-src={ "/instances/" (enc(&r.id)) "/log" } data-offset="0"
@@ -120,6 +123,45 @@ fn summary(ctx: &Ctx, r: &Reservation) -> Markup {
             }
         }
     }
+}
+
+/// Its GPUs' utilisation and memory over its life, as an image (`gpu_chart`).
+fn gpu_section(l: Lang, r: &Reservation) -> Markup {
+    html! {
+        section aria-labelledby="gpu-h" {
+            h2 id="gpu-h" { (l.t("GPU use", "GPU 使用情况")) }
+            @if r.started_at.is_some() {
+                figure.chart {
+                    img src={ "/instances/" (enc(&r.id)) "/gpu.svg" } data-chart="gpu"
+                        alt=(l.t("The mean utilisation and memory used of its GPUs, hour by hour over its life.", "其 GPU 在运行期间每小时的平均利用率与显存使用量。"))
+                        loading="lazy";
+                    figcaption.hint {
+                        (l.t("Hourly means from its node's telemetry (written once a minute); whole UTC hours, so the first and last may include time before its start or after its end.", "取自节点遥测的每小时平均值（每分钟写入一次）；按整点 UTC 小时统计，首尾两小时可能包含其开始前或结束后的时间。"))
+                        @if r.vram_gb.is_some() {
+                            " " (l.t("A share: the figures are the whole GPU's, its other instances' too.", "此为 GPU 份额：数据为整块 GPU 的，包括其他实例的使用。"))
+                        }
+                    }
+                }
+            } @else {
+                p.muted { (l.t("Charted once it runs.", "运行后显示图表。")) }
+            }
+        }
+    }
+}
+
+/// Its GPUs' utilisation and memory used over its life, as an SVG image.
+pub(crate) async fn gpu_chart(
+    State(state): State<AppState>,
+    ctx: Ctx,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let api = ctx.api(&state)?;
+    let usage: GpuUsage = api
+        .get(&format!("/api/v1/reservations/{}/gpu-usage", enc(&id)))
+        .await
+        .map_err(|f| ctx.failed(f))?;
+    let svg = charts::gpu_svg(ctx.lang, &usage).map_err(|e| PageError::internal(&e.to_string()))?;
+    Ok(charts::svg_response(svg))
 }
 
 pub(crate) async fn stop(

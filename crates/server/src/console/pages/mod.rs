@@ -18,6 +18,7 @@ pub(crate) mod admin_events;
 pub(crate) mod admin_reports;
 pub(crate) mod admin_reservations;
 pub(crate) mod admin_users;
+pub(crate) mod endpoints;
 pub(crate) mod home;
 pub(crate) mod instance;
 pub(crate) mod instances;
