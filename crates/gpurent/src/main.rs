@@ -130,6 +130,9 @@ fn run_daemon(
             }
             report_daemon(runtime.block_on(cmd::bench_endpoint::run(args, json)))
         }
+        DaemonCommand::Bench(BenchCommand::App { port }) => {
+            report_daemon(runtime.block_on(cmd::bench_app::run(port)))
+        }
         DaemonCommand::Bench(BenchCommand::Settle(args)) => {
             init_logging();
             report_daemon(runtime.block_on(cmd::bench_settle::run(args, json)))

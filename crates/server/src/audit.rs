@@ -228,13 +228,16 @@ impl<S: Send + Sync> FromRequestParts<S> for AuditNote {
     }
 }
 
-/// Requests that are not recorded: probes and documents anyone may read, and the agents'
-/// heartbeats that succeed (every 2 s per node; the node's state is kept by the store).
+/// Requests that are not recorded: probes and documents anyone may read, the agents'
+/// heartbeats that succeed (every 2 s per node; the node's state is kept by the store), and
+/// calls of an endpoint's app (its traffic, counted in its figures), unless its key was
+/// refused.
 fn exempt(path: &str, method: &Method, status: u16) -> bool {
     matches!(
         path,
         "/healthz" | "/readyz" | "/metrics" | "/api/v1/openapi.json"
     ) || (method == Method::POST && path == "/api/v1/agent/sync" && status < 400)
+        || (path.starts_with(crate::endpoints::serve::PREFIX) && !matches!(status, 401 | 403))
 }
 
 /// The middleware: notes the request, lets it run, and records what came of it before the

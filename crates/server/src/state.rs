@@ -39,6 +39,8 @@ pub struct Shared {
     pub rate_limits: Arc<crate::rate_limit::RateLimiters>,
     /// The tunnels agents hold open to this replica.
     pub tunnels: Arc<crate::tunnel::Tunnels>,
+    /// The proxy's idle connections to instances' ports.
+    pub upstreams: Arc<crate::proxy::pool::Upstreams>,
     /// The HTTP proxy's own state (when each reservation's use last counted).
     pub activity: Arc<crate::activity::Activity>,
     /// The sessions open into instances (SSH channels, web console terminals), capped per
@@ -98,6 +100,7 @@ impl AppState {
             config: Arc::new(config),
             wake: Arc::new(NodeWakers::default()),
             tunnels,
+            upstreams: Arc::default(),
             activity: Arc::default(),
             ssh_endpoint: Arc::default(),
             console_api: Arc::default(),

@@ -24,10 +24,13 @@ use crate::tls::ClientTls;
 use crate::vram::{Verdict, Watchdog};
 use crate::{AgentError, CheckpointConfig, Executor, GpuBackend, NodeIdentity};
 
+mod desired;
 mod images;
 mod output;
 mod register;
 mod report;
+
+use desired::{mask_own_stops, running_assignments, running_gpus};
 pub(crate) mod volumes;
 
 /// The longest the end of an instance is held back while its output is shipped: output that
@@ -225,6 +228,10 @@ impl Agent {
         // Sent with the inventory, until the control plane has both.
         let host = self.host_facts();
         let mut known_version = None;
+        // An instance was just started (or failed to): the next sync reports it at once,
+        // without the telemetry and disk figures that would hold it up.
+        let mut at_once = false;
+        let mut telemetry_sent: Option<Instant> = None;
         let mut desired: Vec<Assignment> = Vec::new();
         let mut failures: BTreeMap<String, Observed> = BTreeMap::new();
         // Published ports by (reservation, epoch): asked of the executor once.
@@ -295,18 +302,27 @@ impl Agent {
                 .filter(|k| kept.contains(k))
                 .collect();
             // More to ship: the answer comes at once rather than after a long poll.
-            let wait = if output.unshipped.is_empty() {
+            let wait = if output.unshipped.is_empty() && !at_once {
                 wait_ms
             } else {
                 0
             };
             self.add_ports(&desired, &mut instances, &mut published)
                 .await;
-            self.add_disks(&mut instances, &mut disks_measured).await;
-            let telemetry = self.telemetry().await.map(|mut t| {
-                t.burn_in = burn_in.state();
-                t
-            });
+            // Telemetry at least once a heartbeat even while starts follow each other.
+            let quick =
+                at_once && telemetry_sent.is_some_and(|at| at.elapsed() < self.config.heartbeat);
+            at_once = false;
+            let telemetry = if quick {
+                None
+            } else {
+                self.add_disks(&mut instances, &mut disks_measured).await;
+                telemetry_sent = Some(Instant::now());
+                self.telemetry().await.map(|mut t| {
+                    t.burn_in = burn_in.state();
+                    t
+                })
+            };
             if let Some(t) = &telemetry {
                 self.metrics
                     .record(&inventory, t, &running_gpus(&desired, &actual));
@@ -438,10 +454,8 @@ impl Agent {
                     for action in reconcile::plan(&desired, &actual) {
                         started |= self.act(action, stops, &mut failures).await;
                     }
-                    if started {
-                        // Report the outcome at once rather than after the next long poll.
-                        known_version = None;
-                    }
+                    // Report the outcome at once rather than after the next long poll.
+                    at_once |= started;
                 }
                 Err(e) => {
                     self.volumes.put_back(volume_reports);
@@ -549,48 +563,4 @@ impl Agent {
             Err(e) => tracing::error!(error = %e, "could not list instances while fencing"),
         }
     }
-}
-
-/// The instances that run as their assignments say and are not being stopped.
-fn running_assignments(
-    desired: &[Assignment],
-    actual: &[Observed],
-    stops: &Stops,
-) -> Vec<Assignment> {
-    desired
-        .iter()
-        .filter(|a| a.run && !stops.contains(&a.reservation_id) && runs(a, actual))
-        .cloned()
-        .collect()
-}
-
-/// Whether the assignment's instance runs, of its epoch.
-fn runs(a: &Assignment, actual: &[Observed]) -> bool {
-    actual.iter().any(|o| {
-        o.reservation_id == a.reservation_id
-            && o.epoch == a.epoch
-            && o.state == ObservedState::Running
-    })
-}
-
-/// An instance the watchdog stopped is, to the agent, one the control plane asked to stop:
-/// not started again, its output shipped, its stop reported once it is gone.
-fn mask_own_stops(desired: &mut [Assignment], own_stops: &BTreeMap<String, (i64, String)>) {
-    for a in desired.iter_mut() {
-        if own_stops
-            .get(&a.reservation_id)
-            .is_some_and(|(epoch, _)| *epoch == a.epoch)
-        {
-            a.run = false;
-        }
-    }
-}
-
-/// The GPUs of each instance that runs as its assignment says.
-fn running_gpus(desired: &[Assignment], actual: &[Observed]) -> Vec<(String, Vec<String>)> {
-    desired
-        .iter()
-        .filter(|a| runs(a, actual))
-        .map(|a| (a.reservation_id.clone(), a.gpus.clone()))
-        .collect()
 }

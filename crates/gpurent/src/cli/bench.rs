@@ -15,6 +15,12 @@ pub enum BenchCommand {
     /// Endpoints on the process executor: cold starts, the proxy's overhead, many endpoints, a
     /// load step (BENCHMARKS.md).
     Endpoint(BenchEndpointArgs),
+    /// The small HTTP app of `bench endpoint`'s replicas (on 127.0.0.1:PORT).
+    #[command(hide = true)]
+    App {
+        #[arg(long)]
+        port: u16,
+    },
     /// CPU and memory an agent costs, with telemetry at its heartbeat.
     Agent(BenchAgentArgs),
     /// Settlement periods of many running reservations.
@@ -243,6 +249,10 @@ pub struct BenchEndpointArgs {
     /// Endpoints of the many-endpoints run.
     #[arg(long, default_value_t = 10)]
     pub endpoints: usize,
+    /// What each request of the overhead and many-endpoints runs takes the app, in ms (0: an
+    /// app that answers at once, where the proxy's own CPU is all there is to measure).
+    #[arg(long, default_value_t = 0)]
+    pub app_ms: u64,
     /// The process executor without its sandbox; by default isolated as in production (root).
     #[arg(long)]
     pub unisolated: bool,

@@ -1,8 +1,9 @@
-//! `gpurent bench endpoint`: endpoints on a real control plane and a real process executor, the
-//! replicas a small Python HTTP app. Four figures: the cold start (the first request to a
-//! scaled-to-zero endpoint, answered), the proxy's overhead against the same app called
-//! directly at a concurrency, requests per second through one control plane with several
-//! endpoints (and the CPU it took), and the time from a load step to the new replicas serving.
+//! `gpurent bench endpoint`: endpoints on a real control plane and a real process executor.
+//! Four figures: the cold start (the first request to a scaled-to-zero endpoint, answered, its
+//! replica a small Python HTTP app), the proxy's overhead against the same app called directly
+//! at a concurrency, requests per second through one control plane with several endpoints (and
+//! the CPU it took), and the time from a load step to the new replicas serving. The last three
+//! serve `gpurent bench app` (hyper), so that the app is not what they measure.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,6 +48,8 @@ struct Figures {
     cold_start_max_ms: f64,
     concurrency: usize,
     requests: usize,
+    /// What each request took the app.
+    app_ms: u64,
     direct_p50_ms: f64,
     direct_rps: f64,
     proxied_p50_ms: f64,
@@ -92,13 +95,19 @@ impl Bench {
         Ok(body)
     }
 
+    /// An endpoint of the Python app on port 8000.
     async fn create(&self, name: &str, scaling: Value) -> anyhow::Result<()> {
+        self.create_of(name, scaling, json!(["python3", "-c", APP, "8000"]))
+            .await
+    }
+
+    async fn create_of(&self, name: &str, scaling: Value, command: Value) -> anyhow::Result<()> {
         self.api(
             reqwest::Method::POST,
             "/api/v1/endpoints",
             Some(
                 json!({"name": name, "gpu_type": "rtx4090", "port": 8000, "scaling": scaling,
-                        "command": ["python3", "-c", APP, "8000"]}),
+                        "command": command}),
             ),
         )
         .await?;
@@ -122,13 +131,15 @@ impl Bench {
         check: impl Fn(&Value) -> bool,
     ) -> anyhow::Result<()> {
         let started = Instant::now();
+        let mut last = Value::Null;
         while started.elapsed() < within {
-            if check(&self.endpoint(name).await?) {
+            last = self.endpoint(name).await?;
+            if check(&last) {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        bail!("endpoint {name}: not as expected within {within:?}")
+        bail!("endpoint {name}: not as expected within {within:?}; last seen: {last}")
     }
 
     async fn call(&self, url: &str) -> anyhow::Result<()> {
@@ -220,7 +231,9 @@ pub async fn run(args: BenchEndpointArgs, json: bool) -> anyhow::Result<()> {
             .pool_max_idle_per_host(64)
             .build()?,
     };
-    let result = measure(&bench, &args).await;
+    let app = AppBinary::place(args.unisolated)?;
+    let result = measure(&bench, &args, &app).await;
+    drop(app);
     let _ = stop.send(true);
     let _ = agent.await;
     server.shutdown().await?;
@@ -242,7 +255,10 @@ pub async fn run(args: BenchEndpointArgs, json: bool) -> anyhow::Result<()> {
                 ),
             ],
             vec![
-                format!("direct p50, rps (concurrency {})", f.concurrency),
+                format!(
+                    "direct p50, rps (concurrency {}, app {} ms)",
+                    f.concurrency, f.app_ms
+                ),
                 format!("{:.2} ms, {:.0}/s", f.direct_p50_ms, f.direct_rps),
             ],
             vec![
@@ -270,7 +286,55 @@ pub async fn run(args: BenchEndpointArgs, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn measure(bench: &Bench, args: &BenchEndpointArgs) -> anyhow::Result<Figures> {
+/// This binary where a replica can run it (`gpurent bench app`): as it is when replicas are
+/// not isolated, else a copy under `/opt` (a sandbox sees the node's `/usr`, `/etc` and `/opt`
+/// only), removed when dropped.
+struct AppBinary {
+    path: std::path::PathBuf,
+    copy: Option<std::path::PathBuf>,
+}
+
+impl AppBinary {
+    fn place(unisolated: bool) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("this binary's path")?;
+        if unisolated {
+            return Ok(AppBinary {
+                path: exe,
+                copy: None,
+            });
+        }
+        let dir = std::path::PathBuf::from(format!("/opt/gpurent-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("gpurent");
+        std::fs::copy(&exe, &path)
+            .with_context(|| format!("copying this binary to {}", path.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+        Ok(AppBinary {
+            path,
+            copy: Some(dir),
+        })
+    }
+
+    /// The command that serves the app on `port`.
+    fn command(&self, port: u16) -> Value {
+        json!([self.path, "bench", "app", "--port", port.to_string()])
+    }
+}
+
+impl Drop for AppBinary {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.copy {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+async fn measure(
+    bench: &Bench,
+    args: &BenchEndpointArgs,
+    app: &AppBinary,
+) -> anyhow::Result<Figures> {
     // Cold starts: the endpoint scales to zero at once when idle; each request starts it.
     bench
         .create(
@@ -303,11 +367,11 @@ async fn measure(bench: &Bench, args: &BenchEndpointArgs) -> anyhow::Result<Figu
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let mut direct_app = std::process::Command::new("python3")
-        .args(["-c", APP, &port.to_string()])
+    let mut direct_app = std::process::Command::new(&app.path)
+        .args(["bench", "app", "--port", &port.to_string()])
         .spawn()
-        .context("python3 for the direct baseline")?;
-    let direct_url = format!("http://127.0.0.1:{port}/x");
+        .context("the app for the direct baseline")?;
+    let direct_url = format!("http://127.0.0.1:{port}/x?ms={}", args.app_ms);
     let mut up = false;
     for _ in 0..200 {
         if bench.call(&direct_url).await.is_ok() {
@@ -325,9 +389,10 @@ async fn measure(bench: &Bench, args: &BenchEndpointArgs) -> anyhow::Result<Figu
     let _ = direct_app.wait();
     let (direct, direct_rps) = direct?;
     bench
-        .create(
+        .create_of(
             "steady",
             json!({"min_replicas": 1, "max_replicas": 1, "target_inflight": 1000, "public": true}),
+            app.command(8000),
         )
         .await?;
     bench
@@ -335,7 +400,7 @@ async fn measure(bench: &Bench, args: &BenchEndpointArgs) -> anyhow::Result<Figu
             e["ready_replicas"] == 1
         })
         .await?;
-    let steady = format!("{}/e/steady/x", bench.base);
+    let steady = format!("{}/e/steady/x?ms={}", bench.base, args.app_ms);
     let (proxied, proxied_rps) =
         load(&bench.http, &steady, args.requests, args.concurrency).await?;
 
@@ -343,7 +408,11 @@ async fn measure(bench: &Bench, args: &BenchEndpointArgs) -> anyhow::Result<Figu
     let names: Vec<String> = (0..args.endpoints).map(|i| format!("many-{i}")).collect();
     for name in &names {
         bench
-            .create(name, json!({"min_replicas": 1, "max_replicas": 1, "target_inflight": 1000, "public": true}))
+            .create_of(
+                name,
+                json!({"min_replicas": 1, "max_replicas": 1, "target_inflight": 1000, "public": true}),
+                app.command(8000),
+            )
             .await?;
     }
     for name in &names {
@@ -356,7 +425,10 @@ async fn measure(bench: &Bench, args: &BenchEndpointArgs) -> anyhow::Result<Figu
     let runs: Vec<_> = names
         .iter()
         .map(|name| {
-            let (http, url) = (bench.http.clone(), format!("{}/e/{name}/x", bench.base));
+            let (http, url) = (
+                bench.http.clone(),
+                format!("{}/e/{name}/x?ms={}", bench.base, args.app_ms),
+            );
             let concurrency = (args.concurrency / names.len()).max(1);
             tokio::spawn(async move { load(&http, &url, per, concurrency).await })
         })
@@ -382,9 +454,10 @@ async fn measure(bench: &Bench, args: &BenchEndpointArgs) -> anyhow::Result<Figu
 
     // A load step: one replica serving, then four long requests at once with a target of one.
     bench
-        .create(
+        .create_of(
             "step",
             json!({"min_replicas": 1, "max_replicas": 4, "target_inflight": 1, "public": true}),
+            app.command(8000),
         )
         .await?;
     bench
@@ -423,6 +496,7 @@ async fn measure(bench: &Bench, args: &BenchEndpointArgs) -> anyhow::Result<Figu
         cold_start_max_ms: percentile_ms(&cold, 1.0),
         concurrency: args.concurrency,
         requests: args.requests,
+        app_ms: args.app_ms,
         direct_p50_ms: p50(&direct),
         direct_rps,
         proxied_p50_ms: p50(&proxied),

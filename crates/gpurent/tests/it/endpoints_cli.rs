@@ -32,7 +32,7 @@ fn running_as_root() -> bool {
 }
 
 /// A GET of `path` on the control plane with the endpoint's key: (status, body).
-fn get(url: &str, path: &str, key: &str) -> (u16, String) {
+pub(crate) fn get(url: &str, path: &str, key: &str) -> (u16, String) {
     let addr = url.trim_start_matches("http://");
     let Ok(mut s) = std::net::TcpStream::connect(addr) else {
         return (0, String::new());

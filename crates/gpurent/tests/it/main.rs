@@ -31,6 +31,7 @@ mod data_dir;
 mod debian_root;
 mod docker_and_processes;
 mod endpoints_cli;
+mod endpoints_docker;
 mod failover_processes;
 mod first_run;
 mod first_run_fresh;

@@ -99,6 +99,33 @@ pub(crate) async fn forward_hop(state: &AppState, hop: &Hop<'_>, mut request: Re
         response.extensions_mut().insert(Unreached);
         response
     };
+    let key = super::pool::Key {
+        node: hop.node.to_owned(),
+        reservation_id: hop.reservation_id.to_owned(),
+        epoch: hop.epoch,
+        port: hop.port,
+    };
+    let mut outgoing = outgoing;
+    // A kept connection first (never for an upgrade, whose connection becomes the stream); a
+    // request it closed on before sending is sent again on a new one.
+    while let Some(mut sender) = upgrade
+        .is_none()
+        .then(|| state.upstreams.take(&key))
+        .flatten()
+    {
+        match sender.try_send_request(outgoing).await {
+            Ok(response) => return answer(state, hop, response, Some((key, sender))),
+            Err(mut e) => match e.take_message() {
+                Some(unsent) => outgoing = unsent,
+                None => {
+                    return bad_gateway(format!(
+                        "the app closed the connection without an answer ({})",
+                        e.into_error()
+                    ))
+                }
+            },
+        }
+    }
     let open = OpenStream {
         reservation_id: hop.reservation_id.to_owned(),
         epoch: hop.epoch,
@@ -137,6 +164,22 @@ pub(crate) async fn forward_hop(state: &AppState, hop: &Hop<'_>, mut request: Re
             splice(state, client_upgrade, app_upgrade);
         }
     }
+    // An upgraded connection becomes the stream; any other is kept for the next request.
+    let back = upgrade.is_none().then_some((key, sender));
+    answer(state, hop, response, back)
+}
+
+/// The app's answer as the client gets it: no hop-by-hop headers, and on the apps' site none
+/// of our cookies set; on the console's, sandboxed.
+fn answer(
+    state: &AppState,
+    hop: &Hop<'_>,
+    response: hyper::Response<hyper::body::Incoming>,
+    back: Option<(
+        super::pool::Key,
+        hyper::client::conn::http1::SendRequest<Body>,
+    )>,
+) -> Response {
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(
         &mut parts.headers,
@@ -147,7 +190,13 @@ pub(crate) async fn forward_hop(state: &AppState, hop: &Hop<'_>, mut request: Re
     } else {
         sandbox(&mut parts.headers);
     }
-    Response::from_parts(parts, Body::new(body))
+    match back {
+        Some((key, sender)) => Response::from_parts(
+            parts,
+            Body::new(state.upstreams.returning(key, sender, body)),
+        ),
+        None => Response::from_parts(parts, Body::new(body)),
+    }
 }
 
 /// The `Upgrade` a request asks for with `Connection: upgrade` (a WebSocket's).

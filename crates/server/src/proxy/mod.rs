@@ -9,6 +9,7 @@ pub(crate) mod forward;
 pub(crate) mod host;
 pub(crate) mod links;
 pub(crate) mod open;
+pub(crate) mod pool;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode, Uri};

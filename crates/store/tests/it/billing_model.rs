@@ -8,7 +8,8 @@
 //! reservation charged exactly what an independent model computes (the rate over the seconds
 //! it ran; a reserved block in full unless the platform ended it), the tenant's balance down by
 //! exactly the sum with nothing left held, the node's owner paid exactly its share, and the
-//! ledger balanced. Volumes made, grown and removed among them are charged exactly their size
+//! ledger balanced; every third reservation is an endpoint's replica, charged exactly the
+//! seconds it ran like the rest. Volumes made, grown and removed among them are charged exactly their size
 //! per second of each stretch (`gpurent_billing::storage_charge`), their node's owner paid its
 //! share of a local one. On SQLite and PostgreSQL.
 
@@ -347,6 +348,13 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                         OnNodeLoss::Reschedule
                     },
                     idempotency_key: Some(format!("k{reserved}")),
+                    // Every third, an endpoint's replica (placed by the one-reservation
+                    // path): billed as any other.
+                    replica_of: (reserved % 3 == 2).then(|| gpurent_store::ReplicaOf {
+                        endpoint_id: "endpoint".into(),
+                        index: u64::try_from(reserved).unwrap_or(0),
+                        generation: 1,
+                    }),
                     ..one_gpu(&tenant)
                 };
                 reserved += 1;

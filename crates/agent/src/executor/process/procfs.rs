@@ -65,10 +65,15 @@ pub(super) fn process_state(pid: i32) -> Option<char> {
 }
 
 /// Whether a process of the group still runs. Zombies do not count: a killed workload's
-/// children are orphaned to the init process, which may take a while to reap them.
+/// children are orphaned to the init process, which may take a while to reap them. The
+/// group's leader (the instance's wrapper, which lives as long as it does) is asked first:
+/// only once it has ended is all of `/proc` read, which costs a read per process of the node.
 pub(super) fn group_runs(pgid: i32) -> bool {
     if killpg(Pid::from_raw(pgid), None).is_err() {
         return false;
+    }
+    if leads_running_group(pgid) {
+        return true;
     }
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return true;
@@ -86,6 +91,21 @@ pub(super) fn group_runs(pgid: i32) -> bool {
         let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
         pgrp == Some(pgid) && state != Some("Z")
     })
+}
+
+/// Whether the process `pgid` runs and leads its group (a pid taken again by another process
+/// leads no group of that id).
+fn leads_running_group(pgid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pgid}/stat")) else {
+        return false;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next();
+    let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
+    pgrp == Some(pgid) && state != Some("Z")
 }
 
 /// The process group of `pid`, from `/proc/PID/stat` (the field after state and ppid).
