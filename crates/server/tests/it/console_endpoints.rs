@@ -171,7 +171,10 @@ async fn an_instance_charts_its_gpus(backend: Backend) {
     let ann = app.tenant("ann", "100").await;
     let (status, r) = tia
         .client
-        .reserve(json!({"gpu_type": "RTX 4090", "hours": 1, "command": ["sleep", "600"]}))
+        .reserve(
+            json!({"gpu_type": "RTX 4090", "hours": 1, "command": ["sleep", "600"],
+            "http_ports": [8888]}),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{r}");
     let id = r["id"].as_str().unwrap().to_owned();
@@ -230,6 +233,8 @@ async fn an_instance_charts_its_gpus(backend: Backend) {
     page.assert_has(&format!(
         "<img src=\"/instances/{id}/gpu.svg\" data-chart=\"gpu\""
     ));
+    // Its published port, linked (the page asks the API at the host it was reached at).
+    page.assert_has(&format!("href=\"/instances/{id}/ports/8888\""));
     assert_translated(&console.get(&format!("/instances/{id}?lang=zh-CN")).await);
     let svg = console.get(&format!("/instances/{id}/gpu.svg")).await;
     assert_svg("the GPU chart", &svg);

@@ -26,10 +26,12 @@ fn is_live(r: &Reservation) -> bool {
 pub(crate) async fn page(
     State(state): State<AppState>,
     ctx: Ctx,
+    headers: axum::http::HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, PageError> {
     let l = ctx.lang;
-    let api = ctx.api(&state)?;
+    // At the page's host: the API lists a running instance's published ports only with one.
+    let api = ctx.api(&state)?.at_host_of(&headers);
     let r: Reservation = api
         .get(&format!("/api/v1/reservations/{}", enc(&id)))
         .await
