@@ -52,6 +52,17 @@ pub(crate) fn get(url: &str, path: &str, key: &str) -> (u16, String) {
     (status, body)
 }
 
+/// `n` GETs of `path` at once, each from a thread of its own: their (status, body).
+pub(crate) fn get_together(url: &str, path: &str, key: &str, n: usize) -> Vec<(u16, String)> {
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            let (url, path, key) = (url.to_owned(), path.to_owned(), key.to_owned());
+            std::thread::spawn(move || get(&url, &path, &key))
+        })
+        .collect();
+    calls.into_iter().map(|c| c.join().unwrap()).collect()
+}
+
 #[test]
 fn an_endpoint_of_real_processes_scales_from_zero_and_back() {
     if !running_as_root() || std::env::var("GPURENT_TEST_ISOLATION").as_deref() == Ok("0") {
@@ -147,15 +158,8 @@ fn an_endpoint_of_real_processes_scales_from_zero_and_back() {
     );
 
     // 1 → 2: two replicas side by side, each listening on 127.0.0.1:8000 in its own network.
-    let calls: Vec<_> = (0..4)
-        .map(|_| {
-            let (url, key) = (url.clone(), key.clone());
-            std::thread::spawn(move || get(&url, "/e/web/slow?ms=2000", &key))
-        })
-        .collect();
     let mut replicas = HashSet::new();
-    for call in calls {
-        let (status, body) = call.join().unwrap();
+    for (status, body) in get_together(url, "/e/web/slow?ms=2000", &key, 4) {
         assert_eq!(status, 200, "{body}");
         let a: Value = serde_json::from_str(&body).unwrap();
         replicas.insert(a["replica"].as_str().unwrap().to_owned());

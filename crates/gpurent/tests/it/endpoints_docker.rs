@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::docker_and_processes::agent;
-use crate::endpoints_cli::get;
+use crate::endpoints_cli::{get, get_together};
 use crate::host_limits::engine_answers;
 use crate::support::{cli, eventually, Cluster};
 
@@ -84,15 +84,8 @@ fn an_endpoint_of_containers_scales_rolls_over_and_back_to_zero() {
     );
 
     // 1 → 2: two containers side by side, both listening on port 8000.
-    let calls: Vec<_> = (0..4)
-        .map(|_| {
-            let (url, key) = (url.clone(), key.clone());
-            std::thread::spawn(move || get(&url, "/e/web/cgi-bin/slow", &key))
-        })
-        .collect();
     let mut replicas = HashSet::new();
-    for call in calls {
-        let (status, body) = call.join().unwrap();
+    for (status, body) in get_together(&url, "/e/web/cgi-bin/slow", &key, 4) {
         assert_eq!(status, 200, "{body}");
         // A CGI's answer is chunked: the replica is the word before its version.
         let words: Vec<&str> = body.split_whitespace().collect();

@@ -16,8 +16,11 @@ use hyper::client::conn::http1::SendRequest;
 
 /// Idle connections kept per port of a run: as many as a busy client's concurrency.
 const MAX_IDLE_PER_PORT: usize = 64;
-/// How long an idle connection is kept (apps close theirs sooner; a closed one is dropped).
-const IDLE_FOR: Duration = Duration::from_secs(60);
+/// How long an idle connection is kept: under the shortest keep-alive of common app servers
+/// (gunicorn's 2 s), so that a request is not sent just as the app closes the connection (a
+/// request it closed on after it was sent cannot be sent again: 502). Busy traffic reuses its
+/// connections well within it.
+const IDLE_FOR: Duration = Duration::from_secs(1);
 /// How often the whole pool is swept of closed and stale connections.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 

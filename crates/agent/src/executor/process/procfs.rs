@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
+use std::path::Path;
 
 use nix::sys::signal::killpg;
 use nix::unistd::Pid;
@@ -78,27 +79,23 @@ pub(super) fn group_runs(pgid: i32) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return true;
     };
-    entries.flatten().any(|e| {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            return false;
-        };
-        // `pid (comm) state ppid pgrp ...`; the name may hold spaces and parentheses.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
-        pgrp == Some(pgid) && state != Some("Z")
-    })
+    entries
+        .flatten()
+        .any(|e| runs_in_group(&e.path().join("stat"), pgid))
 }
 
 /// Whether the process `pgid` runs and leads its group (a pid taken again by another process
 /// leads no group of that id).
 fn leads_running_group(pgid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pgid}/stat")) else {
+    runs_in_group(Path::new(&format!("/proc/{pgid}/stat")), pgid)
+}
+
+/// Whether the process of this `/proc/PID/stat` is in group `pgid` and not a zombie.
+fn runs_in_group(stat: &Path, pgid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(stat) else {
         return false;
     };
+    // `pid (comm) state ppid pgrp ...`; the name may hold spaces and parentheses.
     let Some((_, rest)) = stat.rsplit_once(')') else {
         return false;
     };
