@@ -142,6 +142,33 @@ impl Bench {
         bail!("endpoint {name}: not as expected within {within:?}; last seen: {last}")
     }
 
+    /// Removes every endpoint, then waits (up to a minute) until no instance of the node runs.
+    async fn remove_all(&self, executor: &dyn gpurent_agent::Executor) {
+        if let Ok(Value::Array(endpoints)) = self
+            .api(reqwest::Method::GET, "/api/v1/endpoints", None)
+            .await
+        {
+            for e in endpoints {
+                if let Some(name) = e["name"].as_str() {
+                    let path = format!("/api/v1/endpoints/{name}");
+                    let _ = self.api(reqwest::Method::DELETE, &path, None).await;
+                }
+            }
+        }
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(60) {
+            let running = executor.list().await.map(|l| {
+                l.iter()
+                    .any(|o| o.state == gpurent_agent::reconcile::ObservedState::Running)
+            });
+            if running.is_ok_and(|r| !r) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!("bench: some replicas still run after a minute");
+    }
+
     async fn call(&self, url: &str) -> anyhow::Result<()> {
         let r = self.http.get(url).send().await?;
         let status = r.status();
@@ -224,7 +251,7 @@ pub async fn run(args: BenchEndpointArgs, json: bool) -> anyhow::Result<()> {
         "bench-node",
     )?);
     let (stop, stopped) = watch::channel(false);
-    let agent = tokio::spawn(Agent::new(config, gpus, executor).run(stopped));
+    let agent = tokio::spawn(Agent::new(config, gpus, Arc::clone(&executor)).run(stopped));
     let bench = Bench {
         base: base.clone(),
         http: reqwest::Client::builder()
@@ -233,6 +260,9 @@ pub async fn run(args: BenchEndpointArgs, json: bool) -> anyhow::Result<()> {
     };
     let app = AppBinary::place(args.unisolated)?;
     let result = measure(&bench, &args, &app).await;
+    // An agent that stops leaves its instances running (they ride through its restarts): every
+    // endpoint is removed and its replicas seen gone first, whether the run worked or not.
+    bench.remove_all(&*executor).await;
     drop(app);
     let _ = stop.send(true);
     let _ = agent.await;
