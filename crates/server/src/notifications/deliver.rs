@@ -27,10 +27,12 @@ const ANSWER_EXCERPT: usize = 200;
 /// The header that carries the signature: `sha256=` and the hex HMAC-SHA256 of the body.
 pub(crate) const SIGNATURE_HEADER: &str = "x-gpurent-signature";
 
-/// Whether a sending task runs (one at a time per replica).
+/// Whether a sending task runs (one at a time per replica), and whether a kick came since it
+/// last looked for what is due.
 #[derive(Debug, Default)]
 pub struct NotifyState {
     sending: AtomicBool,
+    wanted: AtomicBool,
 }
 
 /// `sha256=HEX` of `body` under `secret`.
@@ -64,18 +66,28 @@ pub(crate) fn after_failure(
 }
 
 /// Sends what is due, in a task of its own, so that a slow receiver never holds up the
-/// maintenance loop; a task already sending is left to it.
+/// maintenance loop. A task already sending is left to it, and looks again once done: a kick
+/// that came after its last look (a retry that just fell due) is never lost.
 pub(crate) fn kick(state: &AppState) {
     let notify = state.notify.clone();
-    if notify.sending.swap(true, Ordering::AcqRel) {
+    notify.wanted.store(true, Ordering::SeqCst);
+    if notify.sending.swap(true, Ordering::SeqCst) {
         return;
     }
     let state = state.clone();
     tokio::spawn(async move {
-        if let Err(e) = send_due(&state).await {
-            tracing::warn!(error = %e, "notifications: cannot read the deliveries due");
+        loop {
+            notify.wanted.store(false, Ordering::SeqCst);
+            if let Err(e) = send_due(&state).await {
+                tracing::warn!(error = %e, "notifications: cannot read the deliveries due");
+            }
+            notify.sending.store(false, Ordering::SeqCst);
+            // A kick that found this task sending left its work to it.
+            if !notify.wanted.load(Ordering::SeqCst) || notify.sending.swap(true, Ordering::SeqCst)
+            {
+                return;
+            }
         }
-        notify.sending.store(false, Ordering::Release);
     });
 }
 
