@@ -166,6 +166,7 @@ mod tests {
         Assignment {
             reservation_id: id.to_owned(),
             epoch,
+            restart_count: 0,
             gpus: vec![format!("GPU-{id}")],
             vram_mb: None,
             image: None,

@@ -129,6 +129,7 @@ mod tests {
         Assignment {
             reservation_id: id.to_owned(),
             epoch: 1,
+            restart_count: 0,
             gpus: vec![],
             vram_mb: None,
             image: None,

@@ -265,6 +265,7 @@ mod tests {
         Assignment {
             reservation_id: id.to_owned(),
             epoch: 1,
+            restart_count: 0,
             gpus: vec![gpu.to_owned()],
             vram_mb,
             image: None,

@@ -15,6 +15,7 @@ mod preempt;
 pub mod queue;
 pub mod quota;
 pub mod replay;
+pub mod restart;
 pub mod rng;
 pub mod trace;
 pub mod workload;

@@ -3,7 +3,7 @@
 use gpurent_store::{NewReservation, Want};
 use gpurent_types::agent::GpuInfo;
 use gpurent_types::api::{CreateReservation, CreateUser};
-use gpurent_types::{GpuType, Money, Role, Tier};
+use gpurent_types::{GpuType, Money, OnNodeLoss, RestartPolicy, Role, Tier};
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
@@ -229,6 +229,7 @@ pub fn reservation(
         )));
     }
     http_ports(&body.http_ports)?;
+    let (restart, max_restarts) = restart_policy(body)?;
     Ok(NewReservation {
         tenant_id: tenant_id.to_owned(),
         created_by: None,
@@ -266,7 +267,66 @@ pub fn reservation(
         node_filter: Default::default(),
         replica_of: None,
         avoid_nodes: Vec::new(),
+        restart,
+        max_restarts,
     })
+}
+
+/// Where a managed job's checkpoint volume is mounted (the agent names it in
+/// `GPURENT_CHECKPOINT_DIR`).
+pub const CHECKPOINT_VOLUME_PATH: &str = "/checkpoint";
+
+/// A managed job's restart policy and bound: `max_restarts` only with a policy that restarts
+/// failures; a policy that restarts interruptions not with `on_node_loss: stop`; a checkpoint
+/// volume not with the node's checkpoint directory (both are `GPURENT_CHECKPOINT_DIR`).
+fn restart_policy(body: &CreateReservation) -> Result<(RestartPolicy, u32), ApiError> {
+    use gpurent_sched::restart::{DEFAULT_MAX_RESTARTS, MAX_RESTARTS};
+    let policy = body.restart.unwrap_or_default();
+    let max = match (policy, body.max_restarts) {
+        (RestartPolicy::Never | RestartPolicy::OnInterruption, Some(_)) => {
+            return Err(invalid(format!(
+                "max_restarts: bounds the restarts of failed runs, which restart {} does not make; give restart on-failure or always",
+                policy.as_str()
+            )))
+        }
+        (_, Some(n)) if n > MAX_RESTARTS => {
+            return Err(invalid(format!(
+                "max_restarts: at most {MAX_RESTARTS} (got {n})"
+            )))
+        }
+        (_, Some(n)) => n,
+        (RestartPolicy::Never | RestartPolicy::OnInterruption, None) => 0,
+        (_, None) => DEFAULT_MAX_RESTARTS,
+    };
+    if policy != RestartPolicy::Never && body.on_node_loss == Some(OnNodeLoss::Stop) {
+        return Err(invalid(format!(
+            "on_node_loss: stop ends the job when its node is lost, but restart {} runs it again; give one or the other",
+            policy.as_str()
+        )));
+    }
+    if let Some(name) = &body.checkpoint_volume {
+        resource_name(name).map_err(|_| {
+            invalid(format!(
+                "checkpoint_volume: {name:?} is not a volume's name (1 to 64 letters, digits and - _ .)"
+            ))
+        })?;
+        if body.checkpoint {
+            return Err(invalid(
+                "checkpoint_volume: give it or checkpoint (the node's checkpoint directory), not both",
+            ));
+        }
+        if let Some(m) = body
+            .volumes
+            .iter()
+            .find(|m| m.path.trim_end_matches('/') == CHECKPOINT_VOLUME_PATH)
+        {
+            return Err(invalid(format!(
+                "volumes: {} is mounted at {CHECKPOINT_VOLUME_PATH}, where the checkpoint volume goes",
+                m.volume
+            )));
+        }
+    }
+    Ok((policy, max))
 }
 
 /// A name a user gives their volume or template: 1 to 64 letters, digits and `- _ .`,

@@ -501,7 +501,8 @@ pub trait ReservationStore: Send + Sync {
     async fn note_queue_reasons(&self, reasons: &[(String, String)]) -> Result<()>;
 
     /// Ends as `failed` (`queue_timeout`) every reservation queued at or before
-    /// `queued_before`, releasing its hold. Returns their ids.
+    /// `queued_before`, releasing its hold; a managed job (`--restart`) waits for capacity
+    /// however long it takes. Returns their ids.
     async fn end_queue_timeouts(
         &self,
         queued_before: DateTime<Utc>,

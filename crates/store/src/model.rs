@@ -138,6 +138,9 @@ pub struct NewReservation {
     /// Nodes (by name) it goes to only if no other has room (an endpoint's replicas spread): a
     /// preference of its placement at once, not of the queue's.
     pub avoid_nodes: Vec<String>,
+    /// A managed job's restart policy, and how many counted restarts it may have.
+    pub restart: gpurent_types::RestartPolicy,
+    pub max_restarts: u32,
 }
 
 /// Which endpoint a reservation serves, its number there and the generation of the endpoint's

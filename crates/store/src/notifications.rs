@@ -42,7 +42,8 @@ pub enum AttemptOutcome {
 
 /// An event of the platform's about what a tenant or host owns, to be told to its webhooks:
 /// `reservation_ended` (by the platform; `detail` its end reason), `reservation_placed` (from
-/// the queue), `node_lost`, `node_unhealthy` (`detail`: what it breached).
+/// the queue), `reservation_restarted` (a managed job's run ended and it is queued again;
+/// `detail`: how many times so far), `node_lost`, `node_unhealthy` (`detail`: what it breached).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlatformEvent {
     pub owner_id: String,

@@ -44,6 +44,9 @@ pub struct VolumeMountRow {
     /// That node's name, for the reasons a reservation is told.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// A managed job's checkpoint volume (`--checkpoint-volume`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checkpoint: bool,
 }
 
 impl VolumeMountRow {
@@ -54,6 +57,7 @@ impl VolumeMountRow {
             size_bytes: self.size_bytes,
             path: self.path,
             read_only: self.read_only,
+            checkpoint: self.checkpoint,
         }
     }
 

@@ -241,6 +241,9 @@ pub struct Mount {
     pub path: String,
     #[serde(default)]
     pub read_only: bool,
+    /// A managed job's checkpoint volume: `GPURENT_CHECKPOINT_DIR` names where it is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checkpoint: bool,
 }
 
 /// A node-local volume the control plane wants on a node: made (or grown) to `size_bytes`,
@@ -312,6 +315,10 @@ impl std::fmt::Debug for Secrets {
 pub struct Assignment {
     pub reservation_id: String,
     pub epoch: i64,
+    /// How many times its run was started again (a managed job's restarts, work moved off a
+    /// lost or drained node): `GPURENT_RESTART_COUNT`.
+    #[serde(default)]
+    pub restart_count: u64,
     pub gpus: Vec<String>,
     /// Set for a share of a GPU: the memory the instance may use.
     pub vram_mb: Option<u64>,

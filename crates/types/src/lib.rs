@@ -20,5 +20,6 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use gpu_type::{GpuType, GpuTypeError, MigSlice};
 pub use money::{Money, MoneyError};
 pub use status::{
-    NodeStatus, OnNodeLoss, ReservationStatus, Role, TeamRole, Tier, TokenScope, UnknownValue,
+    NodeStatus, OnNodeLoss, ReservationStatus, RestartPolicy, Role, TeamRole, Tier, TokenScope,
+    UnknownValue,
 };

@@ -155,6 +155,28 @@ impl Default for OnNodeLoss {
 }
 
 string_enum!(
+    /// When a reservation's run is started again (a managed job, `--restart`): `never` (the
+    /// default: a run's end is the reservation's); `on-interruption` (preempted, its node lost
+    /// or drained); `on-failure` (those, and a run that exits non-zero or cannot start); `always`
+    /// (those, and a run that exits 0). Failures and successful exits count against
+    /// `max_restarts`; interruptions, which are not the job's doing, do not.
+    RestartPolicy, "restart" {
+        Never => "never",
+        OnFailure => "on-failure",
+        OnInterruption => "on-interruption",
+        Always => "always"
+    }
+);
+
+// The enum comes from `string_enum!`, which cannot take a `#[default]` variant.
+#[allow(clippy::derivable_impls)]
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        RestartPolicy::Never
+    }
+}
+
+string_enum!(
     /// A node's state as the control plane sees it. `lost`: not heard from for the node TTL
     /// (heartbeat interval x missed beats), its work fenced off; `unhealthy` and `draining`
     /// are states of health rules and drains (not set by anything yet).

@@ -60,6 +60,7 @@ mod tests {
         Assignment {
             reservation_id: "r".into(),
             epoch: 1,
+            restart_count: 0,
             gpus: gpus.iter().map(|g| (*g).to_owned()).collect(),
             vram_mb,
             image: None,

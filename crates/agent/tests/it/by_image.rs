@@ -32,6 +32,7 @@ fn assignment(id: &str, image: Option<&str>, script: &str) -> Assignment {
     Assignment {
         reservation_id: id.to_owned(),
         epoch: 2,
+        restart_count: 0,
         gpus: vec!["GPU-aaaa".into()],
         vram_mb: None,
         image: image.map(str::to_owned),

@@ -49,6 +49,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
     Assignment {
         reservation_id: id.to_owned(),
         epoch: 3,
+        restart_count: 0,
         gpus: vec!["GPU-aaaa".into(), "GPU-bbbb".into()],
         vram_mb: None,
         image: Some(IMAGE.to_owned()),

@@ -34,6 +34,7 @@ pub(crate) fn assignment(id: &str, image: Option<&str>, command: Vec<String>) ->
     Assignment {
         reservation_id: id.to_owned(),
         epoch: 1,
+        restart_count: 0,
         gpus: vec!["GPU-aaaa".into(), "GPU-bbbb".into()],
         vram_mb: None,
         image: image.map(str::to_owned),

@@ -27,6 +27,7 @@ fn share(id: &str, image: Option<&str>) -> Assignment {
     Assignment {
         reservation_id: id.to_owned(),
         epoch: 1,
+        restart_count: 0,
         gpus: vec!["GPU-h200".into()],
         vram_mb: Some(40_960),
         image: image.map(str::to_owned),

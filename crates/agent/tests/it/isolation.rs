@@ -25,6 +25,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
     Assignment {
         reservation_id: id.to_owned(),
         epoch: 1,
+        restart_count: 0,
         gpus: vec!["GPU-aaaa".into(), "GPU-bbbb".into()],
         vram_mb: None,
         image: None,

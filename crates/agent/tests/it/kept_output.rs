@@ -23,6 +23,7 @@ fn assignment(id: &str, epoch: i64, command: Vec<String>) -> Assignment {
     Assignment {
         reservation_id: id.to_owned(),
         epoch,
+        restart_count: 0,
         gpus: vec!["GPU-aaaa".into()],
         vram_mb: None,
         image: None,

@@ -319,6 +319,20 @@ pub struct ReserveArgs {
     /// container) that a rescheduled run finds again, on nodes that share checkpoint storage.
     #[arg(long)]
     pub checkpoint: bool,
+    /// A managed job: start its run again when it is interrupted (preempted, its node lost or
+    /// drained: `on-interruption`), also when it fails (`on-failure`), or also when it exits 0
+    /// (`always`). It goes back to the queue with the same id; the wait is not billed.
+    #[arg(long, value_name = "POLICY", value_parser = ["never", "on-failure", "on-interruption", "always"])]
+    pub restart: Option<String>,
+    /// How many failed runs (with `always`, finished ones too) are started again, each after
+    /// a back-off from 5 s doubling to 5 min, before the job ends with the last one's reason
+    /// (default 3, at most 100).
+    #[arg(long, value_name = "N")]
+    pub max_restarts: Option<u32>,
+    /// A volume of yours mounted read-write at /checkpoint in every run
+    /// (`$GPURENT_CHECKPOINT_DIR`): where a restarted run finds what the last one saved.
+    #[arg(long, value_name = "NAME")]
+    pub checkpoint_volume: Option<String>,
     /// A volume to mount, NAME:PATH or NAME:PATH:ro (`gpurent volumes create`), or NAME alone
     /// with a template that has a volume mount; repeatable.
     /// A volume is mounted read-write by one reservation at a time, read-only by any number;

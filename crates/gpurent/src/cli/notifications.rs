@@ -6,7 +6,8 @@ use clap::Subcommand;
 pub enum NotificationsCommand {
     /// Add a webhook; its HMAC-SHA256 secret is printed now and never again.
     #[command(after_help = "Events: budget_alert, low_balance, reservation_ended, \
-                            reservation_placed, node_lost, node_unhealthy (default: all).\n\
+                            reservation_placed, reservation_restarted, node_lost, \
+                            node_unhealthy (default: all).\n\
                             Each delivery is a JSON POST with X-Gpurent-Signature: sha256=HEX, \
                             the HMAC-SHA256 of the body under the secret.\n\n\
                             Example:\n  \

@@ -158,6 +158,7 @@ fn assignment(id: &str, image: Option<&str>, script: &str) -> Assignment {
     Assignment {
         reservation_id: id.to_owned(),
         epoch: 1,
+        restart_count: 0,
         gpus: vec![],
         vram_mb: None,
         image: image.map(str::to_owned),

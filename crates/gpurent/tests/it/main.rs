@@ -46,6 +46,7 @@ mod instance_network;
 mod instance_sftp;
 mod interactive;
 mod logs_download;
+mod managed_jobs;
 mod mig;
 mod mps_agent;
 mod netns;

@@ -522,6 +522,9 @@ pub(crate) fn replica_body(row: &EndpointRow) -> CreateReservation {
         volumes: Vec::new(),
         template: None,
         team: None,
+        restart: None,
+        max_restarts: None,
+        checkpoint_volume: None,
     }
 }
 

@@ -69,6 +69,8 @@ pub(crate) async fn tick(
         let data = match e.kind {
             "reservation_ended" => json!({"reservation_id": e.subject, "end_reason": e.detail}),
             "reservation_placed" => json!({"reservation_id": e.subject}),
+            "reservation_restarted" => json!({"reservation_id": e.subject,
+                "restart_count": e.detail.as_deref().and_then(|d| d.parse::<u64>().ok()).unwrap_or(0)}),
             "node_lost" => json!({"node_id": e.subject, "name": e.detail}),
             _ => json!({"node_id": e.subject, "detail": e.detail}),
         };

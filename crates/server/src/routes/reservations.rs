@@ -59,7 +59,13 @@ pub(crate) async fn create(
     let mut new = validate::reservation(&tenant, &body, idempotency_key(&headers)?, card)?;
     new.created_by = payer.team.is_some().then(|| caller.0.id.clone());
     new.limits = state.live().tenant_limits;
-    (new.mounts, new.node_filter) = crate::volumes::mounts(&state, &tenant, &body.volumes).await?;
+    (new.mounts, new.node_filter) = crate::volumes::mounts(
+        &state,
+        &tenant,
+        &body.volumes,
+        body.checkpoint_volume.as_deref(),
+    )
+    .await?;
     // The owner's credential for the image's registry goes with the secrets (a reserved name:
     // never in the instance's environment; not among the names a reservation shows).
     let mut secrets = body.secrets.clone();

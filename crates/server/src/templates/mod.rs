@@ -40,6 +40,9 @@ fn check(body: &CreateTemplate) -> Result<(), ApiError> {
         volumes: Vec::new(),
         template: None,
         team: None,
+        restart: None,
+        max_restarts: None,
+        checkpoint_volume: None,
     };
     crate::validate::reservation("template", &as_reservation, None, None)?;
     if let Some(path) = &body.volume_mount {

@@ -336,14 +336,17 @@ pub(crate) async fn remove(
 }
 
 /// What a new reservation of `owner` mounts, checked: each volume theirs and usable, its path
-/// allowed, no volume twice, and where the volumes let it run. Whether another reservation
-/// mounts one is checked by the store, under the volume's lock.
+/// allowed, no volume twice, and where the volumes let it run; a managed job's
+/// `checkpoint_volume` goes read-write at `/checkpoint` (a path of the instance's own, free
+/// when the node's checkpoint directory is not asked for). Whether another reservation mounts
+/// one is checked by the store, under the volume's lock.
 pub(crate) async fn mounts(
     state: &AppState,
     owner: &str,
     asked: &[MountVolume],
+    checkpoint_volume: Option<&str>,
 ) -> Result<(Vec<VolumeMountRow>, NodeFilter), ApiError> {
-    if asked.is_empty() {
+    if asked.is_empty() && checkpoint_volume.is_none() {
         return Ok((Vec::new(), NodeFilter::Any));
     }
     if asked.len() > MOUNTS_MAX {
@@ -362,9 +365,20 @@ pub(crate) async fn mounts(
     }
     paths::check_all(asked.iter().map(|m| m.path.as_str()))
         .map_err(|e| ApiError::Invalid(format!("volumes: {e}")))?;
+    let checkpoint = checkpoint_volume.map(|name| MountVolume {
+        volume: name.to_owned(),
+        path: crate::validate::CHECKPOINT_VOLUME_PATH.to_owned(),
+        read_only: false,
+    });
+    // Each mount, and whether it is the checkpoint volume.
+    let asked: Vec<(&MountVolume, bool)> = asked
+        .iter()
+        .map(|m| (m, false))
+        .chain(checkpoint.as_ref().map(|m| (m, true)))
+        .collect();
     let mut rows: Vec<VolumeMountRow> = Vec::with_capacity(asked.len());
     let mut nodes = Vec::with_capacity(asked.len());
-    for m in asked {
+    for (m, is_checkpoint) in asked {
         let volume = state
             .store
             .volume(Some(owner), &m.volume, state.live_since())
@@ -415,6 +429,7 @@ pub(crate) async fn mounts(
             read_only: m.read_only,
             node_id,
             node_name,
+            checkpoint: is_checkpoint,
         });
     }
     let filter = NodeFilter::of(nodes.iter().map(|(k, n)| (*k, n.as_deref())))

@@ -244,6 +244,7 @@ async fn a_restarted_agent_ships_what_a_stop_kept(backend: Backend) {
     let ghost = gpurent_types::agent::Assignment {
         reservation_id: "ghost".into(),
         epoch: 1,
+        restart_count: 0,
         gpus: vec![],
         vram_mb: None,
         image: None,

@@ -45,6 +45,7 @@ mod login_throttle;
 mod logs;
 mod logs_kept;
 mod logs_stopped;
+mod managed_jobs;
 mod metrics;
 mod mig_health;
 mod notifications;

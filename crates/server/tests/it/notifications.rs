@@ -317,3 +317,60 @@ both_stores!(
     webhook_targets,
     a_private_webhook_is_refused_and_a_teams_is_its_admins
 );
+
+/// A managed job's restart is told once, with its count; its end as any reservation's.
+async fn a_managed_jobs_restarts_are_told(backend: Backend) {
+    let app = TestApp::with(backend)
+        .with_sim_gpus("1xRTX4090")
+        .with_manual_clock()
+        .with_config(private_and_quick)
+        .start()
+        .await;
+    let (url, rx) = receiver().await;
+    let tom = app.tenant("tom", "100").await;
+    let body = json!({"url": url, "events": ["reservation_restarted"]});
+    let (status, hook) = tom.client.post("/api/v1/notifications", &body).await;
+    assert_eq!(status, StatusCode::CREATED, "{hook}");
+    let (status, r) = tom
+        .client
+        .reserve(
+            json!({"gpu_type": "rtx4090", "hours": 1, "command": ["exit", "2"],
+            "restart": "on-failure", "max_restarts": 1}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{r}");
+    let job = r["id"].as_str().unwrap().to_owned();
+    app.eventually("the restart", || async {
+        let (_, r) = tom.client.get(&format!("/api/v1/reservations/{job}")).await;
+        r["epoch"] == 2
+    })
+    .await;
+    for _ in 0..3 {
+        app.maintenance_tick().await;
+    }
+    app.eventually("the restart told", || async {
+        rx.count("reservation_restarted") == 1
+    })
+    .await;
+    let told = rx
+        .events()
+        .into_iter()
+        .find(|e| e["event"] == "reservation_restarted")
+        .unwrap();
+    assert_eq!(told["data"]["reservation_id"], job.as_str(), "{told}");
+    assert_eq!(told["data"]["restart_count"], 1, "{told}");
+    app.advance(Duration::seconds(5));
+    app.maintenance_tick().await;
+    app.wait_status(&tom.client, &job, "failed").await;
+    for _ in 0..3 {
+        app.maintenance_tick().await;
+    }
+    assert_eq!(
+        rx.count("reservation_restarted"),
+        1,
+        "once: {:?}",
+        rx.events()
+    );
+    app.shutdown().await;
+}
+both_stores!(restarts, a_managed_jobs_restarts_are_told);

@@ -167,7 +167,7 @@ pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) ->
                 price_after, host_share_bps, priority, placed_at, queued_at, queue_reason,
                 type_key, on_node_loss, idle_reclaim, checkpoint, secrets, secret_names,
                 http_ports, volumes, created_by, borrowed, endpoint_id, endpoint_replica,
-                endpoint_gen)
+                endpoint_gen, restart_policy, max_restarts)
              VALUES {} RETURNING ",
                 reservation_fields!(),
                 ", node_id, price_step_s, price_after, host_share_bps,
@@ -211,7 +211,7 @@ pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) ->
 }
 
 /// The arguments of one row of [`push_inserts`], in its columns' order (less the literals).
-const ROW_ARGS: usize = 38;
+const ROW_ARGS: usize = 40;
 
 fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
     let (new, quote) = (row.new, row.quote);
@@ -262,6 +262,8 @@ fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
         Arg::from(&new.replica_of.as_ref().map(|r| r.endpoint_id.clone())),
         Arg::from(new.replica_of.as_ref().map(|r| big(r.index))),
         Arg::from(new.replica_of.as_ref().map(|r| big(r.generation))),
+        Arg::from(new.restart.as_str()),
+        Arg::from(i64::from(new.max_restarts)),
     ]
 }
 

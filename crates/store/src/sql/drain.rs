@@ -7,6 +7,7 @@ use sqlx::Row;
 
 use super::endings::requeue_lost;
 use super::fragments::unstopped_statuses;
+use super::restarts::Requeue;
 use super::{ts, SqlStore};
 use crate::{Drained, NodeAction, Result, StoreError};
 
@@ -58,7 +59,7 @@ pub(super) async fn schedule_node(
                 from,
                 at,
                 at,
-                "its node is being drained; waiting to run again",
+                &Requeue::moved("drained", "its node is being drained; waiting to run again"),
             )
             .await?
             {

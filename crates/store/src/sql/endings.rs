@@ -10,6 +10,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::ledger::{self, Kind, Transfer, PLATFORM_REVENUE};
 use super::nodes::adjust_pool;
+use super::restarts::{with_restart, Requeue};
 use crate::Result;
 
 /// What ended a live reservation's instance.
@@ -25,7 +26,7 @@ pub(super) enum Gone<'a> {
 /// A reservation's row as `facts_of` reads it (`$1`: its id), with its node's owner.
 const SELECT_FACTS: &str = "SELECT r.tenant_id, r.tier, r.price_per_hour, r.price_step_s,
     r.price_after, r.started_at, r.run_before_s, r.stop_requested_at, r.end_reason, r.duration_s,
-    r.node_id, r.host_share_bps, r.epoch, n.owner_id
+    r.node_id, r.host_share_bps, r.epoch, r.restarts, n.owner_id, n.name AS node_name
     FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id WHERE r.id = $1";
 
 /// A reservation's billing facts from its row (`SELECT_FACTS`), with what its meter says so far.
@@ -281,7 +282,8 @@ async fn pay(conn: &mut AnyConnection, p: &Payment<'_>, bill: &ending::Bill) -> 
     Ok(())
 }
 
-/// Queues a reservation of a lost node again: its run is billed to `fence_at` as
+/// Queues a reservation of a lost node (or a drained one, or a managed job's run that ended)
+/// again, its restart listed (`requeue`): its run is billed to `fence_at` as
 /// `gpurent_billing::ending::Ending::Requeued` (the exact charge for the whole seconds it ran,
 /// under `charge:<id>:lost:<epoch>`, and its host's share under `earn:<id>:lost:<epoch>`, so at
 /// most once per epoch), its GPU memory is given back, and it waits as `pending` with no node
@@ -293,7 +295,7 @@ pub(super) async fn requeue_lost(
     from: ReservationStatus,
     fence_at: i64,
     now: i64,
-    reason: &str,
+    requeue: &Requeue<'_>,
 ) -> Result<bool> {
     let row = sqlx::query(SELECT_FACTS)
         .bind(id)
@@ -306,17 +308,35 @@ pub(super) async fn requeue_lost(
     let owner: Option<String> = row.try_get("owner_id")?;
     // Whole seconds run in all, counted from its effective start; never past its hours.
     let ran_s = ending::end_of(&facts_of(&row, Money::ZERO, Money::ZERO)?, fence_at).ran_s;
+    // This run's own start: the effective one is moved back by the runs before it.
+    let run_before_s: i64 = row.try_get("run_before_s")?;
+    let run_started = row
+        .try_get::<Option<i64>, _>("started_at")?
+        .map(|s| s.saturating_add(run_before_s.saturating_mul(1_000_000)));
+    let restarts = with_restart(
+        &row.try_get::<String, _>("restarts")?,
+        requeue,
+        epoch,
+        row.try_get("node_name")?,
+        run_started,
+        fence_at,
+    )?;
     let claimed = sqlx::query(
         "UPDATE reservations SET status = 'pending', node_id = NULL, gpus = '[]', epoch = epoch + 1,
             log_read = 0, log_cut = NULL, log_tail = NULL, queued_at = $1, placed_at = NULL, started_at = NULL, run_before_s = $2,
-            published = '[]', queue_reason = $5
+            published = '[]', queue_reason = $5, end_reason = NULL, stop_requested_at = NULL,
+            stop_grace_s = NULL, retry_at = $6, restarts_counted = restarts_counted + $7,
+            restarts = $8
          WHERE id = $3 AND status = $4",
     )
     .bind(now)
     .bind(i64::try_from(ran_s).unwrap_or(i64::MAX))
     .bind(id)
     .bind(from.as_str())
-    .bind(reason)
+    .bind(requeue.reason)
+    .bind(requeue.retry_at)
+    .bind(i64::from(requeue.counted))
+    .bind(restarts)
     .execute(&mut *conn)
     .await?
     .rows_affected();
@@ -371,7 +391,7 @@ pub(super) async fn requeue_lost(
         .await?;
     }
     release_gpus(conn, id).await?;
-    tracing::info!(reservation_id = id, node_id = ?node_id, epoch = epoch + 1, ran_s, charged = %bill.charged, "node lost: reservation queued again");
+    tracing::info!(reservation_id = id, node_id = ?node_id, epoch = epoch + 1, ran_s, charged = %bill.charged, cause = requeue.cause, "reservation queued again");
     Ok(true)
 }
 
@@ -466,7 +486,7 @@ pub(crate) const END_MESSAGE_MAX_CHARS: usize = 1000;
 
 /// What a failed instance's report said, for its tenant: kept when the instance failed (to
 /// start, or exited with an error) and its agent said why, at most `END_MESSAGE_MAX_CHARS`.
-fn end_message(status: ReservationStatus, report: &InstanceReport) -> Option<String> {
+pub(super) fn end_message(status: ReservationStatus, report: &InstanceReport) -> Option<String> {
     if status != ReservationStatus::Failed {
         return None;
     }

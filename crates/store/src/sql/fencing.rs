@@ -11,6 +11,7 @@ use sqlx::{AnyConnection, Row};
 use super::endings::{finish, requeue_lost, Gone, NODE_LOST};
 use super::fragments::live_statuses;
 use super::nodes::adjust_pool;
+use super::restarts::Requeue;
 use super::{retry_conflicts, ts, SqlStore};
 use crate::{Fenced, Result, StoreError};
 
@@ -75,7 +76,7 @@ async fn fence_node_once(
             r,
             fence_at,
             now,
-            "its node was lost; waiting to run again",
+            &Requeue::moved(NODE_LOST, "its node was lost; waiting to run again"),
             &mut fenced,
         )
         .await?;
@@ -116,7 +117,7 @@ async fn lose_reservation(
     r: &sqlx::any::AnyRow,
     fence_at: i64,
     now: i64,
-    requeue_reason: &str,
+    requeue: &Requeue<'_>,
     fenced: &mut Fenced,
 ) -> Result<()> {
     let id: String = r.try_get("id")?;
@@ -137,7 +138,7 @@ async fn lose_reservation(
         (Some(deadline), _) => Some(("expired", deadline)),
         (None, _) if choice == OnNodeLoss::Stop.as_str() => Some((NODE_LOST, fence_at)),
         (None, _) => {
-            if requeue_lost(conn, &id, status, fence_at, now, requeue_reason).await? {
+            if requeue_lost(conn, &id, status, fence_at, now, requeue).await? {
                 fenced.rescheduled.push(id);
             }
             return Ok(());
@@ -155,7 +156,13 @@ async fn lose_reservation(
         .execute(&mut *conn)
         .await?;
     }
-    if finish(conn, &id, status, Gone::Fenced, fence_at).await? {
+    // A managed job's preempted run is queued again rather than finished.
+    let done = if status == ReservationStatus::Stopping {
+        super::restarts::run_ended(conn, &id, status, Gone::Fenced, fence_at).await?
+    } else {
+        finish(conn, &id, status, Gone::Fenced, fence_at).await?
+    };
+    if done {
         fenced.ended.push(id);
     }
     Ok(())
@@ -228,7 +235,10 @@ pub(super) async fn reconcile_inventory(
                 r,
                 at,
                 at,
-                "a GPU it ran on is gone from its node; waiting to run again",
+                &Requeue::moved(
+                    "gpu_lost",
+                    "a GPU it ran on is gone from its node; waiting to run again",
+                ),
                 &mut fenced,
             )
             .await?;

@@ -223,6 +223,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "endpoints",
         include_str!("../../migrations/0049_endpoints.sql"),
     ),
+    (
+        50,
+        "managed_jobs",
+        include_str!("../../migrations/0050_managed_jobs.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

@@ -42,6 +42,7 @@ mod read_cache;
 mod registries;
 mod reports;
 mod reservations;
+mod restarts;
 mod rows;
 mod samples;
 mod seed;

@@ -356,6 +356,27 @@ impl NotificationStore for SqlStore {
                 "placed_at",
             )?);
         }
+        // Each requeue of a managed job sets its `queued_at` (and its epoch): one event each.
+        let restarted = sqlx::query(
+            "SELECT r.tenant_id AS owner_id, r.id, CAST(r.epoch - 1 AS TEXT) AS detail, r.queued_at
+             FROM reservations r
+             WHERE r.tenant_id IN (SELECT owner_id FROM notification_hooks)
+               AND r.restart_policy <> 'never' AND r.epoch > 1
+               AND r.queued_at IS NOT NULL AND r.queued_at >= $1
+             ORDER BY r.queued_at, r.id",
+        )
+        .bind(ts(since))
+        .fetch_all(&self.pool)
+        .await?;
+        for r in restarted {
+            events.push(event(
+                &r,
+                "reservation_restarted",
+                "id",
+                "detail",
+                "queued_at",
+            )?);
+        }
         let lost = sqlx::query(
             "SELECT n.owner_id, n.id, n.name AS detail, n.lost_at FROM nodes n
              WHERE n.owner_id IN (SELECT owner_id FROM notification_hooks)

@@ -107,8 +107,10 @@ impl SqlStore {
                 r.duration_s, r.volumes, r.tenant_id
              FROM reservations r
              WHERE r.status = 'pending' AND r.node_id IS NULL
+                AND (r.retry_at IS NULL OR r.retry_at <= $1)
              ORDER BY r.queued_at, r.id",
         )
+        .bind(now)
         .fetch_all(&mut *conn)
         .await?;
         if rows.is_empty() {
@@ -223,7 +225,8 @@ impl SqlStore {
         let mut tx = self.begin().await?;
         let due: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM reservations
-             WHERE status = 'pending' AND node_id IS NULL AND queued_at <= $1 ORDER BY id",
+             WHERE status = 'pending' AND node_id IS NULL AND queued_at <= $1
+                AND restart_policy = 'never' ORDER BY id",
         )
         .bind(queued_before)
         .fetch_all(&mut *tx)

@@ -10,7 +10,7 @@ use gpurent_types::agent::{
 use gpurent_types::ReservationStatus;
 use sqlx::{AnyConnection, Row};
 
-use super::endings::{finish, Gone};
+use super::endings::Gone;
 use super::fencing::reconcile_inventory;
 use super::fragments::live_statuses;
 use super::nodes::insert_gpus;
@@ -297,7 +297,7 @@ async fn apply_report(
             Ok(n == 1)
         }
         (s, S::Stopped | S::Exited | S::Failed) if !s.is_terminal() => {
-            finish(
+            super::restarts::run_ended(
                 conn,
                 &report.reservation_id,
                 status,
@@ -413,9 +413,13 @@ fn desired_of(
             let gpus: String = r.try_get("gpus")?;
             let command: String = r.try_get("command")?;
             let env: String = r.try_get("env")?;
+            let epoch: i64 = r.try_get("epoch")?;
             Ok(Assignment {
                 reservation_id: r.try_get("id")?,
-                epoch: r.try_get("epoch")?,
+                epoch,
+                // Each run after the first (restarted, or moved off a lost or drained node)
+                // came with the next epoch.
+                restart_count: u64::try_from(epoch - 1).unwrap_or(0),
                 gpus: serde_json::from_str(&gpus).map_err(corrupt)?,
                 vram_mb: r
                     .try_get::<Option<i64>, _>("vram_mb")?

@@ -46,6 +46,8 @@ pub fn one_gpu(tenant: &str) -> NewReservation {
         node_filter: Default::default(),
         replica_of: None,
         avoid_nodes: Vec::new(),
+        restart: Default::default(),
+        max_restarts: 0,
     }
 }
 

@@ -11,6 +11,7 @@ pub const NOTIFICATION_EVENTS: &[&str] = &[
     "low_balance",
     "reservation_ended",
     "reservation_placed",
+    "reservation_restarted",
     "node_lost",
     "node_unhealthy",
 ];

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::{Money, OnNodeLoss, ReservationStatus, Tier};
+use crate::{Money, OnNodeLoss, ReservationStatus, RestartPolicy, Tier};
 
 /// What can be rented now, per GPU type.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
@@ -142,6 +142,21 @@ pub struct CreateReservation {
     /// members, stopped by its members and above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team: Option<String>,
+    /// A managed job: when its run is started again (`never` by default). A restarted run
+    /// goes back to the queue with the same id, the next epoch and `GPURENT_RESTART_COUNT`,
+    /// and is placed on any fitting node; the time it waits is not billed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartPolicy>,
+    /// How many failed (or, with `always`, finished) runs are started again before the job
+    /// ends with the last one's reason: 0 to 100, 3 by default. Interruptions do not count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 100)]
+    pub max_restarts: Option<u32>,
+    /// A volume of yours mounted read-write at `/checkpoint` in every run, named by
+    /// `GPURENT_CHECKPOINT_DIR`: where a restarted run finds what the last one saved. A shared
+    /// volume lets a restart go to any node; a local one keeps the job on its node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_volume: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -214,6 +229,19 @@ pub struct Reservation {
     /// Its fencing epoch: 1, plus one each time it was rescheduled off a lost node.
     #[serde(default)]
     pub epoch: i64,
+    /// When its run is started again (`--restart`): `never` unless it is a managed job.
+    #[serde(default)]
+    pub restart: RestartPolicy,
+    /// How many failed (or finished, with `always`) runs are started again.
+    #[serde(default)]
+    pub max_restarts: u32,
+    /// Each time a run of it ended and it went back to the queue, oldest first: the cause,
+    /// when, and that run's node and start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restarts: Vec<Restart>,
+    /// A failed run's restart waits for its back-off: it is not placed before this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<DateTime<Utc>>,
     /// Whether it is stopped (end reason `idle`) once its GPUs have been idle for the
     /// platform's idle time.
     #[serde(default)]
@@ -243,6 +271,30 @@ pub struct Reservation {
     /// endpoint (`--ssh-listen`); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh: Option<ReservationSsh>,
+}
+
+/// A run of a reservation that ended and was started again (a managed job, or work moved off a
+/// lost or drained node).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct Restart {
+    /// Why the run ended: `preempted`, `node_lost`, `drained`, `exited_with_error`,
+    /// `failed_to_start`, `exited` (with `always`), or the agent's own reason.
+    pub cause: String,
+    /// When it ended and went back to the queue.
+    pub at: DateTime<Utc>,
+    /// The run's epoch (the next run has the next).
+    pub epoch: i64,
+    /// Where it ran, and since when (absent for a run that never started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    /// What its instance said as it failed, at most 1000 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Whether it counted against `max_restarts` (a failure, or a finish with `always`).
+    #[serde(default)]
+    pub counted: bool,
 }
 
 /// A published HTTP port of a running reservation and where its owner reaches it.

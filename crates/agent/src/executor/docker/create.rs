@@ -100,6 +100,10 @@ impl DockerExecutor {
         env.push(format!("CUDA_VISIBLE_DEVICES={visible}"));
         env.push(format!("GPURENT_RESERVATION_ID={id}"));
         env.push(format!("GPURENT_EPOCH={}", a.epoch));
+        env.push(format!("GPURENT_RESTART_COUNT={}", a.restart_count));
+        if let Some(m) = a.mounts.iter().find(|m| m.checkpoint) {
+            env.push(format!("GPURENT_CHECKPOINT_DIR={}", m.path));
+        }
         env.extend(
             self.gpu_limits
                 .env(a)

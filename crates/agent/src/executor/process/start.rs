@@ -364,6 +364,14 @@ impl ProcessExecutor {
             a.reservation_id.clone().into(),
         ));
         env.push(("GPURENT_EPOCH".into(), a.epoch.to_string().into()));
+        env.push((
+            "GPURENT_RESTART_COUNT".into(),
+            a.restart_count.to_string().into(),
+        ));
+        // A managed job's checkpoint volume, bound where the sandbox shows it.
+        if let Some(m) = a.mounts.iter().find(|m| m.checkpoint) {
+            env.push(("GPURENT_CHECKPOINT_DIR".into(), m.path.clone().into()));
+        }
         if let (true, Some(scratch)) = (isolated, &self.scratch) {
             let mb = scratch.bytes_for(a.gpus.len()) / (1024 * 1024);
             env.push(("GPURENT_DISK_MB".into(), mb.to_string().into()));

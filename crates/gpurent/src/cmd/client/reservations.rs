@@ -108,6 +108,16 @@ pub(super) async fn reserve(
             .collect::<Result<_, _>>()?,
         template: args.template,
         team: args.team,
+        restart: args
+            .restart
+            .as_deref()
+            .map(|p| {
+                p.parse::<gpurent_types::RestartPolicy>()
+                    .map_err(|e| CliError::new("invalid_value", format!("--restart: {e}")))
+            })
+            .transpose()?,
+        max_restarts: args.max_restarts,
+        checkpoint_volume: args.checkpoint_volume,
     };
     // Always keyed, so that a retry through a failover (its first answer lost) reserves once.
     let key = args
@@ -260,6 +270,40 @@ pub(super) async fn get(api: &ApiClient, id: String, json: bool) -> Result<(), C
             p.layers_total,
             gpurent_types::api::format_size(p.bytes_done),
             gpurent_types::api::format_size(p.bytes_total)
+        ));
+    }
+    if r.restart != gpurent_types::RestartPolicy::Never {
+        let counted = r.restarts.iter().filter(|x| x.counted).count();
+        print_line(&format!(
+            "restart: {} ({} restarts, {counted} of {} counted)",
+            r.restart.as_str(),
+            r.restarts.len(),
+            r.max_restarts
+        ));
+    }
+    for x in &r.restarts {
+        print_line(&format!(
+            "run {} on {} from {} to {}: {}{}",
+            x.epoch,
+            x.node.as_deref().unwrap_or("-"),
+            x.started_at.map_or("-".to_owned(), |t| t
+                .format("%Y-%m-%d %H:%M:%S")
+                .to_string()),
+            x.at.format("%Y-%m-%d %H:%M:%S UTC"),
+            x.cause,
+            x.message
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(at) = r
+        .retry_at
+        .filter(|_| r.status == ReservationStatus::Pending)
+    {
+        print_line(&format!(
+            "next run: not before {} (back-off)",
+            at.format("%Y-%m-%d %H:%M:%S UTC")
         ));
     }
     // Why it failed, in the executor's words (`ls` has it in --json only).

@@ -5,6 +5,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderValue, Method};
 use axum::response::{IntoResponse, Redirect, Response};
 use gpurent_types::api::{GpuUsage, Reservation, ReservationStopped};
+use gpurent_types::RestartPolicy;
 use maud::{html, Markup};
 use serde::Deserialize;
 
@@ -102,6 +103,22 @@ fn summary(ctx: &Ctx, r: &Reservation) -> Markup {
             dt { (l.t("Ended", "结束时间")) } dd { (ended(r)) }
             @if let Some(why) = &r.end_message {
                 dt { (l.t("Reason", "原因")) } dd data-field="end-message" { (raw(why)) }
+            }
+            @if r.restart != RestartPolicy::Never || !r.restarts.is_empty() {
+                dt { (l.t("Restarts", "重启")) }
+                dd data-field="restarts" {
+                    (raw(r.restart.as_str())) " · " (r.restarts.len())
+                    @if let Some(at) = r.retry_at.filter(|_| r.node.is_none()) {
+                        " · " (l.t("next run not before", "下次运行不早于")) " " (time(at))
+                    }
+                    @if !r.restarts.is_empty() {
+                        ul.plain { @for x in &r.restarts {
+                            li { (l.t("run", "运行")) " " (x.epoch) ": " (raw(&x.cause)) " · " (time(x.at))
+                                @if let Some(n) = &x.node { " · " (raw(n)) }
+                                @if let Some(m) = &x.message { " · " (raw(m)) } }
+                        } }
+                    }
+                }
             }
             dt { (l.t("Image", "镜像")) } dd { @if let Some(i) = &r.image { (raw(i)) } @else { "—" } }
             dt { (l.t("Command", "命令")) } dd { @if r.command.is_empty() { @if r.image.is_some() { (l.t("the image's own (interactive)", "镜像自带命令（交互式）")) } @else { (l.t("none: interactive, up for its hours", "无：交互式，在预订时长内保持运行")) } } @else { (raw(&shell_line(&r.command))) } }

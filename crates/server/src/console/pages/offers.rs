@@ -132,6 +132,9 @@ impl ReserveForm {
                 .collect::<Result<_, _>>()?,
             template: Some(self.template.trim().to_owned()).filter(|t| !t.is_empty()),
             team: None,
+            restart: None,
+            max_restarts: None,
+            checkpoint_volume: None,
         })
     }
 }

@@ -9,7 +9,9 @@
 //! it ran; a reserved block in full unless the platform ended it), the tenant's balance down by
 //! exactly the sum with nothing left held, the node's owner paid exactly its share, and the
 //! ledger balanced; every third reservation is an endpoint's replica, charged exactly the
-//! seconds it ran like the rest. Volumes made, grown and removed among them are charged exactly their size
+//! seconds it ran like the rest; every fourth is a managed job (`restart: on-failure`,
+//! `max_restarts: 1`), queued again when interrupted and once when it fails, charged only the
+//! seconds it ran. Volumes made, grown and removed among them are charged exactly their size
 //! per second of each stretch (`gpurent_billing::storage_charge`), their node's owner paid its
 //! share of a local one. On SQLite and PostgreSQL.
 
@@ -17,17 +19,20 @@ use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use chrono::Duration;
-use gpurent_billing::{storage_charge, PriceList, Rate, BYTES_PER_GB};
+use gpurent_billing::{PriceList, BYTES_PER_GB};
 use gpurent_store::prelude::*;
 use gpurent_store::{Backend, NewReservation, NewVolume, NodeAction, Scope, SqlStore};
 use gpurent_types::agent::{
     AgentEvent, AgentEventKind, GpuInfo, InstanceState, SyncRequest, VolumeFacts,
 };
 use gpurent_types::api::VolumeKind;
-use gpurent_types::{GpuType, Money, OnNodeLoss, Tier};
+use gpurent_types::{GpuType, Money, OnNodeLoss, RestartPolicy, Tier};
 use proptest::prelude::*;
 
 use crate::support::{self, one_gpu, t0, Fixture};
+
+mod model;
+use model::{Model, VolumeModel, Why};
 
 /// The tiers a schedule reserves on, with the hours each asks for.
 const TIERS: [(Tier, u64); 4] = [
@@ -95,36 +100,6 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// The model of one volume: its stretches (from, GB) and when it was removed.
-#[derive(Debug, Clone)]
-struct VolumeModel {
-    id: String,
-    local: bool,
-    stretches: Vec<(i64, u64)>,
-    removed: Option<i64>,
-}
-
-impl VolumeModel {
-    /// What it was charged by `end` (its removal, else `end`): each stretch's size for its
-    /// seconds, rounded down once per stretch.
-    fn charge(&self, end: i64) -> Money {
-        let end = self.removed.unwrap_or(end);
-        let mut total = Money::ZERO;
-        for (i, (from, gb)) in self.stretches.iter().enumerate() {
-            let to = self.stretches.get(i + 1).map_or(end, |(next, _)| *next);
-            let seconds = u64::try_from(to - from).unwrap_or(0);
-            total = total
-                .checked_add(storage_charge(
-                    PriceList::defaults().storage_per_gb_month,
-                    gb * BYTES_PER_GB,
-                    seconds,
-                ))
-                .unwrap();
-        }
-        total
-    }
-}
-
 /// The node keeps volumes, with room for any the schedule makes.
 async fn keeps_volumes(store: &SqlStore, node: &str) {
     store
@@ -139,121 +114,6 @@ async fn keeps_volumes(store: &SqlStore, node: &str) {
         )
         .await
         .unwrap();
-}
-
-/// The model of one reservation, in whole seconds since t0.
-#[derive(Debug, Clone)]
-struct Model {
-    id: String,
-    tier: Tier,
-    rate: Rate,
-    duration: i64,
-    start: Option<i64>,
-    stop_at: Option<i64>,
-    end: Option<i64>,
-    /// Ended by the platform (its agent stopped it unasked, its node was lost): a block's
-    /// unused part goes back.
-    platform_ended: bool,
-    stop_on_loss: bool,
-    /// Waiting to run again after its node was lost or drained (the test places nothing
-    /// again): it ends queued, charged for the seconds it ran before only.
-    queued: bool,
-    run_before: i64,
-}
-
-impl Model {
-    fn charge(&self) -> Money {
-        let seconds = match (self.start, self.end) {
-            _ if self.queued => self.run_before,
-            _ if self.tier == Tier::Reserved && self.end.is_some() && !self.platform_ended => {
-                self.duration
-            }
-            (Some(s), Some(e)) => (e - s).max(0),
-            _ => 0,
-        };
-        self.rate
-            .charge_for_seconds(u64::try_from(seconds).unwrap_or(0))
-    }
-
-    /// A stop is asked for: billing ends now, or at the end of its hours if those are up.
-    fn stop(&mut self, now: i64) {
-        if self.end.is_some() || self.stop_at.is_some() {
-            return;
-        }
-        // A queued reservation has nothing to stop: it ends at once.
-        if self.queued {
-            self.end = Some(now);
-            return;
-        }
-        self.stop_at = Some(match self.start {
-            Some(s) if now >= s + self.duration => s + self.duration,
-            _ => now,
-        });
-    }
-
-    /// The agent says the instance is gone (stopped, exited or failed): it ends.
-    fn gone(&mut self, now: i64) {
-        if self.end.is_some() {
-            return;
-        }
-        let mut end = self.stop_at.map_or(now, |t| t.min(now));
-        if let Some(s) = self.start {
-            end = end.min(s + self.duration);
-        }
-        self.end = Some(end);
-    }
-
-    /// Placed and live, with no stop asked: what a drain or a lost node moves.
-    fn movable(&self) -> bool {
-        !self.queued && self.end.is_none() && self.stop_at.is_none()
-    }
-
-    /// Running, as the store sees it (neither stopping nor queued).
-    fn running(&self) -> bool {
-        self.movable() && self.start.is_some()
-    }
-
-    /// Its run is billed to `at` and it waits in the queue again.
-    fn requeue(&mut self, at: i64) {
-        if let Some(s) = self.start.take() {
-            self.run_before = (at - s).clamp(0, self.duration);
-        }
-        self.queued = true;
-    }
-
-    /// Its node was lost at `fence_at`: what was stopping ends, what ran out its hours
-    /// expired, what chose to end ends as lost, the rest is queued again.
-    fn fence(&mut self, fence_at: i64) {
-        if self.queued || self.end.is_some() {
-            return;
-        }
-        if self.stop_at.is_some() {
-            self.gone(fence_at);
-        } else if let Some(deadline) = self.start.map(|s| s + self.duration) {
-            if deadline <= fence_at {
-                self.stop_at = Some(deadline);
-                self.gone(fence_at);
-                return;
-            }
-            self.lose(fence_at);
-        } else {
-            self.lose(fence_at);
-        }
-    }
-
-    fn lose(&mut self, fence_at: i64) {
-        if self.stop_on_loss {
-            self.platform_ended = true;
-            self.gone(fence_at);
-        } else {
-            self.requeue(fence_at);
-        }
-    }
-
-    /// An end the agent reported without being asked, before the hours were up.
-    fn unasked(&self, now: i64) -> bool {
-        self.stop_at.is_none() && self.start.is_none_or(|s| now < s + self.duration)
-    }
 }
 
 fn report(id: &str, state: InstanceState, exit_code: Option<i32>) -> SyncRequest {
@@ -339,9 +199,19 @@ async fn run(backend: Backend, ops: Vec<Op>) {
             }
             Op::Reserve(tier, stop_on_loss) => {
                 let (tier, hours) = TIERS[tier];
+                // Every fourth, a managed job: restarted when interrupted, and once when it
+                // fails; it never ends on its node's loss.
+                let managed = reserved % 4 == 1;
+                let stop_on_loss = stop_on_loss && !managed;
                 let new = NewReservation {
                     duration_s: hours * 3600,
                     tier,
+                    restart: if managed {
+                        RestartPolicy::OnFailure
+                    } else {
+                        RestartPolicy::Never
+                    },
+                    max_restarts: u32::from(managed),
                     on_node_loss: if stop_on_loss {
                         OnNodeLoss::Stop
                     } else {
@@ -396,6 +266,10 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                         stop_on_loss,
                         queued: false,
                         run_before: 0,
+                        managed,
+                        counted: 0,
+                        requeued: 0,
+                        stop_why: None,
                     });
                     // Work that outranks spot instances may have preempted some: billing
                     // stopped for them now.
@@ -403,6 +277,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                         let r = store.get_reservation(&m.id, &Scope::All).await.unwrap();
                         if r.end_reason.as_deref() == Some("preempted") && m.movable() {
                             m.stop_at = Some(now);
+                            m.stop_why = Some(Why::Preempted);
                         }
                     }
                 }
@@ -423,7 +298,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     .request_stop(&m.id, &Scope::All, at(now))
                     .await
                     .unwrap();
-                m.stop(now);
+                m.stop(now, Why::Tenant);
             }
             Op::Gone(i) | Op::Exit(i, _) | Op::Fail(i) => {
                 let Some(m) = models.get_mut(i) else { continue };
@@ -438,6 +313,14 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     .unwrap();
                 // A report of its run on the node it left changes nothing.
                 if m.queued {
+                    continue;
+                }
+                let failed = match state {
+                    InstanceState::Exited => Some(code != Some(0)),
+                    InstanceState::Failed => Some(true),
+                    _ => None,
+                };
+                if m.restarts(now, failed) {
                     continue;
                 }
                 if m.end.is_none() && state != InstanceState::Exited && m.unasked(now) {
@@ -458,7 +341,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                 };
                 store.sync_node(&node, &watchdog, at(now)).await.unwrap();
                 if m.running() {
-                    m.stop(now);
+                    m.stop(now, Why::Vram);
                 }
             }
             Op::Idle => {
@@ -468,7 +351,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                     .iter_mut()
                     .filter(|m| m.running() && m.start.is_some_and(|s| s <= now - 60))
                 {
-                    m.stop(now);
+                    m.stop(now, Why::Idle);
                 }
             }
             Op::Fence => {
@@ -548,7 +431,11 @@ async fn run(backend: Backend, ops: Vec<Op>) {
             }
             Op::Timeouts => {
                 store.end_queue_timeouts(at(now), at(now)).await.unwrap();
-                for m in models.iter_mut().filter(|m| m.queued && m.end.is_none()) {
+                // A managed job waits for capacity however long it takes.
+                for m in models
+                    .iter_mut()
+                    .filter(|m| m.queued && m.end.is_none() && !m.managed)
+                {
                     m.end = Some(now);
                 }
             }
@@ -557,6 +444,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
                 for m in models.iter_mut().filter(|m| m.movable()) {
                     if let Some(s) = m.start.filter(|s| now >= s + m.duration) {
                         m.stop_at = Some(s + m.duration);
+                        m.stop_why = Some(Why::Expired);
                     }
                 }
             }
@@ -585,7 +473,7 @@ async fn run(backend: Backend, ops: Vec<Op>) {
             .request_stop(&m.id, &Scope::All, at(now))
             .await
             .unwrap();
-        m.stop(now);
+        m.stop(now, Why::Tenant);
         for _ in 0..2 {
             store
                 .sync_node(
@@ -610,6 +498,8 @@ async fn run(backend: Backend, ops: Vec<Op>) {
             m.id,
             m
         );
+        // Queued again exactly when the model was: its restarts listed, one each.
+        assert_eq!(r.restarts.len(), m.requeued, "{} ({m:?}): {r:?}", m.id);
         total = total.checked_add(m.charge()).unwrap();
     }
     // The volumes left are charged up to the end too.
