@@ -6,9 +6,10 @@ use chrono::{DateTime, Utc};
 use gpurent_billing::{PriceList, Size};
 use gpurent_sched::{Plan, Request};
 use gpurent_types::api::{Offer, Reservation, ReservedDiscount};
-use gpurent_types::{GpuType, ReservationStatus};
+use gpurent_types::{GpuType, ReservationStatus, RestartPolicy};
 use sqlx::Row;
 
+use super::endings::PREEMPTED;
 use super::gpus::placeable;
 use super::nodes::bump_version;
 use super::rows::{
@@ -421,6 +422,25 @@ impl SqlStore {
         for _ in 0..STOP_TRIES {
             let mut tx = self.begin().await?;
             let current = fetch_reservation(&mut tx, id, scope).await?;
+            // A managed job stopped during its preemption's notice ends with this stop rather
+            // than run again; its billing ended at the preemption.
+            if current.status == ReservationStatus::Stopping
+                && current.restart != RestartPolicy::Never
+                && current.end_reason.as_deref() == Some(PREEMPTED)
+            {
+                sqlx::query(
+                    "UPDATE reservations SET end_reason = $1
+                     WHERE id = $2 AND status = 'stopping' AND end_reason = $3",
+                )
+                .bind(reason)
+                .bind(id)
+                .bind(PREEMPTED)
+                .execute(&mut *tx)
+                .await?;
+                let updated = fetch_reservation(&mut tx, id, scope).await?;
+                tx.commit().await?;
+                return Ok((updated, None));
+            }
             let stoppable = matches!(
                 current.status,
                 ReservationStatus::Pending

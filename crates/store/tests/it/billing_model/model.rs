@@ -87,6 +87,10 @@ impl Model {
 
     /// A stop is asked for: billing ends now, or at the end of its hours if those are up.
     pub(super) fn stop(&mut self, now: i64, why: Why) {
+        // Its tenant's stop during a preemption's notice is why it ends.
+        if self.stop_why == Some(Why::Preempted) && why == Why::Tenant {
+            self.stop_why = Some(why);
+        }
         if self.end.is_some() || self.stop_at.is_some() {
             return;
         }
