@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod elastic;
 pub mod experiment;
 pub mod fair_share;
+pub mod gang;
 mod live;
 pub mod plan;
 pub mod policies;
