@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::app::{Client, TestApp};
 use crate::both_stores;
-use crate::console_support::login;
+use crate::console_support::{field_value, login};
 
 fn id(r: &Value) -> String {
     r["id"].as_str().expect("id").to_owned()
@@ -127,6 +127,36 @@ async fn failed_runs_restart_after_a_back_off_until_the_bound(backend: Backend) 
         .await;
     let done = app.wait_status(&carol.client, &id(&r), "failed").await;
     assert!(done.get("restarts").is_none(), "{done}");
+
+    // The console's form makes one too.
+    let console = login(&app, &carol, "carol").await;
+    let offers = console.get("/offers").await;
+    let key = field_value(&offers.html, "idempotency_key").expect("key");
+    let made = console
+        .post(
+            "/offers",
+            &[
+                ("gpu_type", "RTX 4090"),
+                ("hours", "1"),
+                ("command", "exit 5"),
+                ("restart", "on-failure"),
+                ("max_restarts", "2"),
+                ("idempotency_key", key.as_str()),
+            ],
+        )
+        .await;
+    assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", made.html);
+    let job = made
+        .location()
+        .expect("to its page")
+        .trim_start_matches("/instances/")
+        .to_owned();
+    let r = get(&carol.client, &job).await;
+    assert_eq!(
+        (r["restart"].as_str(), r["max_restarts"].as_u64()),
+        (Some("on-failure"), Some(2)),
+        "{r}"
+    );
     app.assert_consistent().await;
     app.shutdown().await;
 }

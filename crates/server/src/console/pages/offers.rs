@@ -11,7 +11,7 @@ use gpurent_billing::Size;
 use gpurent_types::api::{
     command_words, CreateReservation, MountVolume, Offer, Reservation, Template,
 };
-use gpurent_types::{GpuType, Money, OnNodeLoss, Tier};
+use gpurent_types::{GpuType, Money, OnNodeLoss, RestartPolicy, Tier};
 use maud::{html, Markup};
 use serde::Deserialize;
 
@@ -44,6 +44,9 @@ pub(crate) struct ReserveForm {
     checkpoint: Option<String>,
     keep_idle: Option<String>,
     on_node_loss: String,
+    restart: String,
+    max_restarts: String,
+    checkpoint_volume: String,
     idempotency_key: String,
 }
 
@@ -132,9 +135,13 @@ impl ReserveForm {
                 .collect::<Result<_, _>>()?,
             template: Some(self.template.trim().to_owned()).filter(|t| !t.is_empty()),
             team: None,
-            restart: None,
-            max_restarts: None,
-            checkpoint_volume: None,
+            restart: match self.restart.trim() {
+                "" => None,
+                w => Some(RestartPolicy::from_str(w).map_err(|e| field("restart", e.to_string()))?),
+            },
+            max_restarts: opt("max_restarts", &self.max_restarts)?,
+            checkpoint_volume: Some(self.checkpoint_volume.trim().to_owned())
+                .filter(|v| !v.is_empty()),
         })
     }
 }
@@ -490,6 +497,28 @@ fn reserve_form(
                         option value="reschedule" selected[form.on_node_loss != "stop"] { (l.t("run it again elsewhere", "在其他节点重新运行")) }
                         option value="stop" selected[form.on_node_loss == "stop"] { (l.t("end it", "结束")) }
                     }
+                }
+                div {
+                    label for="restart" { (l.t("Run it again (a managed job)", "重新运行（托管任务）")) }
+                    select id="restart" name="restart" {
+                        @for (value, en, zh) in [
+                            ("never", "never", "从不"),
+                            ("on-interruption", "when interrupted (preempted, node lost or drained)", "被中断时（抢占、节点失联或排空）"),
+                            ("on-failure", "when interrupted or failed", "被中断或失败时"),
+                            ("always", "always, up to the bound", "总是（不超过上限）"),
+                        ] {
+                            option value=(value) selected[form.restart == value] { (l.t(en, zh)) }
+                        }
+                    }
+                    p.hint { (l.t("A run that ends goes back to the queue under the same id; the wait is not billed. Failures are retried after 5 s, doubling, up to the bound.", "结束的运行以同一 ID 回到队列；等待不计费。失败会在 5 秒后重试，间隔加倍，直至上限。")) }
+                }
+                div {
+                    label for="max_restarts" { (l.t("Most failed runs started again", "失败后最多重启次数")) }
+                    input id="max_restarts" name="max_restarts" type="number" min="0" max="100" placeholder="3" value=(form.max_restarts);
+                }
+                div {
+                    label for="checkpoint_volume" { (l.t("Checkpoint volume, at", "检查点存储卷，挂载于")) " " (raw("/checkpoint")) }
+                    input id="checkpoint_volume" name="checkpoint_volume" type="text" placeholder="ckpt" value=(form.checkpoint_volume);
                 }
                 fieldset.checks {
                     legend { (l.t("Options", "选项")) }
