@@ -2,8 +2,8 @@
 //! progress to a shared checkpoint volume, is preempted by on-demand work, runs again on the
 //! other node under the same id, and finishes from its checkpoint.
 
-use crate::support::{eventually, Cluster, Daemon};
-use crate::volumes::root;
+use crate::support::{eventually, Cluster};
+use crate::volumes::{agents_sharing_volumes, root};
 
 /// Counts to 40, a step every 0.2 s, from where the checkpoint says; says where it began.
 const JOB: &str = r#"f="$GPURENT_CHECKPOINT_DIR/step"; i=$(cat "$f" 2>/dev/null || echo 0)
@@ -17,35 +17,7 @@ fn a_preempted_spot_job_finishes_from_its_checkpoint_on_another_node() {
         return;
     }
     let cluster = Cluster::start("127.0.0.1:0");
-    let shared = cluster.dir.path().join("shared");
-    std::fs::create_dir(&shared).unwrap();
-    let mut agents: Vec<Daemon> = Vec::new();
-    for name in ["near", "far"] {
-        let join = cluster
-            .cli(Some(&cluster.admin), true, &["nodes", "join-token"])
-            .json();
-        let data = cluster.dir.path().join(name);
-        let args = [
-            "--server",
-            &cluster.url,
-            "agent",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--name",
-            name,
-            "--sim-gpus",
-            "1xRTX4090",
-            "--executor",
-            "process",
-            "--shared-volumes-dir",
-            shared.to_str().unwrap(),
-            "--join-token",
-            join["token"].as_str().unwrap(),
-        ];
-        let log = cluster.dir.path().join(format!("{name}.log"));
-        agents.push(Daemon::start_quiet(&args, &log));
-    }
-    cluster.wait_ready(2);
+    let (shared, agents) = agents_sharing_volumes(&cluster, &["near", "far"]);
     let sam = cluster.tenant("sam");
     let otto = cluster.tenant("otto");
     let made = cluster.cli(

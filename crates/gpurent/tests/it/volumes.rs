@@ -300,18 +300,13 @@ fn bad_volume_requests_are_refused_saying_why() {
     assert_eq!(got["used_by"].as_array().unwrap().len(), 0, "{got}");
 }
 
-/// Two agents mounting one shared volume storage; the one running the work is lost (kill
-/// -9, its instance with it) and the work runs again on the other, finding its files.
-#[test]
-fn a_shared_volume_moves_with_its_work_when_its_node_is_lost() {
-    if !root() {
-        return;
-    }
-    let cluster = Cluster::start("127.0.0.1:0");
+/// Agents named `names` (one simulated RTX 4090 each, isolated processes) mounting one shared
+/// volume storage, once ready; the storage's directory.
+pub(crate) fn agents_sharing_volumes(cluster: &Cluster, names: &[&str]) -> (PathBuf, Vec<Daemon>) {
     let shared = cluster.dir.path().join("shared");
     std::fs::create_dir(&shared).unwrap();
     let mut agents = Vec::new();
-    for name in ["near", "far"] {
+    for name in names {
         // Isolated processes (volumes are bound into their sandboxes).
         let join = cluster
             .cli(Some(&cluster.admin), true, &["nodes", "join-token"])
@@ -335,9 +330,22 @@ fn a_shared_volume_moves_with_its_work_when_its_node_is_lost() {
             join["token"].as_str().unwrap(),
         ];
         let log = cluster.dir.path().join(format!("{name}.log"));
-        agents.push((name, Daemon::start_quiet(&args, &log)));
+        agents.push(Daemon::start_quiet(&args, &log));
     }
-    cluster.wait_ready(2);
+    cluster.wait_ready(names.len());
+    (shared, agents)
+}
+
+/// Two agents mounting one shared volume storage; the one running the work is lost (kill
+/// -9, its instance with it) and the work runs again on the other, finding its files.
+#[test]
+fn a_shared_volume_moves_with_its_work_when_its_node_is_lost() {
+    if !root() {
+        return;
+    }
+    let cluster = Cluster::start("127.0.0.1:0");
+    let (shared, agents) = agents_sharing_volumes(&cluster, &["near", "far"]);
+    let mut agents: Vec<(&str, Daemon)> = ["near", "far"].into_iter().zip(agents).collect();
     let token = cluster.tenant("sam");
     let made = cluster.cli(
         Some(&token),
