@@ -99,6 +99,10 @@ async fn failed_runs_restart_after_a_back_off_until_the_bound(backend: Backend) 
     assert_eq!(done["epoch"], 3, "{done}");
     assert_eq!(done["restarts"].as_array().map(Vec::len), Some(2), "{done}");
     assert_eq!(done["charged"], "0.00", "{done}");
+    assert!(
+        done.get("retry_at").is_none(),
+        "only while it waits: {done}"
+    );
 
     // `always` also runs a job that exited 0 again, within its bound.
     let (status, r) = carol

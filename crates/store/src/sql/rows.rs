@@ -99,7 +99,15 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
             .map_err(corrupt)?,
         max_restarts: u32::try_from(row.try_get::<i64, _>("max_restarts")?).unwrap_or(0),
         restarts: serde_json::from_str(&row.try_get::<String, _>("restarts")?).map_err(corrupt)?,
-        retry_at: opt_ts("retry_at")?,
+        // Only while it waits for it (a run placed since keeps the column).
+        retry_at: opt_ts("retry_at")?.filter(|_| {
+            status == ReservationStatus::Pending.as_str()
+                && row
+                    .try_get::<Option<String>, _>("node_name")
+                    .ok()
+                    .flatten()
+                    .is_none()
+        }),
         idle_reclaim: row.try_get::<i64, _>("idle_reclaim")? != 0,
         checkpoint: row.try_get::<i64, _>("checkpoint")? != 0,
         secrets: serde_json::from_str(&row.try_get::<String, _>("secret_names")?)
