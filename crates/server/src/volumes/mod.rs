@@ -385,7 +385,12 @@ pub(crate) async fn mounts(
             .await
             .map_err(|e| match e {
                 StoreError::NotFound { .. } => ApiError::Invalid(format!(
-                    "volumes: you have no volume {:?} (gpurent volumes ls)",
+                    "{}: you have no volume {:?} (gpurent volumes ls)",
+                    if is_checkpoint {
+                        "checkpoint_volume"
+                    } else {
+                        "volumes"
+                    },
                     m.volume
                 )),
                 other => other.into(),

@@ -312,7 +312,12 @@ async fn bad_managed_jobs_say_why(backend: Backend) {
     body["restart"] = json!("on-interruption");
     let (status, bad) = t.client.reserve(body).await;
     assert!(status.is_client_error(), "{status} {bad}");
-    assert!(bad.to_string().contains("nowhere"), "{bad}");
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("checkpoint_volume: you have no volume \"nowhere\"")),
+        "{bad}"
+    );
     app.shutdown().await;
 }
 both_stores!(bad_input, bad_managed_jobs_say_why);

@@ -109,8 +109,16 @@ pub(super) async fn run_ended(
     if !requeue_lost(conn, id, from, ended_at, now, &requeue).await? {
         return Ok(false);
     }
+    // The log says what ended the run, then when the next one comes.
     let said = message.map(|m| format!(": {m}")).unwrap_or_default();
-    super::logs::note(conn, id, &format!("{cause}{said}; {reason}")).await?;
+    let next = match retry_at {
+        Some(at) => format!(
+            "it runs again after a back-off, not before {}",
+            from_ts(at)?.format("%H:%M:%S UTC")
+        ),
+        None => "it runs again as soon as it is placed".to_owned(),
+    };
+    super::logs::note(conn, id, &format!("{cause}{said}; {next}")).await?;
     Ok(true)
 }
 
