@@ -7,3 +7,7 @@ ALTER TABLE reservations ADD COLUMN max_restarts BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE reservations ADD COLUMN restarts_counted BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE reservations ADD COLUMN restarts TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE reservations ADD COLUMN retry_at BIGINT;
+-- Managed jobs queued again, by tenant and when (the webhooks' `reservation_restarted`, read
+-- every maintenance tick): ordinary reservations are not in it.
+CREATE INDEX reservations_restarted ON reservations (tenant_id, queued_at)
+    WHERE restart_policy <> 'never';

@@ -45,6 +45,19 @@ fn facts_of(row: &sqlx::any::AnyRow, charged: Money, held: Money) -> Result<Fact
     })
 }
 
+/// When reservation `id`'s billing ends if its run ended at `at` (at its stop, if one was
+/// asked for; never past its hours), by `gpurent_billing::ending::end_of`.
+pub(super) async fn end_at(conn: &mut AnyConnection, id: &str, at: i64) -> Result<ending::End> {
+    let row = sqlx::query(SELECT_FACTS)
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(ending::end_of(
+        &facts_of(&row, Money::ZERO, Money::ZERO)?,
+        at,
+    ))
+}
+
 /// A reservation's final status and end reason, and how its bill sees that end: its own end
 /// reason when a stop gave it one (an expiry if its hours ran out first), else what its agent
 /// reported.

@@ -109,7 +109,7 @@ async fn fence_node_once(
 }
 
 /// A reservation whose node, or one of whose GPUs, was lost at `fence_at` (`row`: its id,
-/// status, on_node_loss, started_at, duration_s): what had run out its hours expired, what
+/// status, on_node_loss, started_at, duration_s, restart_policy): what had run out its hours expired, what
 /// was stopping ends, what chose `stop` ends as lost, and the rest waits to run again
 /// (`requeue_lost`), each noted in `fenced`.
 async fn lose_reservation(
@@ -158,7 +158,8 @@ async fn lose_reservation(
     }
     // A managed job's preempted run is queued again rather than finished.
     let done = if status == ReservationStatus::Stopping {
-        super::restarts::run_ended(conn, &id, status, Gone::Fenced, fence_at).await?
+        let policy = super::restarts::policy_of(r)?;
+        super::restarts::run_ended(conn, &id, status, policy, Gone::Fenced, fence_at).await?
     } else {
         finish(conn, &id, status, Gone::Fenced, fence_at).await?
     };
@@ -171,7 +172,8 @@ async fn lose_reservation(
 /// The live reservations of a node (`column` = node_id) or of one GPU, as `lose_reservation`
 /// reads them, in id order (the lock order).
 const LIVE_ON: &str = concat!(
-    "SELECT id, status, on_node_loss, started_at, duration_s FROM reservations WHERE status IN ",
+    "SELECT id, status, on_node_loss, started_at, duration_s, restart_policy FROM reservations
+     WHERE status IN ",
     live_statuses!(),
     " AND "
 );

@@ -7,7 +7,7 @@ use gpurent_types::api::Restart;
 use gpurent_types::{ReservationStatus, RestartPolicy};
 use sqlx::{AnyConnection, Row};
 
-use super::endings::{end_message, finish, requeue_lost, Gone, NODE_LOST, PREEMPTED};
+use super::endings::{end_at, end_message, finish, requeue_lost, Gone, NODE_LOST, PREEMPTED};
 use super::from_ts;
 use crate::{Result, StoreError};
 
@@ -39,49 +39,47 @@ impl<'a> Requeue<'a> {
     }
 }
 
-/// A run of reservation `id` ended at `now` (its agent's report, or a stop finished as its node
-/// was fenced): queued again when it is a managed job whose policy restarts such an end, else
-/// finished (`finish`). False when its status changed meanwhile.
+/// A reservation row's restart policy (`restart_policy`).
+pub(super) fn policy_of(row: &sqlx::any::AnyRow) -> Result<RestartPolicy> {
+    row.try_get::<String, _>("restart_policy")?
+        .parse()
+        .map_err(|e| StoreError::Corrupt(format!("{e}")))
+}
+
+/// A run of reservation `id` (restart policy `policy`, as its caller read it) ended at `now`
+/// (its agent's report, or a stop finished as its node was fenced): queued again when it is a
+/// managed job whose policy restarts such an end, else finished (`finish`). False when its
+/// status changed meanwhile.
 pub(super) async fn run_ended(
     conn: &mut AnyConnection,
     id: &str,
     from: ReservationStatus,
+    policy: RestartPolicy,
     gone: Gone<'_>,
     now: i64,
 ) -> Result<bool> {
+    if policy == RestartPolicy::Never {
+        return finish(conn, id, from, gone, now).await;
+    }
     let row = sqlx::query(
-        "SELECT restart_policy, max_restarts, restarts_counted, end_reason, stop_requested_at,
-            started_at, duration_s FROM reservations WHERE id = $1",
+        "SELECT max_restarts, restarts_counted, end_reason FROM reservations WHERE id = $1",
     )
     .bind(id)
     .fetch_one(&mut *conn)
     .await?;
-    let policy: RestartPolicy = row
-        .try_get::<String, _>("restart_policy")?
-        .parse()
-        .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
-    if policy == RestartPolicy::Never {
-        return finish(conn, id, from, gone, now).await;
-    }
     let count = |col: &str| -> Result<u32> {
         Ok(u32::try_from(row.try_get::<i64, _>(col)?).unwrap_or(u32::MAX))
     };
-    let stop_at: Option<i64> = row.try_get("stop_requested_at")?;
-    // Billing ended at the stop (a preemption's notice is not billed past it).
-    let ended_at = stop_at.map_or(now, |s| s.min(now));
-    let past_hours = row
-        .try_get::<Option<i64>, _>("started_at")?
-        .is_some_and(|s| {
-            s.saturating_add(row.try_get::<i64, _>("duration_s").unwrap_or(0) * 1_000_000)
-                <= ended_at
-        });
+    // When billing ends (at a stop asked for, a preemption's included) and whether its hours
+    // ran out first: the one ending rule's answer.
+    let end = end_at(conn, id, now).await?;
     let end_reason: Option<String> = row.try_get("end_reason")?;
-    let (end, cause) = run_end(end_reason.as_deref(), past_hours, gone);
+    let (end_as, cause) = run_end(end_reason.as_deref(), end.past_hours, gone);
     let (wait_s, counted) = match decide(
         policy,
         count("max_restarts")?,
         count("restarts_counted")?,
-        end,
+        end_as,
     ) {
         Decision::End => return finish(conn, id, from, gone, now).await,
         Decision::Restart { wait_s, counted } => (wait_s, counted),
@@ -92,11 +90,11 @@ pub(super) async fn run_ended(
     };
     let retry_at =
         (wait_s > 0).then(|| now.saturating_add(i64::try_from(wait_s).unwrap_or(0) * 1_000_000));
-    let reason = match retry_at {
-        Some(at) => format!(
-            "restarting after {cause}: waits until {} (back-off)",
-            from_ts(at)?.format("%H:%M:%S UTC")
-        ),
+    let until = retry_at
+        .map(|at| from_ts(at).map(|t| t.format("%H:%M:%S UTC").to_string()))
+        .transpose()?;
+    let reason = match &until {
+        Some(until) => format!("restarting after {cause}: waits until {until} (back-off)"),
         None => format!("restarting after {cause}; waiting to run again"),
     };
     let requeue = Requeue {
@@ -106,16 +104,13 @@ pub(super) async fn run_ended(
         counted,
         retry_at,
     };
-    if !requeue_lost(conn, id, from, ended_at, now, &requeue).await? {
+    if !requeue_lost(conn, id, from, end.at, now, &requeue).await? {
         return Ok(false);
     }
     // The log says what ended the run, then when the next one comes.
     let said = message.map(|m| format!(": {m}")).unwrap_or_default();
-    let next = match retry_at {
-        Some(at) => format!(
-            "it runs again after a back-off, not before {}",
-            from_ts(at)?.format("%H:%M:%S UTC")
-        ),
+    let next = match &until {
+        Some(until) => format!("it runs again after a back-off, not before {until}"),
         None => "it runs again as soon as it is placed".to_owned(),
     };
     super::logs::note(conn, id, &format!("{cause}{said}; {next}")).await?;

@@ -226,10 +226,12 @@ async fn apply_report(
     report: &InstanceReport,
     now: i64,
 ) -> Result<bool> {
-    let row = sqlx::query("SELECT status, node_id, epoch FROM reservations WHERE id = $1")
-        .bind(&report.reservation_id)
-        .fetch_optional(&mut *conn)
-        .await?;
+    let row = sqlx::query(
+        "SELECT status, node_id, epoch, restart_policy FROM reservations WHERE id = $1",
+    )
+    .bind(&report.reservation_id)
+    .fetch_optional(&mut *conn)
+    .await?;
     let Some(row) = row else { return Ok(false) };
     let owner: Option<String> = row.try_get("node_id")?;
     let epoch: i64 = row.try_get("epoch")?;
@@ -301,6 +303,7 @@ async fn apply_report(
                 conn,
                 &report.reservation_id,
                 status,
+                super::restarts::policy_of(&row)?,
                 Gone::Reported(report),
                 now,
             )

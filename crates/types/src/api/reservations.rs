@@ -239,7 +239,8 @@ pub struct Reservation {
     /// when, and that run's node and start.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub restarts: Vec<Restart>,
-    /// A failed run's restart waits for its back-off: it is not placed before this.
+    /// While a failed run's restart waits for its back-off (queued, no node): it is not placed
+    /// before this. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<DateTime<Utc>>,
     /// Whether it is stopped (end reason `idle`) once its GPUs have been idle for the

@@ -297,10 +297,8 @@ pub(super) async fn get(api: &ApiClient, id: String, json: bool) -> Result<(), C
                 .unwrap_or_default()
         ));
     }
-    if let Some(at) = r
-        .retry_at
-        .filter(|_| r.status == ReservationStatus::Pending)
-    {
+    // Only while it waits for its back-off.
+    if let Some(at) = r.retry_at {
         print_line(&format!(
             "next run: not before {} (back-off)",
             at.format("%Y-%m-%d %H:%M:%S UTC")

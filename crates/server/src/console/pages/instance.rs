@@ -108,7 +108,7 @@ fn summary(ctx: &Ctx, r: &Reservation) -> Markup {
                 dt { (l.t("Restarts", "重启")) }
                 dd data-field="restarts" {
                     (raw(r.restart.as_str())) " · " (r.restarts.len())
-                    @if let Some(at) = r.retry_at.filter(|_| r.node.is_none()) {
+                    @if let Some(at) = r.retry_at {
                         " · " (l.t("next run not before", "下次运行不早于")) " " (time(at))
                     }
                     @if !r.restarts.is_empty() {
