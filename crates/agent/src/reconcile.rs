@@ -167,6 +167,7 @@ mod tests {
             reservation_id: id.to_owned(),
             epoch,
             restart_count: 0,
+            array_index: None,
             gpus: vec![format!("GPU-{id}")],
             vram_mb: None,
             image: None,

@@ -130,6 +130,7 @@ mod tests {
             reservation_id: id.to_owned(),
             epoch: 1,
             restart_count: 0,
+            array_index: None,
             gpus: vec![],
             vram_mb: None,
             image: None,

@@ -266,6 +266,7 @@ mod tests {
             reservation_id: id.to_owned(),
             epoch: 1,
             restart_count: 0,
+            array_index: None,
             gpus: vec![gpu.to_owned()],
             vram_mb,
             image: None,

@@ -2,6 +2,7 @@
 //! (or which share of one) it gets. No I/O: the store reads candidates and commits the choice
 //! with a compare-and-set, so a placement computed from a stale view can never double-book.
 
+pub mod array;
 pub mod autoscale;
 mod best_fit;
 pub mod cluster;

@@ -4,6 +4,7 @@
 //! and map the result.
 
 mod activity;
+mod arrays;
 mod audit;
 mod auth;
 mod bootstrap;

@@ -115,6 +115,8 @@ pub const POLICY: &[(&str, &str, Access)] = &[
     ("POST", "/api/v1/reservations/{id}/stop", RESERVE),
     ("GET", "/api/v1/reservations/{id}/logs", READ),
     ("GET", "/api/v1/reservations/{id}/gpu-usage", READ),
+    ("GET", "/api/v1/reservations/{id}/tasks", READ),
+    ("GET", "/api/v1/arrays", READ),
     ("POST", "/api/v1/reservations/{id}/proxy-links", SSH),
     ("POST", "/api/v1/volumes", VOLUMES),
     ("GET", "/api/v1/volumes", READ),

@@ -266,6 +266,7 @@ pub fn reservation(
         mounts: Vec::new(),
         node_filter: Default::default(),
         replica_of: None,
+        array_of: None,
         avoid_nodes: Vec::new(),
         restart,
         max_restarts,

@@ -5,6 +5,7 @@
 //! (production) with the same statements and migrations; see `docs/ARCHITECTURE.md` for why.
 
 mod access;
+mod arrays;
 mod audit_trail;
 pub mod backup;
 mod budgets;
@@ -35,6 +36,7 @@ use gpurent_types::api::{
 use gpurent_types::Money;
 
 pub use access::{AccessStore, LoginFacts, NewToken, TenantLimits, TokenCheck, TokenFacts};
+pub use arrays::{ArrayRow, ArrayStore, ArrayTasks, NewArray};
 pub use audit_trail::{allocation_of, verify_audit, RecordWithin};
 pub use budgets::{BudgetFacts, BudgetStore};
 pub use endpoints::{
@@ -63,7 +65,7 @@ pub use volumes::{NewVolume, NodeFilter, VolumeMountRow, VolumeNode, VolumeStore
 /// The store's traits, for `use gpurent_store::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        AccessStore, AuditStore, BudgetStore, EndpointStore, MetricsStore, NodeStore,
+        AccessStore, ArrayStore, AuditStore, BudgetStore, EndpointStore, MetricsStore, NodeStore,
         NotificationStore, ProxyStore, QuotaStore, RegistryStore, ReservationStore, SharedKeyStore,
         SshKeyStore, StatementStore, Store, TeamStore, TemplateStore, TunnelStore, UserStore,
         VolumeStore,
@@ -93,6 +95,7 @@ pub trait Store:
     + NotificationStore
     + QuotaStore
     + EndpointStore
+    + ArrayStore
     + std::fmt::Debug
 {
 }
@@ -117,6 +120,7 @@ impl<T> Store for T where
         + NotificationStore
         + QuotaStore
         + EndpointStore
+        + ArrayStore
         + std::fmt::Debug
 {
 }

@@ -135,6 +135,8 @@ pub struct NewReservation {
     pub node_filter: crate::NodeFilter,
     /// The endpoint it is a replica of.
     pub replica_of: Option<ReplicaOf>,
+    /// The job array it is a task of: the array's id and its index.
+    pub array_of: Option<(String, u64)>,
     /// Nodes (by name) it goes to only if no other has room (an endpoint's replicas spread): a
     /// preference of its placement at once, not of the queue's.
     pub avoid_nodes: Vec<String>,

@@ -319,6 +319,9 @@ pub struct Assignment {
     /// lost or drained node): `GPURENT_RESTART_COUNT`.
     #[serde(default)]
     pub restart_count: u64,
+    /// A job array's task: its index, `GPURENT_ARRAY_INDEX`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_index: Option<u64>,
     pub gpus: Vec<String>,
     /// Set for a share of a GPU: the memory the instance may use.
     pub vram_mb: Option<u64>,

@@ -61,6 +61,7 @@ mod tests {
             reservation_id: "r".into(),
             epoch: 1,
             restart_count: 0,
+            array_index: None,
             gpus: gpus.iter().map(|g| (*g).to_owned()).collect(),
             vram_mb,
             image: None,

@@ -125,6 +125,7 @@ pub(crate) fn assignment(id: &str, gpus: &[&str], script: &str) -> Assignment {
         reservation_id: id.to_owned(),
         epoch: 1,
         restart_count: 0,
+        array_index: None,
         gpus: gpus.iter().map(|g| (*g).to_owned()).collect(),
         vram_mb: None,
         image: None,

@@ -33,6 +33,7 @@ fn assignment(id: &str, image: Option<&str>, script: &str) -> Assignment {
         reservation_id: id.to_owned(),
         epoch: 2,
         restart_count: 0,
+        array_index: None,
         gpus: vec!["GPU-aaaa".into()],
         vram_mb: None,
         image: image.map(str::to_owned),

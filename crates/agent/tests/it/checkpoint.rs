@@ -16,6 +16,7 @@ fn assignment(id: &str, epoch: i64, script: &str) -> Assignment {
         reservation_id: id.to_owned(),
         epoch,
         restart_count: 0,
+        array_index: None,
         gpus: vec!["GPU-aaaa".into()],
         vram_mb: None,
         image: None,

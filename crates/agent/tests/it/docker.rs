@@ -50,6 +50,7 @@ fn assignment(id: &str, script: &str) -> Assignment {
         reservation_id: id.to_owned(),
         epoch: 3,
         restart_count: 0,
+        array_index: None,
         gpus: vec!["GPU-aaaa".into(), "GPU-bbbb".into()],
         vram_mb: None,
         image: Some(IMAGE.to_owned()),

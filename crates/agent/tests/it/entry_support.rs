@@ -35,6 +35,7 @@ pub(crate) fn assignment(id: &str, image: Option<&str>, command: Vec<String>) ->
         reservation_id: id.to_owned(),
         epoch: 1,
         restart_count: 0,
+        array_index: None,
         gpus: vec!["GPU-aaaa".into(), "GPU-bbbb".into()],
         vram_mb: None,
         image: image.map(str::to_owned),

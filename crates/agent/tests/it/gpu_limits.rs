@@ -28,6 +28,7 @@ fn share(id: &str, image: Option<&str>) -> Assignment {
         reservation_id: id.to_owned(),
         epoch: 1,
         restart_count: 0,
+        array_index: None,
         gpus: vec!["GPU-h200".into()],
         vram_mb: Some(40_960),
         image: image.map(str::to_owned),

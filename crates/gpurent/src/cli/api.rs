@@ -333,6 +333,11 @@ pub struct ReserveArgs {
     /// (`$GPURENT_CHECKPOINT_DIR`): where a restarted run finds what the last one saved.
     #[arg(long, value_name = "NAME")]
     pub checkpoint_volume: Option<String>,
+    /// A job array: FIRST-LAST[%LIMIT], as 0-999%50: one task of this shape per index, each
+    /// with `$GPURENT_ARRAY_INDEX`, at most LIMIT (1,000 without one) queued or running at
+    /// once. One id for the array; ID[INDEX] names a task for get, logs, stop, ssh and cp.
+    #[arg(long, value_name = "SPEC")]
+    pub array: Option<String>,
     /// A volume to mount, NAME:PATH or NAME:PATH:ro (`gpurent volumes create`), or NAME alone
     /// with a template that has a volume mount; repeatable.
     /// A volume is mounted read-write by one reservation at a time, read-only by any number;

@@ -33,6 +33,15 @@ pub async fn running(api: &ApiClient, id: &str) -> Result<Reservation, CliError>
     let r: Reservation = api
         .get(&format!("/api/v1/reservations/{}", segment(id)))
         .await?;
+    if let Some(a) = &r.array {
+        return Err(CliError::new(
+            "invalid_value",
+            format!(
+                "{} is a job array of {} tasks: name one as {}[INDEX]",
+                r.id, a.tasks, r.id
+            ),
+        ));
+    }
     if r.status != ReservationStatus::Running {
         let when = match (r.status, r.ended_at) {
             (ReservationStatus::Pending | ReservationStatus::Starting, _) => {

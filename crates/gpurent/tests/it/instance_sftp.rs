@@ -159,6 +159,7 @@ fn assignment(id: &str, image: Option<&str>, script: &str) -> Assignment {
         reservation_id: id.to_owned(),
         epoch: 1,
         restart_count: 0,
+        array_index: None,
         gpus: vec![],
         vram_mb: None,
         image: image.map(str::to_owned),

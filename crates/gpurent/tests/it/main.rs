@@ -8,6 +8,7 @@ mod access_cli;
 mod agent_register;
 mod agent_restart;
 mod app_origin;
+mod arrays;
 mod audit;
 mod backup;
 mod bench_fleet;

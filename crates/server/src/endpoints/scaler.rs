@@ -525,6 +525,7 @@ pub(crate) fn replica_body(row: &EndpointRow) -> CreateReservation {
         restart: None,
         max_restarts: None,
         checkpoint_volume: None,
+        array: None,
     }
 }
 

@@ -37,6 +37,8 @@ pub(crate) async fn pass(state: &AppState) -> Result<(), JobError> {
     for id in &timed_out {
         tracing::info!(reservation_id = %id, "queued reservation timed out");
     }
+    // The arrays' next tasks join the queue first.
+    crate::arrays::pass::run(state).await?;
     let view = state.store.queue_view(state.live_since(), now).await?;
     if view.queued.is_empty() {
         return Ok(());

@@ -57,6 +57,8 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(reservations::stop))
         .routes(routes!(reservations::logs))
         .routes(routes!(reservations::gpu_usage))
+        .routes(routes!(crate::arrays::routes::list))
+        .routes(routes!(crate::arrays::routes::tasks))
         .routes(routes!(crate::volumes::create, crate::volumes::list))
         .routes(routes!(crate::endpoints::create, crate::endpoints::list))
         .routes(routes!(

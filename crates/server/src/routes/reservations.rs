@@ -56,6 +56,7 @@ pub(crate) async fn create(
     // Made for a team, it is the team's: paid from its balance, its volumes mounted.
     let payer = crate::teams::payer(&state, &caller, body.team.as_deref()).await?;
     let tenant = payer.tenant_id;
+    let array = crate::arrays::spec(&body)?;
     let mut new = validate::reservation(&tenant, &body, idempotency_key(&headers)?, card)?;
     new.created_by = payer.team.is_some().then(|| caller.0.id.clone());
     new.limits = state.live().tenant_limits;
@@ -78,6 +79,12 @@ pub(crate) async fn create(
         new.sealed_secrets = Some(
             crate::secrets::seal(&*state.config.master_key, &secrets).map_err(ApiError::from)?,
         );
+    }
+    if let Some(spec) = array {
+        let mut made = crate::arrays::create(&state, &body, spec, new).await?;
+        made.team = made.team.or(payer.team);
+        note.reservation(&made);
+        return Ok((StatusCode::CREATED, Json(made)));
     }
     let now = state.now();
     let expected = state.expected.note(new.gpu_type.key(), new.want);
@@ -181,7 +188,15 @@ pub(crate) async fn get(
     uri: axum::http::Uri,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Reservation>, ApiError> {
-    let mut reservation = state.store.get_reservation(&id, &caller.scope()).await?;
+    let scope = caller.scope();
+    let id = crate::arrays::task_id(&state, id, &scope).await?;
+    let mut reservation = match state.store.get_reservation(&id, &scope).await {
+        // An array's id: the array as one reservation.
+        Err(gpurent_store::StoreError::NotFound { .. }) => {
+            crate::arrays::one(&state, &id, &scope).await?
+        }
+        found => found?,
+    };
     note.reservation(&reservation);
     reservation.http = crate::proxy::endpoints(&state, &headers, &reservation);
     super::ssh::add_connection(
@@ -210,6 +225,7 @@ pub(crate) async fn gpu_usage(
 ) -> Result<Json<GpuUsage>, ApiError> {
     use chrono::DurationRound;
 
+    let id = crate::arrays::task_id(&state, id, &caller.scope()).await?;
     let r = state.store.get_reservation(&id, &caller.scope()).await?;
     let shared = r.vram_gb.is_some();
     let to = r.ended_at.unwrap_or_else(|| state.now());
@@ -262,8 +278,19 @@ pub(crate) async fn stop(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ReservationStopped>, ApiError> {
     let scope = caller.scope();
+    let id = crate::arrays::task_id(&state, id, &scope).await?;
     // A team's reservation is stopped by its members and above, not its viewers.
-    let current = state.store.get_reservation(&id, &scope).await?;
+    let current = match state.store.get_reservation(&id, &scope).await {
+        Err(gpurent_store::StoreError::NotFound { .. }) => {
+            // An array's id: the array stops, and each of its live tasks.
+            let array = crate::arrays::one(&state, &id, &scope).await?;
+            crate::teams::reservation_action(&state, &caller.0, &array, TeamAction::Stop).await?;
+            let stopped = crate::arrays::stop(&state, &id, &scope).await?;
+            note.reservation(&array);
+            return Ok(Json(stopped));
+        }
+        found => found?,
+    };
     crate::teams::reservation_action(&state, &caller.0, &current, TeamAction::Stop).await?;
     let (r, node) = state.store.request_stop(&id, &scope, state.now()).await?;
     if let Some(node) = node {
@@ -309,6 +336,7 @@ pub(crate) async fn logs(
     ApiPath(id): ApiPath<String>,
     ApiQuery(query): ApiQuery<LogsQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
+    let id = crate::arrays::task_id(&state, id, &caller.scope()).await?;
     let (bytes, next) = state
         .store
         .read_logs(&id, &caller.scope(), query.offset, LOGS_PAGE_BYTES)

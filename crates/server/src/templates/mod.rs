@@ -43,6 +43,7 @@ fn check(body: &CreateTemplate) -> Result<(), ApiError> {
         restart: None,
         max_restarts: None,
         checkpoint_volume: None,
+        array: None,
     };
     crate::validate::reservation("template", &as_reservation, None, None)?;
     if let Some(path) = &body.volume_mount {

@@ -245,6 +245,7 @@ async fn a_restarted_agent_ships_what_a_stop_kept(backend: Backend) {
         reservation_id: "ghost".into(),
         epoch: 1,
         restart_count: 0,
+        array_index: None,
         gpus: vec![],
         vram_mb: None,
         image: None,

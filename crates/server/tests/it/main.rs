@@ -7,6 +7,7 @@
 mod access;
 mod agent_protocol;
 mod app;
+mod arrays;
 mod audit;
 mod authz;
 mod budgets;

@@ -94,9 +94,13 @@ impl SqlStore {
     ) -> Result<Reserved> {
         // Volumes are claimed under their rows' locks, which a batch does not take, and a
         // team's reservation is counted against its maker's caps too (under their row's lock,
-        // after the team's), and an endpoint's replica is rare: such a reservation is placed
-        // alone.
-        if !new.mounts.is_empty() || new.created_by.is_some() || new.replica_of.is_some() {
+        // after the team's), and an endpoint's replica is rare and an array's task comes from
+        // its pass one at a time: such a reservation is placed alone.
+        if !new.mounts.is_empty()
+            || new.created_by.is_some()
+            || new.replica_of.is_some()
+            || new.array_of.is_some()
+        {
             let (reservation, nodes) = self
                 .reserve_planned(&new, prices, live_since, now, expected)
                 .await?;

@@ -167,7 +167,7 @@ pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) ->
                 price_after, host_share_bps, priority, placed_at, queued_at, queue_reason,
                 type_key, on_node_loss, idle_reclaim, checkpoint, secrets, secret_names,
                 http_ports, volumes, created_by, borrowed, endpoint_id, endpoint_replica,
-                endpoint_gen, restart_policy, max_restarts)
+                endpoint_gen, restart_policy, max_restarts, array_id, array_index)
              VALUES {} RETURNING ",
                 reservation_fields!(),
                 ", node_id, price_step_s, price_after, host_share_bps,
@@ -211,7 +211,7 @@ pub(super) fn push_inserts(batch: &mut Batch, rows: &[NewRow<'_>], one: bool) ->
 }
 
 /// The arguments of one row of [`push_inserts`], in its columns' order (less the literals).
-const ROW_ARGS: usize = 40;
+const ROW_ARGS: usize = 42;
 
 fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
     let (new, quote) = (row.new, row.quote);
@@ -264,6 +264,8 @@ fn row_args(row: &NewRow<'_>) -> Vec<Arg> {
         Arg::from(new.replica_of.as_ref().map(|r| big(r.generation))),
         Arg::from(new.restart.as_str()),
         Arg::from(i64::from(new.max_restarts)),
+        Arg::from(&new.array_of.as_ref().map(|(id, _)| id.clone())),
+        Arg::from(new.array_of.as_ref().map(|&(_, index)| big(index))),
     ]
 }
 

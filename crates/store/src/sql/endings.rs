@@ -156,6 +156,10 @@ pub(super) async fn finish(
     if let Some(message) = &message {
         super::logs::note(conn, id, &format!("{reason}: {message}")).await?;
     }
+    // The GPUs before the money, in the order a placement locks them (its node's pool, then
+    // its tenant's accounts): the other order deadlocks with a reservation of the same tenant
+    // placed on the same node meanwhile.
+    release_gpus(conn, id).await?;
     // Closing the meter locks it and reads it under that lock, so a settlement that committed
     // meanwhile is seen, and one that read it before cannot update it any more.
     let (charged, held) = close_meter(conn, id).await?;
@@ -175,7 +179,6 @@ pub(super) async fn finish(
         &bill,
     )
     .await?;
-    release_gpus(conn, id).await?;
     tracing::info!(reservation_id = id, status = %status, seconds = bill.seconds, charged = %bill.charged, "reservation ended");
     Ok(true)
 }
@@ -356,6 +359,8 @@ pub(super) async fn requeue_lost(
     if claimed != 1 {
         return Ok(false);
     }
+    // The GPUs before the money (see `finish`).
+    release_gpus(conn, id).await?;
     // Closing the meter locks it (see `finish`); it is opened again when the reservation runs.
     let (charged, held) = close_meter(conn, id).await?;
     let base: i64 = sqlx::query_scalar("SELECT base_charged FROM meters WHERE reservation_id = $1")
@@ -403,7 +408,6 @@ pub(super) async fn requeue_lost(
         .execute(&mut *conn)
         .await?;
     }
-    release_gpus(conn, id).await?;
     tracing::info!(reservation_id = id, node_id = ?node_id, epoch = epoch + 1, ran_s, charged = %bill.charged, cause = requeue.cause, "reservation queued again");
     Ok(true)
 }

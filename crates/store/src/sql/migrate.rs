@@ -228,6 +228,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "managed_jobs",
         include_str!("../../migrations/0050_managed_jobs.sql"),
     ),
+    (
+        51,
+        "arrays",
+        include_str!("../../migrations/0051_arrays.sql"),
+    ),
 ];
 
 /// The last migration this binary knows.

@@ -3,6 +3,7 @@
 
 mod access;
 mod agent_events;
+mod arrays;
 mod audit;
 mod batch;
 mod batch_tenants;

@@ -141,6 +141,7 @@ impl ReservationStore for SqlStore {
         let seen = seen_tenants(1);
         sqlx::query(&format!(
             "SELECT {RESERVATION_COLUMNS} WHERE ($1 = '' OR r.tenant_id IN {seen})
+               AND r.array_id IS NULL
                AND ($2 = '' OR r.created_at < (SELECT c.created_at FROM reservations c
                                                WHERE c.id = $2 AND ($1 = '' OR c.tenant_id IN {seen}))
                     OR (r.created_at = (SELECT c.created_at FROM reservations c

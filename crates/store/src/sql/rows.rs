@@ -18,7 +18,7 @@ macro_rules! reservation_fields {
         gpus, image, command, created_at, started_at, ended_at, end_reason, end_message, bid,
         published, queue_reason, placed_at, on_node_loss, epoch, idle_reclaim, checkpoint,
         secret_names, http_ports, volumes, disk_used_bytes, disk_bytes, pull, created_by, borrowed,
-        endpoint_replica, restart_policy, max_restarts, restarts, retry_at"
+        endpoint_replica, restart_policy, max_restarts, restarts, retry_at, array_id, array_index"
     };
 }
 pub(crate) use reservation_fields;
@@ -26,7 +26,7 @@ pub(crate) use reservation_fields;
 pub(crate) const RESERVATION_COLUMNS: &str = "r.id, r.tenant_id, r.status, r.gpu_type,
     r.gpu_count, r.vram_mb, r.tier, r.price_per_hour, r.duration_s, r.gpus, r.image, r.command,
     r.created_at, r.started_at, r.ended_at, r.end_reason, r.end_message, COALESCE(m.charged, 0) AS charged,
-    COALESCE(m.held, 0) AS held, r.bid, r.published, r.queue_reason, r.placed_at, r.on_node_loss, r.epoch, r.idle_reclaim, r.checkpoint, r.secret_names, r.http_ports, r.volumes, r.disk_used_bytes, r.disk_bytes, r.pull, r.created_by, r.borrowed, r.endpoint_replica, r.restart_policy, r.max_restarts, r.restarts, r.retry_at, n.name AS node_name, t.name AS team_name,
+    COALESCE(m.held, 0) AS held, r.bid, r.published, r.queue_reason, r.placed_at, r.on_node_loss, r.epoch, r.idle_reclaim, r.checkpoint, r.secret_names, r.http_ports, r.volumes, r.disk_used_bytes, r.disk_bytes, r.pull, r.created_by, r.borrowed, r.endpoint_replica, r.restart_policy, r.max_restarts, r.restarts, r.retry_at, r.array_id, r.array_index, n.name AS node_name, t.name AS team_name,
     e.name AS endpoint_name
     FROM reservations r LEFT JOIN nodes n ON n.id = r.node_id
     LEFT JOIN endpoints e ON e.id = r.endpoint_id
@@ -59,6 +59,11 @@ pub(crate) fn reservation_from_row(row: &AnyRow) -> Result<Reservation> {
         endpoint: row.try_get("endpoint_name")?,
         endpoint_replica: row
             .try_get::<Option<i64>, _>("endpoint_replica")?
+            .and_then(|n| u64::try_from(n).ok()),
+        array: None,
+        array_id: row.try_get("array_id")?,
+        array_index: row
+            .try_get::<Option<i64>, _>("array_index")?
             .and_then(|n| u64::try_from(n).ok()),
         status: status.parse::<ReservationStatus>().map_err(corrupt)?,
         gpu_type: row.try_get("gpu_type")?,

@@ -24,7 +24,7 @@ macro_rules! desired_select {
         concat!(
             "SELECT n.desired_version, n.health, r.id, r.status, r.epoch, r.gpus, r.vram_mb,
                     r.image, r.command, r.env, r.log_read, r.ports, r.stop_grace_s, r.checkpoint,
-                    r.secrets, r.volumes
+                    r.secrets, r.volumes, r.array_index
              FROM nodes n LEFT JOIN reservations r ON r.node_id = n.id AND r.status IN ",
             live_statuses!(),
             " WHERE n.id = ",
@@ -423,6 +423,9 @@ fn desired_of(
                 // Each run after the first (restarted, or moved off a lost or drained node)
                 // came with the next epoch.
                 restart_count: u64::try_from(epoch - 1).unwrap_or(0),
+                array_index: r
+                    .try_get::<Option<i64>, _>("array_index")?
+                    .and_then(|i| u64::try_from(i).ok()),
                 gpus: serde_json::from_str(&gpus).map_err(corrupt)?,
                 vram_mb: r
                     .try_get::<Option<i64>, _>("vram_mb")?

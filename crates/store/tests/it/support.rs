@@ -45,6 +45,7 @@ pub fn one_gpu(tenant: &str) -> NewReservation {
         mounts: Vec::new(),
         node_filter: Default::default(),
         replica_of: None,
+        array_of: None,
         avoid_nodes: Vec::new(),
         restart: Default::default(),
         max_restarts: 0,

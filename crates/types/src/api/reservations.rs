@@ -157,6 +157,12 @@ pub struct CreateReservation {
     /// volume lets a restart go to any node; a local one keeps the job on its node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_volume: Option<String>,
+    /// A job array: `FIRST-LAST` (or one index) with an optional `%LIMIT`, as `0-999%50`.
+    /// Each index is a task of this shape with `GPURENT_ARRAY_INDEX`, at most `LIMIT` (1,000
+    /// without one) queued or running at once; the answer is the array, under one id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^[0-9]{1,7}(-[0-9]{1,7})?(%[0-9]{1,10})?$")]
+    pub array: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -217,6 +223,15 @@ pub struct Reservation {
     pub endpoint: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_replica: Option<u64>,
+    /// A job array (`array`): its tasks, by where each is. The array's own id, status, charge
+    /// and hold are those of its tasks together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArraySummary>,
+    /// A task of a job array: the array's id and this task's index (`ID[INDEX]` names it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_index: Option<u64>,
     /// Why a queued reservation still waits (`pending` without a node); null otherwise.
     #[serde(default)]
     pub queue_reason: Option<String>,
@@ -272,6 +287,29 @@ pub struct Reservation {
     /// endpoint (`--ssh-listen`); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh: Option<ReservationSsh>,
+}
+
+/// A job array's tasks, by where each is.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct ArraySummary {
+    /// The indexes and the limit, as `0-999%50`.
+    pub spec: String,
+    /// How many tasks it has.
+    pub tasks: u64,
+    /// Exited 0.
+    pub done: u64,
+    /// Placed on a node: starting, running or stopping.
+    pub running: u64,
+    /// Ended any other way but a stop: exited non-zero, could not start, preempted, lost.
+    pub failed: u64,
+    /// Stopped, by its tenant, its credit or its hours; and, once the array is stopped, the
+    /// tasks it never started.
+    pub stopped: u64,
+    /// Waiting: in the queue, or not started yet (the array starts them as others end).
+    pub queued: u64,
+    /// Why its next task cannot start now (credit, limits), while that lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// A run of a reservation that ended and was started again (a managed job, or work moved off a

@@ -101,6 +101,9 @@ impl DockerExecutor {
         env.push(format!("GPURENT_RESERVATION_ID={id}"));
         env.push(format!("GPURENT_EPOCH={}", a.epoch));
         env.push(format!("GPURENT_RESTART_COUNT={}", a.restart_count));
+        if let Some(index) = a.array_index {
+            env.push(format!("GPURENT_ARRAY_INDEX={index}"));
+        }
         if let Some(m) = a.mounts.iter().find(|m| m.checkpoint) {
             env.push(format!("GPURENT_CHECKPOINT_DIR={}", m.path));
         }

@@ -368,6 +368,9 @@ impl ProcessExecutor {
             "GPURENT_RESTART_COUNT".into(),
             a.restart_count.to_string().into(),
         ));
+        if let Some(index) = a.array_index {
+            env.push(("GPURENT_ARRAY_INDEX".into(), index.to_string().into()));
+        }
         // A managed job's checkpoint volume, bound where the sandbox shows it.
         if let Some(m) = a.mounts.iter().find(|m| m.checkpoint) {
             env.push(("GPURENT_CHECKPOINT_DIR".into(), m.path.clone().into()));

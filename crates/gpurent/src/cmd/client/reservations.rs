@@ -118,6 +118,7 @@ pub(super) async fn reserve(
             .transpose()?,
         max_restarts: args.max_restarts,
         checkpoint_volume: args.checkpoint_volume,
+        array: args.array,
     };
     // Always keyed, so that a retry through a failover (its first answer lost) reserves once.
     let key = args
@@ -142,7 +143,21 @@ pub(super) async fn reserve(
     if let Some(reason) = &r.queue_reason {
         print_line(&format!("queued: {reason}"));
     }
+    if let Some(a) = &r.array {
+        print_array(&r.id, a);
+    }
     Ok(())
+}
+
+/// An array's tasks counted, and how to name one.
+fn print_array(id: &str, a: &gpurent_types::api::ArraySummary) {
+    print_line(&format!(
+        "array {}: {} tasks: {} done, {} running, {} failed, {} stopped, {} queued (a task: {id}[INDEX])",
+        a.spec, a.tasks, a.done, a.running, a.failed, a.stopped, a.queued
+    ));
+    if let Some(message) = &a.message {
+        print_line(&format!("array: {message}"));
+    }
 }
 
 /// `gpurent offers`.
@@ -224,6 +239,12 @@ pub(super) async fn get(api: &ApiClient, id: String, json: bool) -> Result<(), C
         &RESERVATION_HEADER,
         &reservation_rows(std::slice::from_ref(&r)),
     );
+    if let Some(a) = &r.array {
+        print_array(&r.id, a);
+    }
+    if let (Some(array), Some(index)) = (&r.array_id, r.array_index) {
+        print_line(&format!("task {array}[{index}] of a job array"));
+    }
     for h in &r.http {
         // The browser's address (opened with `gpurent open`), then the bearer token's.
         print_line(&format!(
@@ -317,11 +338,18 @@ pub(super) async fn get(api: &ApiClient, id: String, json: bool) -> Result<(), C
 
 /// `gpurent ls`.
 pub(super) async fn ls(api: &ApiClient, json: bool) -> Result<(), CliError> {
-    let rs: Vec<Reservation> = api.get_all("/api/v1/reservations").await?;
+    // The job arrays first, each as one line; their tasks are not in the list.
+    let mut rs: Vec<Reservation> = api.get("/api/v1/arrays").await?;
+    rs.extend(api.get_all::<Reservation>("/api/v1/reservations").await?);
     if json {
         return print_json(&rs);
     }
     print_table(&RESERVATION_HEADER, &reservation_rows(&rs));
+    for r in &rs {
+        if let Some(a) = &r.array {
+            print_array(&r.id, a);
+        }
+    }
 
     Ok(())
 }

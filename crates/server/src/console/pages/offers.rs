@@ -142,6 +142,7 @@ impl ReserveForm {
             max_restarts: opt("max_restarts", &self.max_restarts)?,
             checkpoint_volume: Some(self.checkpoint_volume.trim().to_owned())
                 .filter(|v| !v.is_empty()),
+            array: None,
         })
     }
 }

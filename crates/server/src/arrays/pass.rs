@@ -1,0 +1,163 @@
+//! The array pass, run before each scheduling pass: for every array not ended, starts its next
+//! tasks up to its limit (`sched::array::to_start`), each a queued reservation under the key of
+//! its array and index (two passes start it once), and moves its next index on, never back. It
+//! reads the arrays before their live tasks: a pass with an old next index and a fresh count
+//! starts again only tasks that exist, never more than the limit. It ends an array with nothing live and nothing left; stops what a stopped array still
+//! runs. Refused tasks (credit, limits) are tried again after a wait, the reason shown on the
+//! array.
+
+use gpurent_sched::array::{self, ArraySpec};
+use gpurent_store::{ArrayRow, Scope, StoreError};
+use gpurent_types::api::CreateReservation;
+use gpurent_types::ReservationStatus;
+
+use crate::error::ApiError;
+use crate::jobs::JobError;
+use crate::state::AppState;
+
+/// How long after a refused task (credit, limits) the array tries again.
+const REFUSED_RETRY_S: i64 = 5;
+
+/// One pass over every array not ended. An array that fails is logged and skipped: the others
+/// go on.
+pub(crate) async fn run(state: &AppState) -> Result<(), JobError> {
+    let arrays = state.store.live_arrays().await?;
+    if arrays.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<String> = arrays.iter().map(|a| a.id.clone()).collect();
+    let live = state.store.array_live_tasks(&ids).await?;
+    for row in &arrays {
+        let n = live
+            .iter()
+            .find(|(id, _)| *id == row.id)
+            .map_or(0, |&(_, n)| n);
+        if let Err(e) = one(state, row, n).await {
+            tracing::warn!(array = %row.id, error = %e, "array: its pass failed; again at the next");
+        }
+    }
+    Ok(())
+}
+
+/// Moves one array on, with `live` of its tasks queued or running.
+async fn one(state: &AppState, row: &ArrayRow, live: u64) -> Result<(), ApiError> {
+    let now = state.now();
+    let spec = ArraySpec {
+        first: row.first,
+        last: row.last,
+        max_running: row.max_running,
+    };
+    let next = row.next_index.max(row.first);
+    let nothing_left = row.stopped_at.is_some() || next > row.last;
+    if nothing_left && live == 0 {
+        state.store.end_array(&row.id, now).await?;
+        tracing::info!(array = %row.id, "array ended");
+        return Ok(());
+    }
+    if row.stopped_at.is_some() {
+        return stop_stragglers(state, row).await;
+    }
+    if row.retry_at.is_some_and(|at| at > now) {
+        return Ok(());
+    }
+    let n = array::to_start(&spec, live, next);
+    if n == 0 {
+        return Ok(());
+    }
+    let shape: CreateReservation = serde_json::from_str(&row.spec)
+        .map_err(|e| ApiError::Store(StoreError::Corrupt(format!("array spec: {e}"))))?;
+    let mut started = 0;
+    for index in next..next + n {
+        match start_task(state, row, &shape, index).await {
+            Ok(()) => started += 1,
+            Err(e) if refused(&e) => {
+                let why = format!("task {index} cannot start: {e}");
+                tracing::info!(array = %row.id, why = %why, "array: a task is refused");
+                let retry = now + chrono::Duration::seconds(REFUSED_RETRY_S);
+                state
+                    .store
+                    .set_array_message(&row.id, Some(&why), Some(retry))
+                    .await?;
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if started > 0 {
+        if row.message.is_some() {
+            state.store.set_array_message(&row.id, None, None).await?;
+        }
+        state.store.advance_array(&row.id, next + started).await?;
+    }
+    Ok(())
+}
+
+/// A refusal that passes with time (credit, budget, caps), not a fault of the store.
+fn refused(e: &ApiError) -> bool {
+    !matches!(e, ApiError::Store(s) if s.is_unavailable()) && !matches!(e, ApiError::Internal(_))
+}
+
+/// Reserves task `index` of the array: queued when nothing fits, under the key of the array
+/// and the index.
+pub(crate) async fn start_task(
+    state: &AppState,
+    row: &ArrayRow,
+    shape: &CreateReservation,
+    index: u64,
+) -> Result<(), ApiError> {
+    let card = if shape.vram_gb.is_some() || shape.vram_fraction.is_some() {
+        match gpurent_types::GpuType::parse(&shape.gpu_type) {
+            Ok(t) => state.store.gpu_vram_mb(&t).await?,
+            Err(_) => None,
+        }
+    } else {
+        None
+    };
+    let mut new = super::task_request(row, shape, index, card)?;
+    new.limits = state.live().tenant_limits;
+    (new.mounts, new.node_filter) = crate::volumes::mounts(
+        state,
+        &row.tenant_id,
+        &shape.volumes,
+        shape.checkpoint_volume.as_deref(),
+    )
+    .await?;
+    let expected = state.expected.note(new.gpu_type.key(), new.want);
+    let (reservation, nodes) = state
+        .store
+        .reserve(
+            new,
+            &state.live().prices,
+            state.live_since(),
+            state.now(),
+            &expected,
+        )
+        .await?;
+    for node in &nodes {
+        state.wake.wake(node);
+    }
+    tracing::debug!(array = %row.id, index, reservation = %reservation.id, "array: task started");
+    Ok(())
+}
+
+/// Stops the live tasks of a stopped array that no stop reached yet (one started by a pass
+/// that read the array before its stop).
+async fn stop_stragglers(state: &AppState, row: &ArrayRow) -> Result<(), ApiError> {
+    let live = state
+        .store
+        .list_array_tasks(&row.id, row.first, 1000, true)
+        .await?;
+    for task in live
+        .iter()
+        .filter(|t| t.status != ReservationStatus::Stopping)
+    {
+        let (_, node) = state
+            .store
+            .request_stop(&task.id, &Scope::All, state.now())
+            .await?;
+        if let Some(node) = node {
+            state.wake.wake(&node);
+        }
+    }
+    Ok(())
+}
