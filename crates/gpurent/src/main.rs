@@ -124,6 +124,9 @@ fn run_daemon(
             }
             report_daemon(runtime.block_on(cmd::bench_running::run(args, json)))
         }
+        DaemonCommand::Bench(BenchCommand::Array(args)) => {
+            report_daemon(runtime.block_on(cmd::bench_array::run(args, json)))
+        }
         DaemonCommand::Bench(BenchCommand::Endpoint(args)) => {
             if std::env::var_os("GPURENT_LOG").is_some() {
                 init_logging();

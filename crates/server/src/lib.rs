@@ -401,6 +401,12 @@ impl RunningServer {
         jobs::maintenance::tick(&self.state).await
     }
 
+    /// Runs one scheduling pass now (the arrays' and the queue's), as freed capacity does
+    /// (`gpurent bench array` times it).
+    pub async fn scheduling_pass(&self) -> Result<(), JobError> {
+        jobs::scheduler::pass(&self.state).await
+    }
+
     /// Stops accepting requests, lets running ones finish, and stops the maintenance loop.
     pub async fn shutdown(self) -> Result<(), ServeError> {
         let _ = self.stop.send(true);

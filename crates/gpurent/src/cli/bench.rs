@@ -12,6 +12,9 @@ pub enum BenchCommand {
     Reserve(BenchArgs),
     /// Reserve-to-running latency on a real executor, one reservation at a time.
     Running(BenchRunningArgs),
+    /// Job arrays: the scheduling pass with a big array queued, against the same tasks as
+    /// plain queued reservations; and a whole array run through simulated GPUs.
+    Array(BenchArrayArgs),
     /// Endpoints on the process executor: cold starts, the proxy's overhead, many endpoints, a
     /// load step (BENCHMARKS.md).
     Endpoint(BenchEndpointArgs),
@@ -205,6 +208,27 @@ pub enum AuditMode {
     On,
     Off,
     Both,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArrayArgs {
+    /// Tasks of the array (and plain reservations to compare with).
+    #[arg(long, default_value_t = 10_000)]
+    pub tasks: u64,
+    /// The array's `%` limit for the pass (its window in the queue).
+    #[arg(long, default_value_t = 1000)]
+    pub limit: u32,
+    /// Simulated GPUs while the pass is timed (the rest of the window waits in the queue).
+    #[arg(long, default_value_t = 8)]
+    pub gpus: u32,
+    /// Scheduling passes timed for each.
+    #[arg(long, default_value_t = 30)]
+    pub passes: usize,
+    /// Tasks of the array run to its end (exiting at once), and its limit and GPUs.
+    #[arg(long, default_value_t = 2000)]
+    pub run_tasks: u64,
+    #[arg(long, default_value_t = 32)]
+    pub run_gpus: u32,
 }
 
 #[derive(Debug, Args)]

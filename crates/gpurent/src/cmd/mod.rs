@@ -10,6 +10,7 @@ pub mod backup_restore;
 pub mod bench;
 pub mod bench_agent;
 pub mod bench_app;
+pub mod bench_array;
 pub mod bench_audit;
 pub mod bench_backup;
 pub mod bench_chaos;

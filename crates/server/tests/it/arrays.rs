@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use crate::app::{Client, TestApp};
 use crate::both_stores;
+use crate::console_support::login;
 
 fn id(r: &Value) -> String {
     r["id"].as_str().expect("id").to_owned()
@@ -145,6 +146,18 @@ async fn an_array_runs_each_index_once_within_its_limit(backend: Backend) {
     let (_, arrays) = carol.client.get("/api/v1/arrays").await;
     assert_eq!(arrays.as_array().map(Vec::len), Some(1), "{arrays}");
     assert_eq!(arrays[0]["id"], array.as_str());
+
+    // The console lists it as one row and shows its tasks counted.
+    let console = login(&app, &carol, "carol").await;
+    let page = console.get("/instances").await;
+    assert!(
+        page.html.contains(&format!("data-array-id=\"{array}\"")),
+        "{}",
+        page.html
+    );
+    let one = console.get(&format!("/instances/{array}")).await;
+    assert!(one.html.contains("data-field=\"array\""), "{}", one.html);
+    assert!(one.html.contains("200 done"), "{}", one.html);
 
     // Nobody else sees it.
     let dave = app.tenant("dave", "10").await;

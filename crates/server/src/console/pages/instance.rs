@@ -104,6 +104,20 @@ fn summary(ctx: &Ctx, r: &Reservation) -> Markup {
             @if let Some(why) = &r.end_message {
                 dt { (l.t("Reason", "原因")) } dd data-field="end-message" { (raw(why)) }
             }
+            @if let Some(a) = &r.array {
+                dt { (l.t("Job array", "作业数组")) }
+                dd data-field="array" {
+                    (raw(&a.spec)) " · " (a.tasks) " " (l.t("tasks", "个任务")) ": "
+                    (a.done) " " (l.t("done", "完成")) ", " (a.running) " " (l.t("running", "运行中")) ", "
+                    (a.failed) " " (l.t("failed", "失败")) ", " (a.stopped) " " (l.t("stopped", "已停止")) ", "
+                    (a.queued) " " (l.t("queued", "排队"))
+                    @if let Some(m) = &a.message { br; small.muted { (raw(m)) } }
+                }
+            }
+            @if let (Some(array), Some(index)) = (&r.array_id, r.array_index) {
+                dt { (l.t("Task of", "所属数组")) }
+                dd { a href={ "/instances/" (array) } { (raw(array)) } " [" (index) "]" }
+            }
             @if r.restart != RestartPolicy::Never || !r.restarts.is_empty() {
                 dt { (l.t("Restarts", "重启")) }
                 dd data-field="restarts" {

@@ -32,8 +32,40 @@ pub(crate) async fn list(
         path.push_str(&format!("&after={}", enc(after)));
     }
     let (list, next): (Vec<Reservation>, _) = api.page(&path).await.map_err(|f| ctx.failed(f))?;
+    // The job arrays head the first page, each as one row; their tasks are not in the list.
+    let arrays: Vec<Reservation> = if q.after.is_none() {
+        api.get("/api/v1/arrays").await.map_err(|f| ctx.failed(f))?
+    } else {
+        Vec::new()
+    };
     let body = html! {
         p { a.button href="/offers" { (l.t("Reserve GPUs", "预订 GPU")) } }
+        @if !arrays.is_empty() {
+            h2 { (l.t("Job arrays", "作业数组")) }
+            div.scroll { table.arrays {
+                thead { tr {
+                    th scope="col" { (l.t("Array", "数组")) }
+                    th scope="col" { (l.t("Status", "状态")) }
+                    th scope="col" { (l.t("Tasks", "任务")) }
+                    th scope="col" { (l.t("GPUs each", "每个任务的 GPU")) }
+                    th scope="col" { (l.t("Charged", "已扣费")) }
+                    th scope="col" { (l.t("Created", "创建时间")) }
+                } }
+                tbody { @for r in &arrays { @if let Some(a) = &r.array {
+                    tr data-array-id=(r.id) {
+                        th scope="row" { a href={ "/instances/" (r.id) } { (raw(&r.id)) } }
+                        td { (status(r.status.as_str())) }
+                        td { (raw(&a.spec)) ": " (a.done) " " (l.t("done", "完成")) ", "
+                            (a.running) " " (l.t("running", "运行中")) ", " (a.failed) " "
+                            (l.t("failed", "失败")) ", " (a.queued) " " (l.t("queued", "排队")) }
+                        td { (gpus(l, r)) }
+                        td { (money(r.charged)) }
+                        td { (time(r.created_at)) }
+                    }
+                } } }
+            } }
+            h2 { (l.t("Instances", "实例")) }
+        }
         div id="instances" data-live="1000" {
             @if list.is_empty() {
                 p.empty { (l.t("No instances yet.", "还没有实例。")) }
