@@ -224,6 +224,9 @@ pub struct BenchArrayArgs {
     /// Scheduling passes timed for each.
     #[arg(long, default_value_t = 30)]
     pub passes: usize,
+    /// Leave out the plain reservations (minutes for 10,000 on two cores).
+    #[arg(long)]
+    pub no_plain: bool,
     /// Tasks of the array run to its end (exiting at once), and its limit and GPUs.
     #[arg(long, default_value_t = 2000)]
     pub run_tasks: u64,

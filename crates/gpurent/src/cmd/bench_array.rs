@@ -282,14 +282,14 @@ pub async fn run(args: BenchArrayArgs, json: bool) -> anyhow::Result<()> {
     }
     eprintln!("bench: an array of {} tasks, %{}", args.tasks, args.limit);
     let array = pass_with_array(&args).await?;
-    eprintln!("bench: {} plain queued reservations", args.tasks);
-    let plain = pass_with_plain(&args).await?;
+    let mut passes = vec![array];
+    if !args.no_plain {
+        eprintln!("bench: {} plain queued reservations", args.tasks);
+        passes.push(pass_with_plain(&args).await?);
+    }
     eprintln!("bench: an array of {} tasks run to its end", args.run_tasks);
     let run = run_to_the_end(&args).await?;
-    let result = ArrayBench {
-        passes: vec![array, plain],
-        run,
-    };
+    let result = ArrayBench { passes, run };
     if json {
         return print_json(&result).map_err(|e| anyhow::anyhow!(e));
     }
