@@ -103,6 +103,10 @@ pub trait ArrayStore: Send + Sync {
     /// the caller's scope; a second stop changes nothing.
     async fn stop_array(&self, id: &str, scope: &Scope, now: DateTime<Utc>) -> Result<ArrayRow>;
 
+    /// Removes an array none of whose tasks started (its first was refused), so that a retry
+    /// of its request (the same Idempotency-Key) makes it anew.
+    async fn forget_array(&self, id: &str) -> Result<()>;
+
     /// Marks the array ended: nothing left to start and no task live.
     async fn end_array(&self, id: &str, now: DateTime<Utc>) -> Result<()>;
 

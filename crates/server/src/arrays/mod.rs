@@ -30,8 +30,8 @@ pub(crate) fn spec(body: &CreateReservation) -> Result<Option<ArraySpec>, ApiErr
 
 /// Makes the array of `body` (checked into `new` by the caller, secrets sealed) for `new`'s
 /// tenant, and starts its first task at once: a request the first task cannot make (credit,
-/// limits) is refused as a reservation would be, and the array ends unseen. The rest start
-/// with the array pass.
+/// limits) is refused as a reservation would be, and no array is left. The rest start with the
+/// array pass.
 pub(crate) async fn create(
     state: &AppState,
     body: &CreateReservation,
@@ -70,11 +70,7 @@ pub(crate) async fn create(
         .await?;
     if row.next_index == row.first {
         if let Err(e) = pass::start_task(state, &row, &shape, row.first).await {
-            state
-                .store
-                .stop_array(&row.id, &Scope::All, state.now())
-                .await?;
-            state.store.end_array(&row.id, state.now()).await?;
+            state.store.forget_array(&row.id).await?;
             return Err(e);
         }
         state.store.advance_array(&row.id, row.first + 1).await?;
@@ -120,7 +116,8 @@ pub(crate) async fn list(state: &AppState, scope: &Scope) -> Result<Vec<Reservat
 }
 
 /// Each array as one reservation: its first task's shape and price, its tasks counted, their
-/// charges together. An array whose first task never started is not shown.
+/// charges together. An array whose first task is not started yet (its request in flight) is
+/// not shown.
 async fn views(state: &AppState, rows: Vec<ArrayRow>) -> Result<Vec<Reservation>, ApiError> {
     let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
     let tallies = state.store.array_tasks(&ids).await?;

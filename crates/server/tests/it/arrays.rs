@@ -287,6 +287,79 @@ async fn bad_arrays_say_why(backend: Backend) {
     assert_eq!(status, StatusCode::PAYMENT_REQUIRED, "{e}");
     let (_, arrays) = poor.client.get("/api/v1/arrays").await;
     assert_eq!(arrays, json!([]));
+    // Its retry with the same key, once the credit is there, makes the array.
+    let body = json!({"gpu_type": "rtx4090", "hours": 1, "array": "0-9"});
+    let (status, _) = poor
+        .client
+        .post_with_key("/api/v1/reservations", &body, "array-once")
+        .await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    let (status, _) = app
+        .admin()
+        .post(
+            &format!("/api/v1/users/{}/credit", poor.id),
+            &json!({"amount": "100"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, made) = poor
+        .client
+        .post_with_key("/api/v1/reservations", &body, "array-once")
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let (status, again) = poor
+        .client
+        .post_with_key("/api/v1/reservations", &body, "array-once")
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{again}");
+    assert_eq!(again["id"], made["id"], "the same array");
+
+    // A later task its credit cannot hold waits, the array saying why, until the credit comes.
+    let tight = app.tenant("tight", "3").await;
+    let (status, r) = tight
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "hours": 1, "array": "0-2"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{r}");
+    let array = id(&r);
+    app.eventually("the second task refused", || async {
+        let (_, r) = tight
+            .client
+            .get(&format!("/api/v1/reservations/{array}"))
+            .await;
+        r["array"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("task 1 cannot start: ") && m.contains("credit"))
+    })
+    .await;
+    let (status, _) = app
+        .admin()
+        .post(
+            &format!("/api/v1/users/{}/credit", tight.id),
+            &json!({"amount": "100"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // Tried again 5 s after the refusal: waited for longer than `eventually` does.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, r) = tight
+            .client
+            .get(&format!("/api/v1/reservations/{array}"))
+            .await;
+        let (_, live) = tight
+            .client
+            .get(&format!("/api/v1/reservations/{array}/tasks?live=true"))
+            .await;
+        if live.as_array().map(Vec::len) == Some(3) && r["array"].get("message").is_none() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never all three: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (status, e) = carol.client.get("/api/v1/reservations/nothing[3]").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{e}");
 }

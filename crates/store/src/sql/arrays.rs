@@ -250,6 +250,17 @@ impl ArrayStore for SqlStore {
         self.get_array(id, scope).await
     }
 
+    async fn forget_array(&self, id: &str) -> Result<()> {
+        sqlx::query(
+            "DELETE FROM arrays WHERE id = $1 AND next_index = first_index
+               AND NOT EXISTS (SELECT 1 FROM reservations r WHERE r.array_id = $1)",
+        )
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     async fn end_array(&self, id: &str, now: DateTime<Utc>) -> Result<()> {
         sqlx::query("UPDATE arrays SET ended_at = $2 WHERE id = $1 AND ended_at IS NULL")
             .bind(id)
