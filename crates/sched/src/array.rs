@@ -12,6 +12,8 @@ pub const MAX_INDEX: u64 = 9_999_999;
 /// rest wait in the array, not in the queue, so that a huge array costs the queue's pass no more
 /// than this.
 pub const DEFAULT_WINDOW: u32 = 1000;
+/// The highest `%` limit.
+pub const MAX_LIMIT: u32 = 10_000;
 
 /// An array's indexes `first..=last` and how many of its tasks may run at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +31,7 @@ pub enum ArraySpecError {
     Form,
     #[error("{0:?} is not an index (a whole number from 0 to {MAX_INDEX})")]
     Index(String),
-    #[error("{0:?} is not a limit (a whole number from 1 to 4294967295)")]
+    #[error("{0:?} is not a limit (a whole number from 1 to {MAX_LIMIT})")]
     Limit(String),
     #[error("the first index {first} is after the last {last}")]
     Reversed { first: u64, last: u64 },
@@ -91,7 +93,9 @@ impl FromStr for ArraySpec {
                 let l = l.trim();
                 l.parse::<u32>()
                     .ok()
-                    .filter(|&n| n > 0 && l.bytes().all(|b| b.is_ascii_digit()))
+                    .filter(|&n| {
+                        (1..=MAX_LIMIT).contains(&n) && l.bytes().all(|b| b.is_ascii_digit())
+                    })
                     .ok_or_else(|| ArraySpecError::Limit(l.to_owned()))
             })
             .transpose()?;

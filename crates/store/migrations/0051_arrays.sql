@@ -12,6 +12,7 @@ CREATE TABLE arrays (
     spec        TEXT NOT NULL,
     secrets     TEXT,
     idempotency_key TEXT,
+    request_hash TEXT,
     first_index BIGINT NOT NULL,
     last_index  BIGINT NOT NULL,
     max_running BIGINT,
@@ -23,7 +24,8 @@ CREATE TABLE arrays (
     ended_at    BIGINT
 );
 CREATE INDEX arrays_tenant ON arrays (tenant_id, created_at);
--- A retried request with its Idempotency-Key is the same array.
+-- A retried request with its Idempotency-Key is the same array (the same request: its
+-- `request_hash`).
 CREATE UNIQUE INDEX arrays_idempotency ON arrays (tenant_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 -- The arrays the pass looks at.

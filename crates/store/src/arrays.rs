@@ -19,6 +19,8 @@ pub struct NewArray {
     /// The tasks' secret variables, sealed.
     pub sealed_secrets: Option<String>,
     pub idempotency_key: Option<String>,
+    /// What a retry with the same key must ask again.
+    pub request_hash: String,
     pub first: u64,
     pub last: u64,
     pub max_running: Option<u32>,
@@ -68,7 +70,8 @@ pub struct ArrayTasks {
 
 #[async_trait]
 pub trait ArrayStore: Send + Sync {
-    /// Keeps a new array; a retry with the same Idempotency-Key returns the first.
+    /// Keeps a new array; a retry with the same Idempotency-Key returns the first, or
+    /// `IdempotencyMismatch` when it asks something else.
     async fn create_array(&self, new: NewArray, now: DateTime<Utc>) -> Result<ArrayRow>;
 
     /// The array in the caller's scope (`NotFound` otherwise).

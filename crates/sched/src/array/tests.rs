@@ -39,6 +39,7 @@ fn bad_specs_say_why() {
     assert!(err("9-3").contains("first index 9 is after the last 3"));
     assert!(err("0-9%0").contains("\"0\" is not a limit"));
     assert!(err("0-9%x").contains("not a limit"));
+    assert!(err("0-9%10001").contains("from 1 to 10000"));
     assert!(err("0-9999999").contains("10000000 tasks is more than"));
 }
 

@@ -61,6 +61,7 @@ pub(crate) async fn create(
                     .map_err(|e| ApiError::Internal(format!("array spec: {e}")))?,
                 sealed_secrets: new.sealed_secrets.clone(),
                 idempotency_key: new.idempotency_key.clone(),
+                request_hash: new.request_hash.clone(),
                 first: spec.first,
                 last: spec.last,
                 max_running: spec.max_running,
@@ -256,7 +257,9 @@ pub(crate) fn task_request(
     index: u64,
     card_vram_mb: Option<u64>,
 ) -> Result<NewReservation, ApiError> {
-    let key = format!("array-{}-{index}", row.id);
+    // A key no client can send (theirs are printable ASCII without spaces): a task's key is
+    // never taken by another request.
+    let key = format!("array task {} {index}", row.id);
     let mut new = crate::validate::reservation(&row.tenant_id, shape, Some(key), card_vram_mb)?;
     new.created_by = row.created_by.clone();
     new.sealed_secrets = row.sealed_secrets.clone();

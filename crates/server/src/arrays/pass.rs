@@ -15,8 +15,17 @@ use crate::error::ApiError;
 use crate::jobs::JobError;
 use crate::state::AppState;
 
-/// How long after a refused task (credit, limits) the array tries again.
+/// How long after a refused task (credit, budget, caps) the array tries again.
 const REFUSED_RETRY_S: i64 = 5;
+/// How long after any other failure to start a task (a volume gone, the store failing) the
+/// array tries again: the reason stays on the array meanwhile, for its tenant to act on.
+const FAILED_RETRY_S: i64 = 60;
+/// The most tasks one pass starts of one array (the scheduling pass waits for them); more
+/// are started by the next pass, asked for at once.
+const STARTS_PER_PASS: u64 = 256;
+/// How long a new array is left to the request that made it (which starts its first task)
+/// before passes move it on by themselves.
+const CREATION_S: i64 = 60;
 
 /// One pass over every array not ended. An array that fails is logged and skipped: the others
 /// go on.
@@ -60,41 +69,83 @@ async fn one(state: &AppState, row: &ArrayRow, live: u64) -> Result<(), ApiError
     if row.retry_at.is_some_and(|at| at > now) {
         return Ok(());
     }
+    // Its first task is its request's to start: a refusal there removes the array.
+    if next == row.first && now - row.created_at < chrono::Duration::seconds(CREATION_S) {
+        return Ok(());
+    }
     let n = array::to_start(&spec, live, next);
     if n == 0 {
         return Ok(());
     }
+    let n = if n > STARTS_PER_PASS {
+        state.wake.wake_scheduler();
+        STARTS_PER_PASS
+    } else {
+        n
+    };
     let shape: CreateReservation = serde_json::from_str(&row.spec)
         .map_err(|e| ApiError::Store(StoreError::Corrupt(format!("array spec: {e}"))))?;
     let mut started = 0;
+    let mut failed = None;
     for index in next..next + n {
         match start_task(state, row, &shape, index).await {
             Ok(()) => started += 1,
-            Err(e) if refused(&e) => {
-                let why = format!("task {index} cannot start: {e}");
-                tracing::info!(array = %row.id, why = %why, "array: a task is refused");
-                let retry = now + chrono::Duration::seconds(REFUSED_RETRY_S);
-                state
-                    .store
-                    .set_array_message(&row.id, Some(&why), Some(retry))
-                    .await?;
+            Err(e) => {
+                failed = Some((index, e));
                 break;
             }
-            Err(e) => return Err(e),
         }
     }
     if started > 0 {
-        if row.message.is_some() {
+        state.store.advance_array(&row.id, next + started).await?;
+    }
+    match failed {
+        Some((index, e)) => {
+            let wait = if refused(&e) {
+                tracing::info!(array = %row.id, index, error = %e, "array: a task is refused");
+                REFUSED_RETRY_S
+            } else {
+                tracing::warn!(array = %row.id, index, error = %e, "array: a task cannot start");
+                FAILED_RETRY_S
+            };
+            let why = format!("task {index} cannot start: {e}");
+            let retry = now + chrono::Duration::seconds(wait);
+            state
+                .store
+                .set_array_message(&row.id, Some(&why), Some(retry))
+                .await?;
+        }
+        None if started > 0 && row.message.is_some() => {
             state.store.set_array_message(&row.id, None, None).await?;
         }
-        state.store.advance_array(&row.id, next + started).await?;
+        None => {}
+    }
+    // A stop that came meanwhile (on another control plane, whose pass may have ended the
+    // array already) stops what this pass started.
+    if started > 0
+        && state
+            .store
+            .get_array(&row.id, &Scope::All)
+            .await?
+            .stopped_at
+            .is_some()
+    {
+        stop_stragglers(state, row).await?;
     }
     Ok(())
 }
 
-/// A refusal that passes with time (credit, budget, caps), not a fault of the store.
+/// A refusal that passes with time or the tenant's act (credit, budget, caps), tried again
+/// soon; anything else is tried again after a minute.
 fn refused(e: &ApiError) -> bool {
-    !matches!(e, ApiError::Store(s) if s.is_unavailable()) && !matches!(e, ApiError::Internal(_))
+    matches!(
+        e,
+        ApiError::Store(
+            StoreError::InsufficientCredit { .. }
+                | StoreError::BudgetExceeded(_)
+                | StoreError::LimitExceeded(_)
+        )
+    )
 }
 
 /// Reserves task `index` of the array: queued when nothing fits, under the key of the array

@@ -313,6 +313,16 @@ async fn bad_arrays_say_why(backend: Backend) {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{again}");
     assert_eq!(again["id"], made["id"], "the same array");
+    let other = json!({"gpu_type": "rtx4090", "hours": 1, "array": "0-11"});
+    let (status, e) = poor
+        .client
+        .post_with_key("/api/v1/reservations", &other, "array-once")
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "another request: {e}"
+    );
 
     // A later task its credit cannot hold waits, the array saying why, until the credit comes.
     let tight = app.tenant("tight", "3").await;
@@ -364,3 +374,44 @@ async fn bad_arrays_say_why(backend: Backend) {
     assert_eq!(status, StatusCode::NOT_FOUND, "{e}");
 }
 both_stores!(bad_arrays_say_why, bad_arrays_say_why);
+
+async fn tasks_wait_in_the_queue_past_its_timeout(backend: Backend) {
+    let app = TestApp::with(backend)
+        .with_sim_gpus("1xRTX4090")
+        .with_manual_clock()
+        .start()
+        .await;
+    let carol = app.tenant("carol", "100").await;
+    let (status, r) = carol
+        .client
+        .reserve(json!({"gpu_type": "rtx4090", "hours": 3, "array": "0-2"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{r}");
+    let array = id(&r);
+    app.maintenance_tick().await;
+    app.eventually("one running, two queued", || async {
+        let (_, r) = carol
+            .client
+            .get(&format!("/api/v1/reservations/{array}"))
+            .await;
+        r["array"]["running"] == 1 && r["array"]["queued"] == 2
+    })
+    .await;
+    // Past the queue's timeout (an hour): an array's tasks wait in it for their turn, as the
+    // ones not started wait in the array.
+    app.advance(chrono::Duration::hours(2));
+    app.maintenance_tick().await;
+    let (_, r) = carol
+        .client
+        .get(&format!("/api/v1/reservations/{array}"))
+        .await;
+    assert_eq!(r["array"]["queued"], 2, "{r}");
+    assert_eq!(r["array"]["failed"], 0, "{r}");
+    let all = tasks(&carol.client, &array).await;
+    assert_eq!(all.len(), 3, "{all:?}");
+    assert!(all.iter().all(|t| t["end_reason"].is_null()), "{all:?}");
+}
+both_stores!(
+    tasks_wait_in_the_queue_past_its_timeout,
+    tasks_wait_in_the_queue_past_its_timeout
+);

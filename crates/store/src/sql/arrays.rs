@@ -49,17 +49,22 @@ fn from_row(row: &AnyRow) -> Result<ArrayRow> {
 }
 
 impl SqlStore {
-    async fn array_by_key(&self, tenant: &str, key: &str) -> Result<Option<ArrayRow>> {
-        sqlx::query(&format!(
-            "SELECT {COLUMNS} WHERE tenant_id = $1 AND idempotency_key = $2"
+    /// The array made under the key, if any; `IdempotencyMismatch` when it was another request.
+    async fn array_by_key(&self, new: &NewArray, key: &str) -> Result<Option<ArrayRow>> {
+        let Some(row) = sqlx::query(&format!(
+            "SELECT request_hash, {COLUMNS} WHERE tenant_id = $1 AND idempotency_key = $2"
         ))
-        .bind(tenant)
+        .bind(&new.tenant_id)
         .bind(key)
         .fetch_optional(&self.pool)
         .await?
-        .as_ref()
-        .map(from_row)
-        .transpose()
+        else {
+            return Ok(None);
+        };
+        if row.try_get::<Option<String>, _>("request_hash")?.as_deref() != Some(&new.request_hash) {
+            return Err(StoreError::IdempotencyMismatch);
+        }
+        from_row(&row).map(Some)
     }
 }
 
@@ -67,15 +72,15 @@ impl SqlStore {
 impl ArrayStore for SqlStore {
     async fn create_array(&self, new: NewArray, now: DateTime<Utc>) -> Result<ArrayRow> {
         if let Some(key) = &new.idempotency_key {
-            if let Some(first) = self.array_by_key(&new.tenant_id, key).await? {
+            if let Some(first) = self.array_by_key(&new, key).await? {
                 return Ok(first);
             }
         }
         let id = new_id();
         let inserted = sqlx::query(
             "INSERT INTO arrays (id, tenant_id, created_by, spec, secrets, idempotency_key,
-                first_index, last_index, max_running, next_index, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10)",
+                first_index, last_index, max_running, next_index, created_at, request_hash)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, $11)",
         )
         .bind(&id)
         .bind(&new.tenant_id)
@@ -87,6 +92,7 @@ impl ArrayStore for SqlStore {
         .bind(big(new.last))
         .bind(new.max_running.map(i64::from))
         .bind(ts(now))
+        .bind(&new.request_hash)
         .execute(&self.pool)
         .await
         .map_err(StoreError::from);
@@ -94,7 +100,7 @@ impl ArrayStore for SqlStore {
             (Ok(_), _) => self.get_array(&id, &Scope::All).await,
             // The same key committed concurrently: that one is the array.
             (Err(e), Some(key)) if e.is_unique_violation() => {
-                self.array_by_key(&new.tenant_id, key).await?.ok_or(e)
+                self.array_by_key(&new, key).await?.ok_or(e)
             }
             (Err(e), _) => Err(e),
         }

@@ -226,7 +226,7 @@ impl SqlStore {
         let due: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM reservations
              WHERE status = 'pending' AND node_id IS NULL AND queued_at <= $1
-                AND restart_policy = 'never' ORDER BY id",
+                AND restart_policy = 'never' AND array_id IS NULL ORDER BY id",
         )
         .bind(queued_before)
         .fetch_all(&mut *tx)
