@@ -34,6 +34,8 @@ pub(crate) async fn create(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<CreateProxyLink>,
 ) -> Result<(StatusCode, Json<ProxyLink>), ApiError> {
+    // A job array's task by its index (`ID[INDEX]`), in the caller's scope.
+    let id = crate::arrays::task_id(&state, id, &caller.scope()).await?;
     // Only the owner, or a member of its team who may enter it (by a token bound to no team
     // or to that one): anyone else, an admin too, is told it does not exist.
     let not_found = || gpurent_store::StoreError::NotFound {

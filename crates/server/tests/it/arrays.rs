@@ -221,6 +221,25 @@ async fn a_stop_ends_the_whole_array(backend: Backend) {
     })
     .await;
 
+    // A task's app links are asked for by its name too: its port is not published (422), where
+    // an index never started is not found.
+    let (status, e) = carol
+        .client
+        .post(
+            &format!("/api/v1/reservations/{array}[1]/proxy-links"),
+            &json!({"port": 8080}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
+    let (status, e) = carol
+        .client
+        .post(
+            &format!("/api/v1/reservations/{array}[999]/proxy-links"),
+            &json!({"port": 8080}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{e}");
+
     // One task stopped by its name: the array starts the next in its place.
     let (status, s) = carol
         .client
