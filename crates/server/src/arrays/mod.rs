@@ -221,6 +221,18 @@ pub(crate) async fn stop(
     scope: &Scope,
 ) -> Result<ReservationStopped, ApiError> {
     let row = state.store.stop_array(id, scope, state.now()).await?;
+    stop_live(state, &row).await?;
+    state.wake.wake_scheduler();
+    let view = one(state, id, scope).await?;
+    tracing::info!(array = %id, "array stopped");
+    Ok(ReservationStopped {
+        id: view.id,
+        status: view.status,
+    })
+}
+
+/// Stops each of the array's live tasks that no stop reached yet, a page at a time.
+pub(crate) async fn stop_live(state: &AppState, row: &ArrayRow) -> Result<(), ApiError> {
     let mut from = row.first;
     loop {
         let live = state
@@ -228,9 +240,12 @@ pub(crate) async fn stop(
             .list_array_tasks(&row.id, from, 500, true)
             .await?;
         let Some(last) = live.last().and_then(|r| r.array_index) else {
-            break;
+            return Ok(());
         };
-        for task in &live {
+        for task in live
+            .iter()
+            .filter(|t| t.status != ReservationStatus::Stopping)
+        {
             let (_, node) = state
                 .store
                 .request_stop(&task.id, &Scope::All, state.now())
@@ -241,13 +256,6 @@ pub(crate) async fn stop(
         }
         from = last + 1;
     }
-    state.wake.wake_scheduler();
-    let view = one(state, id, scope).await?;
-    tracing::info!(array = %id, "array stopped");
-    Ok(ReservationStopped {
-        id: view.id,
-        status: view.status,
-    })
 }
 
 /// The request `body` for task `index` of an array: its shape, checked again for `tenant`.

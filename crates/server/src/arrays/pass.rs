@@ -9,7 +9,6 @@
 use gpurent_sched::array::{self, ArraySpec};
 use gpurent_store::{ArrayRow, Scope, StoreError};
 use gpurent_types::api::CreateReservation;
-use gpurent_types::ReservationStatus;
 
 use crate::error::ApiError;
 use crate::jobs::JobError;
@@ -64,7 +63,7 @@ async fn one(state: &AppState, row: &ArrayRow, live: u64) -> Result<(), ApiError
         return Ok(());
     }
     if row.stopped_at.is_some() {
-        return stop_stragglers(state, row).await;
+        return super::stop_live(state, row).await;
     }
     if row.retry_at.is_some_and(|at| at > now) {
         return Ok(());
@@ -130,7 +129,7 @@ async fn one(state: &AppState, row: &ArrayRow, live: u64) -> Result<(), ApiError
             .stopped_at
             .is_some()
     {
-        stop_stragglers(state, row).await?;
+        super::stop_live(state, row).await?;
     }
     Ok(())
 }
@@ -156,14 +155,7 @@ pub(crate) async fn start_task(
     shape: &CreateReservation,
     index: u64,
 ) -> Result<(), ApiError> {
-    let card = if shape.vram_gb.is_some() || shape.vram_fraction.is_some() {
-        match gpurent_types::GpuType::parse(&shape.gpu_type) {
-            Ok(t) => state.store.gpu_vram_mb(&t).await?,
-            Err(_) => None,
-        }
-    } else {
-        None
-    };
+    let card = crate::routes::reservations::card_vram_mb(state, shape).await?;
     let mut new = super::task_request(row, shape, index, card)?;
     new.limits = state.live().tenant_limits;
     (new.mounts, new.node_filter) = crate::volumes::mounts(
@@ -188,27 +180,5 @@ pub(crate) async fn start_task(
         state.wake.wake(node);
     }
     tracing::debug!(array = %row.id, index, reservation = %reservation.id, "array: task started");
-    Ok(())
-}
-
-/// Stops the live tasks of a stopped array that no stop reached yet (one started by a pass
-/// that read the array before its stop).
-async fn stop_stragglers(state: &AppState, row: &ArrayRow) -> Result<(), ApiError> {
-    let live = state
-        .store
-        .list_array_tasks(&row.id, row.first, 1000, true)
-        .await?;
-    for task in live
-        .iter()
-        .filter(|t| t.status != ReservationStatus::Stopping)
-    {
-        let (_, node) = state
-            .store
-            .request_stop(&task.id, &Scope::All, state.now())
-            .await?;
-        if let Some(node) = node {
-            state.wake.wake(&node);
-        }
-    }
     Ok(())
 }

@@ -9,7 +9,7 @@ mod login;
 mod metrics;
 mod nodes;
 mod reports;
-mod reservations;
+pub(crate) mod reservations;
 mod ssh;
 mod ssh_keys;
 mod statements;

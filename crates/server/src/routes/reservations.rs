@@ -142,7 +142,10 @@ pub(crate) async fn create(
 
 /// The memory of the largest card of the body's GPU type, when the body asks for a share (a
 /// share is sized against it); `None` otherwise, or when no node has one.
-async fn card_vram_mb(state: &AppState, body: &CreateReservation) -> Result<Option<u64>, ApiError> {
+pub(crate) async fn card_vram_mb(
+    state: &AppState,
+    body: &CreateReservation,
+) -> Result<Option<u64>, ApiError> {
     if !validate::asks_share(body) {
         return Ok(None);
     }
